@@ -1,0 +1,108 @@
+"""anychip: run one model unchanged on any chip.
+
+import anychip
+sess = anychip.load("model.onnx", devices=["npu", "cpu"])
+y, = sess.run(None, {"x": x})
+print(sess.placement())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anychip.core.errors import (
+    AnychipError,
+    DeviceError,
+    GraphError,
+    InputError,
+    KernelError,
+    ModelError,
+    OutOfMemoryError,
+    PlacementError,
+    PluginError,
+    UnsupportedDTypeError,
+    UnsupportedOpError,
+)
+from anychip.core.hookspecs import hookimpl
+from anychip.core.session import IOInfo, Session, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "load",
+    "devices",
+    "Session",
+    "IOInfo",
+    "DeviceInfo",
+    "hookimpl",
+    "AnychipError",
+    "DeviceError",
+    "GraphError",
+    "InputError",
+    "KernelError",
+    "ModelError",
+    "OutOfMemoryError",
+    "PlacementError",
+    "PluginError",
+    "UnsupportedDTypeError",
+    "UnsupportedOpError",
+    "__version__",
+]
+
+
+class DeviceInfo:
+    """One backend as ``anychip.devices()`` lists it."""
+
+    __slots__ = ("name", "kind", "available", "reason", "priority", "plugin", "kernels")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        available: bool,
+        reason: str,
+        priority: int,
+        plugin: str,
+        kernels: int,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.available = available
+        self.reason = reason
+        self.priority = priority
+        self.plugin = plugin
+        self.kernels = kernels
+
+    def __repr__(self) -> str:
+        state = "available" if self.available else f"unavailable: {self.reason}"
+        return f"DeviceInfo({self.name!r}, {state})"
+
+
+def devices(include_failed_plugins: bool = False) -> list[Any]:
+    """Every registered backend with its availability and, when unavailable, why.
+
+    With ``include_failed_plugins=True`` the plugins that failed to load are appended as
+    ``DeviceInfo`` rows with ``available=False`` and the error as reason.
+    """
+    from anychip.core.plugins import get_registry
+
+    registry = get_registry()
+    out: list[Any] = []
+    for b in sorted(registry.backends.values(), key=lambda b: (b.name == "cpu", -b.priority)):
+        ok, why = b.available()
+        out.append(
+            DeviceInfo(
+                b.name,
+                b.kind or b.name,
+                ok,
+                why,
+                b.priority,
+                b.origin,
+                len(registry.kernels.get(b.name, ())),
+            )
+        )
+    if include_failed_plugins:
+        for rec in registry.plugins:
+            if not rec.ok:
+                out.append(DeviceInfo(rec.name, "plugin", False, rec.error, 0, rec.name, 0))
+    return out

@@ -65,8 +65,9 @@ class DeviceError(AnychipError):
 class OutOfMemoryError(DeviceError, MemoryError):
     """A device memory pool cannot satisfy an allocation (carries need and capacity)."""
 
-    def __init__(self, message: str, *, device: str = "", need: int = 0, capacity: int = 0,
-                 in_use: int = 0) -> None:
+    def __init__(
+        self, message: str, *, device: str = "", need: int = 0, capacity: int = 0, in_use: int = 0
+    ) -> None:
         super().__init__(message)
         self.device = device
         self.need = need

@@ -22,7 +22,7 @@ evaluator; the placement report names such nodes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from anychip.ir.dtypes import DType
@@ -35,12 +35,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Kernel:
     """One registered implementation of one operator version range on one backend."""
 
-    __slots__ = ("op_type", "domain", "since", "until", "dtypes", "dtype_input", "context",
-                 "reference", "fn", "backend")
+    __slots__ = (
+        "op_type",
+        "domain",
+        "since",
+        "until",
+        "dtypes",
+        "dtype_input",
+        "context",
+        "reference",
+        "fn",
+        "backend",
+    )
 
-    def __init__(self, op_type: str, domain: str, since: int, until: int | None,
-                 dtypes: frozenset[DType] | None, dtype_input: int, context: bool,
-                 reference: bool, fn: Callable[..., Any], backend: str) -> None:
+    def __init__(
+        self,
+        op_type: str,
+        domain: str,
+        since: int,
+        until: int | None,
+        dtypes: frozenset[DType] | None,
+        dtype_input: int,
+        context: bool,
+        reference: bool,
+        fn: Callable[..., Any],
+        backend: str,
+    ) -> None:
         self.op_type = op_type
         self.domain = domain
         self.since = since
@@ -56,8 +76,10 @@ class Kernel:
         return self.since <= version and (self.until is None or version <= self.until)
 
     def __repr__(self) -> str:
-        return (f"Kernel({self.backend}:{self.domain + '::' if self.domain else ''}"
-                f"{self.op_type} since {self.since}, {self.fn.__module__}.{self.fn.__name__})")
+        return (
+            f"Kernel({self.backend}:{self.domain + '::' if self.domain else ''}"
+            f"{self.op_type} since {self.since}, {self.fn.__module__}.{self.fn.__name__})"
+        )
 
 
 class KernelMatch:
@@ -98,8 +120,20 @@ class KernelTable:
 
         def deco(fn: F) -> F:
             for name in names:
-                self.add(Kernel(name, domain, since, until, dts, dtype_input, context,
-                                reference, fn, self.backend))
+                self.add(
+                    Kernel(
+                        name,
+                        domain,
+                        since,
+                        until,
+                        dts,
+                        dtype_input,
+                        context,
+                        reference,
+                        fn,
+                        self.backend,
+                    )
+                )
             return fn
 
         return deco
@@ -115,9 +149,18 @@ class KernelTable:
         for k in other:
             self.add(k)
 
-    def lookup(self, domain: str, op_type: str, version: int,
-               dtype: DType | None = None) -> KernelMatch:
-        """The kernel for a node, or a reason naming what is missing."""
+    def lookup(
+        self,
+        domain: str,
+        op_type: str,
+        version: int,
+        dtype: DType | Sequence[DType | None] | None = None,
+    ) -> KernelMatch:
+        """The kernel for a node, or a reason naming what is missing.
+
+        ``dtype`` is the element type of the kernel's type-constrained input, or the list of
+        every input's element type (each kernel then checks its own ``dtype_input``).
+        """
         domain = "" if domain == "ai.onnx" else domain
         cands = self._by_op.get((domain, op_type))
         opname = f"{domain}::{op_type}" if domain else op_type
@@ -126,18 +169,24 @@ class KernelTable:
         by_version = [k for k in cands if k.serves(version)]
         if not by_version:
             have = sorted({k.since for k in cands})
-            return KernelMatch(None, f"no kernel for {opname} version {version} "
-                                     f"(kernels since {have})")
+            return KernelMatch(
+                None, f"no kernel for {opname} version {version} (kernels since {have})"
+            )
         # Newest registration first; among equals, the last registered wins (plugins override).
         by_version.sort(key=lambda k: k.since, reverse=True)
         newest = by_version[0].since
         for k in reversed([k for k in by_version if k.since == newest]):
-            if k.dtypes is None or dtype is None or dtype in k.dtypes:
+            dt = _dtype_for(k, dtype)
+            if k.dtypes is None or dt is None or dt in k.dtypes:
                 return KernelMatch(k)
+        dtype = _dtype_for(by_version[0], dtype)
         types = sorted({t.short for k in by_version if k.since == newest for t in k.dtypes or ()})
-        return KernelMatch(None, f"no kernel for {opname} with dtype "
-                                 f"{dtype.short if dtype is not None else '?'} "
-                                 f"(supports {', '.join(types)})")
+        return KernelMatch(
+            None,
+            f"no kernel for {opname} with dtype "
+            f"{dtype.short if dtype is not None else '?'} "
+            f"(supports {', '.join(types)})",
+        )
 
     def ops(self) -> set[tuple[str, str]]:
         return set(self._by_op)
@@ -148,3 +197,9 @@ class KernelTable:
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_op.values())
+
+
+def _dtype_for(k: Kernel, dtype: DType | Sequence[DType | None] | None) -> DType | None:
+    if dtype is None or isinstance(dtype, DType):
+        return dtype
+    return dtype[k.dtype_input] if k.dtype_input < len(dtype) else None

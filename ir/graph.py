@@ -159,11 +159,23 @@ def _local_producers(node: Node, mine: set[int]) -> Iterator[Node]:
 class Model:
     """A graph with the operator-set imports and metadata of the file it came from."""
 
-    __slots__ = ("graph", "opset_imports", "ir_version", "producer_name", "producer_version",
-                 "domain", "model_version", "doc", "metadata", "meta", "path")
+    __slots__ = (
+        "graph",
+        "opset_imports",
+        "ir_version",
+        "producer_name",
+        "producer_version",
+        "domain",
+        "model_version",
+        "doc",
+        "metadata",
+        "meta",
+        "path",
+    )
 
-    def __init__(self, graph: Graph, opset_imports: dict[str, int] | None = None,
-                 *, ir_version: int = 10) -> None:
+    def __init__(
+        self, graph: Graph, opset_imports: dict[str, int] | None = None, *, ir_version: int = 10
+    ) -> None:
         self.graph = graph
         self.opset_imports: dict[str, int] = dict(opset_imports or {"": 21})
         self.ir_version = ir_version

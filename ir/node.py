@@ -63,8 +63,18 @@ class Attr:
 class Node:
     """An operator applied to input values, producing output values."""
 
-    __slots__ = ("name", "op_type", "domain", "version", "inputs", "outputs", "attributes",
-                 "meta", "graph", "doc")
+    __slots__ = (
+        "name",
+        "op_type",
+        "domain",
+        "version",
+        "inputs",
+        "outputs",
+        "attributes",
+        "meta",
+        "graph",
+        "doc",
+    )
 
     def __init__(
         self,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from anychip.ir.node import Attr, AttrType
 
 if TYPE_CHECKING:
@@ -39,8 +38,11 @@ def format_node(node: Node, indent: str = "") -> str:
     ins = ", ".join("%" + v.name if v is not None else "_" for v in node.inputs)
     attrs = ""
     if node.attributes:
-        attrs = " {" + ", ".join(
-            f"{k}={_attr_str(a, indent)}" for k, a in sorted(node.attributes.items())) + "}"
+        attrs = (
+            " {"
+            + ", ".join(f"{k}={_attr_str(a, indent)}" for k, a in sorted(node.attributes.items()))
+            + "}"
+        )
     where = ""
     if node.name:
         where += " " + node.name

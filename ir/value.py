@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -31,8 +30,18 @@ Shape = tuple  # tuple[int | str | None, ...]
 class Value:
     """An edge of the graph."""
 
-    __slots__ = ("name", "dtype", "shape", "producer", "index", "uses", "const", "type_proto",
-                 "meta", "doc")
+    __slots__ = (
+        "name",
+        "dtype",
+        "shape",
+        "producer",
+        "index",
+        "uses",
+        "const",
+        "type_proto",
+        "meta",
+        "doc",
+    )
 
     def __init__(
         self,
@@ -110,11 +119,16 @@ def _type_proto_str(tp: Any) -> str:
     if which == "optional_type":
         return "opt(" + _type_proto_str(tp.optional_type.elem_type) + ")"
     if which == "map_type":
-        return f"map({DType(tp.map_type.key_type).short}," + _type_proto_str(
-            tp.map_type.value_type) + ")"
+        return (
+            f"map({DType(tp.map_type.key_type).short},"
+            + _type_proto_str(tp.map_type.value_type)
+            + ")"
+        )
     if which == "tensor_type":
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                for d in tp.tensor_type.shape.dim]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tp.tensor_type.shape.dim
+        ]
         shape = tuple(dims) if tp.tensor_type.HasField("shape") else None
         return DType(tp.tensor_type.elem_type).short + format_shape(shape)
     return str(which)

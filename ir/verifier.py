@@ -27,8 +27,9 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
     def define(v: Value, what: str) -> None:
         prev = names.get(v.name)
         if prev is not None and prev is not v and v.name:
-            raise GraphError(f"graph {graph.name!r}: value name {v.name!r} is defined twice "
-                             f"({what})")
+            raise GraphError(
+                f"graph {graph.name!r}: value name {v.name!r} is defined twice ({what})"
+            )
         names[v.name] = v
         visible.add(id(v))
 
@@ -42,8 +43,9 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
         define(v, "initializer")
     for node in graph.nodes:
         if node.graph is not graph:
-            raise GraphError(f"node {node.name or node.op_type!r} does not point back at graph "
-                             f"{graph.name!r}")
+            raise GraphError(
+                f"node {node.name or node.op_type!r} does not point back at graph {graph.name!r}"
+            )
         for i, v in enumerate(node.inputs):
             if v is None:
                 continue
@@ -51,10 +53,13 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
                 raise GraphError(
                     f"node {node.name or node.op_type!r} input {i} reads %{v.name} before it is "
                     f"defined (graph {graph.name!r} is not in topological order, or the value "
-                    "is dangling)")
+                    "is dangling)"
+                )
             if (node, i) not in v.uses:
-                raise GraphError(f"%{v.name} does not list node {node.name or node.op_type!r} "
-                                 f"input {i} among its uses")
+                raise GraphError(
+                    f"%{v.name} does not list node {node.name or node.op_type!r} "
+                    f"input {i} among its uses"
+                )
         for sub in node.subgraphs():
             if sub.parent is not node:
                 raise GraphError(f"subgraph {sub.name!r} does not point back at its node")
@@ -63,8 +68,10 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
             if v is None:
                 continue
             if v.producer is not node or v.index != i:
-                raise GraphError(f"%{v.name} does not name node {node.name or node.op_type!r} "
-                                 f"output {i} as its producer")
+                raise GraphError(
+                    f"%{v.name} does not name node {node.name or node.op_type!r} "
+                    f"output {i} as its producer"
+                )
             define(v, f"output of {node.name or node.op_type}")
     for v in graph.outputs:
         if id(v) not in visible:

@@ -16,7 +16,6 @@ from typing import Any
 
 import onnx
 import onnx.defs
-
 from anychip.core.errors import UnsupportedOpError
 
 __all__ = [
@@ -60,7 +59,8 @@ class SchemaRegistry:
         if schema.domain in ONNX_DOMAINS:
             raise UnsupportedOpError(
                 f"schema {schema.name} uses ONNX domain {schema.domain!r}: custom operators "
-                "must live in their own domain (for example 'anychip' or 'com.vendor')")
+                "must live in their own domain (for example 'anychip' or 'com.vendor')"
+            )
         versions = self._by_key.setdefault((schema.domain, schema.name), [])
         versions.append(schema)
         versions.sort(key=lambda s: s.since_version)
@@ -82,8 +82,9 @@ class SchemaRegistry:
 _DEFAULT_REGISTRY = SchemaRegistry()
 
 
-def resolve(op_type: str, domain: str, opset: int,
-            custom: SchemaRegistry | None = None) -> OpSchema:
+def resolve(
+    op_type: str, domain: str, opset: int, custom: SchemaRegistry | None = None
+) -> OpSchema:
     """The schema in force for ``op_type`` at ``opset`` of ``domain``.
 
     Raises:
@@ -98,7 +99,8 @@ def resolve(op_type: str, domain: str, opset: int,
         raise UnsupportedOpError(
             f"no schema for operator {domain}::{op_type} at opset {opset}; domain {domain!r} is "
             f"not registered (known custom domains: {known or 'none'}). Install or enable the "
-            "plugin that defines it (see `anychip devices`).")
+            "plugin that defines it (see `anychip devices`)."
+        )
     return found
 
 
@@ -110,7 +112,8 @@ def _onnx_schema(op_type: str, domain: str, opset: int) -> OpSchema:
         raise UnsupportedOpError(
             f"operator {domain + '::' if domain else ''}{op_type} does not exist in "
             f"{domain or 'ai.onnx'} opset {opset} (onnx {onnx.__version__}); check the op name "
-            "and the model's opset_import") from None
+            "and the model's opset_import"
+        ) from None
 
 
 def attribute_defaults(schema: OpSchema) -> dict[str, Any]:

@@ -1,0 +1,26 @@
+"""The CPU backend plugin: registered through the same hooks as any third-party backend."""
+
+from __future__ import annotations
+
+from anychip.core.hookspecs import hookimpl
+from anychip.core.registry import Registry
+
+__all__ = ["ANYCHIP_API_VERSION"]
+
+ANYCHIP_API_VERSION = 1
+
+
+@hookimpl
+def anychip_register_backends(registry: Registry) -> None:
+    from anychip.backends.cpu.backend import CpuBackend
+
+    registry.add_backend(CpuBackend())
+
+
+@hookimpl
+def anychip_register_kernels(registry: Registry) -> None:
+    from anychip.backends.cpu.ops import load_all
+    from anychip.backends.cpu.table import CPU_KERNELS
+
+    load_all()
+    registry.add_kernels(CPU_KERNELS)

@@ -1,0 +1,191 @@
+"""The backend contract: what a chip vendor writes.
+
+A backend subclasses ``Backend`` and fills in, top to bottom:
+
+* ``name`` (device name: ``cpu``, ``npu``, ``xpu``, ``cuda:0``), ``kind``, ``priority``
+  (higher is preferred when devices are chosen automatically; cpu is lowest);
+* ``device_model()``: memory capacity, dtypes it computes, throughput figures for the cost model;
+* ``_available()``: ``(True, "")`` or ``(False, "why")`` (driver missing, no GPU, ...);
+* transfers ``_copy_in(array) -> device tensor`` and ``_copy_out(tensor) -> np.ndarray``
+  (and optionally ``_copy_device(tensor, src_backend)``);
+* either kernels (registered through ``anychip_register_kernels``; ``graph_mode = False``), or
+  ``compile(graph) -> CompiledGraph`` for whole-subgraph backends (``graph_mode = True``);
+* optionally ``check_node(node) -> str | None`` for constraints a kernel table cannot express
+  (static shapes only, attribute values, memory), returning the reason it cannot run the node.
+
+The base class validates and wraps errors, so the underscore methods stay small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from anychip.core.errors import AnychipError, DeviceError
+from anychip.ir.dtypes import ALL_TYPES, DType
+
+if TYPE_CHECKING:
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["Backend", "DeviceModel", "CompiledGraph"]
+
+
+class DeviceModel:
+    """What the runtime knows about a device, for placement and the cost model.
+
+    Throughput figures are rough and only compared against each other: ``flops`` (FLOP/s),
+    ``mem_bandwidth`` (bytes/s on the device), ``host_link`` (bytes/s between host and device;
+    ``None`` means the device *is* host memory), ``launch_overhead`` (seconds per kernel or per
+    compiled graph call).
+    """
+
+    __slots__ = (
+        "name",
+        "kind",
+        "memory_capacity",
+        "dtypes",
+        "flops",
+        "mem_bandwidth",
+        "host_link",
+        "launch_overhead",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        *,
+        memory_capacity: int | None = None,
+        dtypes: frozenset[DType] = ALL_TYPES,
+        flops: float = 1e10,
+        mem_bandwidth: float = 1e10,
+        host_link: float | None = None,
+        launch_overhead: float = 5e-6,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.memory_capacity = memory_capacity
+        self.dtypes = frozenset(dtypes)
+        self.flops = flops
+        self.mem_bandwidth = mem_bandwidth
+        self.host_link = host_link
+        self.launch_overhead = launch_overhead
+
+    def __repr__(self) -> str:
+        return f"DeviceModel({self.name!r}, kind={self.kind!r})"
+
+
+class CompiledGraph:
+    """What a graph-mode backend's ``compile`` returns: a callable over device tensors.
+
+    ``run(inputs)`` takes device tensors in ``graph.inputs`` order and returns device tensors in
+    ``graph.outputs`` order. ``info`` is shown in the placement report (e.g. memory plan size).
+    """
+
+    def __init__(
+        self, run: Callable[[Sequence[Any]], Sequence[Any]], *, info: dict[str, Any] | None = None
+    ) -> None:
+        self.run = run
+        self.info = dict(info or {})
+
+
+class Backend:
+    """Base class of every device backend."""
+
+    name: str = ""
+    kind: str = ""
+    priority: int = 0
+    graph_mode: bool = False
+    #: True when device tensors are host numpy arrays (the CPU); no copies are needed then.
+    host_memory: bool = False
+
+    def __init__(self) -> None:
+        self.origin = "?"
+        self._device: DeviceModel | None = None
+        self._availability: tuple[bool, str] | None = None
+
+    # -- description ---------------------------------------------------------------------------
+    def device_model(self) -> DeviceModel:
+        """Override: the device's capacity, dtypes and throughput."""
+        return DeviceModel(self.name, self.kind or self.name)
+
+    @property
+    def device(self) -> DeviceModel:
+        if self._device is None:
+            self._device = self.device_model()
+        return self._device
+
+    def available(self) -> tuple[bool, str]:
+        """``(True, "")`` when usable here, else ``(False, reason)``; computed once."""
+        if self._availability is None:
+            try:
+                self._availability = self._available()
+            except AnychipError as e:
+                self._availability = (False, str(e))
+            except Exception as e:  # noqa: BLE001 - a broken driver must not take the host down
+                self._availability = (False, f"{type(e).__name__}: {e}")
+        return self._availability
+
+    def _available(self) -> tuple[bool, str]:
+        return True, ""
+
+    # -- capability ----------------------------------------------------------------------------
+    def check_node(self, node: Node) -> str | None:
+        """Override: the reason this backend cannot run ``node`` beyond its kernel table."""
+        return None
+
+    # -- transfers -----------------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> Any:
+        """Copy a host array into device memory."""
+        if self.host_memory:
+            return array
+        try:
+            return self._copy_in(np.ascontiguousarray(array))
+        except AnychipError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(
+                f"{self.name}: copy to device of {array.dtype}{list(array.shape)} failed: {e}"
+            ) from e
+
+    def to_host(self, tensor: Any) -> np.ndarray:
+        """Copy a device tensor into a fresh host array."""
+        if self.host_memory:
+            return tensor
+        try:
+            return self._copy_out(tensor)
+        except AnychipError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise DeviceError(f"{self.name}: copy to host failed: {e}") from e
+
+    def from_device(self, tensor: Any, src: Backend) -> Any:
+        """Copy a tensor of device ``src`` into this device (through the host by default)."""
+        if src is self:
+            return tensor
+        direct = self._copy_device(tensor, src)
+        if direct is not None:
+            return direct
+        return self.to_device(src.to_host(tensor))
+
+    def _copy_in(self, array: np.ndarray) -> Any:
+        raise DeviceError(f"backend {self.name!r} does not implement _copy_in")
+
+    def _copy_out(self, tensor: Any) -> np.ndarray:
+        raise DeviceError(f"backend {self.name!r} does not implement _copy_out")
+
+    def _copy_device(self, tensor: Any, src: Backend) -> Any | None:
+        return None
+
+    def release(self, tensor: Any) -> None:
+        """Return a device tensor's memory (called when the executor drops its last use)."""
+
+    # -- graph mode ----------------------------------------------------------------------------
+    def compile(self, graph: Graph) -> CompiledGraph:
+        """Override in graph-mode backends: compile a partition into one executable."""
+        raise DeviceError(f"backend {self.name!r} is not a graph-mode backend")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

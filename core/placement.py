@@ -1,0 +1,153 @@
+"""Placement: which device runs each node, and why.
+
+Capability is separate from partitioning (torch.fx's OperatorSupport vs its partitioner,
+onnxruntime's GetCapability): ``capability`` asks one backend about one node and returns the
+reason it cannot run it, or None. ``place`` combines the answers with the user's pins, the
+``devices`` priority order and the cost model (``core/cost.py``), and writes
+``node.meta["device"]`` and ``node.meta["placement_reason"]`` on every top-level node.
+
+Reasons, as shown in the placement report:
+    ``chosen``            the first device in priority order that can run the node;
+    ``pinned``            a user pin (``placement={...}``) decided;
+    ``fallback: <why>``   the preferred devices cannot run it, each with its reason;
+    ``cost: <why>``       a capable preferred device was passed over by the cost model.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import TYPE_CHECKING
+
+from anychip.core.errors import PlacementError, UnsupportedOpError
+from anychip.core.kernels import Kernel, KernelTable
+
+if TYPE_CHECKING:
+    from anychip.core.backend import Backend
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["PlacementOptions", "capability", "find_kernel", "place", "input_dtypes"]
+
+
+class PlacementOptions:
+    """What the user says about placement.
+
+    Args:
+        pins: maps a node name, an op type, or a glob on node names to a device name.
+            Exact node names win over op types, which win over globs.
+        strict: fail instead of falling back from the first device to a later one.
+        max_copies: fail compilation when a run would make more device copies than this.
+    """
+
+    __slots__ = ("pins", "strict", "max_copies")
+
+    def __init__(
+        self,
+        pins: dict[str, str] | None = None,
+        strict: bool = False,
+        max_copies: int | None = None,
+    ) -> None:
+        self.pins = dict(pins or {})
+        self.strict = strict
+        self.max_copies = max_copies
+
+    def pin_for(self, node: Node) -> str | None:
+        if node.name in self.pins:
+            return self.pins[node.name]
+        if node.op_type in self.pins:
+            return self.pins[node.op_type]
+        for pattern, device in self.pins.items():
+            if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(node.name, pattern):
+                return device
+        return None
+
+
+def input_dtypes(node: Node) -> list:
+    return [None if v is None else v.dtype or None for v in node.inputs]
+
+
+def find_kernel(table: KernelTable | None, node: Node) -> tuple[Kernel | None, str]:
+    """The kernel of ``table`` for ``node`` (whose schema is resolved), or the reason."""
+    if table is None:
+        return None, "backend has no kernels"
+    since = node.meta.get("since", node.version or 1)
+    match = table.lookup(node.domain, node.op_type, since, input_dtypes(node))
+    return match.kernel, match.reason
+
+
+def capability(backend: Backend, table: KernelTable | None, node: Node) -> str | None:
+    """None when ``backend`` can run ``node``, else the reason it cannot."""
+    for v in list(node.inputs) + list(node.outputs):
+        if v is not None and v.is_tensor and v.dtype and v.dtype not in backend.device.dtypes:
+            return f"dtype {v.dtype.short} not supported by {backend.name}"
+    if not backend.graph_mode:
+        kernel, why = find_kernel(table, node)
+        if kernel is None:
+            return why
+    return backend.check_node(node)
+
+
+def place(
+    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], options: PlacementOptions
+) -> None:
+    """Choose a device for every node of ``graph`` (top level; nested graphs follow parents).
+
+    Raises:
+        UnsupportedOpError: no device among ``backends`` can run a node (each reason listed).
+        PlacementError: a pin names an unknown device or one that cannot run the node, or
+            ``strict`` is set and a node would fall back.
+    """
+    by_name = {b.name: b for b in backends}
+    for pin_device in set(options.pins.values()):
+        if pin_device not in by_name:
+            raise PlacementError(
+                f"placement pins name device {pin_device!r}, which is not among this "
+                f"session's devices {list(by_name)}; add it to devices= or fix the pin"
+            )
+    for node in graph.nodes:
+        reasons: list[tuple[str, str]] = []
+        pin = options.pin_for(node)
+        if pin is not None:
+            b = by_name[pin]
+            why = capability(b, tables.get(b.name), node)
+            if why is not None:
+                raise PlacementError(
+                    f"node {node.name!r} ({node.op_type}) is pinned to {pin}, which cannot run "
+                    f"it: {why}. Remove the pin or pin it to another device."
+                )
+            _assign(node, b, tables, "pinned")
+            continue
+        for b in backends:
+            why = capability(b, tables.get(b.name), node)
+            if why is None:
+                if not reasons:
+                    _assign(node, b, tables, "chosen")
+                else:
+                    if options.strict:
+                        raise PlacementError(
+                            f"strict placement: node {node.name!r} ({node.op_type}) cannot run "
+                            f"on {reasons[0][0]} ({reasons[0][1]}) and would fall back to "
+                            f"{b.name}. Pin it elsewhere, or load without strict=True."
+                        )
+                    _assign(
+                        node, b, tables, "fallback: " + "; ".join(f"{d}: {r}" for d, r in reasons)
+                    )
+                break
+            reasons.append((b.name, why))
+        else:
+            lines = "\n".join(f"  {d}: {r}" for d, r in reasons)
+            raise UnsupportedOpError(
+                f"no device can run node {node.name!r} ({node.qualified_op}, opset version "
+                f"{node.version}):\n{lines}\nAdd a device that supports it (devices=...), or "
+                "install a plugin with a kernel for it."
+            )
+
+
+def _assign(node: Node, backend: Backend, tables: dict[str, KernelTable], reason: str) -> None:
+    node.meta["device"] = backend.name
+    node.meta["placement_reason"] = reason
+    if not backend.graph_mode:
+        kernel, _ = find_kernel(tables.get(backend.name), node)
+        node.meta["kernel"] = kernel
+        if kernel is not None and kernel.reference:
+            node.meta["placement_reason"] = reason + " (reference kernel)"

@@ -1,0 +1,203 @@
+"""Plugin loading: pluggy, project ``anychip``, entry-point group ``anychip``.
+
+``load_plugins()`` runs once per process, on first need (``anychip.load`` or
+``anychip.devices``), never at import. Built-in backends are entry points of anychip's own
+package, found the same way as third-party ones. Each plugin is imported, checked for the hook
+API version it declares (``ANYCHIP_API_VERSION``), registered, and its hooks called; a plugin
+that fails any step is recorded with the reason and skipped, and the host goes on.
+
+Environment:
+    ANYCHIP_DISABLE_PLUGINS: comma list of plugin names to skip, or ``*`` for every
+        third-party plugin (built-ins stay).
+    ANYCHIP_TRACE_PLUGINS: when set, each plugin load and hook call is logged at INFO level.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import os
+import threading
+from typing import Any
+
+import pluggy
+from anychip.core import hookspecs
+from anychip.core.errors import PluginError
+from anychip.core.registry import PluginRecord, Registry
+
+__all__ = [
+    "load_plugins",
+    "get_registry",
+    "reset_plugins",
+    "register_plugin",
+    "unregister_plugin",
+    "HOOK_ORDER",
+]
+
+log = logging.getLogger("anychip.plugins")
+
+HOOK_ORDER = (
+    "anychip_register_ops",
+    "anychip_register_backends",
+    "anychip_register_memory_pools",
+    "anychip_register_kernels",
+    "anychip_register_passes",
+)
+_BUILTIN = {
+    "cpu": "anychip.backends.cpu",
+    "xpu_stub": "anychip.backends.xpu_stub",
+    "npu_stub": "anychip.backends.npu_stub",
+}
+_lock = threading.RLock()
+_registry: Registry | None = None
+_extra: list[tuple[str, Any]] = []
+
+
+def _entry_points() -> list[tuple[str, str, Any]]:
+    """(name, module path, loader) for every plugin: anychip's own, then third-party ones."""
+    found: dict[str, tuple[str, str, Any]] = {}
+    for name, module in _BUILTIN.items():
+        found[name] = (name, module, None)
+    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
+        if ep.name in _BUILTIN and ep.value == _BUILTIN[ep.name]:
+            continue
+        found.setdefault(ep.name, (ep.name, ep.value, ep))
+    return list(found.values())
+
+
+def _disabled() -> tuple[set[str], bool]:
+    raw = os.environ.get("ANYCHIP_DISABLE_PLUGINS", "")
+    names = {s.strip() for s in raw.split(",") if s.strip()}
+    return names, "*" in names
+
+
+def _import(name: str, module: str, ep: Any) -> Any:
+    try:
+        plugin = ep.load() if ep is not None else importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not take the host down
+        raise PluginError(
+            f"plugin {name!r} ({module}) failed to import: {type(e).__name__}: {e}"
+        ) from e
+    version = getattr(plugin, "ANYCHIP_API_VERSION", None)
+    if version is None:
+        raise PluginError(
+            f"plugin {name!r} ({module}) does not declare ANYCHIP_API_VERSION; add "
+            f"`ANYCHIP_API_VERSION = {hookspecs.API_VERSION}` to the module it registers"
+        )
+    if version != hookspecs.API_VERSION:
+        raise PluginError(
+            f"plugin {name!r} ({module}) was written for anychip hook API {version}, but this "
+            f"anychip provides API {hookspecs.API_VERSION}; upgrade the plugin or anychip"
+        )
+    return plugin
+
+
+def load_plugins() -> Registry:
+    """Import, register and call every plugin; returns the filled registry."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    registry = Registry()
+    trace = bool(os.environ.get("ANYCHIP_TRACE_PLUGINS"))
+    skip, skip_all = _disabled()
+    plugins: list[tuple[str, Any]] = []
+    candidates = _entry_points()
+    candidates += [(n, getattr(obj, "__name__", repr(obj)), obj) for n, obj in _extra]
+    for name, module, ep in candidates:
+        builtin = name in _BUILTIN
+        if name in skip or (skip_all and not builtin):
+            registry.plugins.append(
+                PluginRecord(name, module, False, "disabled by ANYCHIP_DISABLE_PLUGINS")
+            )
+            continue
+        try:
+            if any(obj is ep for _, obj in _extra):
+                plugin = ep
+                _check_version(name, module, plugin)
+            else:
+                plugin = _import(name, module, ep)
+            pm.register(plugin, name=name)
+        except PluginError as e:
+            registry.plugins.append(PluginRecord(name, module, False, str(e)))
+            log.warning("%s", e)
+            continue
+        except Exception as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
+            msg = f"plugin {name!r} ({module}) failed to register: {type(e).__name__}: {e}"
+            registry.plugins.append(PluginRecord(name, module, False, msg))
+            log.warning("%s", msg)
+            continue
+        if trace:
+            log.info("anychip: loaded plugin %s (%s)", name, module)
+        plugins.append((name, plugin))
+        registry.plugins.append(PluginRecord(name, module, True))
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"a plugin implements a hook anychip does not define: {e}") from e
+    failed: set[str] = set()
+    for hook_name in HOOK_ORDER:
+        caller = getattr(pm.hook, hook_name)
+        for impl in caller.get_hookimpls():
+            if impl.plugin_name in failed:
+                continue
+            registry.current_plugin = impl.plugin_name
+            if trace:
+                log.info("anychip: %s.%s()", impl.plugin_name, hook_name)
+            try:
+                impl.function(registry=registry)
+            except Exception as e:  # noqa: BLE001
+                failed.add(impl.plugin_name)
+                _forget(registry, impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}")
+    registry.current_plugin = "?"
+    return registry
+
+
+def _check_version(name: str, module: str, plugin: Any) -> None:
+    version = getattr(plugin, "ANYCHIP_API_VERSION", hookspecs.API_VERSION)
+    if version != hookspecs.API_VERSION:
+        raise PluginError(
+            f"plugin {name!r} ({module}) was written for anychip hook API {version}, but this "
+            f"anychip provides API {hookspecs.API_VERSION}; upgrade the plugin or anychip"
+        )
+
+
+def _forget(registry: Registry, plugin: str, why: str) -> None:
+    """Drop what a failed plugin registered, and record why."""
+    for rec in registry.plugins:
+        if rec.name == plugin:
+            rec.ok = False
+            rec.error = f"plugin {plugin!r}: {why}"
+            log.warning("%s", rec.error)
+    for name in [n for n, b in registry.backends.items() if b.origin == plugin]:
+        del registry.backends[name]
+    registry.passes = [p for p in registry.passes if p.origin != plugin]
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, loading plugins on first call."""
+    global _registry
+    with _lock:
+        if _registry is None:
+            _registry = load_plugins()
+        return _registry
+
+
+def reset_plugins() -> None:
+    """Forget the loaded plugins; the next ``get_registry()`` loads them again (for tests)."""
+    global _registry
+    with _lock:
+        _registry = None
+
+
+def register_plugin(plugin: Any, name: str) -> None:
+    """Add a plugin object without packaging it (tests, notebooks); takes effect on reload."""
+    with _lock:
+        _extra.append((name, plugin))
+        reset_plugins()
+
+
+def unregister_plugin(name: str) -> None:
+    """Remove a plugin added with ``register_plugin``."""
+    with _lock:
+        _extra[:] = [(n, p) for n, p in _extra if n != name]
+        reset_plugins()

@@ -1,0 +1,439 @@
+"""``Session`` and ``load``: a model compiled for a set of devices, run like onnxruntime.
+
+The walk (DESIGN.md): import -> resolve schemas -> generic passes -> placement -> partitions
+and copies -> per-backend passes -> compile each partition (kernel mode: a ``Program``; graph
+mode: ``backend.compile``) -> a flat list of steps (copies and partition runs) that ``run``
+interprets. There is no CPU-only shortcut: one device is the general case with one partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from anychip.core.errors import (
+    AnychipError,
+    DeviceError,
+    InputError,
+    PlacementError,
+)
+from anychip.core.executor import Program
+from anychip.core.partition import HOST, partition_graph
+from anychip.core.placement import PlacementOptions, place
+from anychip.core.plugins import get_registry
+from anychip.core.report import CopyInfo, NodeRecord, PartitionRecord, PlacementReport
+from anychip.ir.dtypes import DType
+from anychip.ir.graph import Model
+from anychip.ir.value import Value, format_shape
+from anychip.opsets.schemas import resolve
+
+__all__ = ["Session", "IOInfo", "load", "resolve_devices"]
+
+log = logging.getLogger("anychip")
+
+
+class IOInfo:
+    """A model input or output: ``name``, ``dtype`` (DType), ``shape`` (ints, str or None)."""
+
+    __slots__ = ("name", "dtype", "shape", "type")
+
+    def __init__(self, v: Value) -> None:
+        self.name = v.name
+        self.dtype = v.dtype
+        self.shape = list(v.shape) if v.shape is not None else None
+        self.type = v.type_str()
+
+    @property
+    def numpy_dtype(self) -> np.dtype | None:
+        return self.dtype.numpy if self.dtype else None
+
+    def __repr__(self) -> str:
+        return f"IOInfo({self.name!r}, {self.type})"
+
+
+def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -> list[str]:
+    """The device names a session uses, from the argument, ``ANYCHIP_DEVICES``, or all.
+
+    Without an explicit list, every available backend is used, highest priority first, cpu
+    last. ``cpu`` is appended as the fallback unless ``strict`` or already listed.
+    """
+    registry = get_registry()
+    if devices is None:
+        devices = os.environ.get("ANYCHIP_DEVICES") or None
+    if isinstance(devices, str):
+        devices = [d.strip() for d in devices.split(",") if d.strip()]
+    if devices is None:
+        avail = [b for b in registry.backends.values() if b.available()[0]]
+        avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
+        names = [b.name for b in avail]
+    else:
+        names = []
+        for d in devices:
+            name = d.lower()
+            b = registry.backends.get(name)
+            if b is None:
+                known = ", ".join(sorted(registry.backends)) or "none"
+                raise DeviceError(
+                    f"unknown device {d!r}; known devices: {known}. "
+                    "See `anychip devices` for what is installed and why a "
+                    "device may be missing."
+                )
+            ok, why = b.available()
+            if not ok:
+                raise DeviceError(f"device {name!r} is not available here: {why}")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise DeviceError("no device is available; `anychip devices` shows why")
+    if "cpu" not in names and not strict:
+        names.append("cpu")
+    return names
+
+
+class _Step:
+    __slots__ = ("kind", "fn", "ins", "outs", "frees", "src", "dst", "label")
+
+    def __init__(self, kind: str, fn: Any, ins: list[int], outs: list[int], label: str) -> None:
+        self.kind = kind
+        self.fn = fn
+        self.ins = ins
+        self.outs = outs
+        self.frees: list[tuple[int, Any]] = []
+        self.label = label
+
+
+class Session:
+    """A model compiled for a list of devices. Use ``anychip.load`` to make one."""
+
+    def __init__(self, model: Model, devices: list[str], options: PlacementOptions) -> None:
+        self._registry = registry = get_registry()
+        self.model = model
+        self.devices = devices
+        self.options = options
+        self._backends = [registry.backends[d] for d in devices]
+        self._lock = threading.Lock()
+        graph = model.graph
+        self._resolve_schemas()
+        self._run_generic_passes()
+        tables = {b.name: registry.kernel_table(b.name) for b in self._backends}
+        place(graph, self._backends, tables, options)
+        self.partitions, self.copies = partition_graph(graph)
+        if options.max_copies is not None and len(self.copies) > options.max_copies:
+            raise PlacementError(
+                f"this placement makes {len(self.copies)} copies per run, more than "
+                f"max_copies={options.max_copies}: "
+                + ", ".join(f"{c.tensor} {c.src}->{c.dst}" for c in self.copies[:8])
+                + ". Pin nodes to fewer devices or raise max_copies."
+            )
+        self._compile_partitions(tables)
+        self._build_steps()
+        self.inputs = [IOInfo(v) for v in graph.inputs]
+        self.outputs = [IOInfo(v) for v in graph.outputs]
+        self._input_values = list(graph.inputs)
+        self._defaults = {v.name: v.const for v in graph.inputs if v.const is not None}
+        self._log_fallbacks()
+
+    # -- compilation -----------------------------------------------------------------------
+    def _resolve_schemas(self) -> None:
+        for node in self.model.graph.walk():
+            if node.version is None:
+                node.version = self.model.opset_imports.get(node.domain, 1)
+            schema = resolve(node.op_type, node.domain, node.version, self._registry.schemas)
+            node.meta["since"] = schema.since_version
+
+    def _run_generic_passes(self) -> None:
+        for entry in self._registry.passes_for(None):
+            entry.pass_(self.model.graph)
+
+    def _compile_partitions(self, tables: dict) -> None:
+        by_name = {b.name: b for b in self._backends}
+        self._load_copies: list[CopyInfo] = []
+        for p in self.partitions:
+            backend = by_name[p.device]
+            for entry in self._registry.passes_for(p.device):
+                entry.pass_(p.graph)
+            if backend.graph_mode:
+                compiled = backend.compile(p.graph)
+                p.program = compiled.run
+                p.info.update(compiled.info)
+            else:
+                program = Program(p.graph, backend, tables[p.device], self._registry.schemas)
+                p.program = program.run
+            if not backend.host_memory:
+                for v in p.graph.initializers.values():
+                    self._load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
+
+    def _build_steps(self) -> None:
+        graph = self.model.graph
+        by_name = {b.name: b for b in self._backends}
+        by_name.setdefault(HOST, self._registry.backends[HOST])
+        slot: dict[tuple[Value, str], int] = {}
+
+        def get(v: Value, dev: str) -> int:
+            key = (v, dev)
+            if key not in slot:
+                slot[key] = len(slot)
+            return slot[key]
+
+        self._feed_slots = [get(v, HOST) for v in graph.inputs]
+        steps: list[_Step] = []
+        copies_before: dict[int, list] = {}
+        for c in self.copies:
+            copies_before.setdefault(c.before, []).append(c)
+        values = {v.name: v for v in graph.values()}
+        for p in self.partitions + [None]:
+            index = p.index if p is not None else len(self.partitions)
+            for c in copies_before.get(index, []):
+                v = values[c.tensor]
+                src, dst = by_name[c.src], by_name[c.dst]
+                steps.append(
+                    _Step(
+                        "copy",
+                        _copier(src, dst),
+                        [get(v, c.src)],
+                        [get(v, c.dst)],
+                        f"copy {c.tensor} {c.src}->{c.dst}",
+                    )
+                )
+            if p is not None:
+                steps.append(
+                    _Step(
+                        "run",
+                        p.program,
+                        [get(v, p.device) for v in p.inputs],
+                        [get(v, p.device) for v in p.outputs],
+                        f"partition {p.index} on {p.device}",
+                    )
+                )
+        self._consts: list[tuple[int, Any]] = []
+        self._output_slots = []
+        for v in graph.outputs:
+            if (v, HOST) not in slot and v.const is not None:
+                s = get(v, HOST)
+                self._consts.append((s, v.const))
+            self._output_slots.append(get(v, HOST))
+        keep = set(self._output_slots) | {s for s, _ in self._consts}
+        last: dict[int, int] = {}
+        for i, st in enumerate(steps):
+            for s in st.ins + st.outs:
+                last[s] = i
+        device_of = {s: dev for (_, dev), s in slot.items()}
+        for s, i in last.items():
+            if s not in keep:
+                b = by_name[device_of[s]]
+                steps[i].frees.append((s, None if b.host_memory else b.release))
+        self._steps = steps
+        self._nslots = len(slot)
+        self._output_names = [v.name for v in graph.outputs]
+
+    def _log_fallbacks(self) -> None:
+        fb = [
+            n
+            for n in self.model.graph.nodes
+            if str(n.meta.get("placement_reason", "")).startswith("fallback")
+        ]
+        if fb and len(self.devices) > 1:
+            ops = Counter(n.op_type for n in fb)
+            log.warning(
+                "anychip: %d node(s) fell back from %s: %s (see Session.placement())",
+                len(fb),
+                self.devices[0],
+                ", ".join(f"{op} x{c}" for op, c in ops.most_common()),
+            )
+
+    # -- public ----------------------------------------------------------------------------
+    def get_inputs(self) -> list[IOInfo]:
+        """The model's inputs (onnxruntime's spelling)."""
+        return self.inputs
+
+    def get_outputs(self) -> list[IOInfo]:
+        """The model's outputs (onnxruntime's spelling)."""
+        return self.outputs
+
+    def placement(self) -> PlacementReport:
+        """Which node runs where and why, the partitions, and the copies per run."""
+        part_of = {n: p.index for p in self.partitions for n in p.nodes}
+        nodes = [
+            NodeRecord(n.name, n.op_type, n.meta["device"], n.meta["placement_reason"], part_of[n])
+            for n in self.model.graph.nodes
+        ]
+        parts = [
+            PartitionRecord(p.index, p.device, [n.name for n in p.nodes], dict(p.info))
+            for p in self.partitions
+        ]
+        copies = [CopyInfo(c.tensor, c.src, c.dst, c.bytes) for c in self.copies]
+        return PlacementReport(nodes, parts, copies, list(self._load_copies), self.devices)
+
+    def run(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None
+    ) -> list[Any]:
+        """Run the model: ``feeds`` maps input names to arrays; returns the outputs as numpy.
+
+        Raises:
+            InputError: a feed is missing, unknown, or of the wrong dtype, rank or shape.
+            KernelError: a kernel failed (the message names the node and device).
+        """
+        slots: list[Any] = [None] * self._nslots
+        for s, arr in zip(self._feed_slots, self._check_feeds(feeds)):
+            slots[s] = arr
+        for s, c in self._consts:
+            slots[s] = c
+        wanted = self._select(output_names)
+        with self._lock:
+            for st in self._steps:
+                if st.kind == "copy":
+                    slots[st.outs[0]] = st.fn(slots[st.ins[0]])
+                else:
+                    res = st.fn([slots[i] for i in st.ins])
+                    for s, r in zip(st.outs, res):
+                        slots[s] = r
+                for s, release in st.frees:
+                    if release is not None and slots[s] is not None:
+                        release(slots[s])
+                    slots[s] = None
+        outs = [slots[self._output_slots[i]] for i in wanted]
+        return [_detach(o, feeds) for o in outs]
+
+    # -- feeds -----------------------------------------------------------------------------
+    def _select(self, output_names: Sequence[str] | None) -> list[int]:
+        if output_names is None:
+            return list(range(len(self._output_names)))
+        if isinstance(output_names, str):
+            raise InputError(
+                f"output_names must be a list of names, not the string "
+                f"{output_names!r}; write [{output_names!r}]"
+            )
+        idx = []
+        for name in output_names:
+            if name not in self._output_names:
+                raise InputError(
+                    f"unknown output {name!r}; the model's outputs are {self._output_names}"
+                )
+            idx.append(self._output_names.index(name))
+        return idx
+
+    def _check_feeds(self, feeds: Mapping[str, Any]) -> list[Any]:
+        if not isinstance(feeds, Mapping):
+            raise InputError(
+                f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
+            )
+        names = [v.name for v in self._input_values]
+        unknown = [k for k in feeds if k not in names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are {names}")
+        out = []
+        for v in self._input_values:
+            if v.name not in feeds:
+                if v.name in self._defaults:
+                    out.append(self._defaults[v.name])
+                    continue
+                raise InputError(
+                    f"missing input {v.name!r} ({v.type_str()}); the model's inputs are {names}"
+                )
+            out.append(_check_feed(v, feeds[v.name]))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"<anychip.Session devices={self.devices} inputs={[i.name for i in self.inputs]}"
+            f" outputs={self._output_names}>"
+        )
+
+
+def _check_feed(v: Value, x: Any) -> Any:
+    if not v.is_tensor:
+        return x
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (np.generic, int, float, bool, list, tuple)):
+            x = np.asarray(x)
+            if v.dtype and x.dtype != v.dtype.numpy and x.dtype.kind == v.dtype.numpy.kind:
+                x = x.astype(v.dtype.numpy)
+        else:
+            raise InputError(
+                f"input {v.name!r} expects a numpy array ({v.type_str()}), got {type(x).__name__}"
+            )
+    if v.dtype:
+        want = v.dtype.numpy
+        ok = x.dtype == want or (v.dtype == DType.STRING and x.dtype.kind in "OUS")
+        if not ok:
+            raise InputError(
+                f"input {v.name!r} expects dtype {want} ({v.type_str()}), got "
+                f"{x.dtype}; convert it with .astype(np.{want})"
+            )
+        if v.dtype == DType.STRING and x.dtype.kind != "O":
+            x = x.astype(object)
+    if v.shape is not None:
+        if x.ndim != len(v.shape):
+            raise InputError(
+                f"input {v.name!r} expects rank {len(v.shape)} "
+                f"{format_shape(v.shape)}, got rank {x.ndim} with shape "
+                f"{list(x.shape)}"
+            )
+        for i, (want_d, got_d) in enumerate(zip(v.shape, x.shape)):
+            if isinstance(want_d, int) and want_d != got_d:
+                raise InputError(
+                    f"input {v.name!r} expects shape {format_shape(v.shape)}, got "
+                    f"{list(x.shape)} (dimension {i} is {got_d}, expected "
+                    f"{want_d})"
+                )
+    return x
+
+
+def _detach(out: Any, feeds: Mapping[str, Any]) -> Any:
+    """Outputs never alias a feed or a constant the session keeps."""
+    if isinstance(out, np.ndarray) and (not out.flags.owndata or not out.flags.writeable):
+        return out.copy()
+    if isinstance(out, np.ndarray) and any(out is f for f in feeds.values()):
+        return out.copy()
+    return out
+
+
+def _copier(src: Any, dst: Any) -> Any:
+    if src.host_memory:
+        return dst.to_device
+    if dst.host_memory:
+        return src.to_host
+    return lambda t: dst.from_device(t, src)
+
+
+def load(
+    model: Any,
+    devices: Sequence[str] | str | None = None,
+    *,
+    placement: dict[str, str] | None = None,
+    strict: bool = False,
+    max_copies: int | None = None,
+    **options: Any,
+) -> Session:
+    """Compile a model for a set of devices.
+
+    Args:
+        model: a path to an ``.onnx`` file, its bytes, an ``onnx.ModelProto`` or an
+            ``anychip.ir.Model``.
+        devices: device names in priority order (``["npu", "cpu"]`` or ``"npu,cpu"``);
+            default ``ANYCHIP_DEVICES``, else every available device, cpu last.
+        placement: pins by node name, op type or glob on node names -> device.
+        strict: fail instead of falling back to a later device.
+        max_copies: fail when a run would copy more tensors between devices than this.
+
+    Returns:
+        A ``Session``; ``session.run(None, {"x": x})`` runs it.
+    """
+    if options:
+        raise AnychipError(
+            f"unknown load option(s) {sorted(options)}; known: devices, "
+            "placement, strict, max_copies"
+        )
+    from anychip.ir.onnx import import_model
+
+    registry = get_registry()
+    if not isinstance(model, Model):
+        model = import_model(model, custom_schemas=registry.schemas)
+    names = resolve_devices(devices, strict=strict)
+    opts = PlacementOptions(pins=placement, strict=strict, max_copies=max_copies)
+    return Session(model, names, opts)

@@ -1,0 +1,160 @@
+"""The onnx package's backend conformance cases, and a runner for single-node models.
+
+``node_cases(ops)`` yields the bundled ``onnx.backend.test`` node cases whose graph uses only
+the given op types. ``run_case(case)`` runs one through anychip and compares with the expected
+outputs using the case's tolerances. Tests of kernels use these so a kernel is checked against
+the ONNX spec's own data, on every backend through the real session path once it exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.backend.test.loader as loader
+from onnx import numpy_helper
+
+__all__ = ["NodeCase", "node_cases", "load_case", "run_case", "assert_outputs_close"]
+
+
+class NodeCase:
+    """One conformance case: a model and one or more (inputs, expected outputs) data sets."""
+
+    def __init__(self, name: str, model_dir: str, rtol: float, atol: float) -> None:
+        self.name = name
+        self.model_dir = model_dir
+        self.rtol = rtol
+        self.atol = atol
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@functools.lru_cache(maxsize=8)
+def _all_cases(kind: str) -> tuple[NodeCase, ...]:
+    out = []
+    for c in loader.load_model_tests(kind=kind):
+        if c.model_dir is None:
+            continue
+        out.append(NodeCase(c.name, c.model_dir, c.rtol, c.atol))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _ops_of(model_dir: str) -> frozenset[str]:
+    m = onnx.load(os.path.join(model_dir, "model.onnx"), load_external_data=False)
+    ops = set()
+
+    def walk(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            ops.add(n.op_type)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sub in a.graphs:
+                    walk(sub)
+
+    walk(m.graph)
+    return frozenset(ops)
+
+
+def node_cases(ops: Iterable[str], kind: str = "node") -> list[NodeCase]:
+    """The cases of ``kind`` whose top-level op types are all in ``ops``."""
+    wanted = set(ops)
+    return [c for c in _all_cases(kind) if _ops_of(c.model_dir) <= wanted]
+
+
+def _read_proto(path: str) -> Any:
+    """Read a tensor, sequence or optional ``.pb`` file as numpy / list / None."""
+    data = open(path, "rb").read()
+    t = onnx.TensorProto()
+    try:
+        t.ParseFromString(data)
+        if t.data_type != 0 or t.dims or t.raw_data:
+            return numpy_helper.to_array(t)
+    except Exception:  # noqa: BLE001 - not a tensor: try the other kinds
+        pass
+    s = onnx.SequenceProto()
+    try:
+        s.ParseFromString(data)
+        if s.elem_type != 0:
+            return numpy_helper.to_list(s)
+    except Exception:  # noqa: BLE001
+        pass
+    o = onnx.OptionalProto()
+    o.ParseFromString(data)
+    return numpy_helper.to_optional(o)
+
+
+def load_case(case: NodeCase) -> tuple[onnx.ModelProto, list[tuple[list[Any], list[Any]]]]:
+    """The model and its data sets (inputs, expected outputs) of ``case``."""
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    sets = []
+    for d in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set_*"))):
+        ins = [_read_proto(p) for p in sorted(glob.glob(os.path.join(d, "input_*.pb")), key=_index)]
+        outs = [
+            _read_proto(p) for p in sorted(glob.glob(os.path.join(d, "output_*.pb")), key=_index)
+        ]
+        sets.append((ins, outs))
+    return model, sets
+
+
+def _index(path: str) -> int:
+    return int(os.path.basename(path).split("_")[1].split(".")[0])
+
+
+def assert_outputs_close(got: list[Any], want: list[Any], rtol: float, atol: float) -> None:
+    """Compare outputs like onnx's BackendTest does (dtype, shape, values; NaN equal)."""
+    assert len(got) == len(want), f"{len(got)} outputs, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if isinstance(w, list):
+            assert isinstance(g, list) and len(g) == len(w), f"output {i}: sequence mismatch"
+            assert_outputs_close(g, w, rtol, atol)
+            continue
+        if w is None:
+            assert g is None, f"output {i}: expected an empty optional"
+            continue
+        g = np.asarray(g)
+        w = np.asarray(w)
+        assert g.dtype == w.dtype, f"output {i}: dtype {g.dtype}, expected {w.dtype}"
+        assert g.shape == w.shape, f"output {i}: shape {g.shape}, expected {w.shape}"
+        if w.dtype == object:
+            assert g.tolist() == w.tolist(), f"output {i}: {g} != {w}"
+        elif w.dtype.kind in "fc" or w.dtype.itemsize == 1 and w.dtype.kind == "V":
+            np.testing.assert_allclose(
+                g.astype(np.float64) if w.dtype.kind != "c" else g,
+                w.astype(np.float64) if w.dtype.kind != "c" else w,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=True,
+                err_msg=f"output {i}",
+            )
+        elif w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
+        else:  # ml_dtypes floats (bfloat16, float8, float4): compare as float32
+            np.testing.assert_allclose(
+                g.astype(np.float32),
+                w.astype(np.float32),
+                rtol=rtol,
+                atol=atol,
+                equal_nan=True,
+                err_msg=f"output {i}",
+            )
+
+
+def run_case(case: NodeCase, devices: list[str] | None = None) -> None:
+    """Run every data set of ``case`` through ``anychip.load`` and compare outputs."""
+    import anychip
+
+    model, sets = load_case(case)
+    sess = anychip.load(model, devices=devices or ["cpu"])
+    names = [i.name for i in sess.inputs]
+    for ins, outs in sets:
+        feeds = dict(zip(names, ins))
+        got = sess.run(None, feeds)
+        assert_outputs_close(got, outs, case.rtol, case.atol)
