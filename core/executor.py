@@ -269,8 +269,6 @@ class Program:
                 args.insert(0, ins.ctx)
             try:
                 res = ins.fn(*args, **ins.attrs)
-            except AnychipError:
-                raise
             except Exception as e:  # noqa: BLE001 - re-raised with the node's text
                 self.on_error(ins, args, e)
             outs = ins.outs
@@ -290,6 +288,11 @@ class Program:
         from anychip.ir.printer import format_node
 
         shown = args[1:] if ins.ctx is not None else args
+        where = f"{self.backend.name}: node {ins.node.name!r} ({ins.node.qualified_op}) failed"
+        if isinstance(exc, AnychipError):
+            # Keep the class (OutOfMemoryError, InputError...) and its figures; add the node.
+            exc.args = (f"{where}: {exc}\n  inputs: {describe_args(shown)}",) + exc.args[1:]
+            raise exc
         raise KernelError(
             f"{self.backend.name}: node {ins.node.name!r} ({ins.node.qualified_op}) failed: "
             f"{type(exc).__name__}: {exc}\n  node: {format_node(ins.node).strip()}\n"

@@ -1,0 +1,7 @@
+"""``python -m anychip``: the same as the ``anychip`` command."""
+
+import sys
+
+from anychip.cli import main
+
+sys.exit(main())

@@ -1,0 +1,168 @@
+"""The ``anychip`` command (also ``python -m anychip``).
+
+anychip devices                         backends, availability, and why not
+anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
+anychip demo                            light ResNet-50 on every available device
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["main", "random_feeds"]
+
+
+def _light_model(name: str) -> str:
+    import onnx
+
+    return os.path.join(
+        os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx"
+    )
+
+
+def random_feeds(sess: object, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the declared shapes (symbolic dimensions become 1)."""
+    from anychip.core.errors import InputError
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in sess.inputs:  # type: ignore[attr-defined]
+        if info.name in getattr(sess, "_defaults", {}):
+            continue
+        if info.shape is None or not info.dtype:
+            raise InputError(
+                f"input {info.name!r} has no declared shape or type; give it "
+                "with --input name=file.npy"
+            )
+        shape = [d if isinstance(d, int) else 1 for d in info.shape]
+        dt = info.dtype.numpy
+        if dt.kind == "f" or dt.kind == "V":
+            arr = rng.random(shape, dtype=np.float32).astype(dt)
+        elif dt.kind in "iu":
+            arr = rng.integers(0, 10, size=shape).astype(dt)
+        elif dt.kind == "b":
+            arr = rng.random(shape) > 0.5
+        else:
+            raise InputError(
+                f"cannot make a random value for input {info.name!r} of type "
+                f"{info.type}; give it with --input name=file.npy"
+            )
+        feeds[info.name] = arr
+    return feeds
+
+
+def _checksum(arr: object) -> str:
+    a = np.ascontiguousarray(np.asarray(arr))
+    if a.dtype == object:
+        return hashlib.sha1(repr(a.tolist()).encode()).hexdigest()[:12]
+    return (
+        f"sum={float(np.asarray(a, dtype=np.float64).sum()):.6g} sha1="
+        + hashlib.sha1(a.tobytes()).hexdigest()[:12]
+    )
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    import anychip
+
+    rows = anychip.devices(include_failed_plugins=True)
+    print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
+    for d in rows:
+        print(
+            f"{d.name:<10} {d.kind:<8} {'yes' if d.available else 'no':<10} {d.kernels:>7}  "
+            f"{d.plugin:<10} {d.reason}"
+        )
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import anychip
+
+    sess = anychip.load(args.model, devices=args.devices)
+    feeds = random_feeds(sess, args.seed)
+    for item in args.input or []:
+        if "=" not in item:
+            raise anychip.InputError(f"--input expects name=file.npy, got {item!r}")
+        name, path = item.split("=", 1)
+        feeds[name] = np.load(path, allow_pickle=False)
+    sess.run(None, feeds)  # warm-up
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    print(f"devices: {','.join(sess.devices)}")
+    for info, out in zip(sess.outputs, outs):
+        shape = list(np.shape(out))
+        print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
+    print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+    if args.placement:
+        print(sess.placement())
+    if getattr(args, "memory", False) and hasattr(sess, "memory"):
+        print(sess.memory())
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import anychip
+
+    path = _light_model("resnet50")
+    usable = [d.name for d in anychip.devices() if d.available]
+    print(f"anychip {anychip.__version__}: light ResNet-50 on {', '.join(usable)}")
+    ref = None
+    feeds = None
+    for dev in ["cpu"] + [d for d in usable if d != "cpu"]:
+        devices = [dev] if dev == "cpu" else [dev, "cpu"]
+        sess = anychip.load(path, devices=devices)
+        feeds = feeds or random_feeds(sess)
+        sess.run(None, feeds)
+        t0 = time.perf_counter()
+        (out,) = sess.run(None, feeds)
+        dt = time.perf_counter() - t0
+        if ref is None:
+            ref = out
+        diff = float(np.max(np.abs(out - ref)))
+        rep = sess.placement()
+        print(
+            f"  {'+'.join(devices):<10} {dt * 1e3:8.1f} ms  max|diff vs cpu|={diff:.2e}  "
+            f"nodes={rep.by_device()}  copies/run={rep.copy_count}"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``anychip`` command; returns the exit status."""
+    from anychip.core.errors import AnychipError
+
+    parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("devices", help="list backends, availability and why not")
+    run = sub.add_parser("run", help="run a model with random or given inputs")
+    run.add_argument("model")
+    run.add_argument("--devices", default=None, help="comma list, e.g. npu,cpu")
+    run.add_argument("--input", action="append", help="name=file.npy (repeatable)")
+    run.add_argument("--repeat", type=int, default=5)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--placement", action="store_true", help="print the placement report")
+    run.add_argument("--memory", action="store_true", help="print memory statistics")
+    sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
+    args = parser.parse_args(argv)
+    handler = {"devices": _cmd_devices, "run": _cmd_run, "demo": _cmd_demo}[args.cmd]
+    try:
+        return handler(args)
+    except AnychipError as e:
+        print(f"anychip: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"anychip: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
