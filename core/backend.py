@@ -18,6 +18,7 @@ The base class validates and wraps errors, so the underscore methods stay small.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +131,23 @@ class Backend:
 
     def _available(self) -> tuple[bool, str]:
         return True, ""
+
+    # -- per-session options -------------------------------------------------------------------
+    def configure(self, **options: Any) -> Backend:
+        """A copy of this backend set up with per-session ``options`` (self when none).
+
+        ``anychip.load(..., device_options={"npu": {"precision": "fp16"}})`` calls this; a
+        backend accepts options by overriding ``_configure``.
+        """
+        if not options:
+            return self
+        clone = copy.copy(self)
+        clone._device = None
+        clone._configure(**options)
+        return clone
+
+    def _configure(self, **options: Any) -> None:
+        raise DeviceError(f"device {self.name!r} takes no options (given: {sorted(options)})")
 
     # -- capability ----------------------------------------------------------------------------
     def check_node(self, node: Node) -> str | None:
