@@ -1,0 +1,152 @@
+"""Activation kernels: Tanh, Sigmoid, Relu, LeakyRelu, Elu, Selu, Clip, Gelu, HardSigmoid,
+HardSwish, Softplus.
+
+Scalar attributes (alpha, beta, gamma) are cast to the input dtype before use so float32
+activations never upcast to float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.ops.op_elementwise import erf_array
+from anychip.backends.cpu.table import kernel
+from anychip.core.errors import KernelError
+from anychip.ir.dtypes import FLOAT_TYPES, NUMERIC_TYPES
+
+__all__ = [
+    "tanh",
+    "sigmoid",
+    "relu",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "clip_attrs",
+    "clip",
+    "gelu",
+    "hard_sigmoid",
+    "hard_swish",
+    "softplus",
+]
+
+
+def _c(value: float, x: np.ndarray) -> np.ndarray:
+    """A 0-d constant in the dtype of ``x``."""
+    return np.asarray(value, dtype=x.dtype)
+
+
+@kernel("Tanh", since=1, dtypes=FLOAT_TYPES)
+def tanh(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+    """Hyperbolic tangent."""
+    return np.tanh(x)
+
+
+@kernel("Sigmoid", since=1, dtypes=FLOAT_TYPES)
+def sigmoid(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+    """``1 / (1 + exp(-x))``; exp overflow for very negative x correctly gives 0."""
+    one = _c(1.0, x)
+    with np.errstate(over="ignore"):
+        return one / (one + np.exp(-x))
+
+
+@kernel("Relu", since=1, dtypes=NUMERIC_TYPES)
+def relu(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+    """``max(x, 0)``; integer types are allowed from opset 14."""
+    return np.maximum(x, _c(0, x))
+
+
+@kernel("LeakyRelu", since=1, dtypes=FLOAT_TYPES)
+def leaky_relu(x: np.ndarray, *, alpha: float = 0.01, consumed_inputs=None) -> np.ndarray:
+    """``x`` where positive, ``alpha * x`` elsewhere."""
+    return np.where(x >= 0, x, x * _c(alpha, x))
+
+
+@kernel("Elu", since=1, dtypes=FLOAT_TYPES)
+def elu(x: np.ndarray, *, alpha: float = 1.0, consumed_inputs=None) -> np.ndarray:
+    """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
+    with np.errstate(over="ignore"):
+        neg = _c(alpha, x) * np.expm1(np.minimum(x, _c(0, x)))
+    return np.where(x > 0, x, neg)
+
+
+@kernel("Selu", since=1, dtypes=FLOAT_TYPES)
+def selu(
+    x: np.ndarray,
+    *,
+    alpha: float = 1.67326319217681884765625,
+    gamma: float = 1.05070102214813232421875,
+    consumed_inputs=None,
+) -> np.ndarray:
+    """``gamma * x`` where positive, ``gamma * alpha * (exp(x) - 1)`` elsewhere."""
+    neg = _c(alpha, x) * np.expm1(np.minimum(x, _c(0, x)))
+    return _c(gamma, x) * np.where(x > 0, x, neg)
+
+
+def _clip(x: np.ndarray, lo, hi) -> np.ndarray:
+    out = x
+    if lo is not None:
+        out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
+    # min > max clips everything to max, which this order already gives.
+    return np.array(out, copy=out is x)
+
+
+@kernel("Clip", since=1, dtypes=FLOAT_TYPES)
+def clip_attrs(
+    x: np.ndarray,
+    *,
+    min: float | None = None,
+    max: float | None = None,  # noqa: A002
+    consumed_inputs=None,
+) -> np.ndarray:
+    """Opsets 1-10: bounds are attributes (unset means unbounded)."""
+    return _clip(x, min, max)
+
+
+@kernel("Clip", since=11, dtypes=NUMERIC_TYPES)
+def clip(
+    x: np.ndarray,
+    min: np.ndarray | None = None,  # noqa: A002 - ONNX input names
+    max: np.ndarray | None = None,
+) -> np.ndarray:  # noqa: A002
+    """Opset 11+: bounds are optional scalar inputs."""
+    for name, bound in (("min", min), ("max", max)):
+        if bound is not None and bound.size != 1:
+            raise KernelError(f"Clip: input '{name}' must be a scalar, got shape {bound.shape}")
+    return _clip(
+        x, None if min is None else min.reshape(()), None if max is None else max.reshape(())
+    )
+
+
+@kernel("Gelu", since=20, dtypes=FLOAT_TYPES)
+def gelu(x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
+    """``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
+    half = _c(0.5, x)
+    one = _c(1.0, x)
+    if approximate == "tanh":
+        inner = _c(np.sqrt(2.0 / np.pi), x) * (x + _c(0.044715, x) * x * x * x)
+        return half * x * (one + np.tanh(inner))
+    if approximate != "none":
+        raise KernelError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return half * x * (one + erf_array(x * _c(1.0 / np.sqrt(2.0), x)))
+
+
+@kernel("HardSigmoid", since=1, dtypes=FLOAT_TYPES)
+def hard_sigmoid(
+    x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs=None
+) -> np.ndarray:
+    """``max(0, min(1, alpha * x + beta))``."""
+    return np.clip(x * _c(alpha, x) + _c(beta, x), _c(0, x), _c(1, x))
+
+
+@kernel("HardSwish", since=14, dtypes=FLOAT_TYPES)
+def hard_swish(x: np.ndarray) -> np.ndarray:
+    """``x * max(0, min(1, x / 6 + 1 / 2))``."""
+    return x * np.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), _c(0, x), _c(1, x))
+
+
+@kernel("Softplus", since=1, dtypes=FLOAT_TYPES)
+def softplus(x: np.ndarray) -> np.ndarray:
+    """``log(exp(x) + 1)``, computed without overflow for large x."""
+    return np.logaddexp(_c(0, x), x)
