@@ -76,6 +76,8 @@ class CachingPool(MemoryPool):
         tickets = self._by_class.get(size)
         if tickets:
             ticket = tickets.pop()
+            if not tickets:
+                del self._by_class[size]  # _largest_free reads the keys
             _, buffer = self._lru.pop(ticket)
             self._cached -= size
             self.hits += 1
