@@ -1,0 +1,155 @@
+"""External tensor data: validate every location, then read the bytes into the protos.
+
+Invariants:
+    * Nothing is read before every external location of the model has been validated: a
+      location must be relative, and its real path (symlinks resolved) must lie inside the
+      model's folder. A model that points elsewhere is refused, never partly loaded.
+    * Loading replaces ``external_data`` by ``raw_data`` in place, so the rest of the importer
+      only ever sees in-memory tensors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import onnx
+
+from anychip.core.errors import ModelError
+
+__all__ = ["ExternalRef", "iter_tensors", "validate_external_data", "load_external_data"]
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    """Where one tensor's bytes live, after validation."""
+
+    tensor: onnx.TensorProto
+    path: str
+    offset: int
+    length: int | None
+
+
+def iter_tensors(model: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every ``TensorProto`` of the model: initializers, attributes, nested graphs, functions."""
+    yield from _graph_tensors(model.graph)
+    for fn in model.functions:
+        for node in fn.node:
+            yield from _node_tensors(node)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        yield from _node_tensors(node)
+
+
+def _node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield attr.t
+        yield from attr.tensors
+        if attr.HasField("sparse_tensor"):
+            yield attr.sparse_tensor.values
+            yield attr.sparse_tensor.indices
+        for sparse in attr.sparse_tensors:
+            yield sparse.values
+            yield sparse.indices
+        if attr.HasField("g"):
+            yield from _graph_tensors(attr.g)
+        for g in attr.graphs:
+            yield from _graph_tensors(g)
+
+
+def validate_external_data(model: onnx.ModelProto, base_dir: str | None) -> list[ExternalRef]:
+    """Check every external location of ``model``; return where each tensor's bytes are.
+
+    Raises:
+        ModelError: a location is absolute, escapes ``base_dir`` (through ``..`` or a symlink),
+            names a missing file, or ``base_dir`` is needed but was not given.
+    """
+    refs: list[ExternalRef] = []
+    for tensor in iter_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        location = info.get("location", "")
+        if not location:
+            raise ModelError(
+                f"tensor {tensor.name!r} is stored externally but has no 'location'; the model "
+                "file is malformed: re-export it"
+            )
+        if base_dir is None:
+            raise ModelError(
+                f"tensor {tensor.name!r} keeps its data in external file {location!r}, but the "
+                "model was given as bytes or a ModelProto: pass base_dir= (the folder that holds "
+                "the external files) to import_model"
+            )
+        refs.append(_resolve(tensor, location, info, base_dir))
+    return refs
+
+
+def _resolve(
+    tensor: onnx.TensorProto, location: str, info: dict[str, str], base_dir: str
+) -> ExternalRef:
+    name = tensor.name or "<unnamed>"
+    if (
+        os.path.isabs(location)
+        or location.startswith(("/", "\\"))
+        or os.path.splitdrive(location)[0]
+    ):
+        raise ModelError(
+            f"tensor {name!r}: external data location {location!r} is an absolute path; "
+            "external files must sit inside the model's folder and be named relative to it"
+        )
+    root = os.path.realpath(base_dir)
+    path = os.path.realpath(os.path.join(root, location))
+    if os.path.commonpath([root, path]) != root:
+        raise ModelError(
+            f"tensor {name!r}: external data location {location!r} resolves to {path}, outside "
+            f"the model's folder {root}; refusing to read it. Move the data file next to the "
+            "model and fix the location"
+        )
+    if not os.path.isfile(path):
+        raise ModelError(
+            f"tensor {name!r}: external data file {location!r} not found in {root}; copy it "
+            "next to the model file"
+        )
+    try:
+        offset = int(info.get("offset", "0"))
+        length = int(info["length"]) if "length" in info else None
+    except ValueError:
+        raise ModelError(
+            f"tensor {name!r}: external data offset/length {info.get('offset')!r}/"
+            f"{info.get('length')!r} are not integers; the model file is malformed"
+        ) from None
+    if offset < 0 or (length is not None and length < 0):
+        raise ModelError(f"tensor {name!r}: negative external data offset or length")
+    return ExternalRef(tensor, path, offset, length)
+
+
+def load_external_data(refs: list[ExternalRef]) -> None:
+    """Read each validated reference into its tensor's ``raw_data``.
+
+    Raises:
+        ModelError: a file is shorter than the offset and length the model asks for.
+    """
+    for ref in refs:
+        size = os.path.getsize(ref.path)
+        want = size - ref.offset if ref.length is None else ref.length
+        if ref.offset + want > size or want < 0:
+            raise ModelError(
+                f"tensor {ref.tensor.name!r}: external file {ref.path} holds {size} bytes but "
+                f"the model asks for {want} bytes at offset {ref.offset}; the data file is "
+                "truncated or belongs to another model"
+            )
+        with open(ref.path, "rb") as f:
+            f.seek(ref.offset)
+            data = f.read(want)
+        ref.tensor.raw_data = data
+        del ref.tensor.external_data[:]
+        ref.tensor.data_location = onnx.TensorProto.DEFAULT
