@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from anychip.core.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import ALL_TYPES, DType
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from anychip.core.errors import AnychipError, KernelError, UnsupportedOpError
 from anychip.core.placement import find_kernel
 from anychip.opsets.schemas import attribute_defaults, resolve
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from anychip.ir.value import Value
     from anychip.opsets.schemas import SchemaRegistry
 
-__all__ = ["Program", "KernelContext", "Instr", "describe_args"]
+__all__ = ["Program", "KernelContext", "Instr", "describe_args", "evaluate_node"]
 
 
 class KernelContext:
@@ -49,14 +50,14 @@ class KernelContext:
 
     __slots__ = ("node", "num_outputs", "backend", "_program", "_frame", "_subprograms")
 
-    def __init__(self, node: Node, program: Program) -> None:
+    def __init__(self, node: Node, program: Program | None) -> None:
         self.node = node
         self.num_outputs = len(node.outputs)
-        self.backend = program.backend
+        self.backend = program.backend if program is not None else None
         self._program = program
         self._frame: list[Any] | None = None
         self._subprograms: dict[int, Program] = {}
-        for g in node.subgraphs():
+        for g in node.subgraphs() if program is not None else ():
             self._subprograms[id(g)] = Program(
                 g, program.backend, program.table, program.schemas, parent=program
             )
@@ -310,3 +311,22 @@ def _inside(graph: Graph, root: Graph) -> bool:
             return True
         graph = graph.parent.graph if graph.parent is not None else None
     return False
+
+
+def evaluate_node(
+    node: Node, inputs: Sequence[Any], table: KernelTable, schemas: SchemaRegistry | None = None
+) -> list[Any]:
+    """Run one node (without nested graphs) on host arrays with ``table``'s kernel.
+
+    Used by constant folding; raises ``UnsupportedOpError`` when no kernel fits.
+    """
+    kernel, why = find_kernel(table, node)
+    if kernel is None:
+        raise UnsupportedOpError(why)
+    args = list(inputs)
+    if kernel.context:
+        args.insert(0, KernelContext(node, None))
+    res = kernel.fn(*args, **_node_attrs(node, schemas))
+    if type(res) is not tuple and type(res) is not list:
+        res = [res]
+    return [np.asarray(r) if isinstance(r, np.generic) else r for r in res]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING
 
+from anychip.core.cost import MIN_ISLAND_GAIN, copy_time, node_time
 from anychip.core.errors import PlacementError, UnsupportedOpError
 from anychip.core.kernels import Kernel, KernelTable
 
@@ -25,8 +26,16 @@ if TYPE_CHECKING:
     from anychip.core.backend import Backend
     from anychip.ir.graph import Graph
     from anychip.ir.node import Node
+    from anychip.ir.value import Value
 
-__all__ = ["PlacementOptions", "capability", "find_kernel", "place", "input_dtypes"]
+__all__ = [
+    "PlacementOptions",
+    "capability",
+    "find_kernel",
+    "place",
+    "input_dtypes",
+    "avoid_costly_islands",
+]
 
 
 class PlacementOptions:
@@ -88,7 +97,11 @@ def capability(backend: Backend, table: KernelTable | None, node: Node) -> str |
 
 
 def place(
-    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], options: PlacementOptions
+    graph: Graph,
+    backends: list[Backend],
+    tables: dict[str, KernelTable],
+    options: PlacementOptions,
+    excluded: dict[str, dict[str, str]] | None = None,
 ) -> None:
     """Choose a device for every node of ``graph`` (top level; nested graphs follow parents).
 
@@ -97,6 +110,7 @@ def place(
         PlacementError: a pin names an unknown device or one that cannot run the node, or
             ``strict`` is set and a node would fall back.
     """
+    excluded = excluded or {}
     by_name = {b.name: b for b in backends}
     for pin_device in set(options.pins.values()):
         if pin_device not in by_name:
@@ -118,7 +132,7 @@ def place(
             _assign(node, b, tables, "pinned")
             continue
         for b in backends:
-            why = capability(b, tables.get(b.name), node)
+            why = excluded.get(node.name, {}).get(b.name) or capability(b, tables.get(b.name), node)
             if why is None:
                 if not reasons:
                     _assign(node, b, tables, "chosen")
@@ -141,6 +155,82 @@ def place(
                 f"{node.version}):\n{lines}\nAdd a device that supports it (devices=...), or "
                 "install a plugin with a kernel for it."
             )
+    avoid_costly_islands(graph, backends, tables, options)
+
+
+def _islands(graph: Graph, host: str) -> list[list[Node]]:
+    """Connected groups of top-level nodes placed on the same non-host device."""
+    parent: dict[Node, Node] = {}
+
+    def find(n: Node) -> Node:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in graph.nodes:
+        if n.meta["device"] != host:
+            parent[n] = n
+    for n in parent:
+        for v in n.inputs:
+            p = v.producer if v is not None else None
+            if p in parent and p.meta["device"] == n.meta["device"]:
+                parent[find(n)] = find(p)
+    groups: dict[Node, list[Node]] = {}
+    for n in graph.nodes:
+        if n in parent:
+            groups.setdefault(find(n), []).append(n)
+    return list(groups.values())
+
+
+def avoid_costly_islands(
+    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], options: PlacementOptions
+) -> None:
+    """Move islands whose copies cost more than they save to the next capable device."""
+    host = backends[-1].name
+    by_name = {b.name: b for b in backends}
+    outputs = set(graph.outputs)
+    for island in _islands(graph, host):
+        dev = by_name[island[0].meta["device"]]
+        if any(n.meta["placement_reason"] == "pinned" for n in island):
+            continue
+        members = set(island)
+        later = backends[backends.index(dev) + 1 :]
+        target = next(
+            (b for b in later if all(capability(b, tables.get(b.name), n) is None for n in island)),
+            None,
+        )
+        if target is None:
+            continue
+        gain = 0.0
+        for n in island:
+            t_dev, t_alt = node_time(n, dev.device), node_time(n, target.device)
+            if t_dev is None or t_alt is None:
+                gain = float("inf")
+                break
+            gain += t_alt - t_dev
+        if gain == float("inf"):
+            continue
+        crossing: set[Value] = set()
+        for n in island:
+            crossing.update(
+                v
+                for v in n.inputs
+                if v is not None and v.const is None and v.producer not in members
+            )
+            crossing.update(
+                v
+                for v in n.outputs
+                if v is not None and (v in outputs or any(u not in members for u, _ in v.uses))
+            )
+        cost = sum(copy_time(v.nbytes, dev.device) for v in crossing)
+        if gain < cost + MIN_ISLAND_GAIN:
+            why = (
+                f"cost: island of {len(island)} node(s) on {dev.name} saves "
+                f"{gain * 1e6:.1f} us but its {len(crossing)} copies cost {cost * 1e6:.1f} us"
+            )
+            for n in island:
+                _assign(n, target, tables, why)
 
 
 def _assign(node: Node, backend: Backend, tables: dict[str, KernelTable], reason: str) -> None:

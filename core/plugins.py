@@ -22,6 +22,7 @@ import threading
 from typing import Any
 
 import pluggy
+
 from anychip.core import hookspecs
 from anychip.core.errors import PluginError
 from anychip.core.registry import PluginRecord, Registry

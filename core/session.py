@@ -16,19 +16,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
 from anychip.core.errors import (
     AnychipError,
     DeviceError,
     InputError,
     PlacementError,
 )
-from anychip.core.executor import Program
+from anychip.core.executor import Program, evaluate_node
 from anychip.core.partition import HOST, partition_graph
 from anychip.core.placement import PlacementOptions, place
 from anychip.core.plugins import get_registry
 from anychip.core.report import CopyInfo, NodeRecord, PartitionRecord, PlacementReport
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Model
+from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
 from anychip.ir.value import Value, format_shape
 from anychip.opsets.schemas import resolve
 
@@ -147,6 +149,12 @@ class Session:
             node.meta["since"] = schema.since_version
 
     def _run_generic_passes(self) -> None:
+        """Constant folding and dead-code elimination, then plugins' generic passes."""
+        cpu = self._registry.kernel_table(HOST)
+        schemas = self._registry.schemas
+        fold = FoldConstantsPass(lambda node, ins: evaluate_node(node, ins, cpu, schemas))
+        PassManager([fold, EliminateDeadCodePass()], max_iterations=2)(self.model.graph)
+        self.folded = fold.folded
         for entry in self._registry.passes_for(None):
             entry.pass_(self.model.graph)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from anychip.ir.node import Attr, AttrType
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:

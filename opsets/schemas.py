@@ -16,6 +16,7 @@ from typing import Any
 
 import onnx
 import onnx.defs
+
 from anychip.core.errors import UnsupportedOpError
 
 __all__ = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
 from anychip.core.backend import Backend, DeviceModel
 from anychip.ir.dtypes import ALL_TYPES
 

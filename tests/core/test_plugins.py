@@ -6,12 +6,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import anychip
 import numpy as np
 import onnx
 import pytest
-from anychip.core import plugins
 from onnx import TensorProto, helper
+
+import anychip
+from anychip.core import plugins
 
 
 def _make_dist(tmp_path: Path, dist: str, module: str, source: str, ep_name: str) -> None:

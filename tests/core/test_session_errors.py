@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import anychip
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+import anychip
 
 
 def _model(op: str = "Relu", domain: str = "") -> onnx.ModelProto:

@@ -1,0 +1,83 @@
+"""The cost model: rough time of a node on a device, and of the copies an island needs.
+
+Time of a node on a device = FLOPs / ``flops`` + bytes touched / ``mem_bandwidth`` +
+``launch_overhead``. Time of a copy = bytes / ``host_link`` (device to host and back counts
+each way) + the launch overhead of the copy. The figures come from each backend's
+``DeviceModel``; for the simulated NPU and XPU they describe the chip being simulated, not
+this machine, so they steer placement the way a real chip's figures would.
+
+The rule placement applies (``avoid_costly_islands``): a connected group of nodes placed on an
+accelerator (an *island*) whose estimated saving over the fallback device is smaller than the
+cost of the copies it forces, plus ``MIN_ISLAND_GAIN`` seconds, moves to the fallback device.
+Nodes whose shapes are unknown have no estimate; islands containing them stay where priority
+put them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from anychip.core.backend import DeviceModel
+    from anychip.ir.node import Node
+    from anychip.ir.value import Value
+
+__all__ = ["node_flops", "node_time", "copy_time", "MIN_ISLAND_GAIN"]
+
+#: An island must save at least this many seconds more than its copies cost (1 microsecond).
+MIN_ISLAND_GAIN = 1e-6
+
+
+def _numel(v: Value | None) -> int | None:
+    if v is None or not v.is_static:
+        return None
+    return int(np.prod(v.shape, dtype=np.int64))
+
+
+def node_flops(node: Node) -> float | None:
+    """Floating-point operations of ``node``, or None when shapes are unknown."""
+    out = _numel(node.outputs[0]) if node.outputs else None
+    if out is None:
+        return None
+    op = node.op_type
+    if op in ("Conv", "ConvTranspose") and len(node.inputs) > 1:
+        w = node.inputs[1]
+        if w is None or not w.is_static:
+            return None
+        per_out = int(np.prod(w.shape[1:], dtype=np.int64))
+        return 2.0 * out * per_out
+    if op in ("MatMul", "Gemm") and node.inputs[0] is not None and node.inputs[0].is_static:
+        a = node.inputs[0].shape
+        k = a[0] if op == "Gemm" and node.attr("transA", 0) else a[-1]
+        return 2.0 * out * k
+    return float(out)
+
+
+def node_bytes(node: Node) -> int | None:
+    total = 0
+    for v in list(node.inputs) + list(node.outputs):
+        if v is None:
+            continue
+        b = v.nbytes
+        if b is None:
+            return None
+        total += b
+    return total
+
+
+def node_time(node: Node, device: DeviceModel) -> float | None:
+    """Estimated seconds for ``node`` on ``device``, or None when shapes are unknown."""
+    flops = node_flops(node)
+    nbytes = node_bytes(node)
+    if flops is None or nbytes is None:
+        return None
+    return flops / device.flops + nbytes / device.mem_bandwidth + device.launch_overhead
+
+
+def copy_time(nbytes: int | None, device: DeviceModel) -> float:
+    """Estimated seconds to move ``nbytes`` between host and ``device``."""
+    if device.host_link is None:
+        return 0.0
+    return (nbytes or 0) / device.host_link + device.launch_overhead

@@ -1,0 +1,76 @@
+"""Pass infrastructure (the shape of onnx-ir's and torch.fx's).
+
+A pass is a small class whose ``call(graph)`` returns ``PassResult(graph, modified)``.
+Calling the pass object (``pass_(graph)``) runs ``call`` and then ``graph.verify()``, so every
+transform is checked. A pass that declares ``in_place = True`` must return the graph it was
+given; this is checked too. ``PassManager`` repeats its passes until none modifies the graph
+(or ``max_iterations``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from anychip.core.errors import GraphError
+
+if TYPE_CHECKING:
+    from anychip.ir.graph import Graph
+
+__all__ = ["Pass", "PassResult", "PassManager"]
+
+
+class PassResult:
+    """What a pass returns: the (possibly new) graph and whether anything changed."""
+
+    __slots__ = ("graph", "modified")
+
+    def __init__(self, graph: Graph, modified: bool) -> None:
+        self.graph = graph
+        self.modified = modified
+
+    def __bool__(self) -> bool:
+        return self.modified
+
+
+class Pass:
+    """Base class. Subclasses implement ``call``."""
+
+    in_place = True
+
+    def call(self, graph: Graph) -> PassResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement call(graph)")
+
+    def __call__(self, graph: Graph) -> PassResult:
+        result = self.call(graph)
+        if self.in_place and result.graph is not graph:
+            raise GraphError(
+                f"{type(self).__name__} claims to be in place but returned a new graph"
+            )
+        result.graph.verify()
+        return result
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+class PassManager(Pass):
+    """Runs ``passes`` in order, repeatedly, until a full round modifies nothing."""
+
+    def __init__(self, passes: Sequence[Pass], max_iterations: int = 8) -> None:
+        self.passes = list(passes)
+        self.max_iterations = max_iterations
+
+    def call(self, graph: Graph) -> PassResult:
+        any_change = False
+        for _ in range(self.max_iterations):
+            changed = False
+            for p in self.passes:
+                result = p(graph)
+                graph = result.graph
+                changed = changed or result.modified
+            any_change = any_change or changed
+            if not changed:
+                break
+        return PassResult(graph, any_change)
