@@ -21,6 +21,7 @@ from anychip.core.errors import (
     AnychipError,
     DeviceError,
     InputError,
+    OutOfMemoryError,
     PlacementError,
 )
 from anychip.core.executor import Program, evaluate_node
@@ -112,19 +113,49 @@ class _Step:
 class Session:
     """A model compiled for a list of devices. Use ``anychip.load`` to make one."""
 
-    def __init__(self, model: Model, devices: list[str], options: PlacementOptions) -> None:
+    def __init__(
+        self,
+        model: Model,
+        devices: list[str],
+        options: PlacementOptions,
+        device_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._registry = registry = get_registry()
         self.model = model
         self.devices = devices
         self.options = options
-        self._backends = [registry.backends[d] for d in devices]
+        device_options = dict(device_options or {})
+        unknown = sorted(set(device_options) - set(devices))
+        if unknown:
+            raise DeviceError(
+                f"device_options name {unknown}, which are not among this "
+                f"session's devices {devices}"
+            )
+        self._backends = [
+            registry.backends[d].configure(**device_options.get(d, {})) for d in devices
+        ]
         self._lock = threading.Lock()
         graph = model.graph
         self._resolve_schemas()
         self._run_generic_passes()
         tables = {b.name: registry.kernel_table(b.name) for b in self._backends}
-        place(graph, self._backends, tables, options)
-        self.partitions, self.copies = partition_graph(graph)
+        excluded: dict[str, dict[str, str]] = {}
+        for _attempt in range(len(self._backends)):
+            place(graph, self._backends, tables, options, excluded)
+            self.partitions, self.copies = partition_graph(graph)
+            if not self._check_copies_and_compile(tables, excluded):
+                break
+        self._build_steps()
+        self.inputs = [IOInfo(v) for v in graph.inputs]
+        self.outputs = [IOInfo(v) for v in graph.outputs]
+        self._input_values = list(graph.inputs)
+        self._defaults = {v.name: v.const for v in graph.inputs if v.const is not None}
+        self._log_fallbacks()
+
+    def _check_copies_and_compile(self, tables: dict, excluded: dict) -> bool:
+        """Compile the partitions; True when one did not fit its device and placement must
+        run again without that device for its nodes."""
+        options = self.options
         if options.max_copies is not None and len(self.copies) > options.max_copies:
             raise PlacementError(
                 f"this placement makes {len(self.copies)} copies per run, more than "
@@ -132,13 +163,7 @@ class Session:
                 + ", ".join(f"{c.tensor} {c.src}->{c.dst}" for c in self.copies[:8])
                 + ". Pin nodes to fewer devices or raise max_copies."
             )
-        self._compile_partitions(tables)
-        self._build_steps()
-        self.inputs = [IOInfo(v) for v in graph.inputs]
-        self.outputs = [IOInfo(v) for v in graph.outputs]
-        self._input_values = list(graph.inputs)
-        self._defaults = {v.name: v.const for v in graph.inputs if v.const is not None}
-        self._log_fallbacks()
+        return self._compile_partitions(tables, excluded)
 
     # -- compilation -----------------------------------------------------------------------
     def _resolve_schemas(self) -> None:
@@ -158,7 +183,7 @@ class Session:
         for entry in self._registry.passes_for(None):
             entry.pass_(self.model.graph)
 
-    def _compile_partitions(self, tables: dict) -> None:
+    def _compile_partitions(self, tables: dict, excluded: dict) -> bool:
         by_name = {b.name: b for b in self._backends}
         self._load_copies: list[CopyInfo] = []
         for p in self.partitions:
@@ -166,7 +191,24 @@ class Session:
             for entry in self._registry.passes_for(p.device):
                 entry.pass_(p.graph)
             if backend.graph_mode:
-                compiled = backend.compile(p.graph)
+                try:
+                    compiled = backend.compile(p.graph)
+                except OutOfMemoryError as e:
+                    if self.options.strict or p.device == self._backends[-1].name:
+                        raise
+                    why = (
+                        f"partition {p.index} needs {e.need} bytes, {p.device} has "
+                        f"{e.capacity} (out of memory)"
+                    )
+                    for n in p.nodes:
+                        excluded.setdefault(n.name, {})[p.device] = why
+                    log.warning(
+                        "anychip: %s: %s; placing its %d nodes elsewhere",
+                        p.device,
+                        why,
+                        len(p.nodes),
+                    )
+                    return True
                 p.program = compiled.run
                 p.info.update(compiled.info)
             else:
@@ -175,6 +217,7 @@ class Session:
             if not backend.host_memory:
                 for v in p.graph.initializers.values():
                     self._load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
+        return False
 
     def _build_steps(self) -> None:
         graph = self.model.graph
@@ -416,6 +459,7 @@ def load(
     placement: dict[str, str] | None = None,
     strict: bool = False,
     max_copies: int | None = None,
+    device_options: Mapping[str, Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -428,6 +472,7 @@ def load(
         placement: pins by node name, op type or glob on node names -> device.
         strict: fail instead of falling back to a later device.
         max_copies: fail when a run would copy more tensors between devices than this.
+        device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -435,7 +480,7 @@ def load(
     if options:
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies"
+            "placement, strict, max_copies, device_options"
         )
     from anychip.ir.onnx import import_model
 
@@ -444,4 +489,4 @@ def load(
         model = import_model(model, custom_schemas=registry.schemas)
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(pins=placement, strict=strict, max_copies=max_copies)
-    return Session(model, names, opts)
+    return Session(model, names, opts, device_options)
