@@ -18,6 +18,7 @@ from math import prod
 from typing import Any
 
 import numpy as np
+
 from anychip.core.errors import DeviceError
 from anychip.core.memory.pool import Block
 

@@ -328,7 +328,8 @@ def plan_memory(
         tensors: ``TensorLifetime`` records, or ``(id, size_bytes, first_use_step,
             last_use_step)`` tuples; ids are unique.
         inplace: Hints ``{output_id: input_id}`` (see the module docstring); hints about ids
-            not in ``tensors`` or that cannot be honoured are ignored.
+            not in ``tensors`` or that cannot be honoured are ignored, and all are dropped in
+            the rare case that a plan without them is smaller (``plan.inplace`` tells).
         alignment: Every offset is a multiple of it, and sizes are rounded up to it.
         strategies: Which of ``STRATEGIES`` to try; the smallest plan wins (ties: the first).
 
@@ -344,10 +345,30 @@ def plan_memory(
             f"unknown planning strategies {unknown}; choose from {list(STRATEGIES)}"
         )
     ts = _normalize(tensors)
-    groups, honoured = _build_groups(ts, inplace, alignment)
+    best: tuple[int, int, str, list[_Group], dict[int, int], dict[Hashable, Hashable]] | None
+    best = None
+    # Honouring hints almost always saves memory, but it ties tensors together, which can
+    # pack worse; plan without them too and keep the smaller block (ties: with hints).
+    for hints in (inplace, None) if inplace else (None,):
+        groups, honoured = _build_groups(ts, hints, alignment)
+        if hints is not None and not honoured:
+            continue
+        for name, order, best_fit in _variants(groups, strategies):
+            offsets, total = _place(order, best_fit)
+            if best is None or total < best[0]:
+                best = (total, _live_peak(groups), name, groups, offsets, honoured)
+    assert best is not None
+    total, bound, name, groups, group_offsets, honoured = best
+    offsets = {m.id: group_offsets[id(g)] for g in groups for m in g.members}
+    return MemoryPlan(offsets, total, bound, alignment, honoured, name)
+
+
+def _variants(
+    groups: list[_Group], strategies: Sequence[str]
+) -> Iterable[tuple[str, list[_Group], bool]]:
+    """(strategy name, placement order, best fit?) for each requested strategy."""
     by_size = sorted(groups, key=lambda g: (-g.size, g.first, -(g.last - g.first)))
     by_breadth: list[_Group] | None = None
-    best: tuple[int, str, dict[int, int]] | None = None
     for name in strategies:
         order_name, fit = name.split("/")
         if order_name == "size":
@@ -355,13 +376,7 @@ def plan_memory(
         else:
             by_breadth = by_breadth if by_breadth is not None else _breadth_order(groups)
             order = by_breadth
-        offsets, total = _place(order, best_fit=fit == "best_fit")
-        if best is None or total < best[0]:
-            best = (total, name, offsets)
-    assert best is not None
-    total, name, group_offsets = best
-    offsets = {m.id: group_offsets[id(g)] for g in groups for m in g.members}
-    return MemoryPlan(offsets, total, _live_peak(groups), alignment, honoured, name)
+        yield name, order, fit == "best_fit"
 
 
 def check_plan(

@@ -154,7 +154,10 @@ def test_capacity_exceeded_then_usable(cls):
     assert isinstance(err, MemoryError) and isinstance(err, DeviceError)
     after = pool.stats()
     assert (after.in_use, after.reserved, after.alloc_count) == (
-        before.in_use, before.reserved, before.alloc_count)
+        before.in_use,
+        before.reserved,
+        before.alloc_count,
+    )
     pool.free(first)
     pool.trim()
     again = pool.alloc(1000)
@@ -183,7 +186,18 @@ def test_caching_pool_trims_cache_when_device_refuses():
 # -- caching pool --------------------------------------------------------------------------------
 def test_size_classes():
     assert [size_class(n) for n in (0, 1, 64, 65, 256, 300, 1024, 1025, 1100, 1300, 2049)] == [
-        64, 64, 64, 128, 256, 320, 1024, 1280, 1280, 1536, 2560]
+        64,
+        64,
+        64,
+        128,
+        256,
+        320,
+        1024,
+        1280,
+        1280,
+        1536,
+        2560,
+    ]
     assert size_class(1025, divisions=1) == 2048
     for n in range(1, 20000, 37):
         c = size_class(n)
