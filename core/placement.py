@@ -46,19 +46,24 @@ class PlacementOptions:
             Exact node names win over op types, which win over globs.
         strict: fail instead of falling back from the first device to a later one.
         max_copies: fail compilation when a run would make more device copies than this.
+        cost_model: move islands whose copies cost more than they save (default True);
+            False keeps the pure priority placement (conformance runs use it so that every
+            node a device can run does run there).
     """
 
-    __slots__ = ("pins", "strict", "max_copies")
+    __slots__ = ("pins", "strict", "max_copies", "cost_model")
 
     def __init__(
         self,
         pins: dict[str, str] | None = None,
         strict: bool = False,
         max_copies: int | None = None,
+        cost_model: bool = True,
     ) -> None:
         self.pins = dict(pins or {})
         self.strict = strict
         self.max_copies = max_copies
+        self.cost_model = cost_model
 
     def pin_for(self, node: Node) -> str | None:
         if node.name in self.pins:
@@ -155,7 +160,8 @@ def place(
                 f"{node.version}):\n{lines}\nAdd a device that supports it (devices=...), or "
                 "install a plugin with a kernel for it."
             )
-    avoid_costly_islands(graph, backends, tables, options)
+    if options.cost_model:
+        avoid_costly_islands(graph, backends, tables, options)
 
 
 def _islands(graph: Graph, host: str) -> list[list[Node]]:

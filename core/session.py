@@ -460,6 +460,7 @@ def load(
     strict: bool = False,
     max_copies: int | None = None,
     device_options: Mapping[str, Mapping[str, Any]] | None = None,
+    cost_model: bool = True,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -473,6 +474,7 @@ def load(
         strict: fail instead of falling back to a later device.
         max_copies: fail when a run would copy more tensors between devices than this.
         device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
+        cost_model: let the cost model keep small islands off accelerators (default True).
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -480,7 +482,7 @@ def load(
     if options:
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies, device_options"
+            "placement, strict, max_copies, device_options, cost_model"
         )
     from anychip.ir.onnx import import_model
 
@@ -488,5 +490,7 @@ def load(
     if not isinstance(model, Model):
         model = import_model(model, custom_schemas=registry.schemas)
     names = resolve_devices(devices, strict=strict)
-    opts = PlacementOptions(pins=placement, strict=strict, max_copies=max_copies)
+    opts = PlacementOptions(
+        pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
+    )
     return Session(model, names, opts, device_options)

@@ -1,0 +1,28 @@
+"""The XPU stub plugin: a simulated kernel-launch accelerator whose driver is C bound with cffi.
+
+It claims float32 (and some int64) elementwise ops, MatMul/Gemm, Softmax, reductions and data
+movement; everything else falls back to the CPU, and the placement report says why.
+"""
+
+from __future__ import annotations
+
+from anychip.core.hookspecs import hookimpl
+from anychip.core.registry import Registry
+
+__all__ = ["ANYCHIP_API_VERSION"]
+
+ANYCHIP_API_VERSION = 1
+
+
+@hookimpl
+def anychip_register_backends(registry: Registry) -> None:
+    from anychip.backends.xpu_stub.backend import XpuBackend
+
+    registry.add_backend(XpuBackend())
+
+
+@hookimpl
+def anychip_register_kernels(registry: Registry) -> None:
+    from anychip.backends.xpu_stub.ops import XPU_KERNELS
+
+    registry.add_kernels(XPU_KERNELS)

@@ -1,0 +1,59 @@
+"""The XPU backend: a simulated kernel-launch accelerator driven through its C driver.
+
+Device tensors are ``XpuTensor`` handles into the driver's own heap; nothing is shared with
+host memory, so a missing copy is an error, never a silently right answer. ``_copy_in`` and
+``_copy_out`` are real memcpys through the C ABI; ``release`` returns buffers to the heap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.core.backend import Backend, DeviceModel
+from anychip.ir.dtypes import DType
+
+__all__ = ["XpuBackend"]
+
+
+class XpuBackend(Backend):
+    """Kernel mode: the runtime picks one C kernel per node (see ``ops.py``)."""
+
+    name = "xpu"
+    kind = "xpu"
+    priority = 10
+
+    def device_model(self) -> DeviceModel:
+        # Figures of the simulated chip: a small PCIe accelerator.
+        capacity = None
+        ok, _ = self.available()
+        if ok:
+            from anychip.backends.xpu_stub.driver import get_driver
+
+            capacity = get_driver().mem_info().capacity
+        return DeviceModel(
+            "xpu",
+            "xpu",
+            memory_capacity=capacity,
+            dtypes=frozenset({DType.FLOAT, DType.INT64}),
+            flops=5e11,
+            mem_bandwidth=1e11,
+            host_link=1.6e10,
+            launch_overhead=1e-5,
+        )
+
+    def _available(self) -> tuple[bool, str]:
+        from anychip.backends.xpu_stub.driver import get_driver
+
+        get_driver()  # builds the C library on first use; raises DeviceError with the reason
+        return True, ""
+
+    def _copy_in(self, array: np.ndarray):  # noqa: ANN202 - returns XpuTensor
+        from anychip.backends.xpu_stub.driver import get_driver
+
+        return get_driver().upload(array)
+
+    def _copy_out(self, tensor) -> np.ndarray:  # noqa: ANN001
+        return tensor.numpy()
+
+    def release(self, tensor) -> None:  # noqa: ANN001
+        tensor.free()
