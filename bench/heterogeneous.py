@@ -1,0 +1,70 @@
+"""Each device configuration on the light ResNet-50 and a transformer layer: wall time against
+cpu alone (same process), partitions, and copies per run with their bytes.
+
+    python bench/heterogeneous.py [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+
+import anychip
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from tests.models import transformer_layer  # noqa: E402
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+CONFIGS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
+
+
+def best_of(fn, repeat: int) -> float:  # noqa: ANN001
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    available = {d.name for d in anychip.devices() if d.available}
+    models = {
+        "resnet50": (os.path.join(LIGHT, "light_resnet50.onnx"), None),
+        "transformer": (transformer_layer(), {"x": np.random.default_rng(0).standard_normal(
+            (1, 64, 256)).astype(np.float32)}),
+    }
+    print(f"{'model':<12} {'devices':<12} {'ms':>9} {'vs cpu':>7} {'parts':>5} "
+          f"{'copies/run':>10} {'bytes/run':>10} {'max|diff|':>10}  nodes")
+    for mname, (model, feeds) in models.items():
+        base_t = base_y = None
+        for cfg in CONFIGS:
+            if not set(cfg) <= available:
+                print(f"{mname:<12} {','.join(cfg):<12} unavailable")
+                continue
+            sess = anychip.load(model, devices=cfg)
+            if feeds is None:
+                info = sess.inputs[0]
+                feeds = {info.name: np.random.default_rng(0).random(info.shape,
+                                                                      dtype=np.float32)}
+            t = best_of(lambda s=sess: s.run(None, feeds), args.repeat)
+            y = sess.run(None, feeds)[0]
+            if base_t is None:
+                base_t, base_y = t, y
+            rep = sess.placement()
+            print(f"{mname:<12} {','.join(cfg):<12} {t * 1e3:9.2f} {t / base_t:7.2f} "
+                  f"{len(rep.partitions):>5} {rep.copy_count:>10} {rep.copy_bytes:>10} "
+                  f"{float(np.max(np.abs(y - base_y))):10.2e}  {rep.by_device()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Wall time of the nine light CNNs: anychip CPU against onnxruntime CPU, same process, same
+inputs, reported as a ratio (anychip / onnxruntime; below 1 means anychip is faster).
+
+    python bench/light_models.py [--repeat 10] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import time
+
+import numpy as np
+import onnx
+
+import anychip
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def best_of(fn, repeat: int) -> float:  # noqa: ANN001
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    import onnxruntime as ort
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads")
+    args = ap.parse_args()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    print(f"{'model':<14} {'anychip ms':>11} {'ort ms':>9} {'ratio':>7} {'max|diff|':>10}")
+    ratios = []
+    for path in sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx"))):
+        name = os.path.basename(path)[6:-5]
+        sess = anychip.load(path, devices=["cpu"])
+        info = sess.inputs[0]
+        feeds = {info.name: np.random.default_rng(0).random(info.shape, dtype=np.float32)}
+        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        t_any = best_of(lambda: sess.run(None, feeds), args.repeat)
+        t_ort = best_of(lambda: ref.run(None, feeds), args.repeat)
+        diff = float(np.max(np.abs(sess.run(None, feeds)[0] - ref.run(None, feeds)[0])))
+        ratios.append(t_any / t_ort)
+        print(f"{name:<14} {t_any * 1e3:11.2f} {t_ort * 1e3:9.2f} {t_any / t_ort:7.2f} "
+              f"{diff:10.2e}")
+    geo = float(np.exp(np.mean(np.log(ratios))))
+    print(f"geometric mean ratio anychip/onnxruntime: {geo:.2f}")
+
+
+if __name__ == "__main__":
+    main()
