@@ -197,6 +197,14 @@ def xpu_binary(op: str, a: XpuTensor, b: XpuTensor) -> XpuTensor:
     if op not in BINARY_OPS:
         raise KernelError(f"the XPU has no binary kernel {op!r}; it has {sorted(BINARY_OPS)}")
     driver = _same_driver(op, [a, b])
+    if op == "Pow" and a.dtype == _FLOAT32 and b.dtype == _INT64:
+        # ONNX Pow lets the exponent's type differ; an int64 exponent is exact as float32
+        # for every value where the float32 power is finite.
+        exponent = xpu_cast(b, _FLOAT32)
+        try:
+            return xpu_binary(op, a, exponent)
+        finally:
+            exponent.free()
     if a.dtype != b.dtype:
         raise KernelError(f"{op}: input dtypes differ ({a.dtype} and {b.dtype}); cast first")
     code = _dtype_code(op, a.dtype)
@@ -284,8 +292,8 @@ def xpu_gemm(
     b: XpuTensor,
     c: XpuTensor | None = None,
     *,
-    transA: int = 0,  # noqa: N803 - ONNX attribute names
-    transB: int = 0,  # noqa: N803
+    transA: int = 0,  # ONNX attribute names
+    transB: int = 0,
     alpha: float = 1.0,
     beta: float = 1.0,
 ) -> XpuTensor:

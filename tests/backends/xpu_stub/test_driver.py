@@ -156,6 +156,14 @@ def test_int64_div_truncates_and_pow_stays_integer(drv):
     np.testing.assert_array_equal(run(drv, K.xpu_pow, base, exp), [1024, -27, 1, 1, -1, 0])
 
 
+def test_pow_float_base_int64_exponent(drv):
+    base = rand(2, 3, low=0.5, high=2.0)
+    exp = np.array([3, -2, 0], np.int64)
+    got = run(drv, K.xpu_pow, base, exp)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, base ** exp.astype(np.float32), rtol=1e-6)
+
+
 def test_binary_shape_mismatch_is_kernel_error(drv):
     a, b = drv.upload(rand(2, 3)), drv.upload(rand(4))
     with pytest.raises(KernelError, match=r"\(2, 3\) and \(4,\)"):
