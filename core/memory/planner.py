@@ -145,10 +145,8 @@ def _normalize(tensors: Iterable[LifetimeLike]) -> list[TensorLifetime]:
             raise MemoryPlanError(
                 f"tensor {t.id!r}: needs 0 <= first_use_step <= last_use_step, got {first}..{last}"
             )
-        if (size, first, last) != (t.size_bytes, t.first_use_step, t.last_use_step) or (
-            type(size) is not type(t.size_bytes)
-        ):
-            t = TensorLifetime(t.id, size, first, last)
+        if not all(type(v) is int for v in (t.size_bytes, t.first_use_step, t.last_use_step)):
+            t = TensorLifetime(t.id, size, first, last)  # numpy integers: make them plain
         out.append(t)
     return out
 

@@ -53,6 +53,7 @@ def test_chain_reuses_memory():
 
 def test_empty_and_zero_size():
     plan = plan_memory([])
+    check_plan(plan, [])
     assert (plan.total_size, plan.lower_bound, plan.offsets, plan.ratio) == (0, 0, {}, 1.0)
     ts = [T("z", 0, 0, 5), T("a", 8, 0, 5)]
     plan = plan_memory(ts)
@@ -160,6 +161,7 @@ def test_inplace_chain_shares_one_offset():
     assert len(set(plan.offsets.values())) == 1 and plan.total_size == 1024
     assert plan.lower_bound == 1024
     without = plan_memory(ts)
+    check_plan(without, ts, inplace={})
     assert without.total_size == 2048 and without.lower_bound == 2048
 
 
@@ -258,7 +260,9 @@ def test_cnn_plans_within_15_percent_of_bound(name, use_hints):
     assert plan.ratio <= 1.15, f"{name}: {plan!r}"
     if use_hints:
         assert plan.inplace, "elementwise ops whose input dies should run in place"
-        assert plan.total_size <= plan_memory(ts).total_size
+        plain = plan_memory(ts)
+        check_plan(plain, ts, inplace={})
+        assert plan.total_size <= plain.total_size
 
 
 # -- lifetimes -----------------------------------------------------------------------------------
@@ -314,7 +318,9 @@ def test_plan_cache_hits_misses_replans_evictions():
         def make():
             planned.append(batch)
             ts = [T("a", 64 * batch, 0, 1), T("b", 64 * batch, 1, 2)]
-            return plan_memory(ts)
+            plan = plan_memory(ts)
+            check_plan(plan, ts)
+            return plan
 
         return make
 
@@ -336,3 +342,12 @@ def test_plan_cache_hits_misses_replans_evictions():
     assert len(cache) == 0 and cache.hits == cache.misses == cache.replans == 0
     with pytest.raises(ValueError):
         PlanCache(maxsize=0)
+
+
+def test_public_api_documented():
+    import anychip.core.memory as memory
+
+    for name in memory.__all__:
+        obj = getattr(memory, name)
+        if callable(obj):
+            assert obj.__doc__ and obj.__doc__.strip(), f"{name} has no docstring"

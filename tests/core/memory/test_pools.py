@@ -414,3 +414,28 @@ def test_random_alloc_free_keeps_invariants(cls, script):
     assert pool.stats().in_use == 0
     pool.trim()
     assert dev.live == {}
+
+
+@pytest.mark.parametrize("cls", POOLS)
+def test_threads_share_a_pool(cls):
+    import threading
+
+    pool, dev = make(cls, capacity=1 << 20)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(200):
+                pool.free(pool.alloc(64 * (1 + (seed * 7 + i) % 9)))
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    s = pool.stats()
+    assert s.in_use == 0 and s.alloc_count == s.free_count == 800
+    assert s.reserved == sum(dev.live.values())
