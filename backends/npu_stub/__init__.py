@@ -1,0 +1,40 @@
+"""The simulated NPU plugin: a graph-compiling accelerator with its own fixed-size memory.
+
+Registered through the same hooks as any third-party backend: the ``npu`` backend
+(``backend.py``), its operators ``anychip::NpuConv`` / ``anychip::NpuPool`` (``schemas.py``),
+and its partition passes (``passes/``). Layout of this folder, in the order a partition
+meets it: ``support.py`` (what it claims) -> ``passes/`` -> ``compiler.py`` (memory plan,
+kernels from ``kernels/``) -> ``memory.py`` (device memory, tensors).
+"""
+
+from __future__ import annotations
+
+from anychip.core.hookspecs import hookimpl
+from anychip.core.registry import Registry
+
+__all__ = ["ANYCHIP_API_VERSION"]
+
+ANYCHIP_API_VERSION = 1
+
+
+@hookimpl
+def anychip_register_ops(registry: Registry) -> None:
+    from anychip.backends.npu_stub.schemas import npu_schemas
+
+    for schema in npu_schemas():
+        registry.add_schema(schema)
+
+
+@hookimpl
+def anychip_register_backends(registry: Registry) -> None:
+    from anychip.backends.npu_stub.backend import NpuBackend
+
+    registry.add_backend(NpuBackend())
+
+
+@hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    from anychip.backends.npu_stub.passes import npu_passes
+
+    for p in npu_passes():
+        registry.add_pass(p, backend="npu")

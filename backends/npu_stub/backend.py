@@ -1,0 +1,126 @@
+"""``NpuBackend``: a simulated graph-compiling NPU with its own fixed-size memory.
+
+Top to bottom: options, device model, transfers (real byte copies into the device array),
+capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``). Options come
+from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
+(``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``. A configured copy gets its
+own device memory of the configured size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anychip.backends.npu_stub.memory import NpuMemory, NpuTensor, memory_from_env, parse_size
+from anychip.backends.npu_stub.support import check_node
+from anychip.core.backend import Backend, CompiledGraph, DeviceModel
+from anychip.core.errors import DeviceError
+from anychip.ir.dtypes import DType
+
+if TYPE_CHECKING:
+    from anychip.core.memory import MemoryStats
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["NpuBackend", "PRECISIONS"]
+
+PRECISIONS = ("fp32", "fp16")
+
+
+class NpuBackend(Backend):
+    """The NPU: claims static-shape float32 subgraphs of its op set and compiles them whole."""
+
+    name = "npu"
+    kind = "npu"
+    priority = 20
+    graph_mode = True
+
+    def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
+        super().__init__()
+        self._capacity = memory
+        self.precision = precision
+        self._memory: NpuMemory | None = None
+
+    # -- options -------------------------------------------------------------------------------
+    def _configure(self, **options: Any) -> None:
+        unknown = sorted(set(options) - {"memory", "precision"})
+        if unknown:
+            raise DeviceError(
+                f"npu: unknown device option(s) {unknown}; known: memory (bytes, e.g. 64 << 20 "
+                "or '64M'), precision ('fp32' or 'fp16')"
+            )
+        if "memory" in options:
+            self._capacity = parse_size(options["memory"], "npu option memory")
+        if "precision" in options:
+            precision = str(options["precision"]).lower()
+            if precision not in PRECISIONS:
+                raise DeviceError(
+                    f"npu: precision must be one of {list(PRECISIONS)}, "
+                    f"got {options['precision']!r}"
+                )
+            self.precision = precision
+        self._memory = None  # a configured copy owns its own device memory
+
+    @property
+    def capacity(self) -> int:
+        if self._capacity is None:
+            self._capacity = memory_from_env()
+        return self._capacity
+
+    @property
+    def memory(self) -> NpuMemory:
+        """The device memory (created on first use)."""
+        if self._memory is None:
+            self._memory = NpuMemory(self.capacity, self.name)
+        return self._memory
+
+    def memory_stats(self) -> MemoryStats:
+        return self.memory.pool.stats()
+
+    # -- description ---------------------------------------------------------------------------
+    def device_model(self) -> DeviceModel:
+        return DeviceModel(
+            "npu",
+            "npu",
+            memory_capacity=self.capacity,
+            dtypes=frozenset({DType.FLOAT, DType.FLOAT16}),
+            flops=2e11,
+            mem_bandwidth=5e10,
+            host_link=8e9,
+            launch_overhead=2e-5,
+        )
+
+    # -- transfers: bytes really move between host arrays and the device array ----------------
+    def _copy_in(self, array: np.ndarray) -> NpuTensor:
+        tensor = self.memory.alloc_tensor(array.shape, array.dtype)
+        self.memory.tensor_view(tensor)[...] = array
+        return tensor
+
+    def _copy_out(self, tensor: NpuTensor) -> np.ndarray:
+        return self.memory.tensor_view(tensor).copy()
+
+    def release(self, tensor: Any) -> None:
+        if isinstance(tensor, NpuTensor) and tensor.live:
+            self.memory.free(tensor)
+
+    def view(self, tensor: NpuTensor) -> np.ndarray:
+        """The device bytes of ``tensor`` as a writable array: a debugging and test hook
+        (writing through it changes device memory, as a DMA from elsewhere would)."""
+        return self.memory.tensor_view(tensor)
+
+    # -- capability and compilation ------------------------------------------------------------
+    def check_node(self, node: Node) -> str | None:
+        return check_node(node)
+
+    def compile(self, graph: Graph) -> CompiledGraph:
+        """Compile one partition (after the NPU passes ran on it) into an executable.
+
+        Raises:
+            OutOfMemoryError: weights plus planned activations do not fit in free NPU memory.
+            UnsupportedOpError: a node the NPU cannot run (the placement should not give it one).
+        """
+        from anychip.backends.npu_stub.compiler import compile_graph
+
+        return compile_graph(self.memory, graph, precision=self.precision)

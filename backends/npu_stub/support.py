@@ -1,0 +1,113 @@
+"""What the NPU can run: its op set and the per-node constraints (``check_node``).
+
+The NPU is a static-shape float32 machine: every tensor it touches must have a known shape and
+dtype float32; inputs that only steer the compiler (Reshape's shape, Clip's bounds) must be
+constants. Convolutions and pools are 2-D. A node that breaks a rule gets a one-line reason,
+shown in the placement report next to the device that took the node instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from anychip.ir.dtypes import DType
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+if TYPE_CHECKING:
+    from anychip.ir.node import Node
+
+__all__ = ["NPU_OPS", "NPU_CUSTOM_OPS", "COMPILE_TIME_INPUTS", "check_node", "opset_of"]
+
+#: ai.onnx operators the NPU compiles.
+NPU_OPS = frozenset(
+    {
+        "Conv",
+        "BatchNormalization",
+        "Relu",
+        "Clip",
+        "Sigmoid",
+        "HardSwish",
+        "Add",
+        "Mul",
+        "Sum",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "MatMul",
+        "Gemm",
+        "Softmax",
+        "Concat",
+        "Reshape",
+        "Flatten",
+        "Transpose",
+    }
+)
+#: Operators of the anychip domain that the NPU's own passes create.
+NPU_CUSTOM_OPS = frozenset({"NpuConv", "NpuPool"})
+#: Inputs read at compile time, by op: they must be constants and may be integers.
+COMPILE_TIME_INPUTS = {"Reshape": (1,), "Clip": (1, 2)}
+
+_SPATIAL_2D = {"Conv", "NpuConv", "MaxPool", "AveragePool", "GlobalAveragePool", "NpuPool"}
+
+
+def opset_of(node: Node) -> int:
+    """The schema version in force for ``node`` (resolved by the session, else its opset)."""
+    return int(node.meta.get("since") or node.version or 1)
+
+
+def check_node(node: Node) -> str | None:
+    """None when the NPU can compile ``node``, else the reason it cannot."""
+    if node.domain == ANYCHIP_DOMAIN:
+        if node.op_type not in NPU_CUSTOM_OPS:
+            return f"op {node.qualified_op} not in the NPU op set"
+    elif node.domain != "" or node.op_type not in NPU_OPS:
+        return f"op {node.qualified_op} not in the NPU op set"
+    fixed = COMPILE_TIME_INPUTS.get(node.op_type, ())
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            continue
+        if i in fixed:
+            if v.const is None:
+                return f"{node.op_type} input {i} ({v.name}) must be a constant on the NPU"
+            continue
+        why = _check_tensor(v, f"input {i}")
+        if why:
+            return why
+    for i, v in enumerate(node.outputs):
+        if v is None:
+            continue
+        why = _check_tensor(v, f"output {i}")
+        if why:
+            return why
+    return _check_attributes(node)
+
+
+def _check_tensor(v, where: str) -> str | None:
+    if not v.is_tensor:
+        return f"{where} is not a tensor ({v.type_str()})"
+    if not v.is_static:
+        return f"dynamic shape: {where} is {v.type_str()}"
+    if v.dtype != DType.FLOAT:
+        return f"dtype {v.dtype.name.lower()} not supported ({where}; the NPU computes float32)"
+    return None
+
+
+def _check_attributes(node: Node) -> str | None:
+    op = node.op_type
+    if op in _SPATIAL_2D and len(node.inputs[0].shape) != 4:
+        return f"only 2-D {op} runs on the NPU; input 0 is {node.inputs[0].type_str()}"
+    if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID", "SAME_UPPER"):
+        return f"attribute auto_pad={node.attr('auto_pad')} not supported"
+    if op == "MaxPool":
+        if len([v for v in node.outputs if v is not None]) > 1:
+            return "MaxPool's Indices output not supported"
+    if op == "AveragePool" and node.attr("ceil_mode", 0):
+        return "attribute ceil_mode=1 of AveragePool not supported"
+    if op == "BatchNormalization":
+        if node.attr("training_mode", 0) or len([v for v in node.outputs if v is not None]) > 1:
+            return "BatchNormalization in training mode not supported"
+        if node.attr("spatial", 1) == 0:
+            return "attribute spatial=0 of BatchNormalization not supported"
+        if len(node.inputs[0].shape) < 2:
+            return f"BatchNormalization needs rank >= 2, input 0 is {node.inputs[0].type_str()}"
+    return None
