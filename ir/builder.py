@@ -124,13 +124,30 @@ class GraphBuilder:
         value = Value(self._value_name(name, "const"), const=array)
         return self.graph.add_initializer(value)
 
-    def output(self, value: Value, name: str | None = None) -> Value:
-        """Mark ``value`` as a graph output, under ``name`` if given.
+    def output(
+        self,
+        value: Value,
+        name: str | None = None,
+        *,
+        dtype: DType | int | None = None,
+        shape: Sequence[int | str | None] | None = None,
+    ) -> Value:
+        """Mark ``value`` as a graph output, under ``name`` if given; return the output value.
 
         A value produced by a node of this graph is renamed; anything else (an input, an
         initializer, a captured outer value, a value already output) is passed through an
-        ``Identity`` node so that the output can carry its own name.
+        ``Identity`` node so that the output can carry its own name. ``dtype`` and ``shape``
+        declare the output's type where shape inference cannot find it (a Loop's carried
+        values, say); ONNX requires the main graph's outputs to have a known rank.
         """
+        out = self._mark_output(value, name)
+        if dtype is not None:
+            out.dtype = DType(dtype)
+        if shape is not None:
+            out.shape = tuple(shape)
+        return out
+
+    def _mark_output(self, value: Value, name: str | None) -> Value:
         already = any(o is value for o in self.graph.outputs)
         own = value.producer is not None and value.producer.graph is self.graph
         if name is None or name == value.name:

@@ -68,7 +68,7 @@ def import_model(
         >>> b = ir.GraphBuilder()
         >>> y = b.Relu(b.input("x", ir.DType.FLOAT, [2]))
         >>> _ = b.output(y)
-        >>> model = import_model(export_model(b.build()))
+        >>> model = import_model(ir.export_model(b.build()))
         >>> [n.op_type for n in model.graph.nodes]
         ['Relu']
     """
