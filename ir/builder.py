@@ -211,7 +211,7 @@ class GraphBuilder:
             count = len(names)
         values = [self._as_value(v, op_type, i) for i, v in enumerate(inputs)]
         outs = self._add(op_type, values, count, domain, attributes, name, names)
-        return outs[0] if count == 1 else tuple(outs)
+        return outs[0] if count == 1 else tuple(outs)  # zero outputs give ()
 
     def __getattr__(self, name: str) -> Callable[..., Value | tuple[Value, ...]]:
         # Only capitalised names are ops, so typos of real attributes still raise.

@@ -21,6 +21,7 @@ from anychip.ir.dtypes import DType
 from anychip.ir.value import Value
 
 __all__ = [
+    "to_dtype",
     "tensor_to_array",
     "array_to_tensor",
     "sparse_to_dense",
@@ -30,15 +31,20 @@ __all__ = [
 ]
 
 
-def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
-    """The numpy value of ``tensor`` (its data must already be in memory)."""
+def to_dtype(code: int, what: str) -> DType:
+    """``DType(code)``, or an ``UnsupportedDTypeError`` naming ``what`` carries the type."""
     try:
-        dtype = DType(tensor.data_type)
+        return DType(code)
     except ValueError:
         raise UnsupportedDTypeError(
-            f"tensor {tensor.name!r} has element type {tensor.data_type}, unknown to this "
-            "anychip build; upgrade anychip or convert the tensor"
+            f"{what} has ONNX element type {code}, unknown to this anychip build; upgrade "
+            "anychip or convert the model to a supported type"
         ) from None
+
+
+def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The numpy value of ``tensor`` (its data must already be in memory)."""
+    dtype = to_dtype(tensor.data_type, f"tensor {tensor.name!r}")
     if dtype == DType.STRING:
         items = [s.decode("utf-8", errors="surrogateescape") for s in tensor.string_data]
         out = np.empty(len(items), dtype=object)
@@ -147,7 +153,7 @@ def apply_type(
     if which == "tensor_type":
         tt = tp.tensor_type
         if tt.elem_type:
-            value.dtype = DType(tt.elem_type)
+            value.dtype = to_dtype(tt.elem_type, f"value {value.name!r}")
         if tt.HasField("shape"):
             dims = (_dim(d) for d in tt.shape.dim)
             value.shape = tuple(None if d in unknown_dims else d for d in dims)
@@ -173,9 +179,9 @@ def _element_dtype(tp: onnx.TypeProto) -> DType | None:
     """The tensor element type at the bottom of a sequence/optional type, if there is one."""
     which = tp.WhichOneof("value")
     if which == "tensor_type":
-        return DType(tp.tensor_type.elem_type)
+        return to_dtype(tp.tensor_type.elem_type, "a sequence or optional element")
     if which == "sparse_tensor_type":
-        return DType(tp.sparse_tensor_type.elem_type)
+        return to_dtype(tp.sparse_tensor_type.elem_type, "a sparse tensor type")
     if which == "sequence_type":
         return _element_dtype(tp.sequence_type.elem_type)
     if which == "optional_type":

@@ -42,7 +42,12 @@ def export_model(model: Model) -> onnx.ModelProto:
     proto.ir_version = model.ir_version
     if model.ir_version < 4 and _needs_ir4(model.graph):
         proto.ir_version = 4
-    for domain, version in model.opset_imports.items():
+    imports = dict(model.opset_imports)
+    # A pass may add nodes of a domain the source model never imported (fused anychip ops).
+    for node in model.graph.walk():
+        if node.domain not in imports:
+            imports[node.domain] = int(node.version or 1)
+    for domain, version in imports.items():
         proto.opset_import.add(domain=domain, version=int(version))
     proto.producer_name = model.producer_name
     proto.producer_version = model.producer_version

@@ -10,13 +10,17 @@ The steps, in order (each one refuses bad input with a ``ModelError`` before the
 5. ``onnx.checker.check_model`` (complaints about plugin domains are forgiven);
 6. inline model-local functions;
 7. best-effort shape inference (``strict_mode=False, data_prop=True``) for intermediate types;
+   the ``unk__N`` dimension names it invents become ``None`` (unknown);
 8. convert to IR: nested graphs (If/Loop/Scan bodies) capture outer values as the same
    ``Value`` objects; sparse initializers and sparse attributes are densified (a Constant's
-   ``sparse_value`` becomes ``value``); ``training_info`` is not imported.
+   ``sparse_value`` becomes ``value``); ``training_info`` is not imported. A node's
+   ``version`` is the opset import of its domain (``None`` for a plugin domain the model does
+   not import).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import warnings
@@ -30,7 +34,7 @@ from google.protobuf.message import DecodeError
 from anychip.core.errors import ModelError, UnsupportedOpError
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
-from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array
+from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype
 from anychip.ir.onnx._external import load_external_data, validate_external_data
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
@@ -207,7 +211,6 @@ def _sort_graph_proto(graph: onnx.GraphProto) -> None:
     for i, ds in enumerate(deps):
         for d in ds:
             users[d].append(i)
-    import heapq
 
     ready = [i for i, k in enumerate(indeg) if k == 0]
     heapq.heapify(ready)
@@ -381,9 +384,7 @@ class _Converter:
         return graph
 
     def initializer(self, name: str, array: Any, tp: onnx.TensorProto | None) -> Value:
-        from anychip.ir.dtypes import DType
-
-        dtype = DType(tp.data_type) if tp is not None else DType.UNDEFINED
+        dtype = to_dtype(tp.data_type, f"initializer {name!r}") if tp is not None else 0
         value = Value(name, dtype, const=array)
         if tp is not None:
             value.doc = tp.doc_string

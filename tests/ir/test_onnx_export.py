@@ -308,3 +308,17 @@ def test_output_type_is_exported() -> None:
     assert model.graph.outputs[0].dtype == DType.FLOAT
     out = export_model(model)
     assert out.graph.output[0].type.tensor_type.elem_type == TP.FLOAT
+
+
+def test_domain_added_by_a_pass_is_imported() -> None:
+    from anychip.ir import Node
+
+    model = import_model(_model([h.make_node("Relu", ["x"], ["y"])], [_vi("x")], [_vi("y")]))
+    g = model.graph
+    relu = g.nodes[0]
+    fused_out = Value("fused", DType.FLOAT, [2])
+    g.append(Node("FusedThing", [relu.outputs[0]], [fused_out], domain="anychip", version=2))
+    g.outputs.append(fused_out)
+    out = export_model(model)
+    assert {(o.domain, o.version) for o in out.opset_import} == {("", 21), ("anychip", 2)}
+    onnx.checker.check_model(out)
