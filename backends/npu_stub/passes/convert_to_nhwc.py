@@ -8,8 +8,9 @@ The pass works in three moves, repeated until nothing changes:
    on its input, NHWC->NCHW on its output (which keeps the original value, so readers and
    graph outputs are untouched);
 2. *push*: an elementwise op (Relu, Clip, Sigmoid, HardSwish, Add, Mul, Sum) whose data inputs
-   all come from NHWC->NCHW Transposes read by nothing else runs in NHWC instead, with the
-   Transpose moved after it (4-D constants are permuted along);
+   all come from NHWC->NCHW Transposes runs in NHWC instead, with the Transpose moved after it
+   (4-D constants are permuted along); only where every reader of those Transposes can follow
+   (elementwise ops, or Transposes back to NHWC), so the Transposes it moves past die;
 3. *cancel*: a Transpose of a Transpose whose permutations compose to the identity is
    bypassed, and nodes nobody reads are removed.
 
@@ -152,7 +153,7 @@ class ConvertToNhwcPass:
                         new_inputs.append(constant(graph, self._names, f"{v.name}_nhwc", perm))
                 else:
                     t = v.producer
-                    if _perm(t) != TO_NCHW or len(v.uses) != 1 or v in graph.outputs:
+                    if _perm(t) != TO_NCHW or not self._all_users_follow(v, graph):
                         break
                     new_inputs.append(t.inputs[0])
                     data += 1
@@ -161,6 +162,17 @@ class ConvertToNhwcPass:
                     self._move_below(graph, node, new_inputs)
                     changed = True
         return changed
+
+    @staticmethod
+    def _all_users_follow(v: Value, graph: Graph) -> bool:
+        """True when every reader of ``v`` can take NHWC too (an elementwise op, or a
+        Transpose back to NHWC), so the Transpose producing ``v`` dies once all are moved."""
+        if v in graph.outputs:
+            return False
+        for user, _ in v.uses:
+            if user.domain or not (user.op_type in _ELEMENTWISE or _perm(user) == TO_NHWC):
+                return False
+        return True
 
     def _move_below(self, graph: Graph, node: Node, inputs: list[Value | None]) -> None:
         y = node.outputs[0]
