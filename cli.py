@@ -34,7 +34,7 @@ def random_feeds(sess: object, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds = {}
     for info in sess.inputs:  # type: ignore[attr-defined]
-        if info.name in getattr(sess, "_defaults", {}):
+        if info.optional:
             continue
         if info.shape is None or not info.dtype:
             raise InputError(

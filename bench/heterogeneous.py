@@ -40,11 +40,15 @@ def main() -> None:
     available = {d.name for d in anychip.devices() if d.available}
     models = {
         "resnet50": (os.path.join(LIGHT, "light_resnet50.onnx"), None),
-        "transformer": (transformer_layer(), {"x": np.random.default_rng(0).standard_normal(
-            (1, 64, 256)).astype(np.float32)}),
+        "transformer": (
+            transformer_layer(),
+            {"x": np.random.default_rng(0).standard_normal((1, 64, 256)).astype(np.float32)},
+        ),
     }
-    print(f"{'model':<12} {'devices':<12} {'ms':>9} {'vs cpu':>7} {'parts':>5} "
-          f"{'copies/run':>10} {'bytes/run':>10} {'max|diff|':>10}  nodes")
+    print(
+        f"{'model':<12} {'devices':<12} {'ms':>9} {'vs cpu':>7} {'parts':>5} "
+        f"{'copies/run':>10} {'bytes/run':>10} {'max|diff|':>10}  nodes"
+    )
     for mname, (model, feeds) in models.items():
         base_t = base_y = None
         for cfg in CONFIGS:
@@ -53,17 +57,18 @@ def main() -> None:
                 continue
             sess = anychip.load(model, devices=cfg)
             if feeds is None:
-                info = sess.inputs[0]
-                feeds = {info.name: np.random.default_rng(0).random(info.shape,
-                                                                      dtype=np.float32)}
+                info = next(i for i in sess.inputs if not i.optional)
+                feeds = {info.name: np.random.default_rng(0).random(info.shape, dtype=np.float32)}
             t = best_of(lambda s=sess: s.run(None, feeds), args.repeat)
             y = sess.run(None, feeds)[0]
             if base_t is None:
                 base_t, base_y = t, y
             rep = sess.placement()
-            print(f"{mname:<12} {','.join(cfg):<12} {t * 1e3:9.2f} {t / base_t:7.2f} "
-                  f"{len(rep.partitions):>5} {rep.copy_count:>10} {rep.copy_bytes:>10} "
-                  f"{float(np.max(np.abs(y - base_y))):10.2e}  {rep.by_device()}")
+            print(
+                f"{mname:<12} {','.join(cfg):<12} {t * 1e3:9.2f} {t / base_t:7.2f} "
+                f"{len(rep.partitions):>5} {rep.copy_count:>10} {rep.copy_bytes:>10} "
+                f"{float(np.max(np.abs(y - base_y))):10.2e}  {rep.by_device()}"
+            )
 
 
 if __name__ == "__main__":

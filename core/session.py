@@ -41,12 +41,16 @@ log = logging.getLogger("anychip")
 
 
 class IOInfo:
-    """A model input or output: ``name``, ``dtype`` (DType), ``shape`` (ints, str or None)."""
+    """A model input or output: ``name``, ``dtype`` (DType), ``shape`` (ints, str or None),
+    ``optional``."""
 
-    __slots__ = ("name", "dtype", "shape", "type")
+    __slots__ = ("name", "dtype", "shape", "type", "optional")
 
     def __init__(self, v: Value) -> None:
         self.name = v.name
+        #: True when an initializer gives the input a default (old ONNX models list weights
+        #: among the inputs); a feed then overrides it.
+        self.optional = v.const is not None
         self.dtype = v.dtype
         self.shape = list(v.shape) if v.shape is not None else None
         self.type = v.type_str()

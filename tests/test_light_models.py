@@ -16,8 +16,10 @@ import anychip
 from anychip.ir.onnx import export_model, import_model
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-MODELS = sorted(os.path.basename(p)[len("light_") : -len(".onnx")]
-                for p in glob.glob(os.path.join(LIGHT, "light_*.onnx")))
+MODELS = sorted(
+    os.path.basename(p)[len("light_") : -len(".onnx")]
+    for p in glob.glob(os.path.join(LIGHT, "light_*.onnx"))
+)
 
 
 def test_all_nine_are_bundled():
@@ -25,7 +27,7 @@ def test_all_nine_are_bundled():
 
 
 def _feed(sess: anychip.Session) -> dict[str, np.ndarray]:
-    info = sess.inputs[0]
+    info = next(i for i in sess.inputs if not i.optional)
     rng = np.random.default_rng(0)
     return {info.name: rng.random(info.shape, dtype=np.float32)}
 
@@ -60,5 +62,9 @@ def test_round_trip_runs_in_onnxruntime(name):
     again = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     info = original.get_inputs()[0]
     x = np.random.default_rng(1).random(info.shape, dtype=np.float32)
-    np.testing.assert_allclose(again.run(None, {info.name: x})[0],
-                               original.run(None, {info.name: x})[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        again.run(None, {info.name: x})[0],
+        original.run(None, {info.name: x})[0],
+        rtol=1e-5,
+        atol=1e-6,
+    )

@@ -20,7 +20,7 @@ from anychip.core.memory import (
     plan_memory,
     shape_signature,
 )
-from anychip.tests.core.memory.nets import NETS
+from tests.core.memory.nets import NETS
 
 T = TensorLifetime
 
