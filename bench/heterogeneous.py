@@ -59,7 +59,7 @@ def main() -> None:
             if feeds is None:
                 info = next(i for i in sess.inputs if not i.optional)
                 feeds = {info.name: np.random.default_rng(0).random(info.shape, dtype=np.float32)}
-            t = best_of(lambda s=sess: s.run(None, feeds), args.repeat)
+            t = best_of(lambda s=sess, f=feeds: s.run(None, f), args.repeat)
             y = sess.run(None, feeds)[0]
             if base_t is None:
                 base_t, base_y = t, y

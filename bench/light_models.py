@@ -46,8 +46,8 @@ def main() -> None:
         info = next(i for i in sess.inputs if not i.optional)
         feeds = {info.name: np.random.default_rng(0).random(info.shape, dtype=np.float32)}
         ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        t_any = best_of(lambda: sess.run(None, feeds), args.repeat)
-        t_ort = best_of(lambda: ref.run(None, feeds), args.repeat)
+        t_any = best_of(lambda s=sess, f=feeds: s.run(None, f), args.repeat)
+        t_ort = best_of(lambda r=ref, f=feeds: r.run(None, f), args.repeat)
         diff = float(np.max(np.abs(sess.run(None, feeds)[0] - ref.run(None, feeds)[0])))
         ratios.append(t_any / t_ort)
         print(
