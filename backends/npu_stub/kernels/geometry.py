@@ -41,15 +41,11 @@ def explicit_pads(
 def output_size(
     size: int, k: int, s: int, d: int, pad_begin: int, pad_end: int, ceil_mode: bool = False
 ) -> int:
-    """Output length of one spatial axis (ONNX rule; with ceil_mode the last window must
-    start inside the input or its leading padding)."""
+    """Output length of one spatial axis (ONNX's formula, as its shape inference applies it)."""
     span = size + pad_begin + pad_end - (k - 1) * d - 1
     if not ceil_mode:
         return span // s + 1
-    out = -(-span // s) + 1
-    if (out - 1) * s >= size + pad_begin:
-        out -= 1
-    return out
+    return -(-span // s) + 1
 
 
 def windows_nhwc(
