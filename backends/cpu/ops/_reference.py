@@ -58,7 +58,10 @@ def _operator(ctx: KernelContext) -> Any:
     hit = _CACHE.get(id(node))
     if hit is not None and hit[0] is node:
         return hit[1]
-    from onnx.reference.ops._op_list import load_op
+    if node.domain == "ai.onnx.ml":
+        from onnx.reference.ops.aionnxml._op_list import load_op
+    else:
+        from onnx.reference.ops._op_list import load_op
 
     version = node.meta.get("since") or node.version
     cls = load_op(node.domain, node.op_type, version)

@@ -1,0 +1,34 @@
+"""ai.onnx.ml elementwise helpers written natively: ArrayFeatureExtractor and Binarizer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.table import kernel
+from anychip.core.errors import KernelError
+
+__all__ = ["array_feature_extractor", "binarizer"]
+
+_ML = "ai.onnx.ml"
+
+
+@kernel("ArrayFeatureExtractor", domain=_ML, since=1)
+def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    last = x.shape[-1] if x.ndim else 0
+    if idx.size and (idx.min() < 0 or idx.max() >= last):
+        raise KernelError(
+            f"ArrayFeatureExtractor: indices {idx.tolist()} out of range for a last axis of "
+            f"size {last}"
+        )
+    if x.ndim == 1:
+        # A 1-D input is treated as one row, so the output is (1, len(indices)).
+        return x[idx].reshape(1, -1)
+    return x[..., idx]
+
+
+@kernel("Binarizer", domain=_ML, since=1)
+def binarizer(x: np.ndarray, *, threshold: float = 0.0) -> np.ndarray:
+    x = np.asarray(x)
+    return (x > threshold).astype(x.dtype)
