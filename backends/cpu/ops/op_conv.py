@@ -58,6 +58,10 @@ def conv(
         auto_pad=auto_pad,
         op="Conv",
     )
+    out_dtype = x.dtype
+    if x.dtype.itemsize < 4:
+        # float16/bfloat16: accumulate in float32 and round once at the end.
+        x = x.astype(np.float32)
     mg = m // group
     p = math.prod(g.out)
     k = math.prod(kshape)
@@ -75,7 +79,7 @@ def conv(
     y = y.reshape((n, m) + tuple(g.out))
     if b is not None:
         y += b.astype(y.dtype, copy=False).reshape((1, m) + (1,) * len(g.out))
-    return y
+    return y.astype(out_dtype, copy=False)
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray, g, group: int, mg: int) -> np.ndarray:

@@ -37,6 +37,9 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             f"MatMul shapes {a.shape} and {b.shape} do not match: the last "
             "dimension of A must equal the second-to-last of B"
         )
+    if a.dtype.itemsize < 4:
+        # float16/bfloat16: accumulate in float32 and round once.
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.asarray(np.matmul(a, b))
 
 
@@ -61,10 +64,13 @@ def gemm(
         raise KernelError(
             f"Gemm inner dimensions differ: A' is {a.shape}, B' is {b.shape}; check transA/transB"
         )
+    out_dtype = a.dtype
+    if a.dtype.itemsize < 4:
+        a, b = a.astype(np.float32), b.astype(np.float32)
     y = np.dot(a, b)
     if alpha != 1.0:
         y *= np.asarray(alpha, dtype=y.dtype)
     if c is not None and beta != 0.0:
         c = c if beta == 1.0 else c * np.asarray(beta, dtype=c.dtype)
         y += c.astype(y.dtype, copy=False)
-    return y
+    return y.astype(out_dtype, copy=False)

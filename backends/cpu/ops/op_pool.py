@@ -136,11 +136,13 @@ def average_pool(
     )
     xp = pad_spatial(x, g, 0)
     view = window_view(xp, g)
-    total = np.zeros(x.shape[:2] + tuple(g.out), dtype=x.dtype)
+    work = np.float32 if x.dtype.itemsize < 4 else x.dtype
+    total = np.zeros(x.shape[:2] + tuple(g.out), dtype=work)
     for offs in np.ndindex(*g.kernel):
         total += view[(slice(None), slice(None)) + offs]
     counts = _window_counts(x.shape[2:], g, count_include_pad)
-    return total / counts.astype(x.dtype)
+    total /= counts.astype(work)
+    return total.astype(x.dtype, copy=False)
 
 
 def _window_counts(spatial: tuple[int, ...], g, count_include_pad: int) -> np.ndarray:
