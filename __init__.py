@@ -53,7 +53,16 @@ __all__ = [
 class DeviceInfo:
     """One backend as ``anychip.devices()`` lists it."""
 
-    __slots__ = ("name", "kind", "available", "reason", "priority", "plugin", "kernels")
+    __slots__ = (
+        "name",
+        "kind",
+        "available",
+        "reason",
+        "priority",
+        "plugin",
+        "kernels",
+        "graph_mode",
+    )
 
     def __init__(
         self,
@@ -64,6 +73,7 @@ class DeviceInfo:
         priority: int,
         plugin: str,
         kernels: int,
+        graph_mode: bool = False,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -72,6 +82,8 @@ class DeviceInfo:
         self.priority = priority
         self.plugin = plugin
         self.kernels = kernels
+        #: True for whole-graph compilers (NPU style), which have no per-op kernel table.
+        self.graph_mode = graph_mode
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
@@ -99,6 +111,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 b.priority,
                 b.origin,
                 len(registry.kernels.get(b.name, ())),
+                b.graph_mode,
             )
         )
     if include_failed_plugins:

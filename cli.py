@@ -74,8 +74,9 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     rows = anychip.devices(include_failed_plugins=True)
     print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
+        kernels = "graph" if d.graph_mode else str(d.kernels)
         print(
-            f"{d.name:<10} {d.kind:<8} {'yes' if d.available else 'no':<10} {d.kernels:>7}  "
+            f"{d.name:<10} {d.kind:<8} {'yes' if d.available else 'no':<10} {kernels:>7}  "
             f"{d.plugin:<10} {d.reason}"
         )
     return 0

@@ -92,6 +92,9 @@ def find_kernel(table: KernelTable | None, node: Node) -> tuple[Kernel | None, s
 def capability(backend: Backend, table: KernelTable | None, node: Node) -> str | None:
     """None when ``backend`` can run ``node``, else the reason it cannot."""
     for v in list(node.inputs) + list(node.outputs):
+        # Constant inputs (shapes, axes) are read at compile time, not computed on the device.
+        if v is not None and v.const is not None:
+            continue
         if v is not None and v.is_tensor and v.dtype and v.dtype not in backend.device.dtypes:
             return f"dtype {v.dtype.short} not supported by {backend.name}"
     if not backend.graph_mode:
@@ -208,7 +211,8 @@ def avoid_costly_islands(
         )
         if target is None:
             continue
-        gain = 0.0
+        # A graph-mode device launches the compiled partition once, not once per node.
+        gain = dev.device.launch_overhead * (len(island) - 1) if dev.graph_mode else 0.0
         for n in island:
             t_dev, t_alt = node_time(n, dev.device), node_time(n, target.device)
             if t_dev is None or t_alt is None:

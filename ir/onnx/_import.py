@@ -351,11 +351,16 @@ class _Converter:
         for sp in gp.sparse_initializer:
             name = sp.values.name
             graph.add_initializer(scope.define(self.initializer(name, sparse_to_dense(sp), None)))
+        # Before IR version 4 every initializer had to be listed among the inputs, so there
+        # such inputs are constants, not overridable defaults (onnxruntime reads them so too).
+        overridable = self.proto.ir_version >= 4
         for vi in gp.input:
             value = graph.initializers.get(vi.name)
             if value is None:
                 value = scope.define(Value(vi.name))
                 apply_type(value, vi.type, self.invented_dims)
+            elif not overridable:
+                continue
             # An input that is also an initializer keeps the initializer Value: a feed then
             # overrides the stored default.
             value.doc = value.doc or vi.doc_string
