@@ -2,9 +2,12 @@
 
 Paths, fastest first:
     * 1x1, stride 1, no padding: a plain ``W @ X`` per image, no im2col at all.
-    * depthwise-like (one input channel per group): a loop over the kernel offsets (9 for
-      3x3) accumulating ``w[:, :, k] * window`` over every channel at once.
-    * general: one copy into the (group, C/group * k, out) column matrix and one matmul.
+    * 2-D stride 1 (any dilation, any group, depthwise included): im2col over the padded
+      image with rows laid end to end, so the copy moves long contiguous runs.
+    * general N-D: one copy of the strided window view into the (group, C/group * k, out)
+      column matrix.
+Every path ends in one batched matmul over (image, group); float16/bfloat16 accumulate in
+float32.
 """
 
 from __future__ import annotations
@@ -66,11 +69,13 @@ def conv(
     p = math.prod(g.out)
     k = math.prod(kshape)
     w = w.astype(x.dtype, copy=False)
-    if k == 1 and not any(g.begin) and not any(g.end) and all(s == 1 for s in g.strides):
-        xs = x.reshape(n, group, cg, p)
-        y = np.matmul(w.reshape(group, mg, cg), xs)
-    elif cg == 1:
-        y = _depthwise(x, w, g, group, mg)
+    if k == 1 and not any(g.begin) and not any(g.end) and all(st == 1 for st in g.strides):
+        y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, p))
+    elif len(kshape) == 2 and g.strides == [1, 1]:
+        cols, wp = _im2col_flat_2d(x, g, group)
+        y = np.matmul(w.reshape(group, mg, cg * k), cols)
+        ho, wo = g.out
+        y = y.reshape(n, m, ho, wp)[..., :wo]
     else:
         xp = pad_spatial(x, g, 0)
         xp = xp.reshape((n, group, cg) + xp.shape[2:])
@@ -78,22 +83,34 @@ def conv(
         y = np.matmul(w.reshape(group, mg, cg * k), cols)
     y = y.reshape((n, m) + tuple(g.out))
     if b is not None:
-        y += b.astype(y.dtype, copy=False).reshape((1, m) + (1,) * len(g.out))
-    return y.astype(out_dtype, copy=False)
+        y = y + b.astype(y.dtype, copy=False).reshape((1, m) + (1,) * len(g.out))
+    return np.ascontiguousarray(y, dtype=out_dtype)
 
 
-def _depthwise(x: np.ndarray, w: np.ndarray, g, group: int, mg: int) -> np.ndarray:
-    """One input channel per group: accumulate over kernel offsets, vectorised over channels."""
-    n = x.shape[0]
-    xp = pad_spatial(x, g, 0)
-    view = window_view(xp, g, lead=2)  # (N, C, *K, *out)
-    nk = len(g.kernel)
-    wk = w.reshape((group, mg) + tuple(g.kernel))
-    y = np.zeros((n, group, mg) + tuple(g.out), dtype=x.dtype)
-    tail = (1,) * len(g.out)
-    for offs in np.ndindex(*g.kernel):
-        win = view[(slice(None), slice(None)) + offs]  # (N, C, *out)
-        coef = wk[(slice(None), slice(None)) + offs].reshape((1, group, mg) + tail)
-        y += coef * win[:, :, None]
-    del nk
-    return y.reshape((n, group, mg, -1))
+def _im2col_flat_2d(x: np.ndarray, g, group: int) -> tuple[np.ndarray, int]:
+    """Column matrix (N, group, C/group * K, ho * wp) of a stride-1 2-D conv, and ``wp``.
+
+    With the padded image's rows laid end to end, the inputs that kernel offset (i, j) meets
+    for every output are one contiguous run starting at ``i * wp + j`` (``wp``: padded
+    width). Outputs are computed over the full padded width and the ``wp - wo`` junk
+    columns dropped afterwards; in exchange the im2col copy moves long contiguous runs
+    instead of ``wo``-element rows, which is what makes numpy's copy fast.
+    """
+    n, c = x.shape[:2]
+    ho, _ = g.out
+    # One extra bottom row keeps the last offset's run inside the buffer.
+    width = [(0, 0), (0, 0), (g.begin[0], g.end[0] + 1), (g.begin[1], g.end[1])]
+    xp = np.pad(x, width)
+    wp = xp.shape[3]
+    flat = xp.reshape(n, group, c // group, -1)
+    item = flat.itemsize
+    sn, sg, sc, _ = flat.strides
+    length = ho * wp
+    k0, k1 = g.kernel
+    view = np.lib.stride_tricks.as_strided(
+        flat,
+        shape=(n, group, c // group, k0, k1, length),
+        strides=(sn, sg, sc, g.dilations[0] * wp * item, g.dilations[1] * item, item),
+        writeable=False,
+    )
+    return view.reshape(n, group, (c // group) * k0 * k1, length), wp

@@ -166,3 +166,80 @@ def test_every_spine_op_has_a_kernel_for_every_schema_version() -> None:
             if not CPU_KERNELS.lookup("", s.name, s.since_version):
                 missing.append(f"{s.name}-{s.since_version}")
     assert not missing, missing
+
+
+def _naive_conv(x, w, b, pads, strides, dilations, group):
+    """Direct 2-D convolution with Python loops over outputs: the slow, obvious reference."""
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    ho = (h + pads[0] + pads[2] - (kh - 1) * dilations[0] - 1) // strides[0] + 1
+    wo = (wd + pads[1] + pads[3] - (kw - 1) * dilations[1] - 1) // strides[1] + 1
+    y = np.zeros((n, m, ho, wo))
+    mg = m // group
+    for oc in range(m):
+        gi = oc // mg
+        for i in range(ho):
+            for j in range(wo):
+                r, s = i * strides[0], j * strides[1]
+                patch = xp[
+                    :,
+                    gi * cg : (gi + 1) * cg,
+                    r : r + (kh - 1) * dilations[0] + 1 : dilations[0],
+                    s : s + (kw - 1) * dilations[1] + 1 : dilations[1],
+                ]
+                y[:, oc, i, j] = np.tensordot(patch, w[oc], axes=3)
+    if b is not None:
+        y += b.reshape(1, m, 1, 1)
+    return y
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "group", "k", "pads", "strides", "dilations"),
+    [
+        (4, 6, 1, 3, [1, 1, 1, 1], [1, 1], [1, 1]),
+        (4, 6, 2, 3, [0, 1, 2, 1], [2, 1], [1, 1]),
+        (6, 6, 6, 3, [1, 1, 1, 1], [1, 1], [1, 1]),  # depthwise, flat stride-1 path
+        (6, 6, 6, 3, [2, 2, 2, 2], [1, 1], [2, 2]),  # depthwise with dilation
+        (6, 12, 6, 3, [1, 1, 1, 1], [2, 2], [1, 1]),  # depthwise multiplier 2, strided
+        (4, 8, 1, 1, [0, 0, 0, 0], [1, 1], [1, 1]),  # 1x1 direct matmul
+        (4, 8, 2, 1, [0, 0, 0, 0], [2, 2], [1, 1]),  # strided grouped 1x1
+        (3, 5, 1, 2, [1, 0, 0, 1], [1, 2], [2, 1]),
+    ],
+)
+def test_conv_paths_match_direct_convolution(c, m, group, k, pads, strides, dilations):
+    from anychip.backends.cpu.ops.op_conv import conv
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, c, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((m, c // group, k, k)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    got = conv(x, w, b, group=group, pads=pads, strides=strides, dilations=dilations)
+    want = _naive_conv(x, w, b, pads, strides, dilations, group)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_maxpool_indices_match_argmax_and_storage_order():
+    from anychip.backends.cpu.ops.op_pool import max_pool
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    for order in (0, 1):
+        y, idx = max_pool(
+            _Ctx(2, None),
+            x,
+            kernel_shape=[2, 3],
+            strides=[2, 2],
+            pads=[1, 1, 0, 0],
+            storage_order=order,
+        )
+        assert idx.dtype == np.int64 and idx.shape == y.shape
+        if order == 0:
+            np.testing.assert_array_equal(x.reshape(-1)[idx], y)
+        else:
+            # column-major over spatial axes: index = n*C*H*W + c*H*W + w*H + h
+            plane = idx % 30
+            h, wcol = plane % 5, plane // 5
+            nc = idx // 30
+            np.testing.assert_array_equal(x.reshape(6, 5, 6)[nc, h, wcol], y)
