@@ -5,26 +5,40 @@ Interpreter is the model). Compilation turns every node into an instruction
 ``(kernel, input slots, output slots, attributes, slots to free)`` so the per-node loop does no
 lookups. A subclass may override:
 
-    * ``call_kernel(instr, args)``: how one kernel is invoked (profiling, checking);
     * ``on_error(instr, args, exc)``: how a failure is reported (default: ``KernelError``
-      with the node's text, device, and input types).
+      with the node's text, device, and input types; ``OutOfMemoryError`` for a raw
+      ``MemoryError``).
+
+Memory (see ``core/run_memory.py``): ``memory_steps()`` lists what each instruction reads and
+writes, for the liveness planner. ``run(..., arena=...)`` hands a kernel that accepts an
+``out=`` keyword the planned view of its output (the *out protocol*: ``out`` has the output's
+expected shape and dtype; the kernel writes its result there and returns ``out``, or returns a
+fresh array when the result does not fit it; for the element-wise ops in
+``run_memory.INPLACE_OPS`` ``out`` may be the very memory of its first input). Results that view
+the arena without the plan knowing are copied out, and so are outputs, so nothing the caller
+holds is overwritten by a later run. A top-level program counts the bytes of the arrays it
+holds (``peak``: arrays owning their memory, views count nothing).
 
 Invariants:
     * Each value's slot is cleared right after its last reader (readers inside nested graphs
       count as reads by the node that owns the graph), and the backend's ``release`` is
       called for device tensors, so device memory is returned as soon as possible.
     * Constants are moved to the device once, when the program is built.
-    * Kernel errors never escape raw: they are re-raised as ``KernelError`` naming the node.
+    * Kernel errors never escape raw: they are re-raised as ``KernelError`` naming the node
+      (``OutOfMemoryError`` for a ``MemoryError``), after the device tensors the failed run
+      made are released, so the program stays usable.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.errors import AnychipError, KernelError, UnsupportedOpError
+from anychip.core.errors import AnychipError, KernelError, OutOfMemoryError, UnsupportedOpError
+from anychip.core.memory import Step
 from anychip.core.placement import find_kernel
 from anychip.opsets.schemas import attribute_defaults, resolve
 
@@ -36,7 +50,7 @@ if TYPE_CHECKING:
     from anychip.ir.value import Value
     from anychip.opsets.schemas import SchemaRegistry
 
-__all__ = ["Program", "KernelContext", "Instr", "describe_args", "evaluate_node"]
+__all__ = ["Program", "KernelContext", "Instr", "Arena", "describe_args", "evaluate_node"]
 
 
 class KernelContext:
@@ -81,9 +95,10 @@ class KernelContext:
 
 
 class Instr:
-    """One compiled node."""
+    """One compiled node. ``reads`` adds the slots its nested graphs read to ``ins``;
+    ``takes_out``: the kernel accepts ``out=`` (see the module docstring)."""
 
-    __slots__ = ("fn", "ins", "outs", "attrs", "frees", "node", "ctx")
+    __slots__ = ("fn", "ins", "outs", "attrs", "frees", "node", "ctx", "reads", "takes_out")
 
     def __init__(
         self,
@@ -101,6 +116,40 @@ class Instr:
         self.frees: tuple[int, ...] = ()
         self.node = node
         self.ctx = ctx
+        self.reads: tuple[int, ...] = tuple(i for i in ins if i >= 0)
+        # Only single-output kernels are handed an ``out`` view.
+        self.takes_out = len(outs) == 1 and outs[0] >= 0 and _takes_out(fn)
+
+
+class Arena:
+    """The planned memory of one run: ``views[slot]`` is the array a kernel may write slot's
+    value into (None: not planned); ``base`` the array owning them; ``nbytes`` its size."""
+
+    __slots__ = ("views", "base", "nbytes")
+
+    def __init__(self, views: list[Any], base: np.ndarray, nbytes: int) -> None:
+        self.views = views
+        self.base = base
+        self.nbytes = nbytes
+
+
+_TAKES_OUT: dict[Any, bool] = {}
+
+
+def _takes_out(fn: Any) -> bool:
+    """Whether ``fn`` has an ``out`` keyword parameter (asked once per function)."""
+    known = _TAKES_OUT.get(fn)
+    if known is None:
+        try:
+            param = inspect.signature(fn).parameters.get("out")
+        except (TypeError, ValueError):
+            param = None
+        known = param is not None and param.kind in (
+            inspect.Parameter.KEYWORD_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+        _TAKES_OUT[fn] = known
+    return known
 
 
 def describe_args(args: Sequence[Any]) -> str:
@@ -152,6 +201,11 @@ class Program:
         self.consts: list[tuple[int, Any]] = []
         self.captures: list[tuple[int, int]] = []  # (parent slot, own slot)
         self._release = None if backend.host_memory else backend.release
+        #: A top-level program counts the bytes it holds; ``peak`` is the most in one run.
+        self.track = parent is None
+        self.peak = 0
+        #: Slots whose values may view an arena tensor with the plan's knowledge (alias ops).
+        self.alias_slots: frozenset[int] = frozenset()
         self._compile(parent)
 
     # -- compilation -----------------------------------------------------------------------
@@ -235,15 +289,18 @@ class Program:
             for s in ins.ins:
                 if s >= 0:
                     last[s] = i
+            inner: list[int] = []
             for g in ins.node.subgraphs():
                 for v, s in self.slot_of.items():
                     if _reads_inside(g, v):
                         last[s] = max(last.get(s, i), i)
+                        inner.append(s)
+            if inner:
+                ins.reads = tuple(dict.fromkeys(ins.reads + tuple(inner)))
             for s in ins.outs:
                 if s >= 0:
                     last.setdefault(s, i)
-        keep = set(self.output_slots) | {s for s, _ in self.consts}
-        keep |= {s for _, s in self.captures} | set(self.input_slots)
+        keep = set(self.output_slots) | self.external_slots()
         frees: dict[int, list[int]] = {}
         for s, i in last.items():
             if s not in keep:
@@ -251,9 +308,34 @@ class Program:
         for i, ins in enumerate(self.instrs):
             ins.frees = tuple(frees.get(i, ()))
 
+    # -- memory --------------------------------------------------------------------------
+    def external_slots(self) -> set[int]:
+        """Slots the program does not write: inputs, constants and captured outer values."""
+        return set(self.input_slots) | {s for s, _ in self.consts} | {s for _, s in self.captures}
+
+    def memory_steps(self) -> list[Step]:
+        """One ``Step`` per instruction, in order: the slots it reads (nested graphs' reads
+        included) and writes; the liveness planner's input."""
+        return [Step(ins.reads, tuple(s for s in ins.outs if s >= 0)) for ins in self.instrs]
+
     # -- execution -------------------------------------------------------------------------
-    def run(self, inputs: Sequence[Any], outer: list[Any] | None = None) -> list[Any]:
-        """Run with ``inputs`` (device tensors, in graph input order); returns outputs."""
+    def run(
+        self,
+        inputs: Sequence[Any],
+        outer: list[Any] | None = None,
+        *,
+        arena: Arena | None = None,
+        record: dict[int, tuple[tuple[int, ...], Any]] | None = None,
+    ) -> list[Any]:
+        """Run with ``inputs`` (device tensors, in graph input order); returns outputs.
+
+        Args:
+            inputs: Device tensors in graph input order.
+            outer: The enclosing program's slots (nested graphs only).
+            arena: Planned output views for kernels that accept ``out=``.
+            record: Filled with ``slot -> (shape, dtype)`` of every array a kernel returns
+                (the sizes a plan for these input shapes needs).
+        """
         slots: list[Any] = [None] * self.nslots
         for s, t in self.consts:
             slots[s] = t
@@ -263,33 +345,100 @@ class Program:
         for s, t in zip(self.input_slots, inputs):
             slots[s] = t
         release = self._release
-        for ins in self.instrs:
-            args = [slots[i] if i >= 0 else None for i in ins.ins]
-            if ins.ctx is not None:
-                ins.ctx._frame = slots
-                args.insert(0, ins.ctx)
-            try:
-                res = ins.fn(*args, **ins.attrs)
-            except Exception as e:  # noqa: BLE001 - re-raised with the node's text
-                self.on_error(ins, args, e)
-            outs = ins.outs
-            if type(res) is tuple or type(res) is list:
-                for s, r in zip(outs, res):
-                    if s >= 0:
-                        slots[s] = np.asarray(r) if isinstance(r, np.generic) else r
-            elif outs[0] >= 0:
-                slots[outs[0]] = np.asarray(res) if isinstance(res, np.generic) else res
-            for s in ins.frees:
-                if release is not None and slots[s] is not None:
-                    release(slots[s])
+        track = self.track
+        held = [0] * self.nslots if track else None
+        views = base = None
+        aliases = self.alias_slots
+        live = peak = 0
+        if arena is not None:
+            views, base, live = arena.views, arena.base, arena.nbytes
+        try:
+            for ins in self.instrs:
+                args = [slots[i] if i >= 0 else None for i in ins.ins]
+                if ins.ctx is not None:
+                    ins.ctx._frame = slots
+                    args.insert(0, ins.ctx)
+                out = views[ins.outs[0]] if views is not None and ins.takes_out else None
+                try:
+                    if out is not None:
+                        res = ins.fn(*args, out=out, **ins.attrs)
+                    else:
+                        res = ins.fn(*args, **ins.attrs)
+                except Exception as e:  # noqa: BLE001 - re-raised with the node's text
+                    self.on_error(ins, args, e)
+                results = res if type(res) is tuple or type(res) is list else (res,)
+                for s, r in zip(ins.outs, results):
+                    if s < 0:
+                        continue
+                    if isinstance(r, np.generic):
+                        r = np.asarray(r)
+                    if (
+                        base is not None
+                        and type(r) is np.ndarray
+                        and r is not views[s]
+                        and r.base is base
+                        and s not in aliases
+                    ):
+                        # A view of planned memory the plan did not expect: its bytes may be
+                        # reused while it lives, so it gets its own.
+                        r = r.copy()
+                    slots[s] = r
+                    if track:
+                        nb = _owned_bytes(r)
+                        held[s] = nb
+                        live += nb
+                    if record is not None and type(r) is np.ndarray:
+                        record[s] = (r.shape, r.dtype)
+                if live > peak:
+                    peak = live
+                for s in ins.frees:
+                    if release is not None and slots[s] is not None:
+                        release(slots[s])
+                    slots[s] = None
+                    if track:
+                        live -= held[s]
+                        held[s] = 0
+        except BaseException:
+            self._drop(slots)
+            raise
+        if track and peak > self.peak:
+            self.peak = peak
+        outs = [slots[s] for s in self.output_slots]
+        if base is not None:
+            outs = [o.copy() if type(o) is np.ndarray and o.base is base else o for o in outs]
+        return outs
+
+    def _drop(self, slots: list[Any]) -> None:
+        """Release the device tensors a failed run made (host arrays are left to the GC)."""
+        if self._release is None:
+            return
+        external = self.external_slots()
+        for s, t in enumerate(slots):
+            if t is not None and s not in external:
                 slots[s] = None
-        return [slots[s] for s in self.output_slots]
+                try:
+                    self._release(t)
+                except Exception:  # noqa: BLE001, S110 - the run's own error is the one to report
+                    pass
 
     def on_error(self, ins: Instr, args: list[Any], exc: Exception) -> None:
         from anychip.ir.printer import format_node
 
         shown = args[1:] if ins.ctx is not None else args
         where = f"{self.backend.name}: node {ins.node.name!r} ({ins.node.qualified_op}) failed"
+        if isinstance(exc, MemoryError) and not isinstance(exc, AnychipError):
+            need = sum(v.nbytes or 0 for v in ins.node.outputs if v is not None)
+            capacity = self.backend.device.memory_capacity
+            raise OutOfMemoryError(
+                f"{where}: out of memory ({type(exc).__name__}: {exc}); it needed about "
+                f"{need} bytes for its outputs, the device has "
+                f"{capacity if capacity is not None else 'an unknown number of'} bytes. Run with "
+                "a smaller batch or input, or place part of the model on another device.\n"
+                f"  inputs: {describe_args(shown)}",
+                device=self.backend.name,
+                need=need,
+                capacity=capacity or 0,
+            ) from exc
         if isinstance(exc, AnychipError):
             # Keep the class (OutOfMemoryError, InputError...) and its figures; add the node.
             exc.args = (f"{where}: {exc}\n  inputs: {describe_args(shown)}",) + exc.args[1:]
@@ -299,6 +448,16 @@ class Program:
             f"{type(exc).__name__}: {exc}\n  node: {format_node(ins.node).strip()}\n"
             f"  inputs: {describe_args(shown)}"
         ) from exc
+
+
+def _owned_bytes(t: Any) -> int:
+    """Bytes ``t`` holds of its own: a numpy view or a device view holds none."""
+    if type(t) is np.ndarray:
+        return t.nbytes if t.base is None else 0
+    if getattr(t, "is_view", False):
+        return 0
+    nb = getattr(t, "nbytes", 0)
+    return nb if type(nb) is int else 0
 
 
 def _reads_inside(g: Graph, v: Value) -> bool:

@@ -4,6 +4,14 @@ The walk (DESIGN.md): import -> resolve schemas -> generic passes -> placement -
 and copies -> per-backend passes -> compile each partition (kernel mode: a ``Program``; graph
 mode: ``backend.compile``) -> a flat list of steps (copies and partition runs) that ``run``
 interprets. There is no CPU-only shortcut: one device is the general case with one partition.
+
+Memory: each kernel-mode partition gets a ``PartitionMemory`` (``core/run_memory.py``): its
+liveness plan, made at compile time for static shapes or per input-shape signature on first
+run, and the arena of kernels that write into planned memory, taken from the device's pool
+(``registry.pools``). A partition whose plan does not fit its device is placed elsewhere like
+one a graph-mode compiler refused. ``Session.memory()`` reports the figures. A run that fails
+releases the device tensors it made, and a ``MemoryError`` reaches the caller as
+``OutOfMemoryError``: the session stays usable.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from anychip.core.errors import (
     PlacementError,
 )
 from anychip.core.executor import Program, evaluate_node
+from anychip.core.memory_report import DeviceMemory, MemoryReport
 from anychip.core.partition import HOST, partition_graph
 from anychip.core.placement import PlacementOptions, place
 from anychip.core.plugins import get_registry
 from anychip.core.report import CopyInfo, NodeRecord, PartitionRecord, PlacementReport
+from anychip.core.run_memory import PartitionMemory, default_pool
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Model
 from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
@@ -123,6 +133,8 @@ class Session:
         devices: list[str],
         options: PlacementOptions,
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        plan_cache_size: int = 8,
     ) -> None:
         self._registry = registry = get_registry()
         self.model = model
@@ -139,6 +151,11 @@ class Session:
             registry.backends[d].configure(**device_options.get(d, {})) for d in devices
         ]
         self._lock = threading.Lock()
+        if int(plan_cache_size) < 1:
+            raise AnychipError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
+        self._plan_cache_size = int(plan_cache_size)
+        self._pools: dict[str, Any] = {}
+        self._memory_notes: list[str] = []
         graph = model.graph
         self._resolve_schemas()
         self._run_generic_passes()
@@ -190,6 +207,7 @@ class Session:
     def _compile_partitions(self, tables: dict, excluded: dict) -> bool:
         by_name = {b.name: b for b in self._backends}
         self._load_copies: list[CopyInfo] = []
+        self._part_memory: dict[int, PartitionMemory] = {}
         for p in self.partitions:
             backend = by_name[p.device]
             for entry in self._registry.passes_for(p.device):
@@ -206,6 +224,7 @@ class Session:
                     )
                     for n in p.nodes:
                         excluded.setdefault(n.name, {})[p.device] = why
+                    self._memory_notes.append(f"{p.device}: {why}; its nodes went elsewhere")
                     log.warning(
                         "anychip: %s: %s; placing its %d nodes elsewhere",
                         p.device,
@@ -217,11 +236,64 @@ class Session:
                 p.info.update(compiled.info)
             else:
                 program = Program(p.graph, backend, tables[p.device], self._registry.schemas)
-                p.program = program.run
+                pm = PartitionMemory(program, self._pool_for(backend), self._plan_cache_size)
+                if self._over_budget(p, backend, pm, excluded):
+                    return True
+                self._part_memory[p.index] = pm
+                p.program = pm.runner
             if not backend.host_memory:
                 for v in p.graph.initializers.values():
                     self._load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
         return False
+
+    def _pool_for(self, backend: Any) -> Any:
+        """The session's pool for a host-memory device: the registered factory for its kind
+        (``anychip_register_memory_pools``), else ``run_memory.default_pool``."""
+        if not backend.host_memory:
+            return None  # device tensors are not numpy arrays: kernels allocate them
+        pool = self._pools.get(backend.name)
+        if pool is None:
+            factory = self._registry.pools.get(backend.kind) or default_pool
+            try:
+                pool = factory(backend)
+            except AnychipError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a plugin's factory failed
+                raise DeviceError(
+                    f"{backend.name}: the memory pool factory {factory!r} for kind "
+                    f"{backend.kind!r} failed: {type(e).__name__}: {e}"
+                ) from e
+            self._pools[backend.name] = pool
+        return pool
+
+    def _over_budget(self, p: Any, backend: Any, pm: PartitionMemory, excluded: dict) -> bool:
+        """True when the partition's planned memory exceeds its device's capacity and its
+        nodes must be placed again elsewhere; raises when there is nowhere else."""
+        capacity = backend.device.memory_capacity
+        if pm.current is None or not capacity:
+            return False
+        planned = pm.current.plan.total_size
+        boundary = pm.boundary_bytes()
+        need = planned + boundary
+        if need <= capacity:
+            return False
+        why = (
+            f"partition {p.index} needs {need} bytes ({planned} planned for intermediate "
+            f"tensors + {boundary} of inputs, outputs and weights), {p.device} has {capacity} "
+            "(out of memory)"
+        )
+        if self.options.strict or p.device == self._backends[-1].name:
+            raise OutOfMemoryError(
+                f"{p.device}: {why}. Use a smaller input, or add a device with more memory.",
+                device=p.device,
+                need=need,
+                capacity=capacity,
+            )
+        for n in p.nodes:
+            excluded.setdefault(n.name, {})[p.device] = why
+        self._memory_notes.append(f"{p.device}: {why}; its nodes went elsewhere")
+        log.warning("anychip: %s: %s; placing its %d nodes elsewhere", p.device, why, len(p.nodes))
+        return True
 
     def _build_steps(self) -> None:
         graph = self.model.graph
@@ -278,6 +350,12 @@ class Session:
             for s in st.ins + st.outs:
                 last[s] = i
         device_of = {s: dev for (_, dev), s in slot.items()}
+        # Slots holding device tensors: released when a run fails half way.
+        self._device_slots = [
+            (s, by_name[dev].release)
+            for s, dev in device_of.items()
+            if not by_name[dev].host_memory
+        ]
         for s, i in last.items():
             if s not in keep:
                 b = by_name[device_of[s]]
@@ -340,19 +418,74 @@ class Session:
             slots[s] = c
         wanted = self._select(output_names)
         with self._lock:
-            for st in self._steps:
-                if st.kind == "copy":
-                    slots[st.outs[0]] = st.fn(slots[st.ins[0]])
-                else:
-                    res = st.fn([slots[i] for i in st.ins])
-                    for s, r in zip(st.outs, res):
-                        slots[s] = r
-                for s, release in st.frees:
-                    if release is not None and slots[s] is not None:
-                        release(slots[s])
-                    slots[s] = None
+            try:
+                for st in self._steps:
+                    if st.kind == "copy":
+                        slots[st.outs[0]] = st.fn(slots[st.ins[0]])
+                    else:
+                        res = st.fn([slots[i] for i in st.ins])
+                        for s, r in zip(st.outs, res):
+                            slots[s] = r
+                    for s, release in st.frees:
+                        if release is not None and slots[s] is not None:
+                            release(slots[s])
+                        slots[s] = None
+            except BaseException as e:
+                self._release_slots(slots)
+                if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
+                    raise OutOfMemoryError(
+                        f"out of memory while running {st.label}: {type(e).__name__}: {e}. "
+                        "Run with a smaller input, or place part of the model on another device.",
+                        device=st.label.rsplit(" ", 1)[-1].split("->")[-1],
+                    ) from e
+                raise
         outs = [slots[self._output_slots[i]] for i in wanted]
         return [_detach(o, feeds) for o in outs]
+
+    def _release_slots(self, slots: list[Any]) -> None:
+        """Give back the device tensors a failed run still holds."""
+        for s, release in self._device_slots:
+            t = slots[s]
+            if t is not None:
+                slots[s] = None
+                try:
+                    release(t)
+                except Exception:  # noqa: BLE001, S110 - the run's own error is the one to report
+                    pass
+
+    def memory(self) -> MemoryReport:
+        """Memory figures per device: plan, lower bound, peak, reserved, plan cache (see
+        ``core/memory_report.py``)."""
+        by_name = {b.name: b for b in self._backends}
+        records = {
+            b.name: DeviceMemory(b.name, capacity=b.device.memory_capacity) for b in self._backends
+        }
+        for p in self.partitions:
+            rec = records[p.device]
+            rec.partitions += 1
+            pm = self._part_memory.get(p.index)
+            if pm is None:  # graph mode: the compiler's own plan
+                rec.planned = max(rec.planned, int(p.info.get("activation_bytes", 0)))
+                rec.lower_bound = max(rec.lower_bound, int(p.info.get("activation_lower_bound", 0)))
+                continue
+            rec.planned = max(rec.planned, pm.planned)
+            rec.lower_bound = max(rec.lower_bound, pm.lower_bound)
+            rec.peak = max(rec.peak, pm.program.peak)
+            rec.source = "executor"
+            if pm.cache is not None:
+                rec.dynamic_partitions += 1
+                rec.hits += pm.cache.hits
+                rec.misses += pm.cache.misses
+                rec.replans += pm.cache.replans
+        for name, rec in records.items():
+            stats = getattr(by_name[name], "memory_stats", None)
+            pool = self._pools.get(name)
+            if callable(stats):
+                st = stats()
+                rec.peak, rec.reserved, rec.source = st.peak, st.reserved, "device pool"
+            elif pool is not None:
+                rec.reserved = pool.stats().reserved
+        return MemoryReport(records, list(self._memory_notes))
 
     # -- feeds -----------------------------------------------------------------------------
     def _select(self, output_names: Sequence[str] | None) -> list[int]:
@@ -465,6 +598,7 @@ def load(
     max_copies: int | None = None,
     device_options: Mapping[str, Mapping[str, Any]] | None = None,
     cost_model: bool = True,
+    plan_cache_size: int = 8,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -479,6 +613,7 @@ def load(
         max_copies: fail when a run would copy more tensors between devices than this.
         device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
         cost_model: let the cost model keep small islands off accelerators (default True).
+        plan_cache_size: memory plans kept per partition for dynamic input shapes (default 8).
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -486,7 +621,7 @@ def load(
     if options:
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies, device_options, cost_model"
+            "placement, strict, max_copies, device_options, cost_model, plan_cache_size"
         )
     from anychip.ir.onnx import import_model
 
@@ -497,4 +632,4 @@ def load(
     opts = PlacementOptions(
         pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
     )
-    return Session(model, names, opts, device_options)
+    return Session(model, names, opts, device_options, plan_cache_size=plan_cache_size)

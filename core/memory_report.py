@@ -1,0 +1,108 @@
+"""``MemoryReport``: what ``Session.memory()`` returns, one ``DeviceMemory`` per device.
+
+Figures per device (bytes):
+
+* ``planned``: the liveness plan of the device's intermediate tensors (the largest over its
+  partitions, which run one after the other; dynamic shapes: over the signatures planned);
+* ``lower_bound``: the most bytes of intermediate tensors live at one step, which no plan can
+  beat (``planned / lower_bound`` is the plan's quality);
+* ``peak``: the most bytes in use during a run: the pool's peak where the device's memory
+  goes through a pool that sees every tensor (NPU), otherwise the bytes of arrays the executor
+  held (CPU, kernel-mode devices), planned arena included;
+* ``reserved``: what the device's pool holds (live and cached blocks);
+* ``capacity``: the device's memory, None when unknown.
+
+Plan cache counters (dynamic shapes): ``hits``, ``misses``, ``replans``; ``notes`` say why
+work left a device (a partition that did not fit).
+
+Example::
+
+    >>> report = sess.memory()          # doctest: +SKIP
+    >>> report["cpu"].planned <= 1.15 * report["cpu"].lower_bound   # doctest: +SKIP
+    True
+    >>> print(report)                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from anychip.core.memory.stats import _human
+
+__all__ = ["DeviceMemory", "MemoryReport"]
+
+
+@dataclass(slots=True)
+class DeviceMemory:
+    """The memory figures of one device in one session (see the module docstring)."""
+
+    device: str
+    planned: int = 0
+    lower_bound: int = 0
+    peak: int = 0
+    reserved: int = 0
+    capacity: int | None = None
+    partitions: int = 0
+    dynamic_partitions: int = 0
+    hits: int = 0
+    misses: int = 0
+    replans: int = 0
+    source: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """``planned / lower_bound`` (1.0 when nothing is planned)."""
+        return self.planned / self.lower_bound if self.lower_bound else 1.0
+
+
+@dataclass(slots=True)
+class MemoryReport:
+    """Per-device records (``report["cpu"]``, ``for rec in report``) and notes; prints as a
+    table."""
+
+    records: dict[str, DeviceMemory]
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, device: str) -> DeviceMemory:
+        return self.records[device]
+
+    def __iter__(self) -> Iterator[DeviceMemory]:
+        return iter(self.records.values())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __str__(self) -> str:
+        head = (
+            "device",
+            "parts",
+            "planned",
+            "lower bound",
+            "ratio",
+            "peak",
+            "reserved",
+            "capacity",
+            "plans hit/miss/replan",
+        )
+        rows = [head]
+        for r in self:
+            cache = f"{r.hits}/{r.misses}/{r.replans}" if r.dynamic_partitions else "static"
+            rows.append(
+                (
+                    r.device,
+                    str(r.partitions),
+                    _human(r.planned),
+                    _human(r.lower_bound),
+                    f"{r.ratio:.3f}",
+                    _human(r.peak),
+                    _human(r.reserved),
+                    "unknown" if r.capacity is None else _human(r.capacity),
+                    cache,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.extend(f"note: {n}" for n in self.notes)
+        return "\n".join(lines)
