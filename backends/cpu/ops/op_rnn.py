@@ -100,6 +100,10 @@ def _activations(
     return [fns[d * k : (d + 1) * k] for d in range(num_dir)]
 
 
+def _clip(x: np.ndarray, clip: float | None) -> np.ndarray:
+    return x if clip is None else np.clip(x, -clip, clip)
+
+
 def _recurrence(
     x: np.ndarray,
     lens: np.ndarray,
@@ -282,13 +286,12 @@ def lstm(
         ) -> tuple:
             h, c = st
             gates = xt @ w[d].T + h @ r[d].T + bias
-            if clip is not None:
-                gates = np.clip(gates, -clip, clip)
             gi, go, gf, gc = np.split(gates, 4, axis=-1)
-            i = f(gi + peep[0] * c)
-            fg = 1 - i if input_forget else f(gf + peep[2] * c)
-            c_new = fg * c + i * g(gc)
-            o = f(go + peep[1] * c_new)
+            # clip bounds the input of each gate activation, peephole terms included.
+            i = f(_clip(gi + peep[0] * c, clip))
+            fg = 1 - i if input_forget else f(_clip(gf + peep[2] * c, clip))
+            c_new = fg * c + i * g(_clip(gc, clip))
+            o = f(_clip(go + peep[1] * c_new, clip))
             return o * hf(c_new), c_new
 
         batch = x.shape[1]
