@@ -23,13 +23,27 @@ __all__ = ["NodeCase", "node_cases", "load_case", "run_case", "assert_outputs_cl
 
 
 class NodeCase:
-    """One conformance case: a model and one or more (inputs, expected outputs) data sets."""
+    """One conformance case: a model and one or more (inputs, expected outputs) data sets.
 
-    def __init__(self, name: str, model_dir: str, rtol: float, atol: float) -> None:
+    The onnx wheel either ships a case as files (``model_dir``) or builds it in memory
+    (``model`` and ``data_sets``); both are handled.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model_dir: str | None,
+        rtol: float,
+        atol: float,
+        model: Any = None,
+        data_sets: Any = None,
+    ) -> None:
         self.name = name
         self.model_dir = model_dir
         self.rtol = rtol
         self.atol = atol
+        self.model = model
+        self.data_sets = data_sets
 
     def __repr__(self) -> str:
         return self.name
@@ -39,15 +53,28 @@ class NodeCase:
 def _all_cases(kind: str) -> tuple[NodeCase, ...]:
     out = []
     for c in loader.load_model_tests(kind=kind):
-        if c.model_dir is None:
+        if c.model_dir is None and c.model is None:
             continue
-        out.append(NodeCase(c.name, c.model_dir, c.rtol, c.atol))
+        out.append(NodeCase(c.name, c.model_dir, c.rtol, c.atol, c.model, c.data_sets))
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=4096)
-def _ops_of(model_dir: str) -> frozenset[str]:
-    m = onnx.load(os.path.join(model_dir, "model.onnx"), load_external_data=False)
+def _ops_of(case: NodeCase) -> frozenset[str]:
+    key = case.model_dir or case.name
+    found = _OPS.get(key)
+    if found is None:
+        if case.model is not None:
+            m = case.model
+        else:
+            m = onnx.load(os.path.join(case.model_dir, "model.onnx"), load_external_data=False)
+        found = _OPS[key] = _walk_ops(m)
+    return found
+
+
+_OPS: dict[str, frozenset[str]] = {}
+
+
+def _walk_ops(m: onnx.ModelProto) -> frozenset[str]:
     ops = set()
 
     def walk(g: onnx.GraphProto) -> None:
@@ -66,7 +93,7 @@ def _ops_of(model_dir: str) -> frozenset[str]:
 def node_cases(ops: Iterable[str], kind: str = "node") -> list[NodeCase]:
     """The cases of ``kind`` whose top-level op types are all in ``ops``."""
     wanted = set(ops)
-    return [c for c in _all_cases(kind) if _ops_of(c.model_dir) <= wanted]
+    return [c for c in _all_cases(kind) if _ops_of(c) <= wanted]
 
 
 def _read_proto(path: str) -> Any:
@@ -93,6 +120,12 @@ def _read_proto(path: str) -> Any:
 
 def load_case(case: NodeCase) -> tuple[onnx.ModelProto, list[tuple[list[Any], list[Any]]]]:
     """The model and its data sets (inputs, expected outputs) of ``case``."""
+    if case.model is not None and case.model_dir is None:
+        sets = [
+            ([_from_memory(x) for x in ins], [_from_memory(y) for y in outs])
+            for ins, outs in case.data_sets or []
+        ]
+        return case.model, sets
     model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
     sets = []
     for d in sorted(glob.glob(os.path.join(case.model_dir, "test_data_set_*"))):
@@ -102,6 +135,19 @@ def load_case(case: NodeCase) -> tuple[onnx.ModelProto, list[tuple[list[Any], li
         ]
         sets.append((ins, outs))
     return model, sets
+
+
+def _from_memory(x: Any) -> Any:
+    """In-memory data come as numpy arrays, lists (sequences), None, or protos."""
+    if isinstance(x, onnx.TensorProto):
+        return numpy_helper.to_array(x)
+    if isinstance(x, onnx.SequenceProto):
+        return numpy_helper.to_list(x)
+    if isinstance(x, onnx.OptionalProto):
+        return numpy_helper.to_optional(x)
+    if isinstance(x, list):
+        return [_from_memory(v) for v in x]
+    return x
 
 
 def _index(path: str) -> int:
