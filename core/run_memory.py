@@ -128,7 +128,10 @@ def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
         if v.dtype == DType.STRING:
             continue  # object arrays hold pointers: nothing to plan
         if v.nbytes is None:
-            complete = False
+            # An output nobody reads (an old Dropout's mask) dies where it is born; its unknown
+            # size does not make the partition dynamic (the plan leaves it out).
+            if v.uses or s in program.output_slots:
+                complete = False
             continue
         shapes[s] = (tuple(int(d) for d in v.shape), np.dtype(v.dtype.numpy))
     return shapes, complete
