@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx.backend.test.loader as loader
 import pytest
@@ -20,7 +21,7 @@ from anychip.backends.cpu.ops import load_all
 from anychip.backends.cpu.table import CPU_KERNELS
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import attribute_defaults, resolve
-from anychip.tests.node_cases import assert_outputs_close
+from tests.node_cases import NodeCase, assert_outputs_close, load_case
 
 TAIL1_OPS = (
     "ArgMax ArgMin BitShift BitwiseAnd BitwiseNot BitwiseOr BitwiseXor BitCast Round Sign "
@@ -34,22 +35,34 @@ TAIL1_OPS = (
     "CenterCropPad AffineGrid GridSample RoiAlign DeformConv NonMaxSuppression"
 ).split()
 
-# Cases whose expected output disagrees with the spec text, with the reason on the same line.
-KNOWN_BAD: dict[str, str] = {}
-
 
 @functools.lru_cache(maxsize=1)
-def _cases() -> tuple[Any, ...]:
-    """onnx's node cases made of exactly one node of one of our ops (in-memory models)."""
+def _all_with_our_ops() -> tuple[tuple[str, onnx.ModelProto, tuple, float, float], ...]:
+    """onnx's node cases whose graph uses at least one of our ops: (name, model, data, tols).
+
+    This onnx build generates the cases in memory (no ``data/node`` folder on disk, which
+    is what ``tests.node_cases`` reads); a build that ships the folder is read from disk.
+    """
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         every = loader.load_model_tests(kind="node")
     wanted = set(TAIL1_OPS)
-    return tuple(
-        c for c in every if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in wanted
-    )
+    out = []
+    for c in every:
+        if c.model is not None:
+            model, data = c.model, c.data_sets
+        else:
+            model, data = load_case(NodeCase(c.name, c.model_dir, c.rtol, c.atol))
+        if {n.op_type for n in model.graph.node} & wanted:
+            out.append((c.name, model, tuple(data), c.rtol, c.atol))
+    return tuple(out)
+
+
+def _cases() -> list[tuple[str, onnx.ModelProto, tuple, float, float]]:
+    """The single-node cases of our ops (what a kernel called directly can run)."""
+    return [c for c in _all_with_our_ops() if len(c[1].graph.node) == 1]
 
 
 class _Ctx:
@@ -96,15 +109,129 @@ def _run_direct(model: onnx.ModelProto, inputs: list[Any]) -> list[Any]:
     return [env[o.name] for o in graph.output]
 
 
-def _params() -> list[Any]:
-    return [pytest.param(c, id=c.name) for c in _cases()]
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_conformance_direct(case: tuple) -> None:
+    """Each kernel, called as the executor calls it, reproduces the spec's outputs."""
+    name, model, data, rtol, atol = case
+    for inputs, expected in data:
+        got = _run_direct(model, [_as_array(v) for v in inputs])
+        assert_outputs_close(got, [_as_array(v) for v in expected], rtol, atol)
 
 
-@pytest.mark.parametrize("case", _params())
-def test_conformance_direct(case: Any) -> None:
-    if case.name in KNOWN_BAD:
-        pytest.xfail(KNOWN_BAD[case.name])
-    for inputs, expected in case.data_sets:
-        got = _run_direct(case.model, [_as_array(v) for v in inputs])
-        want = [_as_array(v) for v in expected]
-        assert_outputs_close(got, want, case.rtol, case.atol)
+@pytest.mark.parametrize("case", _all_with_our_ops(), ids=lambda c: c[0])
+def test_conformance_session(case: tuple) -> None:
+    """The same cases, plus the multi-node (function-expanded) ones, through anychip.load."""
+    import anychip
+
+    name, model, data, rtol, atol = case
+    sess = anychip.load(model, devices=["cpu"])
+    names = [i.name for i in sess.inputs]
+    for inputs, expected in data:
+        got = sess.run(None, dict(zip(names, [_as_array(v) for v in inputs])))
+        assert_outputs_close(got, [_as_array(v) for v in expected], rtol, atol)
+
+
+def _kernel(op: str, version: int, dtype: DType | None = None) -> Any:
+    load_all()
+    match = CPU_KERNELS.lookup("", op, version, dtype)
+    assert match, match.reason
+    return match.kernel.fn
+
+
+def test_topk_ties_keep_lower_index_for_unsigned_largest() -> None:
+    x = np.array([3, 7, 7, 1, 7], dtype=np.uint64)
+    values, indices = _kernel("TopK", 24)(x, np.array([3]), largest=1)
+    assert values.tolist() == [7, 7, 7] and values.dtype == np.uint64
+    assert indices.tolist() == [1, 2, 4]
+    values, indices = _kernel("TopK", 24)(x, np.array([2]), largest=0)
+    assert values.tolist() == [1, 3] and indices.tolist() == [3, 0]
+
+
+def test_bitcast_4bit_reinterprets_the_nibble() -> None:
+    import ml_dtypes
+
+    x = np.array([-1, 7, -8], dtype=ml_dtypes.int4)
+    y = _kernel("BitCast", 26)(x, to=int(DType.UINT4))
+    assert y.dtype == np.dtype(ml_dtypes.uint4)
+    assert y.astype(np.int32).tolist() == [15, 7, 8]
+
+
+def test_hardmax_opset11_flattens_at_axis_but_opset13_does_not() -> None:
+    x = np.array([[[1.0, 5.0], [9.0, 2.0]]], dtype=np.float32)  # [1, 2, 2]
+    flat = _kernel("Hardmax", 11)(x, axis=1)  # one max over the 4 trailing values
+    assert flat.tolist() == [[[0.0, 0.0], [1.0, 0.0]]]
+    per_row = _kernel("Hardmax", 13)(x, axis=-1)
+    assert per_row.tolist() == [[[0.0, 1.0], [1.0, 0.0]]]
+
+
+def test_group_normalization_scale_is_per_group_in_18_and_per_channel_in_21() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    per_group = _kernel("GroupNormalization", 18)(
+        x, np.array([2.0, 3.0], np.float32), np.array([0.5, -1.0], np.float32), num_groups=2
+    )
+    per_channel = _kernel("GroupNormalization", 21)(
+        x,
+        np.array([2.0, 2.0, 3.0, 3.0], np.float32),
+        np.array([0.5, 0.5, -1.0, -1.0], np.float32),
+        num_groups=2,
+    )
+    np.testing.assert_allclose(per_group, per_channel, rtol=1e-6)
+    g = x.reshape(2, 2, 6)
+    ref = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)
+    ref = ref.reshape(x.shape) * np.array([2, 2, 3, 3], np.float32)[:, None]
+    ref = ref + np.array([0.5, 0.5, -1, -1], np.float32)[:, None]
+    np.testing.assert_allclose(per_group, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_quantize_float8_saturate_flag() -> None:
+    import ml_dtypes
+
+    x = np.array([1000.0, -1000.0, 2.0], dtype=np.float32)
+    zp = np.zeros((), dtype=ml_dtypes.float8_e4m3fn)
+    sat = _kernel("QuantizeLinear", 21)(x, np.float32(1.0), zp, saturate=1)
+    assert sat.astype(np.float32).tolist() == [448.0, -448.0, 2.0]
+    raw = _kernel("QuantizeLinear", 21)(x, np.float32(1.0), zp, saturate=0)
+    assert np.isnan(raw.astype(np.float32)[:2]).all()
+
+
+def test_unique_unsorted_keeps_first_occurrence_order() -> None:
+    class Ctx:
+        num_outputs = 4
+
+    y, first, inverse, counts = _kernel("Unique", 11)(Ctx(), np.array([4, 1, 4, 2, 1]), sorted=0)
+    assert y.tolist() == [4, 1, 2]
+    assert first.tolist() == [0, 1, 3]
+    assert inverse.tolist() == [0, 1, 0, 2, 1]
+    assert counts.tolist() == [2, 2, 1]
+
+
+def test_tensor_scatter_circular_wraps() -> None:
+    cache = np.zeros((1, 4, 1), dtype=np.float32)
+    update = np.array([[[1.0], [2.0]]], dtype=np.float32)
+    out = _kernel("TensorScatter", 24)(cache, update, np.array([3]), axis=1, mode="circular")
+    assert out.reshape(-1).tolist() == [2.0, 0.0, 0.0, 1.0]
+
+
+def test_resize_antialias_downsample_averages_integers() -> None:
+    x = np.array([[[[0, 0, 100, 100]]]], dtype=np.uint8)
+    y = _kernel("Resize", 19)(
+        x, None, np.array([1, 1, 1, 0.5], np.float32), mode="linear", antialias=1
+    )
+    assert y.dtype == np.uint8 and y.shape == (1, 1, 1, 2)
+    assert y[0, 0, 0, 0] < 50 < y[0, 0, 0, 1]  # each output mixes its two-pixel footprint
+
+
+def test_user_errors_are_anychip_errors() -> None:
+    from anychip.core.errors import AnychipError
+
+    with pytest.raises(AnychipError, match="same shape"):
+        _kernel("SwiGLU", 28)(np.zeros(3, np.float32), np.zeros(4, np.float32))
+    with pytest.raises(AnychipError, match="cache length"):
+        _kernel("TensorScatter", 24)(
+            np.zeros((1, 2, 1), np.float32), np.zeros((1, 2, 1), np.float32), np.array([1]), axis=1
+        )
+    with pytest.raises(AnychipError, match="same bit width"):
+        _kernel("BitCast", 26)(np.zeros(2, np.float32), to=int(DType.INT64))
+    with pytest.raises(AnychipError, match="out of range"):
+        _kernel("GatherElements", 13)(np.zeros((2, 2)), np.array([[0, 5]]), axis=1)
