@@ -137,8 +137,9 @@ def _variadic(fn, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
     out = arrays[0]
     for a in arrays[1:]:
         out = fn(out, a)
-    # One input: return a copy so the output never aliases a graph input.
-    return np.array(out, copy=len(arrays) == 1)
+    # One input: return a copy so the output never aliases a graph input. Several: numpy
+    # returns a scalar for 0-d operands, which asarray turns back into an array.
+    return np.array(out, copy=True) if len(arrays) == 1 else np.asarray(out)
 
 
 @kernel("Sum", since=1, dtypes=NUMERIC_TYPES)
