@@ -89,7 +89,8 @@ def _clip(x: np.ndarray, lo, hi) -> np.ndarray:
     if hi is not None:
         out = np.minimum(out, np.asarray(hi, dtype=x.dtype))
     # min > max clips everything to max, which this order already gives.
-    return np.array(out, copy=out is x)
+    # Never alias the input; numpy returns scalars for 0-d operands, hence asarray.
+    return np.array(out, copy=True) if out is x else np.asarray(out)
 
 
 @kernel("Clip", since=1, dtypes=FLOAT_TYPES)
