@@ -9,28 +9,34 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = ["transformer_layer"]
 
 
-def transformer_layer(seq: int = 64, hidden: int = 256, heads: int = 4, ffn: int = 1024,
-                      seed: int = 0) -> onnx.ModelProto:
+def transformer_layer(
+    seq: int = 64, hidden: int = 256, heads: int = 4, ffn: int = 1024, seed: int = 0
+) -> onnx.ModelProto:
     """One BERT-style encoder layer (opset 17): attention, LayerNorm, GELU feed-forward."""
     rng = np.random.default_rng(seed)
     head = hidden // heads
 
     def w(name: str, *shape: int) -> onnx.TensorProto:
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32),
-                                       name)
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name)
 
-    inits = [w("wq", hidden, hidden), w("wk", hidden, hidden), w("wv", hidden, hidden),
-             w("wo", hidden, hidden), w("w1", hidden, ffn), w("w2", ffn, hidden),
-             numpy_helper.from_array(np.ones(hidden, np.float32), "g1"),
-             numpy_helper.from_array(np.zeros(hidden, np.float32), "b1"),
-             numpy_helper.from_array(np.ones(hidden, np.float32), "g2"),
-             numpy_helper.from_array(np.zeros(hidden, np.float32), "b2"),
-             numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "split_shape"),
-             numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "merge_shape"),
-             numpy_helper.from_array(np.array(np.sqrt(head), np.float32), "scale"),
-             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
-             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    inits = [
+        w("wq", hidden, hidden),
+        w("wk", hidden, hidden),
+        w("wv", hidden, hidden),
+        w("wo", hidden, hidden),
+        w("w1", hidden, ffn),
+        w("w2", ffn, hidden),
+        numpy_helper.from_array(np.ones(hidden, np.float32), "g1"),
+        numpy_helper.from_array(np.zeros(hidden, np.float32), "b1"),
+        numpy_helper.from_array(np.ones(hidden, np.float32), "g2"),
+        numpy_helper.from_array(np.zeros(hidden, np.float32), "b2"),
+        numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "split_shape"),
+        numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "merge_shape"),
+        numpy_helper.from_array(np.array(np.sqrt(head), np.float32), "scale"),
+        numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
     n = helper.make_node
     nodes = [
         n("MatMul", ["x", "wq"], ["q"], name="attn/q"),
@@ -61,9 +67,11 @@ def transformer_layer(seq: int = 64, hidden: int = 256, heads: int = 4, ffn: int
         n("Add", ["f2", "h"], ["r2"], name="ffn/residual"),
         n("LayerNormalization", ["r2", "g2", "b2"], ["y"], axis=-1, name="ln2"),
     ]
-    g = helper.make_graph(nodes, "transformer_layer",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                         [1, seq, hidden])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                         [1, seq, hidden])], inits)
+    g = helper.make_graph(
+        nodes,
+        "transformer_layer",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, hidden])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -83,9 +83,20 @@ def swiglu(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
 
 
 @kernel("PRelu", since=1, dtypes=FLOAT_WITH_BF16 | _INTS)
+def prelu_v1(
+    x: np.ndarray, slope: np.ndarray, *, consumed_inputs: list[int] | None = None
+) -> np.ndarray:
+    """Before opset 7 a slope that is not a single value holds one value per channel (axis 1)."""
+    if slope.size > 1 and slope.ndim == 1 and x.ndim > 2 and slope.size == x.shape[1]:
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return prelu(x, slope)
+
+
+@kernel("PRelu", since=7, dtypes=FLOAT_WITH_BF16 | _INTS)
 def prelu(
     x: np.ndarray, slope: np.ndarray, *, consumed_inputs: list[int] | None = None
 ) -> np.ndarray:
+    """Unidirectional (numpy) broadcasting of ``slope`` against ``x``."""
     if x.dtype.kind in "iu":
         return np.where(x < 0, x * slope, x).astype(x.dtype)
     work = compute_dtype(x.dtype)

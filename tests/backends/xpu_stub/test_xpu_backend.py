@@ -27,8 +27,9 @@ def x():
 def test_transformer_matmuls_run_on_xpu_and_match_cpu(model, x):
     sess = anychip.load(model, devices=["xpu", "cpu"])
     ref = anychip.load(model, devices=["cpu"])
-    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0],
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4
+    )
     rep = sess.placement()
     matmuls = [n for n in rep.nodes if n.op_type == "MatMul"]
     assert len(matmuls) == 8 and all(n.device == "xpu" for n in matmuls), rep
@@ -51,8 +52,7 @@ def test_pin_moves_a_node_to_cpu(model, x):
 
 
 def test_glob_and_op_type_pins(model):
-    sess = anychip.load(model, devices=["xpu", "cpu"],
-                        placement={"ffn/*": "cpu", "Softmax": "cpu"})
+    sess = anychip.load(model, devices=["xpu", "cpu"], placement={"ffn/*": "cpu", "Softmax": "cpu"})
     rep = sess.placement()
     assert all(n.device == "cpu" for n in rep.nodes if n.name.startswith("ffn/"))
     assert [n.device for n in rep.nodes if n.op_type == "Softmax"] == ["cpu"]
