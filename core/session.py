@@ -113,14 +113,18 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
 
 
 class _Step:
-    __slots__ = ("kind", "fn", "ins", "outs", "frees", "src", "dst", "label")
+    __slots__ = ("kind", "fn", "ins", "outs", "frees", "device", "label")
 
-    def __init__(self, kind: str, fn: Any, ins: list[int], outs: list[int], label: str) -> None:
+    def __init__(
+        self, kind: str, fn: Any, ins: list[int], outs: list[int], label: str, device: str
+    ) -> None:
         self.kind = kind
         self.fn = fn
         self.ins = ins
         self.outs = outs
         self.frees: list[tuple[int, Any]] = []
+        #: The device whose memory the step's outputs take (a copy's destination).
+        self.device = device
         self.label = label
 
 
@@ -325,6 +329,7 @@ class Session:
                         [get(v, c.src)],
                         [get(v, c.dst)],
                         f"copy {c.tensor} {c.src}->{c.dst}",
+                        c.dst,
                     )
                 )
             if p is not None:
@@ -335,6 +340,7 @@ class Session:
                         [get(v, p.device) for v in p.inputs],
                         [get(v, p.device) for v in p.outputs],
                         f"partition {p.index} on {p.device}",
+                        p.device,
                     )
                 )
         self._consts: list[tuple[int, Any]] = []
@@ -436,7 +442,7 @@ class Session:
                     raise OutOfMemoryError(
                         f"out of memory while running {st.label}: {type(e).__name__}: {e}. "
                         "Run with a smaller input, or place part of the model on another device.",
-                        device=st.label.rsplit(" ", 1)[-1].split("->")[-1],
+                        device=st.device,
                     ) from e
                 raise
         outs = [slots[self._output_slots[i]] for i in wanted]
