@@ -161,7 +161,7 @@ class Backend:
         if self.host_memory:
             return array
         try:
-            return self._copy_in(np.ascontiguousarray(array))
+            return self._copy_in(np.asarray(array, order="C"))  # keeps 0-d shapes
         except AnychipError:
             raise
         except Exception as e:  # noqa: BLE001

@@ -33,6 +33,10 @@ class ConformanceBackend(AnychipBackend):
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> Any:
+        if DEVICES.upper() != "CPU":
+            # The suite's tensors are tiny: without this the cost model would (rightly) keep
+            # them on the CPU, and the accelerator's kernels would never be exercised.
+            kwargs.setdefault("cost_model", False)
         return super().prepare(model, DEVICES if device.upper() == "CPU" else device, **kwargs)
 
     @classmethod

@@ -7,10 +7,15 @@ host memory, so a missing copy is an error, never a silently right answer. ``_co
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from anychip.core.backend import Backend, DeviceModel
 from anychip.ir.dtypes import DType
+
+if TYPE_CHECKING:
+    from anychip.ir.node import Node
 
 __all__ = ["XpuBackend"]
 
@@ -40,6 +45,19 @@ class XpuBackend(Backend):
             host_link=1.6e10,
             launch_overhead=1e-5,
         )
+
+    def check_node(self, node: Node) -> str | None:
+        """Constraints the kernel table cannot express: arity and matching input dtypes."""
+        from anychip.backends.xpu_stub.kernels import BINARY_OPS
+
+        if node.op_type in BINARY_OPS and node.domain == "":
+            present = [v for v in node.inputs if v is not None]
+            if len(present) != 2:
+                return f"{node.op_type} with {len(present)} inputs (the XPU kernel takes 2)"
+            a, b = (v.dtype for v in present)
+            if a and b and a != b:
+                return f"{node.op_type} of {a.short} and {b.short} (the XPU needs equal dtypes)"
+        return None
 
     def _available(self) -> tuple[bool, str]:
         from anychip.backends.xpu_stub.driver import get_driver
