@@ -40,7 +40,7 @@ Evaluator = Callable[["Node", Sequence[Any]], Sequence[Any]]
 class FoldConstantsPass(Pass):
     """Replaces constant subexpressions with initializers."""
 
-    def __init__(self, evaluate: Evaluator, max_bytes: int = 1 << 28) -> None:
+    def __init__(self, evaluate: Evaluator, max_bytes: int = 1 << 30) -> None:
         self.evaluate = evaluate
         self.max_bytes = max_bytes
         self.folded: list[str] = []
