@@ -14,7 +14,14 @@ import enum
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "FLOAT_TYPES", "INT_TYPES", "NUMERIC_TYPES", "ALL_TYPES"]
+__all__ = [
+    "DType",
+    "FLOAT_TYPES",
+    "INT_TYPES",
+    "NUMERIC_TYPES",
+    "STANDARD_NUMERIC_TYPES",
+    "ALL_TYPES",
+]
 
 
 class DType(enum.IntEnum):
@@ -187,3 +194,20 @@ INT_TYPES = frozenset(
 )
 NUMERIC_TYPES = FLOAT_TYPES | INT_TYPES | {DType.COMPLEX64, DType.COMPLEX128}
 ALL_TYPES = frozenset(DType) - {DType.UNDEFINED}
+#: ONNX's usual numeric type constraint: the 8- to 64-bit integers, float16/32/64, bfloat16.
+STANDARD_NUMERIC_TYPES = frozenset(
+    {
+        DType.FLOAT16,
+        DType.FLOAT,
+        DType.DOUBLE,
+        DType.BFLOAT16,
+        DType.INT8,
+        DType.INT16,
+        DType.INT32,
+        DType.INT64,
+        DType.UINT8,
+        DType.UINT16,
+        DType.UINT32,
+        DType.UINT64,
+    }
+)

@@ -6,26 +6,11 @@ import numpy as np
 
 from anychip.backends.cpu.ops._tail_util import normalize_axis
 from anychip.backends.cpu.table import kernel
-from anychip.ir.dtypes import DType
+from anychip.ir.dtypes import STANDARD_NUMERIC_TYPES
 
 __all__ = ["arg_max", "arg_min", "ARG_TYPES"]
 
-ARG_TYPES = frozenset(
-    {
-        DType.FLOAT16,
-        DType.FLOAT,
-        DType.DOUBLE,
-        DType.BFLOAT16,
-        DType.INT8,
-        DType.INT16,
-        DType.INT32,
-        DType.INT64,
-        DType.UINT8,
-        DType.UINT16,
-        DType.UINT32,
-        DType.UINT64,
-    }
-)
+ARG_TYPES = STANDARD_NUMERIC_TYPES
 
 
 def _arg(
