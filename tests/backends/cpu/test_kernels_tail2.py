@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 
 import anychip
 from anychip.core.errors import AnychipError
-from anychip.tests.node_cases import NodeCase, assert_outputs_close, load_case
+from tests.node_cases import NodeCase, assert_outputs_close, load_case
 
 TAIL2_OPS = frozenset(
     (
