@@ -32,6 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -207,6 +208,9 @@ class Program:
         #: Slots whose values may view an arena tensor with the plan's knowledge (alias ops).
         self.alias_slots: frozenset[int] = frozenset()
         self._compile(parent)
+        if self._release is not None and self.consts:
+            # Device copies of constants live as long as the program: give them back then.
+            weakref.finalize(self, _release_all, self._release, [t for _, t in self.consts])
 
     # -- compilation -----------------------------------------------------------------------
     def _slot(self, v: Value) -> int:
@@ -489,3 +493,11 @@ def evaluate_node(
     if type(res) is not tuple and type(res) is not list:
         res = [res]
     return [np.asarray(r) if isinstance(r, np.generic) else r for r in res]
+
+
+def _release_all(release: Any, tensors: list[Any]) -> None:
+    for t in tensors:
+        try:
+            release(t)
+        except Exception:  # noqa: BLE001 - at teardown the driver may already be gone
+            pass

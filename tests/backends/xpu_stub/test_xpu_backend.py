@@ -92,3 +92,18 @@ def test_device_memory_is_returned_after_a_run(model, x):
     used = get_driver().mem_info().used
     sess.run(None, {"x": x})
     assert get_driver().mem_info().used == used  # intermediates freed, only weights stay
+
+
+def test_device_constants_are_freed_with_the_session(model, x):
+    import gc
+
+    from anychip.backends.xpu_stub.driver import get_driver
+
+    gc.collect()
+    before = get_driver().mem_info().used
+    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess.run(None, {"x": x})
+    assert get_driver().mem_info().used > before  # the weights live on the device
+    del sess
+    gc.collect()
+    assert get_driver().mem_info().used == before
