@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 import onnx
@@ -17,20 +16,11 @@ import onnx
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench._timing import best_of  # noqa: E402
 from tests.models import transformer_layer  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 CONFIGS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
-
-
-def best_of(fn, repeat: int) -> float:  # noqa: ANN001
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

@@ -9,24 +9,17 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import time
+import sys
 
 import numpy as np
 import onnx
 
 import anychip
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench._timing import best_of  # noqa: E402
+
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def best_of(fn, repeat: int) -> float:  # noqa: ANN001
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
