@@ -51,7 +51,15 @@ if TYPE_CHECKING:
     from anychip.ir.value import Value
     from anychip.opsets.schemas import SchemaRegistry
 
-__all__ = ["Program", "KernelContext", "Instr", "Arena", "describe_args", "evaluate_node"]
+__all__ = [
+    "Program",
+    "KernelContext",
+    "Instr",
+    "Arena",
+    "describe_args",
+    "evaluate_node",
+    "release_quietly",
+]
 
 
 class KernelContext:
@@ -210,7 +218,7 @@ class Program:
         self._compile(parent)
         if self._release is not None and self.consts:
             # Device copies of constants live as long as the program: give them back then.
-            weakref.finalize(self, _release_all, self._release, [t for _, t in self.consts])
+            weakref.finalize(self, release_quietly, self._release, [t for _, t in self.consts])
 
     # -- compilation -----------------------------------------------------------------------
     def _slot(self, v: Value) -> int:
@@ -417,13 +425,10 @@ class Program:
         if self._release is None:
             return
         external = self.external_slots()
-        for s, t in enumerate(slots):
-            if t is not None and s not in external:
-                slots[s] = None
-                try:
-                    self._release(t)
-                except Exception:  # noqa: BLE001, S110 - the run's own error is the one to report
-                    pass
+        mine = [s for s, t in enumerate(slots) if t is not None and s not in external]
+        release_quietly(self._release, [slots[s] for s in mine])
+        for s in mine:
+            slots[s] = None
 
     def on_error(self, ins: Instr, args: list[Any], exc: Exception) -> None:
         from anychip.ir.printer import format_node
@@ -495,9 +500,11 @@ def evaluate_node(
     return [np.asarray(r) if isinstance(r, np.generic) else r for r in res]
 
 
-def _release_all(release: Any, tensors: list[Any]) -> None:
+def release_quietly(release: Any, tensors: Sequence[Any]) -> None:
+    """Release every tensor, ignoring failures: used on error paths (the run's own error is the
+    one to report) and at teardown (the driver may already be gone)."""
     for t in tensors:
         try:
             release(t)
-        except Exception:  # noqa: BLE001 - at teardown the driver may already be gone
+        except Exception:  # noqa: BLE001, S110
             pass

@@ -32,7 +32,7 @@ from anychip.core.errors import (
     OutOfMemoryError,
     PlacementError,
 )
-from anychip.core.executor import Program, evaluate_node
+from anychip.core.executor import Program, evaluate_node, release_quietly
 from anychip.core.memory_report import DeviceMemory, MemoryReport
 from anychip.core.partition import HOST, partition_graph
 from anychip.core.placement import PlacementOptions, place
@@ -226,15 +226,7 @@ class Session:
                         f"partition {p.index} needs {e.need} bytes, {p.device} has "
                         f"{e.capacity} (out of memory)"
                     )
-                    for n in p.nodes:
-                        excluded.setdefault(n.name, {})[p.device] = why
-                    self._memory_notes.append(f"{p.device}: {why}; its nodes went elsewhere")
-                    log.warning(
-                        "anychip: %s: %s; placing its %d nodes elsewhere",
-                        p.device,
-                        why,
-                        len(p.nodes),
-                    )
+                    self._exclude(p, why, excluded)
                     return True
                 p.program = compiled.run
                 p.info.update(compiled.info)
@@ -293,11 +285,15 @@ class Session:
                 need=need,
                 capacity=capacity,
             )
+        self._exclude(p, why, excluded)
+        return True
+
+    def _exclude(self, p: Any, why: str, excluded: dict) -> None:
+        """Keep partition ``p``'s nodes off its device on the next placement, and say why."""
         for n in p.nodes:
             excluded.setdefault(n.name, {})[p.device] = why
         self._memory_notes.append(f"{p.device}: {why}; its nodes went elsewhere")
         log.warning("anychip: %s: %s; placing its %d nodes elsewhere", p.device, why, len(p.nodes))
-        return True
 
     def _build_steps(self) -> None:
         graph = self.model.graph
@@ -454,10 +450,7 @@ class Session:
             t = slots[s]
             if t is not None:
                 slots[s] = None
-                try:
-                    release(t)
-                except Exception:  # noqa: BLE001, S110 - the run's own error is the one to report
-                    pass
+                release_quietly(release, [t])
 
     def memory(self) -> MemoryReport:
         """Memory figures per device: plan, lower bound, peak, reserved, plan cache (see
