@@ -17,7 +17,8 @@ fresh array when the result does not fit it; for the element-wise ops in
 ``run_memory.INPLACE_OPS`` ``out`` may be the very memory of its first input). Results that view
 the arena without the plan knowing are copied out, and so are outputs, so nothing the caller
 holds is overwritten by a later run. A top-level program counts the bytes of the arrays it
-holds (``peak``: arrays owning their memory, views count nothing).
+holds (``peak``: arrays owning their memory, views count nothing) and the ``out`` views its
+kernels declined (``declined``).
 
 Invariants:
     * Each value's slot is cleared right after its last reader (readers inside nested graphs
@@ -213,6 +214,8 @@ class Program:
         #: A top-level program counts the bytes it holds; ``peak`` is the most in one run.
         self.track = parent is None
         self.peak = 0
+        #: Planned ``out`` views a kernel was handed but did not return (it allocated instead).
+        self.declined = 0
         #: Slots whose values may view an arena tensor with the plan's knowledge (alias ops).
         self.alias_slots: frozenset[int] = frozenset()
         self._compile(parent)
@@ -379,6 +382,8 @@ class Program:
                 except Exception as e:  # noqa: BLE001 - re-raised with the node's text
                     self.on_error(ins, args, e)
                 results = res if type(res) is tuple or type(res) is list else (res,)
+                if out is not None and (not results or results[0] is not out):
+                    self.declined += 1
                 for s, r in zip(ins.outs, results):
                     if s < 0:
                         continue

@@ -10,6 +10,10 @@ Figures per device (bytes):
   goes through a pool that sees every tensor (NPU), otherwise the bytes of arrays the executor
   held (CPU, kernel-mode devices), planned arena included;
 * ``reserved``: what the device's pool holds (live and cached blocks);
+* ``arena``: the part of the plan kernels really write into (``out=``, the executor's out
+  protocol), the largest over the device's partitions; the rest of ``planned`` is allocated per
+  node by kernels without ``out``. ``declined``: planned views a kernel was handed and did not
+  use, summed over runs (0 when every out-capable kernel wrote its output in place);
 * ``capacity``: the device's memory, None when unknown.
 
 Plan cache counters (dynamic shapes): ``hits``, ``misses``, ``replans``; ``notes`` say why
@@ -42,6 +46,8 @@ class DeviceMemory:
     lower_bound: int = 0
     peak: int = 0
     reserved: int = 0
+    arena: int = 0
+    declined: int = 0
     capacity: int | None = None
     partitions: int = 0
     dynamic_partitions: int = 0
@@ -78,6 +84,7 @@ class MemoryReport:
             "device",
             "parts",
             "planned",
+            "arena",
             "lower bound",
             "ratio",
             "peak",
@@ -93,6 +100,7 @@ class MemoryReport:
                     r.device,
                     str(r.partitions),
                     _human(r.planned),
+                    _human(r.arena),
                     _human(r.lower_bound),
                     f"{r.ratio:.3f}",
                     _human(r.peak),
@@ -104,5 +112,11 @@ class MemoryReport:
         widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.extend(
+            f"note: {r.device}: kernels declined {r.declined} planned out= views (they "
+            "allocated their output instead)"
+            for r in self
+            if r.declined
+        )
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)

@@ -244,6 +244,8 @@ class PartitionMemory:
         #: The largest plan and lower bound made so far (dynamic shapes: over the signatures).
         self.planned = 0
         self.lower_bound = 0
+        #: The largest arena (the part of the plan kernels write through ``out=``).
+        self.arena = 0
         root = _alias_roots(program)
         program.alias_slots = frozenset(root)
         if not self.dynamic:
@@ -253,6 +255,8 @@ class PartitionMemory:
         self.current = pp
         self.planned = max(self.planned, pp.plan.total_size)
         self.lower_bound = max(self.lower_bound, pp.plan.lower_bound)
+        if pp.arena is not None:
+            self.arena = max(self.arena, pp.arena.total_size)
 
     @property
     def runner(self) -> Callable[[Sequence[Any]], list[Any]]:

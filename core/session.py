@@ -470,6 +470,8 @@ class Session:
             rec.planned = max(rec.planned, pm.planned)
             rec.lower_bound = max(rec.lower_bound, pm.lower_bound)
             rec.peak = max(rec.peak, pm.program.peak)
+            rec.declined += pm.program.declined
+            rec.arena = max(rec.arena, pm.arena)
             rec.source = "executor"
             if pm.cache is not None:
                 rec.dynamic_partitions += 1

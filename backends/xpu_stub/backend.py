@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anychip.core.backend import Backend, DeviceModel
+from anychip.core.memory.stats import MemoryStats
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -75,3 +76,31 @@ class XpuBackend(Backend):
 
     def release(self, tensor) -> None:  # noqa: ANN001
         tensor.free()
+
+    def memory_stats(self) -> MemoryStats:
+        """The device heap as the C driver accounts it (device-wide, all sessions).
+
+        ``reserved`` is the whole heap (the driver holds it from start-up); ``in_use`` and
+        ``peak`` are the driver's own counters since the driver was created. The driver keeps
+        live blocks, not call counts, so ``alloc_count`` is the live block count and
+        ``free_count`` 0.
+        """
+        from anychip.backends.xpu_stub.driver import get_driver
+
+        drv = get_driver()
+        info = drv.mem_info()
+        heap = drv.heap_stats()
+        free = info.capacity - info.used
+        live = heap.blocks - heap.free_blocks
+        return MemoryStats(
+            device=self.name,
+            capacity=info.capacity,
+            in_use=info.used,
+            requested=info.used,
+            peak=info.peak,
+            reserved=info.capacity,
+            alloc_count=live,
+            free_count=0,
+            fragmentation=1.0 - heap.largest_free / free if free else 0.0,
+            largest_free=heap.largest_free,
+        )

@@ -59,7 +59,7 @@ def test_report_prints_a_table_and_peak_is_measured():
     # Live at once at least: one [1, 64, 1024] feed-forward activation and its GELU.
     assert rec.peak >= 2 * 64 * 1024 * 4
     text = str(report)
-    assert text.splitlines()[0].split()[:4] == ["device", "parts", "planned", "lower"]
+    assert text.splitlines()[0].split()[:4] == ["device", "parts", "planned", "arena"]
     assert "cpu" in text and "static" in text
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.ops.op_elementwise import erf_array
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
@@ -36,29 +37,39 @@ def _c(value: float, x: np.ndarray) -> np.ndarray:
 
 
 @kernel("Tanh", since=1, dtypes=FLOAT_TYPES)
-def tanh(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def tanh(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Hyperbolic tangent."""
-    return np.tanh(x)
+    return np.tanh(x, out=out) if fits(out, x.shape, x.dtype) else np.tanh(x)
 
 
 @kernel("Sigmoid", since=1, dtypes=FLOAT_TYPES)
-def sigmoid(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def sigmoid(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``1 / (1 + exp(-x))``; exp overflow for very negative x correctly gives 0."""
     one = _c(1.0, x)
     with np.errstate(over="ignore"):
-        return one / (one + np.exp(-x))
+        if not fits(out, x.shape, x.dtype):
+            return one / (one + np.exp(-x))
+        np.negative(x, out=out)
+        np.exp(out, out=out)
+        np.add(one, out, out=out)
+        return np.divide(one, out, out=out)
 
 
 @kernel("Relu", since=1, dtypes=NUMERIC_TYPES)
-def relu(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def relu(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``max(x, 0)``; integer types are allowed from opset 14."""
+    if fits(out, x.shape, x.dtype):
+        return np.maximum(x, _c(0, x), out=out)
     return np.maximum(x, _c(0, x))
 
 
 @kernel("LeakyRelu", since=1, dtypes=FLOAT_TYPES)
-def leaky_relu(x: np.ndarray, *, alpha: float = 0.01, consumed_inputs=None) -> np.ndarray:
+def leaky_relu(x: np.ndarray, *, alpha: float = 0.01, consumed_inputs=None, out=None) -> np.ndarray:
     """``x`` where positive, ``alpha * x`` elsewhere."""
-    return np.where(x >= 0, x, x * _c(alpha, x))
+    if not fits(out, x.shape, x.dtype):
+        return np.where(x >= 0, x, x * _c(alpha, x))
+    np.copyto(out, x)
+    return np.multiply(out, _c(alpha, x), out=out, where=out < 0)
 
 
 @kernel("Elu", since=1, dtypes=FLOAT_TYPES)
@@ -82,7 +93,14 @@ def selu(
     return _c(gamma, x) * np.where(x > 0, x, neg)
 
 
-def _clip(x: np.ndarray, lo, hi) -> np.ndarray:
+def _clip(x: np.ndarray, lo, hi, into: np.ndarray | None = None) -> np.ndarray:
+    if fits(into, x.shape, x.dtype):
+        np.copyto(into, x)
+        if lo is not None:
+            np.maximum(into, np.asarray(lo, dtype=x.dtype), out=into)
+        if hi is not None:
+            np.minimum(into, np.asarray(hi, dtype=x.dtype), out=into)
+        return into
     out = x
     if lo is not None:
         out = np.maximum(out, np.asarray(lo, dtype=x.dtype))
@@ -100,9 +118,10 @@ def clip_attrs(
     min: float | None = None,
     max: float | None = None,  # noqa: A002
     consumed_inputs=None,
+    out=None,
 ) -> np.ndarray:
     """Opsets 1-10: bounds are attributes (unset means unbounded)."""
-    return _clip(x, min, max)
+    return _clip(x, min, max, out)
 
 
 @kernel("Clip", since=11, dtypes=NUMERIC_TYPES)
@@ -110,13 +129,18 @@ def clip(
     x: np.ndarray,
     min: np.ndarray | None = None,  # noqa: A002 - ONNX input names
     max: np.ndarray | None = None,
+    *,
+    out=None,
 ) -> np.ndarray:  # noqa: A002
     """Opset 11+: bounds are optional scalar inputs."""
     for name, bound in (("min", min), ("max", max)):
         if bound is not None and bound.size != 1:
             raise KernelError(f"Clip: input '{name}' must be a scalar, got shape {bound.shape}")
     return _clip(
-        x, None if min is None else min.reshape(()), None if max is None else max.reshape(())
+        x,
+        None if min is None else min.reshape(()),
+        None if max is None else max.reshape(()),
+        out,
     )
 
 
@@ -135,10 +159,14 @@ def gelu(x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
 
 @kernel("HardSigmoid", since=1, dtypes=FLOAT_TYPES)
 def hard_sigmoid(
-    x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs=None
+    x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs=None, out=None
 ) -> np.ndarray:
     """``max(0, min(1, alpha * x + beta))``."""
-    return np.clip(x * _c(alpha, x) + _c(beta, x), _c(0, x), _c(1, x))
+    if not fits(out, x.shape, x.dtype):
+        return np.clip(x * _c(alpha, x) + _c(beta, x), _c(0, x), _c(1, x))
+    np.multiply(x, _c(alpha, x), out=out)
+    np.add(out, _c(beta, x), out=out)
+    return np.clip(out, _c(0, x), _c(1, x), out=out)
 
 
 @kernel("HardSwish", since=14, dtypes=FLOAT_TYPES)
@@ -148,6 +176,8 @@ def hard_swish(x: np.ndarray) -> np.ndarray:
 
 
 @kernel("Softplus", since=1, dtypes=FLOAT_TYPES)
-def softplus(x: np.ndarray) -> np.ndarray:
+def softplus(x: np.ndarray, *, out=None) -> np.ndarray:
     """``log(exp(x) + 1)``, computed without overflow for large x."""
+    if fits(out, x.shape, x.dtype):
+        return np.logaddexp(_c(0, x), x, out=out)
     return np.logaddexp(_c(0, x), x)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import DType
@@ -24,7 +25,7 @@ def _stat_shape(x: np.ndarray, stat: np.ndarray, spatial: int) -> tuple[int, ...
     return (1,) + stat.shape
 
 
-def _infer(x, scale, b, mean, var, epsilon, spatial) -> np.ndarray:
+def _infer(x, scale, b, mean, var, epsilon, spatial, out=None) -> np.ndarray:
     if x.ndim < 2:
         raise KernelError(
             f"BatchNormalization needs an input (N, C, ...) of rank >= 2, got shape {x.shape}"
@@ -33,6 +34,9 @@ def _infer(x, scale, b, mean, var, epsilon, spatial) -> np.ndarray:
     shape = _stat_shape(x, scale, spatial)
     a = scale.astype(dt) / np.sqrt(var.astype(dt) + np.asarray(epsilon, dt))
     shift = b.astype(dt) - mean.astype(dt) * a
+    if fits(out, x.shape, dt):  # in place over x is fine: each step is element-wise
+        np.multiply(x, a.reshape(shape), out=out)
+        return np.add(out, shift.reshape(shape), out=out)
     return x * a.reshape(shape) + shift.reshape(shape)
 
 
@@ -67,10 +71,11 @@ def batch_normalization_legacy(
     spatial: int = 1,
     is_test: int = 0,
     consumed_inputs=None,
+    out=None,
 ):
     """Opsets 1-13: five outputs; more than one requested output means training mode."""
     if ctx.num_outputs <= 1 or is_test:
-        return _infer(x, scale, b, mean, var, epsilon, spatial)
+        return _infer(x, scale, b, mean, var, epsilon, spatial, out)
     y, run_mean, run_var, saved_mean, saved_var = _train(x, scale, b, mean, var, epsilon, momentum)
     return (y, run_mean, run_var, saved_mean, saved_var)[: ctx.num_outputs]
 
@@ -86,9 +91,10 @@ def batch_normalization(
     epsilon: float = 1e-5,
     momentum: float = 0.9,
     training_mode: int = 0,
+    out=None,
 ):
     """Opset 14+: ``training_mode=1`` also returns the running mean and variance."""
     if not training_mode:
-        return _infer(x, scale, b, input_mean, input_var, epsilon, 1)
+        return _infer(x, scale, b, input_mean, input_var, epsilon, 1, out)
     y, run_mean, run_var, _, _ = _train(x, scale, b, input_mean, input_var, epsilon, momentum)
     return y, run_mean, run_var

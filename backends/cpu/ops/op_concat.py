@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.ops._axes import norm_axis
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 
@@ -12,7 +13,9 @@ __all__ = ["concat"]
 
 
 @kernel("Concat", since=1)
-def concat(*inputs: np.ndarray, axis: int | None = None) -> np.ndarray:
+def concat(
+    *inputs: np.ndarray, axis: int | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
     """All inputs share every dimension except ``axis``."""
     arrays = [x for x in inputs if x is not None]
     if not arrays:
@@ -25,4 +28,9 @@ def concat(*inputs: np.ndarray, axis: int | None = None) -> np.ndarray:
             raise KernelError(
                 f"Concat: input shapes {[t.shape for t in arrays]} differ outside axis {a}"
             )
+    first = arrays[0]
+    if out is not None and all(x.dtype == first.dtype for x in arrays):
+        shape = first.shape[:a] + (sum(x.shape[a] for x in arrays),) + first.shape[a + 1 :]
+        if fits(out, shape, first.dtype):
+            return np.concatenate(arrays, axis=a, out=out)
     return np.concatenate(arrays, axis=a)

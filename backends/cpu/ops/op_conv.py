@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.ops._window import pad_spatial, window_geometry, window_view
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
@@ -38,8 +39,13 @@ def conv(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """N-D convolution (cross-correlation) of ``x`` (N, C, *S) with ``w`` (M, C/group, *K)."""
+    """N-D convolution (cross-correlation) of ``x`` (N, C, *S) with ``w`` (M, C/group, *K).
+
+    With a planned ``out`` the matmul writes straight into it where the path's result has
+    the output's layout; otherwise the bias add (or the final copy) does.
+    """
     if x.ndim < 3 or w.ndim != x.ndim:
         raise KernelError(
             f"Conv needs X of rank >= 3 and W of the same rank, got shapes {x.shape} and {w.shape}"
@@ -69,22 +75,37 @@ def conv(
     p = math.prod(g.out)
     k = math.prod(kshape)
     w = w.astype(x.dtype, copy=False)
+    y_shape = (n, m) + tuple(g.out)
+    if not fits(out, y_shape, out_dtype):
+        out = None
+    # The matmul may write into ``out`` itself only when no dtype change follows.
+    direct = out.reshape(n, group, mg, p) if out is not None and x.dtype == out_dtype else None
     if k == 1 and not any(g.begin) and not any(g.end) and all(st == 1 for st in g.strides):
-        y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, p))
+        y = np.matmul(w.reshape(group, mg, cg), x.reshape(n, group, cg, p), out=direct)
     elif len(kshape) == 2 and g.strides == [1, 1]:
         cols, wp = _im2col_flat_2d(x, g, group)
-        y = np.matmul(w.reshape(group, mg, cg * k), cols)
+        y = np.matmul(w.reshape(group, mg, cg * k), cols)  # junk columns: never into out
         ho, wo = g.out
         y = y.reshape(n, m, ho, wp)[..., :wo]
+        direct = None
     else:
         xp = pad_spatial(x, g, 0)
         xp = xp.reshape((n, group, cg) + xp.shape[2:])
         cols = window_view(xp, g, lead=3).reshape(n, group, cg * k, p)
-        y = np.matmul(w.reshape(group, mg, cg * k), cols)
-    y = y.reshape((n, m) + tuple(g.out))
-    if b is not None:
-        y = y + b.astype(y.dtype, copy=False).reshape((1, m) + (1,) * len(g.out))
-    return np.ascontiguousarray(y, dtype=out_dtype)
+        y = np.matmul(w.reshape(group, mg, cg * k), cols, out=direct)
+    y = y.reshape(y_shape)
+    bias = None if b is None else b.astype(y.dtype, copy=False).reshape((1, m) + (1,) * len(g.out))
+    if out is None:
+        if bias is not None:
+            y = y + bias
+        return np.ascontiguousarray(y, dtype=out_dtype)
+    if bias is not None:
+        if direct is not None or y.dtype == out_dtype:
+            return np.add(y, bias, out=out)
+        y = y + bias
+    if direct is None:
+        np.copyto(out, y, casting="unsafe")  # float16/bfloat16: one rounding, as astype
+    return out
 
 
 def _im2col_flat_2d(x: np.ndarray, g, group: int) -> tuple[np.ndarray, int]:

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits, fits_broadcast
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import FLOAT_TYPES, INT_TYPES, NUMERIC_TYPES, DType
@@ -84,16 +85,31 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.power(x, y.astype(x.dtype, copy=False))
 
 
-def _binary(name: str, fn, dtypes) -> None:
-    """Register the opset-1/6 (legacy broadcast) and opset-7 (numpy broadcast) kernels."""
+def _binary(name: str, fn, dtypes, ufunc=None, kinds: str = "biufc") -> None:
+    """Register the opset-1/6 (legacy broadcast) and opset-7 (numpy broadcast) kernels.
+
+    ``ufunc`` computes ``fn`` straight into a planned ``out`` for inputs of the dtype kinds
+    ``kinds`` (the out protocol, ``_out.py``); other inputs get a fresh array from ``fn``.
+    """
 
     @kernel(name, since=1, dtypes=dtypes)
     def legacy(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
         return np.asarray(fn(a, legacy_broadcast(a, b, broadcast, axis)))
 
-    @kernel(name, since=7, dtypes=dtypes)
-    def modern(a, b):
-        return np.asarray(fn(a, b))
+    if ufunc is None:
+
+        @kernel(name, since=7, dtypes=dtypes)
+        def modern(a, b):
+            return np.asarray(fn(a, b))
+
+    else:
+
+        @kernel(name, since=7, dtypes=dtypes)
+        def modern(a, b, *, out=None):
+            if a.dtype.kind in kinds and fits_broadcast(out, a, b):
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    return ufunc(a, b, out=out)
+            return np.asarray(fn(a, b))
 
     legacy.__name__ = f"{name.lower()}_legacy"
     modern.__name__ = name.lower()
@@ -124,16 +140,31 @@ def pow_(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return _pow(x, y)
 
 
-_binary("Add", add, NUMERIC_TYPES)
-_binary("Sub", sub, NUMERIC_TYPES)
-_binary("Mul", mul, NUMERIC_TYPES)
-_binary("Div", div, NUMERIC_TYPES)
+_binary("Add", add, NUMERIC_TYPES, np.add)
+_binary("Sub", sub, NUMERIC_TYPES, np.subtract)
+_binary("Mul", mul, NUMERIC_TYPES, np.multiply)
+_binary("Div", div, NUMERIC_TYPES, np.divide, kinds="fc")  # integers truncate: fresh array
 _binary("Pow", pow_, NUMERIC_TYPES)
 
 
-def _variadic(fn, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
+def _unary(ufunc, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``ufunc(x)``, into ``out`` when it fits."""
+    return ufunc(x, out=out) if fits(out, x.shape, x.dtype) else ufunc(x)
+
+
+def _variadic(fn, arrays: tuple[np.ndarray, ...], out: np.ndarray | None = None) -> np.ndarray:
+    """Fold ``fn`` over ``arrays``, into ``out`` when it fits (the first step may read the
+    first input from the memory it writes: in-place)."""
     if not arrays:
         raise KernelError("variadic op got no inputs; it needs at least one")
+    if fits_broadcast(out, *arrays) and not any(np.may_share_memory(out, a) for a in arrays[2:]):
+        if len(arrays) == 1:
+            np.copyto(out, arrays[0])
+            return out
+        fn(arrays[0], arrays[1], out=out)
+        for a in arrays[2:]:
+            fn(out, a, out=out)
+        return out
     out = arrays[0]
     for a in arrays[1:]:
         out = fn(out, a)
@@ -143,80 +174,82 @@ def _variadic(fn, arrays: tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 @kernel("Sum", since=1, dtypes=NUMERIC_TYPES)
-def sum_(*data: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def sum_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise sum of all inputs (numpy broadcasting from opset 8)."""
-    return _variadic(np.add, data)
+    return _variadic(np.add, data, out)
 
 
 @kernel("Mean", since=1, dtypes=FLOAT_TYPES)
-def mean(*data: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def mean(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise mean of all inputs."""
-    total = _variadic(np.add, data)
+    total = _variadic(np.add, data, out)
+    if total is out:
+        return np.divide(out, np.asarray(len(data), dtype=out.dtype), out=out)
     return np.asarray(total / np.asarray(len(data), dtype=total.dtype))
 
 
 @kernel("Max", since=1, dtypes=NUMERIC_TYPES)
-def max_(*data: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def max_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise maximum; NaN propagates."""
-    return _variadic(np.maximum, data)
+    return _variadic(np.maximum, data, out)
 
 
 @kernel("Min", since=1, dtypes=NUMERIC_TYPES)
-def min_(*data: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def min_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise minimum; NaN propagates."""
-    return _variadic(np.minimum, data)
+    return _variadic(np.minimum, data, out)
 
 
 @kernel("Neg", since=1, dtypes=_SIGNED | {DType.COMPLEX64, DType.COMPLEX128})
-def neg(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def neg(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``-x``."""
-    return np.negative(x)
+    return _unary(np.negative, x, out)
 
 
 @kernel("Abs", since=1, dtypes=NUMERIC_TYPES)
-def abs_(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def abs_(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``|x|`` in the input dtype."""
-    return np.abs(x)
+    return _unary(np.abs, x, out)
 
 
 @kernel("Sqrt", since=1, dtypes=FLOAT_TYPES)
-def sqrt(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def sqrt(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Square root; negative inputs give NaN."""
     with np.errstate(invalid="ignore"):
-        return np.sqrt(x)
+        return _unary(np.sqrt, x, out)
 
 
 @kernel("Exp", since=1, dtypes=FLOAT_TYPES)
-def exp(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def exp(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``e ** x``."""
     with np.errstate(over="ignore"):
-        return np.exp(x)
+        return _unary(np.exp, x, out)
 
 
 @kernel("Log", since=1, dtypes=FLOAT_TYPES)
-def log(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def log(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Natural logarithm; 0 gives -inf, negatives NaN."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(x)
+        return _unary(np.log, x, out)
 
 
 @kernel("Reciprocal", since=1, dtypes=FLOAT_TYPES)
-def reciprocal(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def reciprocal(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``1 / x``."""
     with np.errstate(divide="ignore"):
-        return np.reciprocal(x)
+        return _unary(np.reciprocal, x, out)
 
 
 @kernel("Floor", since=1, dtypes=FLOAT_TYPES)
-def floor(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def floor(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward -inf."""
-    return np.floor(x)
+    return _unary(np.floor, x, out)
 
 
 @kernel("Ceil", since=1, dtypes=FLOAT_TYPES)
-def ceil(x: np.ndarray, consumed_inputs=None) -> np.ndarray:
+def ceil(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward +inf."""
-    return np.ceil(x)
+    return _unary(np.ceil, x, out)
 
 
 _math_erf = np.frompyfunc(math.erf, 1, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import DType
@@ -22,6 +23,7 @@ def layer_normalization(
     axis: int = -1,
     epsilon: float = 1e-5,
     stash_type: int = 1,
+    out: np.ndarray | None = None,
 ):
     """``Y = (X - mean) / sqrt(var + eps) * scale + B``; also Mean and InvStdDev.
 
@@ -43,7 +45,11 @@ def layer_normalization(
     centered = xs - mean
     var = np.mean(np.square(centered), axis=axes, keepdims=True)
     inv_std = np.asarray(1, stash) / np.sqrt(var + np.asarray(epsilon, stash))
-    y = centered * inv_std * scale.astype(stash, copy=False)
+    centered *= inv_std
+    if x.dtype == stash and fits(out, x.shape, x.dtype):
+        y = np.multiply(centered, scale.astype(stash, copy=False), out=out)
+    else:
+        y = centered * scale.astype(stash, copy=False)
     if b is not None:
-        y = y + b.astype(stash, copy=False)
+        y += b.astype(stash, copy=False)
     return y.astype(x.dtype, copy=False), mean, inv_std

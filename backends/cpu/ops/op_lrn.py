@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import DType
@@ -19,6 +20,7 @@ def lrn(
     beta: float = 0.75,
     bias: float = 1.0,
     size: int | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``x / (bias + alpha / size * sum of x^2 over a channel window) ** beta``."""
     if size is None or size < 1:
@@ -35,4 +37,7 @@ def lrn(
         acc += padded[:, i : i + c]
     dt = x.dtype
     scale = np.asarray(bias, dt) + np.asarray(alpha / size, dt) * acc
-    return x / np.power(scale, np.asarray(beta, dt))
+    np.power(scale, np.asarray(beta, dt), out=scale)
+    if fits(out, x.shape, dt):
+        return np.divide(x, scale, out=out)
+    return x / scale

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import DType
@@ -28,7 +29,7 @@ _MATMUL_TYPES = frozenset(
 
 
 @kernel("MatMul", since=1, dtypes=_MATMUL_TYPES)
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` with numpy's rules for 1-D operands and broadcast batch dimensions."""
     if a.ndim == 0 or b.ndim == 0:
         raise KernelError(f"MatMul needs operands of rank >= 1, got shapes {a.shape} and {b.shape}")
@@ -40,7 +41,24 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.itemsize < 4:
         # float16/bfloat16: accumulate in float32 and round once.
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    if out is not None and a.dtype == b.dtype and fits(out, _matmul_shape(a, b), a.dtype):
+        return np.matmul(a, b, out=out)
     return np.asarray(np.matmul(a, b))
+
+
+def _matmul_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (operands already checked to match)."""
+    if a.ndim == 1 and b.ndim == 1:
+        return ()
+    if a.ndim == 1:
+        return b.shape[:-2] + b.shape[-1:]
+    if b.ndim == 1:
+        return a.shape[:-1]
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        return ()  # numpy names the mismatch on the fresh path
+    return batch + (a.shape[-2], b.shape[-1])
 
 
 @kernel("Gemm", since=1, dtypes=_MATMUL_TYPES)
@@ -54,6 +72,7 @@ def gemm(
     transA: int = 0,
     transB: int = 0,  # noqa: N803 - ONNX names
     broadcast: int = 0,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``alpha * A' @ B' + beta * C`` with ``C`` broadcast to (M, N)."""
     if a.ndim != 2 or b.ndim != 2:
@@ -67,7 +86,10 @@ def gemm(
     out_dtype = a.dtype
     if a.dtype.itemsize < 4:
         a, b = a.astype(np.float32), b.astype(np.float32)
-    y = np.dot(a, b)
+    if a.dtype == b.dtype == out_dtype and fits(out, (a.shape[0], b.shape[1]), out_dtype):
+        y = np.dot(a, b, out=out)
+    else:
+        y = np.dot(a, b)
     if alpha != 1.0:
         y *= np.asarray(alpha, dtype=y.dtype)
     if c is not None and beta != 0.0:

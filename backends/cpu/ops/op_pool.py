@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.ops._window import pad_spatial, window_geometry, window_view
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
@@ -47,6 +48,7 @@ def max_pool(
     pads: list[int] | None = None,
     storage_order: int = 0,
     strides: list[int] | None = None,
+    out: np.ndarray | None = None,
 ):
     """Max over each window; the optional second output holds flat argmax indices.
 
@@ -70,10 +72,14 @@ def max_pool(
     y = None
     idx = None
     spatial = x.shape[2:]
+    if want_indices or not fits(out, x.shape[:2] + tuple(g.out), x.dtype):
+        out = None
     for offs in np.ndindex(*g.kernel):
         win = view[(slice(None), slice(None)) + offs]
         if y is None:
-            y = np.array(win)
+            y = np.array(win) if out is None else out
+            if out is not None:
+                np.copyto(out, win)
             if want_indices:
                 idx = np.broadcast_to(_flat_index(offs, g, spatial, storage_order), y.shape).copy()
             continue
@@ -118,6 +124,7 @@ def average_pool(
     kernel_shape: list[int] | None = None,
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Mean over each window; padding counts in the divisor only with count_include_pad=1.
 
@@ -137,7 +144,12 @@ def average_pool(
     xp = pad_spatial(x, g, 0)
     view = window_view(xp, g)
     work = np.float32 if x.dtype.itemsize < 4 else x.dtype
-    total = np.zeros(x.shape[:2] + tuple(g.out), dtype=work)
+    shape = x.shape[:2] + tuple(g.out)
+    if work == x.dtype and fits(out, shape, x.dtype):
+        total = out
+        total.fill(0)
+    else:
+        total = np.zeros(shape, dtype=work)
     for offs in np.ndindex(*g.kernel):
         total += view[(slice(None), slice(None)) + offs]
     counts = _window_counts(x.shape[2:], g, count_include_pad)
@@ -170,13 +182,18 @@ def _window_counts(spatial: tuple[int, ...], g, count_include_pad: int) -> np.nd
 
 
 @kernel("GlobalAveragePool", since=1, dtypes=_FLOATS)
-def global_average_pool(x: np.ndarray) -> np.ndarray:
+def global_average_pool(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """Mean over all spatial axes, keeping them as size-1 axes."""
     axes = tuple(range(2, x.ndim))
-    return np.mean(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if not fits(out, x.shape[:2] + (1,) * len(axes), x.dtype):
+        out = None
+    return np.mean(x, axis=axes, keepdims=True, dtype=x.dtype, out=out)
 
 
 @kernel("GlobalMaxPool", since=1, dtypes=_FLOATS)
-def global_max_pool(x: np.ndarray) -> np.ndarray:
+def global_max_pool(x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """Max over all spatial axes, keeping them as size-1 axes."""
-    return np.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    axes = tuple(range(2, x.ndim))
+    if not fits(out, x.shape[:2] + (1,) * len(axes), x.dtype):
+        out = None
+    return np.max(x, axis=axes, keepdims=True, out=out)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import DType
@@ -25,8 +26,12 @@ def _axis(axis: int, ndim: int, op: str) -> int:
     return axis + ndim if axis < 0 else axis
 
 
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+def _softmax(x: np.ndarray, axis: int, out: np.ndarray | None = None) -> np.ndarray:
+    if fits(out, x.shape, x.dtype):
+        e = np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+        np.exp(e, out=e)
+    else:
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     e /= np.sum(e, axis=axis, keepdims=True)
     return e
 
@@ -42,15 +47,19 @@ def _as_2d(x: np.ndarray, axis: int, op: str) -> np.ndarray:
 
 
 @kernel("Softmax", since=1, dtypes=_FLOATS)
-def softmax_2d(x: np.ndarray, *, axis: int = 1) -> np.ndarray:
+def softmax_2d(x: np.ndarray, *, axis: int = 1, out: np.ndarray | None = None) -> np.ndarray:
     """Opsets 1-12: softmax over the flattened dims from ``axis`` on."""
-    return _softmax(_as_2d(x, axis, "Softmax"), 1).reshape(x.shape)
+    x2 = _as_2d(x, axis, "Softmax")
+    if fits(out, x.shape, x.dtype):
+        _softmax(x2, 1, out.reshape(x2.shape))
+        return out
+    return _softmax(x2, 1).reshape(x.shape)
 
 
 @kernel("Softmax", since=13, dtypes=_FLOATS)
-def softmax(x: np.ndarray, *, axis: int = -1) -> np.ndarray:
+def softmax(x: np.ndarray, *, axis: int = -1, out: np.ndarray | None = None) -> np.ndarray:
     """Opset 13+: softmax along ``axis``."""
-    return _softmax(x, _axis(axis, x.ndim, "Softmax"))
+    return _softmax(x, _axis(axis, x.ndim, "Softmax"), out)
 
 
 @kernel("LogSoftmax", since=1, dtypes=_FLOATS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 
@@ -12,10 +13,16 @@ __all__ = ["transpose"]
 
 
 @kernel("Transpose", since=1)
-def transpose(data: np.ndarray, *, perm: list[int] | None = None) -> np.ndarray:
+def transpose(
+    data: np.ndarray, *, perm: list[int] | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
     """``data`` with axes permuted by ``perm``."""
     if perm is not None and sorted(perm) != list(range(data.ndim)):
         raise KernelError(
             f"Transpose: perm {perm} is not a permutation of the {data.ndim} axes of the input"
         )
-    return np.ascontiguousarray(np.transpose(data, perm))
+    view = np.transpose(data, perm)
+    if fits(out, view.shape, data.dtype):
+        np.copyto(out, view)
+        return out
+    return np.ascontiguousarray(view)

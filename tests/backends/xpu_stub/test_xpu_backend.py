@@ -107,3 +107,19 @@ def test_device_constants_are_freed_with_the_session(model, x):
     del sess
     gc.collect()
     assert get_driver().mem_info().used == before
+
+
+def test_memory_report_takes_the_driver_heap_figures(model, x):
+    from anychip.backends.xpu_stub.driver import get_driver
+
+    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess.run(None, {"x": x})
+    rec = sess.memory()["xpu"]
+    info = get_driver().mem_info()
+    assert rec.source == "device pool"
+    assert rec.reserved == info.capacity == rec.capacity
+    # The weights and at least one [1, 64, 1024] activation were on the device at once.
+    assert rec.peak == info.peak >= 256 * 1024 * 4 + 64 * 1024 * 4
+    stats = sess._backends[[b.name for b in sess._backends].index("xpu")].memory_stats()
+    assert stats.in_use == info.used and stats.live_blocks >= 1
+    assert 0.0 <= stats.fragmentation < 1.0

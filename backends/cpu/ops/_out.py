@@ -1,0 +1,49 @@
+"""The executor's out protocol on the CPU backend (not a kernel module).
+
+A kernel that declares ``out=None`` may be handed ``out``: a C-contiguous view of the
+partition's planned arena with the output's expected shape and dtype (``core/executor.py``).
+It writes its result there and returns ``out`` itself, or returns a fresh array when the
+result would not fit exactly; the helpers below make that test cheap and uniform, so a wrong
+shape from shape inference is never silently broadcast into ``out`` or cast into its dtype.
+
+For the element-wise ops of ``core.run_memory.INPLACE_OPS`` ``out`` may be the very memory of
+the first input, so those kernels only ever read an element of their first input before
+writing the same element of ``out`` (numpy ufuncs do; multi-step formulas must keep to it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["fits", "fits_broadcast"]
+
+
+def fits(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> bool:
+    """Whether ``out`` can hold a result of ``shape`` and ``dtype`` exactly."""
+    return (
+        out is not None
+        and out.shape == shape
+        and out.dtype == dtype
+        and out.flags.c_contiguous
+        and out.flags.writeable
+    )
+
+
+def fits_broadcast(out: np.ndarray | None, *arrays: np.ndarray) -> bool:
+    """Whether ``out`` can hold an element-wise result of ``arrays``: same dtype as all of
+    them, and exactly their broadcast shape."""
+    if out is None or not out.flags.c_contiguous or not out.flags.writeable:
+        return False
+    dt = out.dtype
+    shape = out.shape
+    same = True
+    for a in arrays:
+        if a.dtype != dt:
+            return False
+        same = same and a.shape == shape
+    if same:
+        return True
+    try:
+        return np.broadcast_shapes(*(a.shape for a in arrays)) == shape
+    except ValueError:
+        return False
