@@ -231,6 +231,8 @@ class Session:
                 p.program = compiled.run
                 p.info.update(compiled.info)
             else:
+                if p.graph.meta.get("passes"):
+                    p.info["passes"] = list(p.graph.meta["passes"])
                 program = Program(p.graph, backend, tables[p.device], self._registry.schemas)
                 pm = PartitionMemory(program, self._pool_for(backend), self._plan_cache_size)
                 if self._over_budget(p, backend, pm, excluded):

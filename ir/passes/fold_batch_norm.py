@@ -1,0 +1,125 @@
+"""``FoldBatchNormPass``: Conv -> BatchNormalization becomes one Conv with scaled weights.
+
+BatchNormalization in inference mode is ``a * x + b`` per channel, with
+``a = scale / sqrt(var + eps)`` and ``b = bias - mean * a``; applied to a convolution's output
+it equals the convolution with weights ``W * a`` (per output channel) and bias ``B * a + b``
+(onnxruntime's ConvBNFusion, TVM's FoldScaleAxis). The new weights are computed in float64 and
+rounded once to the weights' dtype. Folded only when the weights, the bias and every
+statistic are constants of the right shape, the normalisation is per channel and in inference
+form, and nothing else reads the convolution's raw output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from anychip.ir.passes.base import Pass, PassResult
+from anychip.ir.passes.eliminate_dead_code import EliminateDeadCodePass
+from anychip.ir.passes.rewrite import Names, constant, new_node, single_use
+
+if TYPE_CHECKING:
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["FoldBatchNormPass", "fold_batch_norm"]
+
+_CONV = (("", "Conv"),)
+
+
+def fold_batch_norm(
+    graph: Graph,
+    convs: Iterable[tuple[str, str]] = _CONV,
+    accept: Callable[[Node], bool] | None = None,
+) -> int:
+    """Fold every foldable BatchNormalization of ``graph`` into the conv that feeds it.
+
+    Args:
+        graph: Rewritten in place.
+        convs: ``(domain, op_type)`` of the convolutions to fold into (their inputs are X, W
+            and an optional per-output-channel bias, like ONNX Conv's).
+        accept: Further refuses a conv when it returns False (a fused activation, say).
+
+    Returns:
+        The number of BatchNormalization nodes folded.
+    """
+    kinds = frozenset(convs)
+    names = Names(graph)
+    folded = 0
+    for bn in list(graph.nodes):
+        conv = _foldable(bn, graph, kinds)
+        if conv is None or (accept is not None and not accept(conv)):
+            continue
+        w = conv.inputs[1]
+        b = conv.inputs[2] if len(conv.inputs) > 2 else None
+        scale, bias, mean, var = (v.const.astype(np.float64) for v in bn.inputs[1:5])
+        a = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+        shift = bias - mean * a
+        w64 = w.const.astype(np.float64)
+        w_new = (w64 * a.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(w.const.dtype)
+        b_old = b.const.astype(np.float64) if b is not None else 0.0
+        b_new = (b_old * a + shift).astype(w.const.dtype)
+        ins = [
+            conv.inputs[0],
+            constant(graph, names, f"{w.name}_bnfold", w_new),
+            constant(graph, names, f"{bn.inputs[1].name}_bnfold_bias", b_new),
+        ]
+        index = graph.nodes.index(conv)
+        y = bn.outputs[0]
+        graph.remove(bn)
+        replacement = new_node(
+            conv, conv.op_type, ins, [y], dict(conv.attributes), domain=conv.domain
+        )
+        graph.remove(conv)
+        graph.insert(index, replacement)
+        folded += 1
+    if folded:
+        EliminateDeadCodePass().call(graph)  # the unfolded weights, if nothing else reads them
+    return folded
+
+
+def _foldable(bn: Node, graph: Graph, kinds: frozenset[tuple[str, str]]) -> Node | None:
+    """The conv ``bn`` can be folded into, or None."""
+    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+        return None
+    if bn.graph is not graph or len(bn.inputs) < 5:
+        return None
+    if bn.attr("training_mode", 0) or not bn.attr("spatial", 1):
+        return None
+    if any(v is not None and (v.uses or v in graph.outputs) for v in bn.outputs[1:]):
+        return None  # training-form outputs are read: not the inference formula
+    x = bn.inputs[0]
+    conv = x.producer
+    if conv is None or conv.graph is not graph or not single_use(x, graph):
+        return None
+    if (conv.domain, conv.op_type) not in kinds or len(conv.outputs) != 1:
+        return None
+    w = conv.inputs[1] if len(conv.inputs) > 1 else None
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    if w is None or w.const is None or w.const.dtype.kind not in "fV" or w.const.ndim < 3:
+        return None
+    channels = w.const.shape[0]
+    if b is not None and (b.const is None or b.const.shape != (channels,)):
+        return None
+    for v in bn.inputs[1:5]:
+        if v is None or v.const is None or v.const.shape != (channels,):
+            return None
+    return conv
+
+
+class FoldBatchNormPass(Pass):
+    """Fold BatchNormalization into ONNX Conv (see the module docstring); ``folded`` counts
+    the nodes folded over every call. Records ``fold_batch_norm`` in ``graph.meta["passes"]``
+    when it changes the graph."""
+
+    def __init__(self) -> None:
+        self.folded = 0
+
+    def call(self, graph: Graph) -> PassResult:
+        n = fold_batch_norm(graph)
+        self.folded += n
+        if n:
+            graph.meta.setdefault("passes", []).append(f"fold_batch_norm({n})")
+        return PassResult(graph, n > 0)
