@@ -169,3 +169,28 @@ def test_report_names_declined_views():
     rec = sess.memory()["cpu"]
     assert rec.declined == 1  # float16 MatMul accumulates in float32 and allocates
     assert "declined 1 planned out= views" in str(sess.memory())
+
+
+def test_dynamic_batch_cnn_plans_each_shape_and_writes_into_it():
+    """SqueezeNet with a symbolic batch: each batch size is planned on its first run and run
+    from its arena after; every result equals the batch-1 session's rows."""
+    import os
+
+    path = os.path.join(
+        os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx"
+    )
+    static = anychip.load(path, devices=["cpu"])
+    name = static.inputs[0].name
+    model = onnx.load(path)
+    (data,) = [i for i in model.graph.input if i.name == name]
+    data.type.tensor_type.shape.dim[0].dim_param = "N"
+    dynamic = anychip.load(model, devices=["cpu"])
+    x = np.random.default_rng(2).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    rows = [static.run(None, {name: x[i : i + 1]})[0] for i in range(3)]
+    for n in (2, 3, 2, 3):
+        (got,) = dynamic.run(None, {name: x[:n]})
+        np.testing.assert_allclose(got, np.concatenate(rows[:n]), rtol=1e-5, atol=1e-6)
+    rec = dynamic.memory()["cpu"]
+    assert (rec.dynamic_partitions, rec.misses, rec.hits) == (1, 2, 2)
+    assert rec.arena == rec.planned > static.memory()["cpu"].planned
+    assert rec.declined == 0
