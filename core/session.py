@@ -42,6 +42,7 @@ from anychip.core.run_memory import PartitionMemory, default_pool
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Model
 from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
+from anychip.ir.passes.fold_batch_norm import fold_batch_norm
 from anychip.ir.value import Value, format_shape
 from anychip.opsets.schemas import resolve
 
@@ -139,6 +140,7 @@ class Session:
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
         *,
         plan_cache_size: int = 8,
+        optimize: bool = True,
     ) -> None:
         self._registry = registry = get_registry()
         self.model = model
@@ -162,7 +164,7 @@ class Session:
         self._memory_notes: list[str] = []
         graph = model.graph
         self._resolve_schemas()
-        self._run_generic_passes()
+        self._run_generic_passes(optimize)
         tables = {b.name: registry.kernel_table(b.name) for b in self._backends}
         excluded: dict[str, dict[str, str]] = {}
         for _attempt in range(len(self._backends)):
@@ -198,13 +200,22 @@ class Session:
             schema = resolve(node.op_type, node.domain, node.version, self._registry.schemas)
             node.meta["since"] = schema.since_version
 
-    def _run_generic_passes(self) -> None:
-        """Constant folding and dead-code elimination, then plugins' generic passes."""
+    def _run_generic_passes(self, optimize: bool) -> None:
+        """Constant folding and dead-code elimination, the graph optimizations (``optimize``),
+        then plugins' generic passes."""
         cpu = self._registry.kernel_table(HOST)
         schemas = self._registry.schemas
         fold = FoldConstantsPass(lambda node, ins: evaluate_node(node, ins, cpu, schemas))
         PassManager([fold, EliminateDeadCodePass()], max_iterations=2)(self.model.graph)
         self.folded = fold.folded
+        #: What the graph optimizations rewrote, by pass (the nodes they removed).
+        self.optimizations: dict[str, int] = {}
+        if optimize:
+            pins = self.options.pin_for
+            n = fold_batch_norm(
+                self.model.graph, accept=lambda conv, bn: pins(conv) is None and pins(bn) is None
+            )
+            self.optimizations["fold_batch_norm"] = n
         for entry in self._registry.passes_for(None):
             entry.pass_(self.model.graph)
 
@@ -231,8 +242,6 @@ class Session:
                 p.program = compiled.run
                 p.info.update(compiled.info)
             else:
-                if p.graph.meta.get("passes"):
-                    p.info["passes"] = list(p.graph.meta["passes"])
                 program = Program(p.graph, backend, tables[p.device], self._registry.schemas)
                 pm = PartitionMemory(program, self._pool_for(backend), self._plan_cache_size)
                 if self._over_budget(p, backend, pm, excluded):
@@ -602,6 +611,7 @@ def load(
     device_options: Mapping[str, Mapping[str, Any]] | None = None,
     cost_model: bool = True,
     plan_cache_size: int = 8,
+    optimize: bool = True,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -617,6 +627,9 @@ def load(
         device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
         cost_model: let the cost model keep small islands off accelerators (default True).
         plan_cache_size: memory plans kept per partition for dynamic input shapes (default 8).
+        optimize: run the graph optimizations before placement (default True): a Conv's
+            BatchNormalization is folded into its weights, as onnxruntime's basic level does.
+            False keeps every node as written (constant folding always runs).
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -624,7 +637,7 @@ def load(
     if options:
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies, device_options, cost_model, plan_cache_size"
+            "placement, strict, max_copies, device_options, cost_model, plan_cache_size, optimize"
         )
     from anychip.ir.onnx import import_model
 
@@ -635,4 +648,6 @@ def load(
     opts = PlacementOptions(
         pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
     )
-    return Session(model, names, opts, device_options, plan_cache_size=plan_cache_size)
+    return Session(
+        model, names, opts, device_options, plan_cache_size=plan_cache_size, optimize=optimize
+    )

@@ -24,10 +24,3 @@ def anychip_register_kernels(registry: Registry) -> None:
 
     load_all()
     registry.add_kernels(CPU_KERNELS)
-
-
-@hookimpl
-def anychip_register_passes(registry: Registry) -> None:
-    from anychip.ir.passes.fold_batch_norm import FoldBatchNormPass
-
-    registry.add_pass(FoldBatchNormPass(), backend="cpu")

@@ -32,7 +32,7 @@ _CONV = (("", "Conv"),)
 def fold_batch_norm(
     graph: Graph,
     convs: Iterable[tuple[str, str]] = _CONV,
-    accept: Callable[[Node], bool] | None = None,
+    accept: Callable[[Node, Node], bool] | None = None,
 ) -> int:
     """Fold every foldable BatchNormalization of ``graph`` into the conv that feeds it.
 
@@ -40,7 +40,8 @@ def fold_batch_norm(
         graph: Rewritten in place.
         convs: ``(domain, op_type)`` of the convolutions to fold into (their inputs are X, W
             and an optional per-output-channel bias, like ONNX Conv's).
-        accept: Further refuses a conv when it returns False (a fused activation, say).
+        accept: ``accept(conv, bn)`` False keeps the pair as it is (a fused activation, a
+            user's placement pin).
 
     Returns:
         The number of BatchNormalization nodes folded.
@@ -50,7 +51,7 @@ def fold_batch_norm(
     folded = 0
     for bn in list(graph.nodes):
         conv = _foldable(bn, graph, kinds)
-        if conv is None or (accept is not None and not accept(conv)):
+        if conv is None or (accept is not None and not accept(conv, bn)):
             continue
         w = conv.inputs[1]
         b = conv.inputs[2] if len(conv.inputs) > 2 else None
@@ -110,9 +111,8 @@ def _foldable(bn: Node, graph: Graph, kinds: frozenset[tuple[str, str]]) -> Node
 
 
 class FoldBatchNormPass(Pass):
-    """Fold BatchNormalization into ONNX Conv (see the module docstring); ``folded`` counts
-    the nodes folded over every call. Records ``fold_batch_norm`` in ``graph.meta["passes"]``
-    when it changes the graph."""
+    """Fold BatchNormalization into ONNX Conv (see the module docstring) as a ``Pass``;
+    ``folded`` counts the nodes folded over every call."""
 
     def __init__(self) -> None:
         self.folded = 0
@@ -120,6 +120,4 @@ class FoldBatchNormPass(Pass):
     def call(self, graph: Graph) -> PassResult:
         n = fold_batch_norm(graph)
         self.folded += n
-        if n:
-            graph.meta.setdefault("passes", []).append(f"fold_batch_norm({n})")
         return PassResult(graph, n > 0)

@@ -1,4 +1,4 @@
-"""The shared Conv + BatchNormalization fold, as the CPU backend runs it on its partitions."""
+"""The Conv + BatchNormalization fold: the session runs it before placement (``optimize``)."""
 
 from __future__ import annotations
 
@@ -74,8 +74,21 @@ def test_cpu_folds_and_matches_the_unfolded_graph(dtype, bias):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     assert got.dtype == dtype
-    (part,) = sess.placement().partitions
-    assert part.info["passes"] == ["fold_batch_norm(1)"]
+    assert sess.optimizations == {"fold_batch_norm": 1}
+    assert "BatchNormalization" not in {n.op_type for n in sess.model.graph.nodes}
+
+
+def test_optimize_false_and_pins_keep_the_batch_norm():
+    x = RNG.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    model = _model()
+    (want,) = _reference(model, x)
+    for sess in (
+        anychip.load(model, devices=["cpu"], optimize=False),
+        anychip.load(model, devices=["cpu"], placement={"bn": "cpu"}),
+    ):
+        assert sess.optimizations.get("fold_batch_norm", 0) == 0
+        assert "BatchNormalization" in {n.op_type for n in sess.model.graph.nodes}
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_pass_rewrites_the_graph_and_drops_the_old_weights():

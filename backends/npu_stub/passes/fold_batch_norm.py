@@ -24,5 +24,7 @@ class FoldBatchNormPass:
         """Rewrite ``graph`` in place; returns whether it changed."""
         begin(graph)
         # BN after a fused activation is not affine in the conv's output.
-        folded = fold_batch_norm(graph, _CONVS, accept=lambda conv: not conv.attr("activation", ""))
+        folded = fold_batch_norm(
+            graph, _CONVS, accept=lambda conv, _bn: not conv.attr("activation", "")
+        )
         return finish(graph, self.name, folded > 0)
