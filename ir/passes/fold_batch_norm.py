@@ -3,8 +3,9 @@
 BatchNormalization in inference mode is ``a * x + b`` per channel, with
 ``a = scale / sqrt(var + eps)`` and ``b = bias - mean * a``; applied to a convolution's output
 it equals the convolution with weights ``W * a`` (per output channel) and bias ``B * a + b``
-(onnxruntime's ConvBNFusion, TVM's FoldScaleAxis). The new weights are computed in float64 and
-rounded once to the weights' dtype. Folded only when the weights, the bias and every
+(onnxruntime's ConvBNFusion, TVM's FoldScaleAxis). The per-channel factors and the bias are
+computed in float64; the weights are scaled in their own dtype, so folding a large model makes
+no float64 copy of its weights. Folded only when the weights, the bias and every
 statistic are constants of the right shape, the normalisation is per channel and in inference
 form, and nothing else reads the convolution's raw output.
 """
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anychip.ir.passes.base import Pass, PassResult
-from anychip.ir.passes.eliminate_dead_code import EliminateDeadCodePass
 from anychip.ir.passes.rewrite import Names, constant, new_node, single_use
 
 if TYPE_CHECKING:
@@ -53,32 +53,43 @@ def fold_batch_norm(
         conv = _foldable(bn, graph, kinds)
         if conv is None or (accept is not None and not accept(conv, bn)):
             continue
-        w = conv.inputs[1]
-        b = conv.inputs[2] if len(conv.inputs) > 2 else None
-        scale, bias, mean, var = (v.const.astype(np.float64) for v in bn.inputs[1:5])
-        a = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
-        shift = bias - mean * a
-        w64 = w.const.astype(np.float64)
-        w_new = (w64 * a.reshape((-1,) + (1,) * (w64.ndim - 1))).astype(w.const.dtype)
-        b_old = b.const.astype(np.float64) if b is not None else 0.0
-        b_new = (b_old * a + shift).astype(w.const.dtype)
-        ins = [
-            conv.inputs[0],
-            constant(graph, names, f"{w.name}_bnfold", w_new),
-            constant(graph, names, f"{bn.inputs[1].name}_bnfold_bias", b_new),
-        ]
-        index = graph.nodes.index(conv)
-        y = bn.outputs[0]
-        graph.remove(bn)
-        replacement = new_node(
-            conv, conv.op_type, ins, [y], dict(conv.attributes), domain=conv.domain
-        )
-        graph.remove(conv)
-        graph.insert(index, replacement)
+        _fold_pair(graph, names, conv, bn)
         folded += 1
-    if folded:
-        EliminateDeadCodePass().call(graph)  # the unfolded weights, if nothing else reads them
     return folded
+
+
+def _fold_pair(graph: Graph, names: Names, conv: Node, bn: Node) -> None:
+    """Replace ``conv -> bn`` by one conv (a function of its own, so no local keeps the old
+    weights alive once it returns)."""
+    w = conv.inputs[1]
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    scale, bias, mean, var = (v.const.astype(np.float64) for v in bn.inputs[1:5])
+    a = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+    shift = bias - mean * a
+    dt = w.const.dtype
+    # One array of the weights' size and dtype: no float64 copy of large weights.
+    w_new = w.const * a.astype(dt).reshape((-1,) + (1,) * (w.const.ndim - 1))
+    b_old = b.const.astype(np.float64) if b is not None else 0.0
+    b_new = (b_old * a + shift).astype(dt)
+    ins = [
+        conv.inputs[0],
+        constant(graph, names, f"{w.name}_bnfold", w_new),
+        constant(graph, names, f"{bn.inputs[1].name}_bnfold_bias", b_new),
+    ]
+    index = graph.nodes.index(conv)
+    y = bn.outputs[0]
+    graph.remove(bn)
+    replacement = new_node(conv, conv.op_type, ins, [y], dict(conv.attributes), domain=conv.domain)
+    graph.remove(conv)
+    graph.insert(index, replacement)
+    # Drop the unfolded constants now, and the removed conv's hold on them (the loop's
+    # node list still holds the conv): a model's old and new weights are then never all
+    # alive at once.
+    for v in [w, b, *bn.inputs[1:5]]:
+        if v is not None and not v.uses and graph.initializers.get(v.name) is v:
+            if v not in graph.outputs and v not in graph.inputs:
+                del graph.initializers[v.name]
+    conv.inputs.clear()
 
 
 def _foldable(bn: Node, graph: Graph, kinds: frozenset[tuple[str, str]]) -> Node | None:
