@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fits", "fits_broadcast"]
+__all__ = ["fits", "fits_broadcast", "unary_into"]
 
 
 def fits(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> bool:
@@ -27,6 +27,13 @@ def fits(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> boo
         and out.flags.c_contiguous
         and out.flags.writeable
     )
+
+
+def unary_into(ufunc: np.ufunc, x: np.ndarray, out: np.ndarray | None, *rest) -> np.ndarray:
+    """``ufunc(x, *rest)`` (``rest``: scalars), into ``out`` when it fits ``x``."""
+    if fits(out, x.shape, x.dtype):
+        return ufunc(x, *rest, out=out)
+    return ufunc(x, *rest)
 
 
 def fits_broadcast(out: np.ndarray | None, *arrays: np.ndarray) -> bool:

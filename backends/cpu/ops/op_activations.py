@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.ops._out import fits
+from anychip.backends.cpu.ops._out import fits, unary_into
 from anychip.backends.cpu.ops.op_elementwise import erf_array
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
@@ -39,7 +39,7 @@ def _c(value: float, x: np.ndarray) -> np.ndarray:
 @kernel("Tanh", since=1, dtypes=FLOAT_TYPES)
 def tanh(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Hyperbolic tangent."""
-    return np.tanh(x, out=out) if fits(out, x.shape, x.dtype) else np.tanh(x)
+    return unary_into(np.tanh, x, out)
 
 
 @kernel("Sigmoid", since=1, dtypes=FLOAT_TYPES)
@@ -58,9 +58,7 @@ def sigmoid(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
 @kernel("Relu", since=1, dtypes=NUMERIC_TYPES)
 def relu(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``max(x, 0)``; integer types are allowed from opset 14."""
-    if fits(out, x.shape, x.dtype):
-        return np.maximum(x, _c(0, x), out=out)
-    return np.maximum(x, _c(0, x))
+    return unary_into(np.maximum, x, out, _c(0, x))
 
 
 @kernel("LeakyRelu", since=1, dtypes=FLOAT_TYPES)

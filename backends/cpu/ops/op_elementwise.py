@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from anychip.backends.cpu.ops._out import fits, fits_broadcast
+from anychip.backends.cpu.ops._out import fits_broadcast, unary_into
 from anychip.backends.cpu.table import kernel
 from anychip.core.errors import KernelError
 from anychip.ir.dtypes import FLOAT_TYPES, INT_TYPES, NUMERIC_TYPES, DType
@@ -147,11 +147,6 @@ _binary("Div", div, NUMERIC_TYPES, np.divide, kinds="fc")  # integers truncate: 
 _binary("Pow", pow_, NUMERIC_TYPES)
 
 
-def _unary(ufunc, x: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    """``ufunc(x)``, into ``out`` when it fits."""
-    return ufunc(x, out=out) if fits(out, x.shape, x.dtype) else ufunc(x)
-
-
 def _variadic(fn, arrays: tuple[np.ndarray, ...], out: np.ndarray | None = None) -> np.ndarray:
     """Fold ``fn`` over ``arrays``, into ``out`` when it fits (the first step may read the
     first input from the memory it writes: in-place)."""
@@ -203,53 +198,53 @@ def min_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
 @kernel("Neg", since=1, dtypes=_SIGNED | {DType.COMPLEX64, DType.COMPLEX128})
 def neg(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``-x``."""
-    return _unary(np.negative, x, out)
+    return unary_into(np.negative, x, out)
 
 
 @kernel("Abs", since=1, dtypes=NUMERIC_TYPES)
 def abs_(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``|x|`` in the input dtype."""
-    return _unary(np.abs, x, out)
+    return unary_into(np.abs, x, out)
 
 
 @kernel("Sqrt", since=1, dtypes=FLOAT_TYPES)
 def sqrt(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Square root; negative inputs give NaN."""
     with np.errstate(invalid="ignore"):
-        return _unary(np.sqrt, x, out)
+        return unary_into(np.sqrt, x, out)
 
 
 @kernel("Exp", since=1, dtypes=FLOAT_TYPES)
 def exp(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``e ** x``."""
     with np.errstate(over="ignore"):
-        return _unary(np.exp, x, out)
+        return unary_into(np.exp, x, out)
 
 
 @kernel("Log", since=1, dtypes=FLOAT_TYPES)
 def log(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Natural logarithm; 0 gives -inf, negatives NaN."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _unary(np.log, x, out)
+        return unary_into(np.log, x, out)
 
 
 @kernel("Reciprocal", since=1, dtypes=FLOAT_TYPES)
 def reciprocal(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``1 / x``."""
     with np.errstate(divide="ignore"):
-        return _unary(np.reciprocal, x, out)
+        return unary_into(np.reciprocal, x, out)
 
 
 @kernel("Floor", since=1, dtypes=FLOAT_TYPES)
 def floor(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward -inf."""
-    return _unary(np.floor, x, out)
+    return unary_into(np.floor, x, out)
 
 
 @kernel("Ceil", since=1, dtypes=FLOAT_TYPES)
 def ceil(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward +inf."""
-    return _unary(np.ceil, x, out)
+    return unary_into(np.ceil, x, out)
 
 
 _math_erf = np.frompyfunc(math.erf, 1, 1)
