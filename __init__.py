@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from anychip.core.errors import (
+from anychip.core.hookspecs import hookimpl
+from anychip.core.session import IOInfo, Session, load
+from anychip.errors import (
     AnychipError,
     DeviceError,
     GraphError,
@@ -23,8 +25,6 @@ from anychip.core.errors import (
     UnsupportedDTypeError,
     UnsupportedOpError,
 )
-from anychip.core.hookspecs import hookimpl
-from anychip.core.session import IOInfo, Session, load
 
 __version__ = "0.1.0"
 

@@ -21,7 +21,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
 import anychip
-from anychip.core.errors import DeviceError, InputError
+from anychip.errors import DeviceError, InputError
 
 __all__ = [
     "AnychipBackend",

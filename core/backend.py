@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.errors import AnychipError, DeviceError
+from anychip.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import ALL_TYPES, DType
 
 if TYPE_CHECKING:

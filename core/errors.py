@@ -1,75 +1,8 @@
-"""The errors anychip raises. Every one is an ``AnychipError``.
+"""Compatibility alias: the errors live at the package root (``anychip.errors``).
 
-Messages name what was wrong (the input, node, op, device), the expected and the given value,
-and what to do about it. Nothing inside anychip raises a bare numpy or onnx exception at a
-user: kernels' failures are re-raised as ``KernelError`` with the failing node's text.
+They moved so that ``ir/`` and ``opsets/`` import nothing from ``core/``; plugins written
+against ``anychip.core.errors`` keep working through this module.
 """
 
-from __future__ import annotations
-
-__all__ = [
-    "AnychipError",
-    "ModelError",
-    "GraphError",
-    "UnsupportedOpError",
-    "UnsupportedDTypeError",
-    "InputError",
-    "PlacementError",
-    "KernelError",
-    "PluginError",
-    "DeviceError",
-    "OutOfMemoryError",
-]
-
-
-class AnychipError(Exception):
-    """Base class of every error anychip raises on purpose."""
-
-
-class ModelError(AnychipError):
-    """The model file or proto is malformed, truncated, or refers outside its folder."""
-
-
-class GraphError(AnychipError):
-    """The IR graph breaks an invariant (found by ``Graph.verify()``)."""
-
-
-class UnsupportedOpError(AnychipError):
-    """No schema, or no backend among the session's devices, can run an operator."""
-
-
-class UnsupportedDTypeError(AnychipError):
-    """A tensor element type that anychip or a device cannot represent."""
-
-
-class InputError(AnychipError, ValueError):
-    """A feed passed to ``Session.run`` is missing, unknown, or of the wrong dtype or shape."""
-
-
-class PlacementError(AnychipError):
-    """Placement failed: a strict session would fall back, a pin is impossible, too many copies."""
-
-
-class KernelError(AnychipError):
-    """A kernel failed while running a node; the message carries the node's text and device."""
-
-
-class PluginError(AnychipError):
-    """A plugin failed to import or register, or was written for another hook API version."""
-
-
-class DeviceError(AnychipError):
-    """A device is unavailable or its driver reported a failure."""
-
-
-class OutOfMemoryError(DeviceError, MemoryError):
-    """A device memory pool cannot satisfy an allocation (carries need and capacity)."""
-
-    def __init__(
-        self, message: str, *, device: str = "", need: int = 0, capacity: int = 0, in_use: int = 0
-    ) -> None:
-        super().__init__(message)
-        self.device = device
-        self.need = need
-        self.capacity = capacity
-        self.in_use = in_use
+from anychip.errors import *  # noqa: F403
+from anychip.errors import __all__  # noqa: F401

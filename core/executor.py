@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.errors import AnychipError, KernelError, OutOfMemoryError, UnsupportedOpError
 from anychip.core.memory import Step
 from anychip.core.placement import find_kernel
+from anychip.errors import AnychipError, KernelError, OutOfMemoryError, UnsupportedOpError
 from anychip.opsets.schemas import attribute_defaults, resolve
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ class Program:
             s = self._slot(v)
             self.captures.append((parent.slot_of[v], s))
             return s
-        from anychip.core.errors import GraphError
+        from anychip.errors import GraphError
 
         raise GraphError(f"graph {self.graph.name!r} reads %{v.name}, which is not defined")
 

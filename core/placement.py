@@ -19,8 +19,8 @@ import fnmatch
 from typing import TYPE_CHECKING
 
 from anychip.core.cost import MIN_ISLAND_GAIN, copy_time, node_time
-from anychip.core.errors import PlacementError, UnsupportedOpError
 from anychip.core.kernels import Kernel, KernelTable
+from anychip.errors import PlacementError, UnsupportedOpError
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend

@@ -24,8 +24,8 @@ from typing import Any
 import pluggy
 
 from anychip.core import hookspecs
-from anychip.core.errors import PluginError
 from anychip.core.registry import PluginRecord, Registry
+from anychip.errors import PluginError
 
 __all__ = [
     "load_plugins",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from anychip.core.errors import PluginError
 from anychip.core.kernels import KernelTable
+from anychip.errors import PluginError
 from anychip.opsets.schemas import OpSchema, SchemaRegistry
 
 if TYPE_CHECKING:

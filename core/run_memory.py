@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.errors import DeviceError
 from anychip.core.executor import Arena, Program
 from anychip.core.memory import (
     CachingPool,
@@ -44,6 +43,7 @@ from anychip.core.memory import (
     lifetimes,
     plan_memory,
 )
+from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:

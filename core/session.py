@@ -25,13 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.errors import (
-    AnychipError,
-    DeviceError,
-    InputError,
-    OutOfMemoryError,
-    PlacementError,
-)
 from anychip.core.executor import Program, evaluate_node, release_quietly
 from anychip.core.memory_report import DeviceMemory, MemoryReport
 from anychip.core.partition import HOST, partition_graph
@@ -39,6 +32,13 @@ from anychip.core.placement import PlacementOptions, place
 from anychip.core.plugins import get_registry
 from anychip.core.report import CopyInfo, NodeRecord, PartitionRecord, PlacementReport
 from anychip.core.run_memory import PartitionMemory, default_pool
+from anychip.errors import (
+    AnychipError,
+    DeviceError,
+    InputError,
+    OutOfMemoryError,
+    PlacementError,
+)
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Model
 from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager

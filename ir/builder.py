@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from anychip.core.errors import AnychipError, GraphError
+from anychip.errors import AnychipError, GraphError
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.value import Value

@@ -61,7 +61,7 @@ class DType(enum.IntEnum):
         try:
             return _TO_NUMPY[self]
         except KeyError:
-            from anychip.core.errors import UnsupportedDTypeError
+            from anychip.errors import UnsupportedDTypeError
 
             raise UnsupportedDTypeError(
                 f"tensor type {self.name} has no numpy representation in this build; "
@@ -101,7 +101,7 @@ class DType(enum.IntEnum):
             return found
         if dt.kind in ("U", "S", "O"):
             return cls.STRING
-        from anychip.core.errors import UnsupportedDTypeError
+        from anychip.errors import UnsupportedDTypeError
 
         raise UnsupportedDTypeError(f"numpy dtype {dt} has no ONNX tensor type")
 

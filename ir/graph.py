@@ -123,7 +123,7 @@ class Graph:
                 if indeg[id(u)] == 0:
                     heapq.heappush(ready, (position[id(u)], u))
         if len(order) != len(self.nodes):
-            from anychip.core.errors import GraphError
+            from anychip.errors import GraphError
 
             stuck = [n for n in self.nodes if indeg[id(n)] > 0][:3]
             raise GraphError(f"graph {self.name!r} has a cycle through {stuck}")

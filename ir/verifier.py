@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph

@@ -17,7 +17,7 @@ from typing import Any
 import onnx
 import onnx.defs
 
-from anychip.core.errors import UnsupportedOpError
+from anychip.errors import UnsupportedOpError
 
 __all__ = [
     "OpSchema",

@@ -16,7 +16,7 @@ import numpy as np
 from anychip.backends.npu_stub.memory import NpuMemory, NpuTensor, memory_from_env, parse_size
 from anychip.backends.npu_stub.support import check_node
 from anychip.core.backend import Backend, CompiledGraph, DeviceModel
-from anychip.core.errors import DeviceError
+from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:

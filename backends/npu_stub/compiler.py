@@ -29,14 +29,14 @@ from anychip.backends.npu_stub.kernels import BUILDERS, load_all
 from anychip.backends.npu_stub.memory import NpuMemory, NpuTensor
 from anychip.backends.npu_stub.support import check_node
 from anychip.core.backend import CompiledGraph
-from anychip.core.errors import (
+from anychip.core.memory import Step, align_up, check_plan, lifetimes, plan_memory
+from anychip.errors import (
     AnychipError,
     DeviceError,
     KernelError,
     OutOfMemoryError,
     UnsupportedOpError,
 )
-from anychip.core.memory import Step, align_up, check_plan, lifetimes, plan_memory
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.errors import DeviceError
 from anychip.core.memory import ArenaPool, Block
+from anychip.errors import DeviceError
 
 __all__ = ["NpuMemory", "NpuTensor", "parse_size", "DEFAULT_MEMORY", "memory_from_env"]
 

@@ -20,7 +20,7 @@ Build cache: ``$ANYCHIP_CACHE_DIR/xpu/<hash>/libxpu.so`` (default cache root
 ``$XDG_CACHE_HOME/anychip`` or ``~/.cache/anychip``), where the hash covers the sources, the
 compiler command and the compiler binary's identity. The library is compiled to a temporary
 name in that folder and renamed into place, so concurrent processes never load a half-written
-file. No compiler, or a compile error, raises :class:`~anychip.core.errors.DeviceError` saying
+file. No compiler, or a compile error, raises :class:`~anychip.errors.DeviceError` saying
 which compiler was tried, the tail of its stderr, and how to fix it.
 
 Example:
@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from anychip.core.errors import DeviceError, OutOfMemoryError
+from anychip.errors import DeviceError, OutOfMemoryError
 
 __all__ = [
     "DEFAULT_HEAP_BYTES",

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from anychip.backends.xpu_stub.driver import XpuDriver, XpuTensor
-from anychip.core.errors import KernelError, UnsupportedDTypeError
+from anychip.errors import KernelError, UnsupportedDTypeError
 
 __all__ = [
     "UNARY_OPS",

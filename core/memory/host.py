@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.errors import DeviceError
 from anychip.core.memory.pool import Block
+from anychip.errors import DeviceError
 
 __all__ = ["NumpyAllocator", "as_array"]
 

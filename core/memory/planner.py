@@ -41,8 +41,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anychip.core.errors import AnychipError
 from anychip.core.memory.pool import align_up
+from anychip.errors import AnychipError
 
 __all__ = [
     "TensorLifetime",

@@ -40,8 +40,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from anychip.core.errors import AnychipError, DeviceError, OutOfMemoryError
 from anychip.core.memory.stats import MemoryStats, _human
+from anychip.errors import AnychipError, DeviceError, OutOfMemoryError
 
 __all__ = ["RawAllocator", "Block", "MemoryPool", "PoolFactory", "pool_factory", "align_up"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from anychip.core.errors import ModelError, UnsupportedDTypeError
+from anychip.errors import ModelError, UnsupportedDTypeError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.onnx._convert import array_to_tensor, dense_to_sparse, type_proto_of

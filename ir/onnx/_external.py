@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["ExternalRef", "iter_tensors", "validate_external_data", "load_external_data"]
 

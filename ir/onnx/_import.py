@@ -31,7 +31,7 @@ import onnx.inliner
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
-from anychip.core.errors import ModelError, UnsupportedOpError
+from anychip.errors import ModelError, UnsupportedOpError
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype

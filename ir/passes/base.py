@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph

@@ -16,11 +16,11 @@ import anychip
 from anychip import hookimpl
 from anychip.core import plugins
 from anychip.core.backend import Backend, DeviceModel
-from anychip.core.errors import AnychipError, OutOfMemoryError
 from anychip.core.kernels import KernelTable
 from anychip.core.memory import MemoryPool, NumpyAllocator, check_plan, lifetimes
 from anychip.core.memory_report import MemoryReport
 from anychip.core.run_memory import plan_program
+from anychip.errors import AnychipError, OutOfMemoryError
 from tests.backends.npu_stub.conftest import convnet
 from tests.models import transformer_layer
 

@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 from anychip.ir import Attr, AttrType, DType, GraphBuilder, Model, export_model, import_model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anychip.core.errors import GraphError
+from anychip.errors import GraphError
 from anychip.ir import Attr, AttrType, DType, Graph, Node, Value
 
 

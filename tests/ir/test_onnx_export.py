@@ -283,7 +283,7 @@ def test_every_attribute_type_round_trips() -> None:
 
 
 def test_wrongly_typed_attribute_is_a_graph_error() -> None:
-    from anychip.core.errors import GraphError
+    from anychip.errors import GraphError
 
     model = import_model(_model([h.make_node("Relu", ["x"], ["y"])], [_vi("x")], [_vi("y")]))
     model.graph.nodes[0].attributes["bad"] = Attr("bad", AttrType.INTS, "not ints")

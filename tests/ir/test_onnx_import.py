@@ -12,7 +12,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from anychip.core.errors import GraphError, ModelError, UnsupportedOpError
+from anychip.errors import GraphError, ModelError, UnsupportedOpError
 from anychip.ir import AttrType, DType, Graph, import_model
 from anychip.opsets.schemas import SchemaRegistry
 

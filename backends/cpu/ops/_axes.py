@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["norm_axis", "norm_axes", "int_list"]
 

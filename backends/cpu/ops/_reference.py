@@ -16,8 +16,8 @@ import onnx
 from onnx import numpy_helper
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import UnsupportedOpError
 from anychip.core.executor import KernelContext
+from anychip.errors import UnsupportedOpError
 from anychip.ir.dtypes import DType
 from anychip.ir.node import AttrType, Node
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["Geometry", "window_geometry", "pad_spatial", "window_view"]
 

@@ -12,7 +12,7 @@ import numpy as np
 from anychip.backends.cpu.ops._out import fits, unary_into
 from anychip.backends.cpu.ops.op_elementwise import erf_array
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import FLOAT_TYPES, NUMERIC_TYPES
 
 __all__ = [

@@ -7,7 +7,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._tail_util import FLOAT_WITH_BF16, compute_dtype, unary_float
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["celu", "mish", "shrink", "softsign", "thresholded_relu", "swish", "swiglu", "prelu"]

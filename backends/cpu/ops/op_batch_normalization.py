@@ -11,7 +11,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["batch_normalization_legacy", "batch_normalization"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import UnsupportedDTypeError
+from anychip.errors import UnsupportedDTypeError
 from anychip.ir.dtypes import ALL_TYPES, DType
 
 __all__ = [
@@ -38,7 +38,7 @@ def bit_shift(x: np.ndarray, y: np.ndarray, *, direction: str) -> np.ndarray:
         shifted = np.right_shift(x, amount)  # arithmetic for signed numpy types
         fill = np.where(x < 0, -1, 0).astype(x.dtype) if x.dtype.kind == "i" else x.dtype.type(0)
     else:
-        from anychip.core.errors import ModelError
+        from anychip.errors import ModelError
 
         raise ModelError(f"BitShift direction must be 'LEFT' or 'RIGHT', got {direction!r}")
     return np.where(in_range, shifted, fill).astype(x.dtype, copy=False)

@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, UnsupportedDTypeError
+from anychip.errors import KernelError, UnsupportedDTypeError
 from anychip.ir.dtypes import DType
 
 __all__ = ["cast", "cast_like", "cast_array"]

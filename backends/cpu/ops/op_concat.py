@@ -7,7 +7,7 @@ import numpy as np
 from anychip.backends.cpu.ops._axes import norm_axis
 from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["concat"]
 

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 
 from anychip.backends.cpu.ops._axes import int_list
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["constant", "constant_of_shape", "densify"]
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops.op_conv import conv
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["conv_integer", "mat_mul_integer", "qlinear_conv", "qlinear_mat_mul"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["depth_to_space", "space_to_depth"]
 

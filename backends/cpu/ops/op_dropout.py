@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["dropout_legacy", "dropout_v7", "dropout_v10", "dropout"]

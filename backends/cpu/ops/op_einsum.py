@@ -6,7 +6,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._tail_util import compute_dtype
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["einsum"]
 

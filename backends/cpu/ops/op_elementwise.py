@@ -13,7 +13,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._out import fits_broadcast, unary_into
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import FLOAT_TYPES, INT_TYPES, NUMERIC_TYPES, DType
 
 __all__ = [

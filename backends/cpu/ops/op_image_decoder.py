@@ -12,7 +12,7 @@ import io
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
+from anychip.errors import KernelError, ModelError
 
 __all__ = ["image_decoder"]
 

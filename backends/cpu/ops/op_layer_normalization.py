@@ -6,7 +6,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["layer_normalization"]

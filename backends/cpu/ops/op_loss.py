@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
+from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["negative_log_likelihood_loss", "softmax_cross_entropy_loss"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["array_feature_extractor", "binarizer"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["non_max_suppression"]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._tail_util import FLOAT_WITH_BF16, normalize_axis
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = [

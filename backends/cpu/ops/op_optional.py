@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["optional", "optional_has_element", "optional_get_element"]
 

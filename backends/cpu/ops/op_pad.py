@@ -10,7 +10,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._axes import int_list, norm_axes
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["pad_v1", "pad_v2", "pad"]
 

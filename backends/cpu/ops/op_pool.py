@@ -12,7 +12,7 @@ import numpy as np
 from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.ops._window import pad_spatial, window_geometry, window_view
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["max_pool", "average_pool", "global_average_pool", "global_max_pool"]

@@ -13,7 +13,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._tail_util import normalize_axis
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["quantize_linear", "dequantize_linear", "dynamic_quantize_linear"]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
+from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = [

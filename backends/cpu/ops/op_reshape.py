@@ -9,7 +9,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._axes import int_list
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["reshape_attr", "reshape", "resolve_shape"]
 

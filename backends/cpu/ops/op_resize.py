@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["resize", "resize_10", "upsample_1", "upsample_7", "upsample_9"]
 

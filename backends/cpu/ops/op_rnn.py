@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
+from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["rnn", "lstm", "gru"]

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
 from anychip.core.executor import KernelContext
+from anychip.errors import KernelError, ModelError
 from anychip.ir.graph import Graph
 
 __all__ = ["scan_8", "scan_9"]

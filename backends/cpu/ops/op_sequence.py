@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
 from anychip.core.executor import KernelContext
+from anychip.errors import KernelError
 from anychip.ir.graph import Graph
 
 __all__ = [

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["dft_17", "dft_20", "stft"]

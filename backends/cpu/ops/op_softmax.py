@@ -12,7 +12,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._out import fits
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["softmax_2d", "softmax", "log_softmax_2d", "log_softmax"]

@@ -7,7 +7,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._axes import int_list, norm_axis
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["split_v1", "split_v2", "split_v13", "split"]
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError, ModelError
+from anychip.errors import KernelError, ModelError
 
 __all__ = ["string_concat", "string_normalizer", "string_split", "regex_full_match"]
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from anychip.backends.cpu.ops._axes import int_list, norm_axis
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 
 __all__ = ["tile_v1", "tile"]
 

@@ -11,7 +11,7 @@ import numpy as np
 from anychip.backends.cpu.ops._tail_util import normalize_axis
 from anychip.backends.cpu.ops.op_argmax_argmin import ARG_TYPES
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import ModelError
+from anychip.errors import ModelError
 
 __all__ = ["top_k_1", "top_k"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.errors import KernelError
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 __all__ = ["hann_window", "hamming_window", "blackman_window", "mel_weight_matrix"]

@@ -208,7 +208,7 @@ def test_resize_antialias_downsample_averages_integers() -> None:
 
 
 def test_user_errors_are_anychip_errors() -> None:
-    from anychip.core.errors import AnychipError
+    from anychip.errors import AnychipError
 
     with pytest.raises(AnychipError, match="same shape"):
         _kernel("SwiGLU", 28)(np.zeros(3, np.float32), np.zeros(4, np.float32))

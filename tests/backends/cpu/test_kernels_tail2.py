@@ -26,7 +26,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core.errors import AnychipError
+from anychip.errors import AnychipError
 from tests.node_cases import NodeCase, assert_outputs_close, load_case
 
 TAIL2_OPS = frozenset(

@@ -98,7 +98,7 @@ def test_too_small_memory_falls_back_to_cpu(x):
 
 def test_device_options_and_env(monkeypatch):
     from anychip.backends.npu_stub.backend import NpuBackend
-    from anychip.core.errors import DeviceError
+    from anychip.errors import DeviceError
 
     monkeypatch.setenv("ANYCHIP_NPU_MEMORY", "64M")
     assert NpuBackend().device.memory_capacity == 64 << 20

@@ -16,7 +16,7 @@ import pytest
 
 from anychip.backends.xpu_stub import kernels as K
 from anychip.backends.xpu_stub.driver import XpuDriver, XpuTensor, build_library
-from anychip.core.errors import DeviceError, KernelError, OutOfMemoryError, UnsupportedDTypeError
+from anychip.errors import DeviceError, KernelError, OutOfMemoryError, UnsupportedDTypeError
 
 RNG = np.random.default_rng(0)
 

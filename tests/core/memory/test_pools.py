@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from anychip.core.errors import DeviceError, OutOfMemoryError
 from anychip.core.memory import (
     ArenaPool,
     Block,
@@ -18,6 +17,7 @@ from anychip.core.memory import (
     pool_factory,
     size_class,
 )
+from anychip.errors import DeviceError, OutOfMemoryError
 
 POOLS = [MemoryPool, CachingPool, ArenaPool]
 
