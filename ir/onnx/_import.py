@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import heapq
 import os
-import re
-import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import onnx
@@ -34,6 +33,7 @@ from google.protobuf.message import DecodeError
 from anychip.errors import ModelError, UnsupportedOpError
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
+from anychip.ir.onnx._checks import check_model, infer_shapes
 from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype
 from anychip.ir.onnx._external import load_external_data, validate_external_data
 from anychip.ir.value import Value
@@ -42,7 +42,6 @@ from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 __all__ = ["import_model"]
 
 Source = str | os.PathLike | bytes | onnx.ModelProto
-_MAX_PROTO = 2**31 - 1
 
 
 def import_model(
@@ -85,7 +84,7 @@ def import_model(
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
-    _check(proto, path, custom_domains)
+    check_model(proto, path, custom_domains)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)
@@ -93,9 +92,9 @@ def import_model(
             raise ModelError(
                 f"could not inline the model-local functions of {_where(path)}: {e}"
             ) from None
-    inferred = _infer(proto)
+    inferred = infer_shapes(proto)
     invented = _dim_params(inferred) - _dim_params(proto)
-    model = _Converter(inferred, invented).model()
+    model = _Converter(inferred, invented, weights=proto.graph.initializer).model()
     model.path = path
     model.graph.verify()
     return model
@@ -235,36 +234,6 @@ def _sort_graph_proto(graph: onnx.GraphProto) -> None:
     graph.node.extend(nodes)
 
 
-# -- 5. checker --------------------------------------------------------------------------------
-def _check(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> None:
-    try:
-        if proto.ByteSize() > _MAX_PROTO:
-            if path is None:
-                warnings.warn(
-                    "model over 2 GiB given as bytes/proto: onnx.checker skipped", stacklevel=3
-                )
-                return
-            onnx.checker.check_model(path, full_check=False)
-        else:
-            onnx.checker.check_model(proto, full_check=False)
-    except onnx.checker.ValidationError as e:
-        message = str(e).strip()
-        complained = set(re.findall(r"domain '([^']*)'", message))
-        if complained and complained <= custom_domains:
-            return  # a plugin defines this domain: the checker cannot know its schemas
-        raise ModelError(f"{_where(path)} fails onnx.checker: {message}") from None
-
-
-# -- 7. shape inference ------------------------------------------------------------------------
-def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
-    if proto.ByteSize() > _MAX_PROTO:
-        return proto  # infer_shapes serialises the model; protobuf caps that at 2 GiB
-    try:
-        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:  # inference is best-effort: types stay unknown where it fails
-        return proto
-
-
 def _dim_params(proto: onnx.ModelProto) -> set[str]:
     """Every symbolic dimension name used in the value types of ``proto``'s graphs."""
     names: set[str] = set()
@@ -318,9 +287,16 @@ class _Scope:
 class _Converter:
     """Builds IR graphs from one (inlined, inferred) ``ModelProto``."""
 
-    def __init__(self, proto: onnx.ModelProto, invented_dims: set[str]) -> None:
+    def __init__(
+        self,
+        proto: onnx.ModelProto,
+        invented_dims: set[str],
+        weights: Sequence[onnx.TensorProto] = (),
+    ) -> None:
         self.proto = proto
         self.invented_dims = invented_dims
+        #: The main graph's initializers with their data (``_infer`` returns them empty).
+        self.weights = {t.name: t for t in weights}
         self.opsets: dict[str, int] = {}
         for op in proto.opset_import:
             self.opsets["" if op.domain == "ai.onnx" else op.domain] = int(op.version)
@@ -347,6 +323,8 @@ class _Converter:
         for vi in gp.output:
             types[vi.name] = vi
         for t in gp.initializer:
+            if outer is None:
+                t = self.weights.get(t.name, t)
             graph.add_initializer(scope.define(self.initializer(t.name, tensor_to_array(t), t)))
         for sp in gp.sparse_initializer:
             name = sp.values.name

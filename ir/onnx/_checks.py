@@ -1,0 +1,91 @@
+"""The two onnx calls of the import that see the whole model: the checker and shape inference.
+
+Both serialise the model for onnx's C++ code. Protobuf caps that at 2 GiB, and serialising the
+weights is most of the cost on large models, so the size is estimated from the weights'
+declared shapes and shape inference runs without the large weights (see ``infer_shapes``).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from math import prod
+
+import onnx
+import onnx.shape_inference
+
+from anychip.errors import ModelError
+
+__all__ = ["check_model", "infer_shapes"]
+
+_MAX_PROTO = 2**31 - 1
+
+
+def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> None:
+    """``onnx.checker`` on ``proto``; a failure is a ``ModelError`` unless it only concerns a
+    domain a plugin defines (the checker cannot know those schemas)."""
+    where = repr(path) if path else "the model"
+    try:
+        if _over_proto_limit(proto):
+            if path is None:
+                warnings.warn(
+                    "model over 2 GiB given as bytes/proto: onnx.checker skipped", stacklevel=3
+                )
+                return
+            onnx.checker.check_model(path, full_check=False)
+        else:
+            onnx.checker.check_model(proto, full_check=False)
+    except onnx.checker.ValidationError as e:
+        message = str(e).strip()
+        complained = set(re.findall(r"domain '([^']*)'", message))
+        if complained and complained <= custom_domains:
+            return  # a plugin defines this domain: the checker cannot know its schemas
+        raise ModelError(f"{where} fails onnx.checker: {message}") from None
+
+
+def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's shape inference with data propagation, on the model without its large weights.
+
+    ``infer_shapes`` serialises the model and parses the result back: with the weights that is
+    seconds on VGG-sized models (and capped by protobuf at 2 GiB). Inference needs only their
+    types and shapes, so it runs on a copy whose large top-level initializers keep their dims
+    and type but no data; small ones stay, for data propagation (Reshape's shape). The result
+    has those initializers empty: ``_Converter`` reads their data from ``proto``.
+    """
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(proto)
+    for t in skeleton.graph.initializer:
+        if t.HasField("raw_data") and _declared_nbytes(t) >= _LEND_BYTES:
+            t.ClearField("raw_data")
+    if _over_proto_limit(skeleton):
+        return proto  # infer_shapes serialises the model; protobuf caps that at 2 GiB
+    try:
+        return onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=True)
+    except Exception:  # inference is best-effort: types stay unknown where it fails
+        return proto
+
+
+#: Initializers at least this large are not needed by shape inference's data propagation.
+_LEND_BYTES = 4096
+
+
+def _declared_nbytes(t: onnx.TensorProto) -> int:
+    """The bytes ``t``'s dims and type declare (reading ``raw_data`` would copy it)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return 0
+    return prod(t.dims) * itemsize
+
+
+def _over_proto_limit(proto: onnx.ModelProto) -> bool:
+    """Whether ``proto`` serialises past protobuf's 2 GiB cap; the weights' bytes decide
+    first, since ``ByteSize`` walks the whole message (about a second on VGG-19)."""
+    weights = sum(_declared_nbytes(t) for t in proto.graph.initializer if t.HasField("raw_data"))
+    weights += sum(_declared_nbytes(a.t) for n in proto.graph.node for a in n.attribute)
+    if weights > _MAX_PROTO:
+        return True
+    if weights < _MAX_PROTO // 2 and len(proto.graph.node) < 100_000:
+        # Beside its weights, a graph this size cannot fill the other half.
+        return False
+    return proto.ByteSize() > _MAX_PROTO
