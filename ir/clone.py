@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from anychip.errors import GraphError
-from anychip.ir.graph import Graph
+from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.value import Value
 
-__all__ = ["extract_graph", "copy_value"]
+__all__ = ["extract_graph", "copy_value", "copy_model"]
 
 
 def copy_value(v: Value, name: str | None = None) -> Value:
@@ -109,3 +109,36 @@ def _copy_subgraph(g: Graph, vmap: dict[Value, Value], root: Graph) -> Graph:
         ng.outputs.append(_lookup(v, vmap, root))
     ng.meta.update(g.meta)
     return ng
+
+
+def copy_model(model: Model) -> Model:
+    """A model whose graph, nodes and values are new objects; constant arrays are shared.
+
+    Compilation rewrites graphs in place (folding, placement marks), so ``anychip.load``
+    compiles a copy and the caller's model stays as it was. Inputs keep their default
+    (an initializer listed among the inputs).
+    """
+    g = model.graph
+    root = Graph(g.name)
+    root.doc = g.doc
+    root.meta.update(g.meta)
+    vmap: dict[Value, Value] = {}
+    for v in g.inputs:
+        nv = copy_value(v)
+        vmap[v] = nv
+        root.inputs.append(nv)
+        if v.const is not None and g.initializers.get(v.name) is v:
+            root.initializers[v.name] = nv
+    for v in g.initializers.values():
+        if v not in vmap:
+            _lookup(v, vmap, root)  # adds the copy to root's initializers
+    for n in g.nodes:
+        root.append(_copy_node(n, vmap, root))
+    for v in g.outputs:
+        root.outputs.append(_lookup(v, vmap, root))
+    new = Model(root, model.opset_imports, ir_version=model.ir_version)
+    for attr in ("producer_name", "producer_version", "domain", "model_version", "doc", "path"):
+        setattr(new, attr, getattr(model, attr))
+    new.metadata = dict(model.metadata)
+    new.meta = dict(model.meta)
+    return new

@@ -18,8 +18,8 @@ from anychip.core import plugins
 from anychip.core.backend import Backend, DeviceModel
 from anychip.core.kernels import KernelTable
 from anychip.core.memory import MemoryPool, NumpyAllocator, check_plan, lifetimes
-from anychip.core.memory_report import MemoryReport
-from anychip.core.run_memory import plan_program
+from anychip.core.memory.partition import plan_program
+from anychip.core.memory.report import MemoryReport
 from anychip.errors import AnychipError, OutOfMemoryError
 from tests.backends.npu_stub.conftest import convnet
 from tests.models import transformer_layer
@@ -43,7 +43,7 @@ def test_planned_peak_within_bound(path):
     assert rec.lower_bound > 0
     assert rec.lower_bound <= rec.planned <= 1.15 * rec.lower_bound
     # The check the planner ran, again from the outside on the compiled program.
-    (pm,) = sess._part_memory.values()
+    (pm,) = sess.compiled.part_memory.values()
     pp = plan_program(pm.program, pm.current.shapes)
     assert pp.plan.total_size == rec.planned
 
@@ -228,7 +228,7 @@ def test_outputs_do_not_alias_the_reused_arena(plugin):
     sess = anychip.load(_chain_model(), devices=["cpu"])
     xs = [np.full((4, 8), v, np.float32) for v in (1, 2, 3, 4)]
     ys = [sess.run(None, {"x": x})[0] for x in xs]
-    assert sess._pools["cpu"].stats().alloc_count == 3  # one block, cached and reused
+    assert sess.compiled.pools["cpu"].stats().alloc_count == 3  # one block, cached and reused
     for x, y in zip(xs, ys):
         np.testing.assert_array_equal(y, _expected_chain(x))
     assert not np.shares_memory(ys[-1], ys[-2])
@@ -252,7 +252,7 @@ def test_unexpected_view_of_the_arena_is_copied(plugin):
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], 2 * x + 8 * x)
     assert not plugin.pools  # the default pool: a CachingPool keeps the arena's block
     rec = sess.memory()["cpu"]
-    pool = sess._pools["cpu"]
+    pool = sess.compiled.pools["cpu"]
     assert rec.reserved == pool.stats().reserved > 0
     assert pool.stats().alloc_count == 2  # runs 2 and 3; run 1 planned the shapes
     assert [o is not None for o in plugin.outs[-3:]] == [True, True, True]
@@ -319,7 +319,10 @@ def test_memory_error_in_a_kernel_becomes_out_of_memory(plugin):
     assert isinstance(info.value, AnychipError) and info.value.device == "cpu"
     # A custom op's output shape is unknown before it runs: need 0 ("unknown"); the capacity
     # is the host's memory.
-    assert info.value.need == 0 and info.value.capacity == sess._backends[0].device.memory_capacity
+    assert (
+        info.value.need == 0
+        and info.value.capacity == sess.compiled.backends[0].device.memory_capacity
+    )
     plugin.boom = False
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + 1)
 
@@ -460,7 +463,7 @@ def test_kernel_mode_device_too_small_moves_work_elsewhere(tiny):
 
 def test_every_program_plan_passes_the_checker():
     sess = anychip.load(transformer_layer(), devices=["cpu"])
-    (pm,) = sess._part_memory.values()
+    (pm,) = sess.compiled.part_memory.values()
     pp, prog = pm.current, pm.program
     # Lifetimes rebuilt from the program's own steps. The Reshape outputs view their input:
     # the plan counts their reads as reads of the viewed tensor; drop them here, which only

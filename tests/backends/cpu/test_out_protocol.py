@@ -83,7 +83,7 @@ def test_conformance_case_through_planned_memory(case):
         feeds = dict(zip(names, ins))
         for _ in range(2):  # dynamic shapes: the first run plans, the second uses the arena
             assert_outputs_close(sess.run(None, feeds), outs, case.rtol, case.atol)
-    (pm,) = sess._part_memory.values()
+    (pm,) = sess.compiled.part_memory.values()
     slots = {v.name: s for v, s in pm.program.slot_of.items()}
     values = {v.name: v for v in pm.program.slot_of}
     arena = pm.current.arena if pm.current is not None else None

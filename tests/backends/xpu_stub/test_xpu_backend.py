@@ -120,6 +120,8 @@ def test_memory_report_takes_the_driver_heap_figures(model, x):
     assert rec.reserved == info.capacity == rec.capacity
     # The weights and at least one [1, 64, 1024] activation were on the device at once.
     assert rec.peak == info.peak >= 256 * 1024 * 4 + 64 * 1024 * 4
-    stats = sess._backends[[b.name for b in sess._backends].index("xpu")].memory_stats()
+    stats = sess.compiled.backends[
+        [b.name for b in sess.compiled.backends].index("xpu")
+    ].memory_stats()
     assert stats.in_use == info.used and stats.live_blocks >= 1
     assert 0.0 <= stats.fragmentation < 1.0

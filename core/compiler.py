@@ -1,0 +1,220 @@
+"""The compiler: a model and a device list in, a ``CompiledModel`` out.
+
+The walk, in order (each step's module in brackets):
+
+1. copy the caller's ``ir.Model`` (``ir/clone.copy_model``): compiling never rewrites it;
+2. resolve every node's schema once (``opsets/schemas.resolve``): ``node.meta["since"]``;
+3. generic passes (``ir/passes``): constant folding and dead code, then the graph
+   optimizations (BatchNormalization folding) and plugins' whole-graph passes;
+4. placement (``core/placement.place``), partitions and copies
+   (``core/partition.partition_graph``);
+5. per partition: the backend's passes, then kernel mode (an executor ``Program`` with its
+   ``PartitionMemory``) or graph mode (``backend.compile``);
+6. a partition that does not fit its device's memory is excluded from that device and the
+   walk goes back to 4 (at most once per device);
+7. the steps a run interprets (``core/runner.build_steps``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from anychip.core.executor import Program, evaluate_node
+from anychip.core.memory.partition import PartitionMemory, default_pool
+from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
+from anychip.core.placement import PlacementOptions, place
+from anychip.core.report import CopyInfo
+from anychip.core.runner import StepProgram, build_steps
+from anychip.errors import AnychipError, DeviceError, OutOfMemoryError, PlacementError
+from anychip.ir.clone import copy_model
+from anychip.ir.graph import Model
+from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
+from anychip.ir.passes.fold_batch_norm import fold_batch_norm
+from anychip.opsets.schemas import resolve
+
+__all__ = ["CompiledModel", "compile_model"]
+
+log = logging.getLogger("anychip")
+
+
+class CompiledModel:
+    """What compilation produced: the model (a copy), its partitions, copies and steps."""
+
+    def __init__(self, model: Model, backends: list[Any]) -> None:
+        self.model = model
+        self.backends = backends
+        self.partitions: list[Partition] = []
+        self.copies: list[CopyRecord] = []
+        #: Constants moved to a device once, when its partition was compiled.
+        self.load_copies: list[CopyInfo] = []
+        #: Kernel-mode partitions' memory, by partition index.
+        self.part_memory: dict[int, PartitionMemory] = {}
+        #: The session's pools of host-memory devices, by device name.
+        self.pools: dict[str, Any] = {}
+        self.memory_notes: list[str] = []
+        self.folded = 0
+        #: What the graph optimizations rewrote, by pass (the nodes they removed).
+        self.optimizations: dict[str, int] = {}
+        self.steps: StepProgram | None = None
+
+
+def compile_model(
+    model: Model,
+    backends: list[Any],
+    options: PlacementOptions,
+    registry: Any,
+    *,
+    plan_cache_size: int = 8,
+    optimize: bool = True,
+) -> CompiledModel:
+    """Compile ``model`` (left unchanged) for ``backends`` in priority order."""
+    out = CompiledModel(copy_model(model), backends)
+    graph = out.model.graph
+    resolve_schemas(out.model, registry.schemas)
+    _generic_passes(out, registry, options, optimize)
+    tables = {b.name: registry.kernel_table(b.name) for b in backends}
+    excluded: dict[str, dict[str, str]] = {}
+    for _attempt in range(len(backends)):
+        place(graph, backends, tables, options, excluded)
+        out.partitions, out.copies = partition_graph(graph)
+        _check_copy_budget(out.copies, options)
+        if not _compile_partitions(out, registry, tables, options, excluded, plan_cache_size):
+            break
+    out.steps = build_steps(graph, out.partitions, out.copies, backends, registry)
+    return out
+
+
+def resolve_schemas(model: Model, schemas: Any) -> None:
+    """Give every node its opset version and ``meta["since"]``, the schema version it uses."""
+    for node in model.graph.walk():
+        if node.version is None:
+            node.version = model.opset_imports.get(node.domain, 1)
+        node.meta["since"] = resolve(node.op_type, node.domain, node.version, schemas).since_version
+
+
+def _generic_passes(
+    out: CompiledModel, registry: Any, options: PlacementOptions, optimize: bool
+) -> None:
+    """Constant folding and dead code, the graph optimizations, then plugins' passes."""
+    graph = out.model.graph
+    cpu = registry.kernel_table(HOST)
+    schemas = registry.schemas
+    fold = FoldConstantsPass(lambda node, ins: evaluate_node(node, ins, cpu, schemas))
+    PassManager([fold, EliminateDeadCodePass()], max_iterations=2)(graph)
+    out.folded = fold.folded
+    if optimize:
+        pins = options.pin_for
+        out.optimizations["fold_batch_norm"] = fold_batch_norm(
+            graph, accept=lambda conv, bn: pins(conv) is None and pins(bn) is None
+        )
+    for entry in registry.passes_for(None):
+        entry.pass_(graph)
+
+
+def _check_copy_budget(copies: list[CopyRecord], options: PlacementOptions) -> None:
+    if options.max_copies is not None and len(copies) > options.max_copies:
+        raise PlacementError(
+            f"this placement makes {len(copies)} copies per run, more than "
+            f"max_copies={options.max_copies}: "
+            + ", ".join(f"{c.tensor} {c.src}->{c.dst}" for c in copies[:8])
+            + ". Pin nodes to fewer devices or raise max_copies."
+        )
+
+
+def _compile_partitions(
+    out: CompiledModel,
+    registry: Any,
+    tables: dict,
+    options: PlacementOptions,
+    excluded: dict,
+    plan_cache_size: int,
+) -> bool:
+    """Compile every partition; True when one did not fit its device and placement must run
+    again without that device for its nodes."""
+    by_name = {b.name: b for b in out.backends}
+    last = out.backends[-1].name
+    out.load_copies, out.part_memory = [], {}
+    for p in out.partitions:
+        backend = by_name[p.device]
+        for entry in registry.passes_for(p.device):
+            entry.pass_(p.graph)
+        if backend.graph_mode:
+            try:
+                compiled = backend.compile(p.graph)
+            except OutOfMemoryError as e:
+                if options.strict or p.device == last:
+                    raise
+                why = f"partition {p.index} needs {e.need} bytes, {p.device} has {e.capacity}"
+                _exclude(out, p, why + " (out of memory)", excluded)
+                return True
+            p.program = compiled.run
+            p.info.update(compiled.info)
+        else:
+            program = Program(p.graph, backend, tables[p.device], registry.schemas)
+            pool = _pool_for(out, backend, registry.pools.get(backend.kind))
+            pm = PartitionMemory(program, pool, plan_cache_size)
+            why = _over_budget(p, backend, pm)
+            if why is not None:
+                if options.strict or p.device == last:
+                    raise OutOfMemoryError(
+                        f"{p.device}: {why}. Use a smaller input, or add a device with more "
+                        "memory.",
+                        device=p.device,
+                        need=pm.current.plan.total_size + pm.boundary_bytes(),
+                        capacity=backend.device.memory_capacity,
+                    )
+                _exclude(out, p, why, excluded)
+                return True
+            out.part_memory[p.index] = pm
+            p.program = pm.runner
+        if not backend.host_memory:
+            for v in p.graph.initializers.values():
+                out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
+    return False
+
+
+def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:
+    """The session's pool for a host-memory device: the factory registered for its kind
+    (``anychip_register_memory_pools``), else ``core.memory.partition.default_pool``."""
+    if not backend.host_memory:
+        return None  # device tensors are not numpy arrays: kernels allocate them
+    pool = out.pools.get(backend.name)
+    if pool is None:
+        factory = factory or default_pool
+        try:
+            pool = factory(backend)
+        except AnychipError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a plugin's factory failed
+            raise DeviceError(
+                f"{backend.name}: the memory pool factory {factory!r} for kind "
+                f"{backend.kind!r} failed: {type(e).__name__}: {e}"
+            ) from e
+        out.pools[backend.name] = pool
+    return pool
+
+
+def _over_budget(p: Partition, backend: Any, pm: PartitionMemory) -> str | None:
+    """Why the partition's planned memory exceeds its device's capacity, or None."""
+    capacity = backend.device.memory_capacity
+    if pm.current is None or not capacity:
+        return None
+    planned = pm.current.plan.total_size
+    boundary = pm.boundary_bytes()
+    if planned + boundary <= capacity:
+        return None
+    return (
+        f"partition {p.index} needs {planned + boundary} bytes ({planned} planned for "
+        f"intermediate tensors + {boundary} of inputs, outputs and weights), {p.device} has "
+        f"{capacity} (out of memory)"
+    )
+
+
+def _exclude(out: CompiledModel, p: Partition, why: str, excluded: dict) -> None:
+    """Keep partition ``p``'s nodes off its device on the next placement, and say why."""
+    for n in p.nodes:
+        excluded.setdefault(n.name, {})[p.device] = why
+    out.memory_notes.append(f"{p.device}: {why}; its nodes went elsewhere")
+    log.warning("anychip: %s: %s; placing its %d nodes elsewhere", p.device, why, len(p.nodes))

@@ -1,0 +1,142 @@
+"""Feeds in, outputs out: what ``Session.run`` checks before and after the steps run.
+
+``Feeds`` checks a run's feeds against the model's inputs (names, dtypes, ranks, static
+dimensions; an initializer-backed input takes its default when not fed) and selects the
+requested outputs; ``detach`` makes sure no output aliases a feed or memory the session keeps.
+Every refusal is an ``InputError`` naming the input and saying what to pass instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from anychip.errors import InputError
+from anychip.ir.dtypes import DType
+from anychip.ir.value import Value, format_shape
+
+__all__ = ["IOInfo", "Feeds", "check_feed", "detach"]
+
+
+class IOInfo:
+    """A model input or output: ``name``, ``dtype`` (DType), ``shape`` (ints, str or None),
+    ``optional``."""
+
+    __slots__ = ("name", "dtype", "shape", "type", "optional")
+
+    def __init__(self, v: Value) -> None:
+        self.name = v.name
+        #: True when an initializer gives the input a default (old ONNX models list weights
+        #: among the inputs); a feed then overrides it.
+        self.optional = v.const is not None
+        self.dtype = v.dtype
+        self.shape = list(v.shape) if v.shape is not None else None
+        self.type = v.type_str()
+
+    @property
+    def numpy_dtype(self) -> np.dtype | None:
+        return self.dtype.numpy if self.dtype else None
+
+    def __repr__(self) -> str:
+        return f"IOInfo({self.name!r}, {self.type})"
+
+
+class Feeds:
+    """The checks of one model's inputs and outputs."""
+
+    def __init__(self, inputs: Sequence[Value], outputs: Sequence[Value]) -> None:
+        self._inputs = list(inputs)
+        self._names = [v.name for v in self._inputs]
+        self._defaults = {v.name: v.const for v in self._inputs if v.const is not None}
+        self.output_names = [v.name for v in outputs]
+
+    def select(self, output_names: Sequence[str] | None) -> list[int]:
+        """The indices of the requested outputs (all for None)."""
+        if output_names is None:
+            return list(range(len(self.output_names)))
+        if isinstance(output_names, str):
+            raise InputError(
+                f"output_names must be a list of names, not the string "
+                f"{output_names!r}; write [{output_names!r}]"
+            )
+        idx = []
+        for name in output_names:
+            if name not in self.output_names:
+                raise InputError(
+                    f"unknown output {name!r}; the model's outputs are {self.output_names}"
+                )
+            idx.append(self.output_names.index(name))
+        return idx
+
+    def check(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """The arrays to run with, in graph input order; raises ``InputError`` on bad feeds."""
+        if not isinstance(feeds, Mapping):
+            raise InputError(
+                f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
+            )
+        names = self._names
+        unknown = [k for k in feeds if k not in names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are {names}")
+        out = []
+        for v in self._inputs:
+            if v.name not in feeds:
+                if v.name in self._defaults:
+                    out.append(self._defaults[v.name])
+                    continue
+                raise InputError(
+                    f"missing input {v.name!r} ({v.type_str()}); the model's inputs are {names}"
+                )
+            out.append(check_feed(v, feeds[v.name]))
+        return out
+
+
+def check_feed(v: Value, x: Any) -> Any:
+    """``x`` as the array input ``v`` takes, or ``InputError`` saying what is wrong."""
+    if not v.is_tensor:
+        return x
+    if not isinstance(x, np.ndarray):
+        if isinstance(x, (np.generic, int, float, bool, list, tuple)):
+            x = np.asarray(x)
+            if v.dtype and x.dtype != v.dtype.numpy and x.dtype.kind == v.dtype.numpy.kind:
+                x = x.astype(v.dtype.numpy)
+        else:
+            raise InputError(
+                f"input {v.name!r} expects a numpy array ({v.type_str()}), got {type(x).__name__}"
+            )
+    if v.dtype:
+        want = v.dtype.numpy
+        ok = x.dtype == want or (v.dtype == DType.STRING and x.dtype.kind in "OUS")
+        if not ok:
+            raise InputError(
+                f"input {v.name!r} expects dtype {want} ({v.type_str()}), got "
+                f"{x.dtype}; convert it with .astype(np.{want})"
+            )
+        if v.dtype == DType.STRING and x.dtype.kind != "O":
+            x = x.astype(object)
+    if v.shape is not None:
+        if x.ndim != len(v.shape):
+            raise InputError(
+                f"input {v.name!r} expects rank {len(v.shape)} "
+                f"{format_shape(v.shape)}, got rank {x.ndim} with shape "
+                f"{list(x.shape)}"
+            )
+        for i, (want_d, got_d) in enumerate(zip(v.shape, x.shape)):
+            if isinstance(want_d, int) and want_d != got_d:
+                raise InputError(
+                    f"input {v.name!r} expects shape {format_shape(v.shape)}, got "
+                    f"{list(x.shape)} (dimension {i} is {got_d}, expected "
+                    f"{want_d})"
+                )
+    return x
+
+
+def detach(out: Any, feeds: Mapping[str, Any]) -> Any:
+    """Outputs never alias a feed or a constant the session keeps."""
+    if isinstance(out, np.ndarray) and (not out.flags.owndata or not out.flags.writeable):
+        return out.copy()
+    if isinstance(out, np.ndarray) and any(out is f for f in feeds.values()):
+        return out.copy()
+    return out

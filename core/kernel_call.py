@@ -1,0 +1,179 @@
+"""What the executor hands a kernel: its context, its compiled call, and its attributes.
+
+``Instr`` is one compiled node (kernel, slots, attributes, slots to free); ``KernelContext`` is
+what a ``context=True`` kernel gets first (the node, its backend, ``run_graph`` for nested
+graphs); ``Arena`` the planned memory of one run. ``evaluate_node`` runs one node on host
+arrays outside any program (constant folding uses it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anychip.core.placement import find_kernel
+from anychip.errors import KernelError, UnsupportedOpError
+from anychip.opsets.schemas import attribute_defaults, resolve
+
+if TYPE_CHECKING:
+    from anychip.core.executor import Program
+    from anychip.core.kernels import KernelTable
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+    from anychip.opsets.schemas import SchemaRegistry
+
+__all__ = ["KernelContext", "Instr", "Arena", "describe_args", "node_attrs", "evaluate_node"]
+
+
+class KernelContext:
+    """What a ``context=True`` kernel receives as its first argument.
+
+    Attributes:
+        node: the IR node being run.
+        num_outputs: how many outputs the node declares (omitted optional ones included).
+        backend: the backend running it.
+    """
+
+    __slots__ = ("node", "num_outputs", "backend", "_program", "_frame", "_subprograms")
+
+    def __init__(self, node: Node, program: Program | None) -> None:
+        self.node = node
+        self.num_outputs = len(node.outputs)
+        self.backend = program.backend if program is not None else None
+        self._program = program
+        self._frame: list[Any] | None = None
+        self._subprograms: dict[int, Program] = {}
+        if program is None:
+            return
+        from anychip.core.executor import Program  # a nested graph is a program of its own
+
+        for g in node.subgraphs():
+            self._subprograms[id(g)] = Program(
+                g, program.backend, program.table, program.schemas, parent=program
+            )
+
+    @property
+    def outputs_used(self) -> list[bool]:
+        """For each declared output, whether the node has it (omitted optional: False)."""
+        return [v is not None and bool(v.name) for v in self.node.outputs]
+
+    def run_graph(self, graph: Graph, inputs: Sequence[Any]) -> list[Any]:
+        """Run a nested graph of this node with its formal inputs bound to ``inputs``.
+
+        Values the nested graph reads from enclosing scopes are taken from the running frame.
+        """
+        prog = self._subprograms.get(id(graph))
+        if prog is None:
+            raise KernelError(
+                f"graph {graph.name!r} is not an attribute of node {self.node.name!r}"
+            )
+        return prog.run(inputs, outer=self._frame)
+
+
+class Instr:
+    """One compiled node. ``reads`` adds the slots its nested graphs read to ``ins``;
+    ``takes_out``: the kernel accepts ``out=`` (see the module docstring)."""
+
+    __slots__ = ("fn", "ins", "outs", "attrs", "frees", "node", "ctx", "reads", "takes_out")
+
+    def __init__(
+        self,
+        fn: Any,
+        ins: tuple[int, ...],
+        outs: tuple[int, ...],
+        attrs: dict[str, Any],
+        node: Node,
+        ctx: KernelContext | None,
+    ) -> None:
+        self.fn = fn
+        self.ins = ins
+        self.outs = outs
+        self.attrs = attrs
+        self.frees: tuple[int, ...] = ()
+        self.node = node
+        self.ctx = ctx
+        self.reads: tuple[int, ...] = tuple(i for i in ins if i >= 0)
+        # Only single-output kernels are handed an ``out`` view.
+        self.takes_out = len(outs) == 1 and outs[0] >= 0 and _takes_out(fn)
+
+
+class Arena:
+    """The planned memory of one run: ``views[slot]`` is the array a kernel may write slot's
+    value into (None: not planned); ``base`` the array owning them; ``nbytes`` its size."""
+
+    __slots__ = ("views", "base", "nbytes")
+
+    def __init__(self, views: list[Any], base: np.ndarray, nbytes: int) -> None:
+        self.views = views
+        self.base = base
+        self.nbytes = nbytes
+
+
+_TAKES_OUT: dict[Any, bool] = {}
+
+
+def _takes_out(fn: Any) -> bool:
+    """Whether ``fn`` has an ``out`` keyword parameter (asked once per function)."""
+    known = _TAKES_OUT.get(fn)
+    if known is None:
+        try:
+            param = inspect.signature(fn).parameters.get("out")
+        except (TypeError, ValueError):
+            param = None
+        known = param is not None and param.kind in (
+            inspect.Parameter.KEYWORD_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+        _TAKES_OUT[fn] = known
+    return known
+
+
+def describe_args(args: Sequence[Any]) -> str:
+    parts = []
+    for a in args:
+        if a is None:
+            parts.append("_")
+        elif hasattr(a, "dtype") and hasattr(a, "shape"):
+            parts.append(f"{a.dtype}{list(a.shape)}")
+        else:
+            parts.append(type(a).__name__)
+    return "(" + ", ".join(parts) + ")"
+
+
+def node_attrs(node: Node, schemas: SchemaRegistry | None) -> dict[str, Any]:
+    """Schema defaults overlaid with the node's attributes, as kernel keyword arguments."""
+    since = node.meta.get("since")
+    attrs: dict[str, Any] = {}
+    try:
+        schema = resolve(node.op_type, node.domain, node.version or 1, schemas)
+        attrs.update(attribute_defaults(schema))
+        if since is None:
+            node.meta["since"] = schema.since_version
+    except UnsupportedOpError:
+        if since is None:
+            raise
+    for k, a in node.attributes.items():
+        attrs[k] = a.value
+    return attrs
+
+
+def evaluate_node(
+    node: Node, inputs: Sequence[Any], table: KernelTable, schemas: SchemaRegistry | None = None
+) -> list[Any]:
+    """Run one node (without nested graphs) on host arrays with ``table``'s kernel.
+
+    Used by constant folding; raises ``UnsupportedOpError`` when no kernel fits.
+    """
+    kernel, why = find_kernel(table, node)
+    if kernel is None:
+        raise UnsupportedOpError(why)
+    args = list(inputs)
+    if kernel.context:
+        args.insert(0, KernelContext(node, None))
+    res = kernel.fn(*args, **node_attrs(node, schemas))
+    if type(res) is not tuple and type(res) is not list:
+        res = [res]
+    return [np.asarray(r) if isinstance(r, np.generic) else r for r in res]

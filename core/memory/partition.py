@@ -1,0 +1,304 @@
+"""The memory of a session's kernel-mode partitions: plans over a ``Program``, and arenas.
+
+For each partition the session makes a ``PartitionMemory``. It plans the partition's
+intermediate tensors with the shared liveness planner (``core.memory``):
+
+* the *plan* covers every intermediate tensor whose shape is known; its ``total_size`` and
+  ``lower_bound`` are the figures ``Session.memory()`` reports and budget-aware placement
+  compares with the device's capacity;
+* the *arena* plan covers the tensors the executor can really place: outputs of kernels that
+  accept ``out=`` (the executor's out protocol). When there are some, each run takes one block
+  from the device's pool (``registry.pools``, default ``CachingPool`` over host memory), hands
+  those kernels views at their planned offsets, and gives the block back after the run.
+
+Shapes: a partition whose intermediate shapes are all static is planned at compile time. One
+with dynamic shapes is planned on the first run of each input-shape signature, from the shapes
+that run produced, and the plan kept in a bounded ``PlanCache`` (hits, misses, re-plans).
+
+Aliases: ``ALIAS_OPS`` return views of their first input (Reshape, Flatten, ...). Their
+outputs are not separate tensors: their reads count as reads of the viewed tensor, which lives
+until its last view is dead. Graph outputs are copied out of the arena by the executor, so the
+viewed tensors also live until the end of the run. In-place: the element-wise ops of
+``INPLACE_OPS`` may write their output over their first input when it dies there (same shape
+and dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from anychip.core.executor import Arena, Program
+from anychip.core.memory import (
+    CachingPool,
+    MemoryPlan,
+    MemoryPool,
+    NumpyAllocator,
+    PlanCache,
+    Step,
+    check_plan,
+    lifetimes,
+    plan_memory,
+)
+from anychip.errors import DeviceError
+from anychip.ir.dtypes import DType
+
+if TYPE_CHECKING:
+    from anychip.core.backend import Backend
+
+__all__ = [
+    "ALIAS_OPS",
+    "INPLACE_OPS",
+    "ProgramPlan",
+    "PartitionMemory",
+    "plan_program",
+    "default_pool",
+    "static_shapes",
+]
+
+#: ONNX ops whose CPU kernels return a view of their first input.
+ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+
+#: Element-wise ONNX ops whose output may overwrite their first input (output ``i`` reads only
+#: input element ``i``).
+INPLACE_OPS = frozenset(
+    {
+        "Abs", "Add", "BatchNormalization", "Ceil", "Clip", "Div", "Elu", "Erf", "Exp", "Floor",
+        "HardSigmoid", "HardSwish", "LeakyRelu", "Log", "Max", "Mean", "Min", "Mul", "Neg",
+        "Pow", "PRelu", "Reciprocal", "Relu", "Selu", "Sigmoid", "Softplus", "Sqrt", "Sub",
+        "Sum", "Tanh",
+    }
+)  # fmt: skip
+
+_ALIGNMENT = 64
+
+ShapeMap = dict[int, tuple[tuple[int, ...], np.dtype]]
+
+
+class ProgramPlan:
+    """The plans of one partition for one set of shapes.
+
+    Attributes:
+        plan: Every intermediate tensor with a known shape (the reported figures).
+        arena: The tensors written through ``out=`` (None when there are none).
+        shapes: ``slot -> (shape, dtype)`` the plans were made for.
+    """
+
+    __slots__ = ("plan", "arena", "shapes", "_layout")
+
+    def __init__(self, plan: MemoryPlan, arena: MemoryPlan | None, shapes: ShapeMap) -> None:
+        self.plan = plan
+        self.arena = arena
+        self.shapes = shapes
+        self._layout = (
+            [(s, off, shapes[s][0], shapes[s][1]) for s, off in arena.offsets.items()]
+            if arena is not None
+            else []
+        )
+
+    def views(self, buffer: Any, nslots: int) -> Arena:
+        """The arena's views over ``buffer`` (a uint8 host array of ``arena.total_size``)."""
+        if not isinstance(buffer, np.ndarray):
+            raise DeviceError(
+                f"the memory pool gave a {type(buffer).__name__} buffer; planned host memory "
+                "needs numpy arrays (use core.memory.NumpyAllocator as the pool's allocator)"
+            )
+        views: list[Any] = [None] * nslots
+        for s, off, shape, dtype in self._layout:
+            nbytes = prod(shape) * dtype.itemsize
+            views[s] = buffer[off : off + nbytes].view(dtype).reshape(shape)
+        base = buffer if buffer.base is None else buffer.base
+        return Arena(views, base, self.arena.total_size if self.arena is not None else 0)
+
+
+def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
+    """``slot -> (shape, dtype)`` of the intermediate tensors with a static shape, and whether
+    every intermediate tensor has one."""
+    external = program.external_slots()
+    shapes: ShapeMap = {}
+    complete = True
+    for v, s in program.slot_of.items():
+        if s in external:
+            continue
+        if not v.is_tensor:
+            continue  # sequences, optionals: never planned
+        if v.dtype == DType.STRING:
+            continue  # object arrays hold pointers: nothing to plan
+        if v.nbytes is None:
+            # An output nobody reads (an old Dropout's mask) dies where it is born; its unknown
+            # size does not make the partition dynamic (the plan leaves it out).
+            if v.uses or s in program.output_slots:
+                complete = False
+            continue
+        shapes[s] = (tuple(int(d) for d in v.shape), np.dtype(v.dtype.numpy))
+    return shapes, complete
+
+
+def _alias_roots(program: Program) -> dict[int, int]:
+    """``slot -> the slot whose memory it views``, for outputs of ``ALIAS_OPS``."""
+    root: dict[int, int] = {}
+    for ins in program.instrs:
+        node = ins.node
+        if node.op_type in ALIAS_OPS and node.domain in ("", "ai.onnx") and ins.ins:
+            src = ins.ins[0]
+            if src >= 0:
+                for o in ins.outs:
+                    if o >= 0:
+                        root[o] = root.get(src, src)
+    return root
+
+
+def _plan(
+    program: Program,
+    shapes: ShapeMap,
+    planned: set[int],
+    root: dict[int, int],
+    steps: Sequence[Step],
+) -> MemoryPlan:
+    """Plan the slots of ``planned`` (aliases resolved to the tensor they view)."""
+    final = Step(tuple(root.get(s, s) for s in program.output_slots), ())
+    mapped = []
+    for st in list(steps) + [final]:
+        reads = tuple(dict.fromkeys(r for r in (root.get(s, s) for s in st.reads) if r in planned))
+        writes = tuple(s for s in st.writes if s in planned and s not in root)
+        mapped.append(Step(reads, writes))
+    sizes = {s: prod(shapes[s][0]) * shapes[s][1].itemsize for s in planned}
+    tensors = lifetimes(mapped, sizes, outputs=set(program.output_slots) & planned)
+    hints: dict[int, int] = {}
+    for ins in program.instrs:
+        if ins.node.op_type not in INPLACE_OPS or len(ins.outs) != 1 or not ins.ins:
+            continue
+        out, src = ins.outs[0], ins.ins[0]
+        if (
+            out in planned
+            and src in planned
+            and src not in root
+            and out not in root
+            and shapes[out] == shapes[src]
+        ):
+            hints[out] = src
+    plan = plan_memory(tensors, inplace=hints, alignment=_ALIGNMENT)
+    check_plan(plan, tensors, inplace=hints)
+    return plan
+
+
+def plan_program(program: Program, shapes: ShapeMap) -> ProgramPlan:
+    """Plan ``program``'s intermediate tensors of known ``shapes`` (see the module docstring).
+
+    Raises:
+        MemoryPlanError: the planner made a plan its checker refuses (a bug, never silent).
+    """
+    root = _alias_roots(program)
+    outputs = set(program.output_slots)
+    steps = program.memory_steps()
+    candidates = {s for s in shapes if s not in outputs and s not in root}
+    plan = _plan(program, shapes, candidates, root, steps)
+    out_written = {
+        ins.outs[0] for ins in program.instrs if ins.takes_out and ins.outs[0] in candidates
+    }
+    arena = None
+    if out_written == candidates and candidates:
+        arena = plan
+    elif out_written:
+        arena = _plan(program, shapes, out_written, root, steps)
+    return ProgramPlan(plan, arena, shapes)
+
+
+def default_pool(backend: Backend) -> MemoryPool:
+    """The pool of a host-memory device when no plugin registered one: a ``CachingPool`` over
+    numpy buffers, so each run's arena reuses the previous run's block."""
+    return CachingPool(
+        backend.name,
+        capacity=getattr(backend.device, "memory_capacity", None),
+        allocator=NumpyAllocator(),
+        alignment=_ALIGNMENT,
+    )
+
+
+def _signature(inputs: Sequence[Any]) -> tuple:
+    return tuple(
+        (tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", type(t).__name__))) for t in inputs
+    )
+
+
+class PartitionMemory:
+    """The plans and arena of one kernel-mode partition; ``runner`` is what the session calls.
+
+    Args:
+        program: The partition's compiled program.
+        pool: The device's pool (host memory), or None when the device's tensors are not
+            numpy arrays (no arena then; the plan is still made and reported).
+        cache_size: Plans kept for dynamic shapes.
+    """
+
+    def __init__(self, program: Program, pool: MemoryPool | None, cache_size: int = 8) -> None:
+        self.program = program
+        self.pool = pool if program.backend.host_memory else None
+        shapes, complete = static_shapes(program)
+        self.dynamic = not complete
+        self.cache: PlanCache | None = PlanCache(cache_size) if self.dynamic else None
+        self.current: ProgramPlan | None = None
+        #: The largest plan and lower bound made so far (dynamic shapes: over the signatures).
+        self.planned = 0
+        self.lower_bound = 0
+        #: The largest arena (the part of the plan kernels write through ``out=``).
+        self.arena = 0
+        root = _alias_roots(program)
+        program.alias_slots = frozenset(root)
+        if not self.dynamic:
+            self._use(plan_program(program, shapes))
+
+    def _use(self, pp: ProgramPlan) -> None:
+        self.current = pp
+        self.planned = max(self.planned, pp.plan.total_size)
+        self.lower_bound = max(self.lower_bound, pp.plan.lower_bound)
+        if pp.arena is not None:
+            self.arena = max(self.arena, pp.arena.total_size)
+
+    @property
+    def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
+        """The callable the session's run step uses."""
+        if not self.dynamic and (self.current is None or self.current.arena is None):
+            return self.program.run  # nothing to do per run: no wrapper
+        return self.run
+
+    def run(self, inputs: Sequence[Any]) -> list[Any]:
+        """Run the partition, planning first when these input shapes are new."""
+        pp = self.current
+        if self.dynamic:
+            sig = _signature(inputs)
+            pp = self.cache.get(sig)
+            if pp is None:
+                record: dict[int, tuple[tuple[int, ...], Any]] = {}
+                outs = self.program.run(inputs, record=record)
+                shapes = {s: (tuple(sh), np.dtype(dt)) for s, (sh, dt) in record.items()}
+                if any(dt.hasobject for _, dt in shapes.values()):
+                    shapes = {s: v for s, v in shapes.items() if not v[1].hasobject}
+                pp = plan_program(self.program, shapes)
+                self.cache.put(sig, pp)
+                self._use(pp)
+                return outs
+            self.current = pp
+        if pp is None or pp.arena is None or self.pool is None:
+            return self.program.run(inputs)
+        block = self.pool.alloc(pp.arena.total_size)
+        try:
+            raw = block.buffer[block.offset : block.offset + pp.arena.total_size]
+            return self.program.run(inputs, arena=pp.views(raw, self.program.nslots))
+        finally:
+            self.pool.free(block)
+
+    def boundary_bytes(self) -> int:
+        """Bytes of the partition's inputs, outputs and constants with static shapes."""
+        g = self.program.graph
+        seen = set()
+        total = 0
+        for v in list(g.inputs) + list(g.outputs) + list(g.initializers.values()):
+            if v in seen:
+                continue
+            seen.add(v)
+            total += v.nbytes or 0
+        return total

@@ -1,0 +1,155 @@
+"""The step runner: a session's run as a flat list of steps over numbered slots.
+
+A step is either a copy of one tensor between two devices or the run of one partition (its
+``program`` takes the partition's input tensors and returns its outputs). ``build_steps``
+numbers every (value, device) pair, orders the copies before the partition that reads them,
+and frees each slot after its last reader with ``free_after_last_use``, the one last-use
+routine the executor's ``Program`` shares.
+
+Invariants:
+    * Graph inputs and outputs live on the host; a constant graph output is a slot filled
+      before the run.
+    * A slot is freed (device tensors released through their backend) right after the step
+      that reads it last; a failed run releases every device tensor it still holds, and a raw
+      ``MemoryError`` reaches the caller as ``OutOfMemoryError`` naming the step's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from anychip.core.partition import HOST, CopyRecord, Partition
+from anychip.core.slots import free_after_last_use, release_quietly
+from anychip.errors import AnychipError, OutOfMemoryError
+from anychip.ir.graph import Graph
+from anychip.ir.value import Value
+
+__all__ = ["Step", "StepProgram", "build_steps"]
+
+
+class Step:
+    """One copy or one partition run: ``fn`` maps input tensors to outputs."""
+
+    __slots__ = ("is_copy", "fn", "ins", "outs", "frees", "device", "label")
+
+    def __init__(
+        self, is_copy: bool, fn: Any, ins: list[int], outs: list[int], label: str, device: str
+    ) -> None:
+        self.is_copy = is_copy
+        self.fn = fn
+        self.ins = ins
+        self.outs = outs
+        self.frees: tuple[tuple[int, Any], ...] = ()
+        #: The device whose memory the step's outputs take (a copy's destination).
+        self.device = device
+        self.label = label
+
+
+class StepProgram:
+    """The steps of a compiled model and the slots they run over."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.nslots = 0
+        self.feed_slots: list[int] = []
+        self.output_slots: list[int] = []
+        self.consts: list[tuple[int, Any]] = []
+        #: Slots holding device tensors, with their release: given back when a run fails.
+        self.device_slots: list[tuple[int, Any]] = []
+
+    def run(self, feeds: Sequence[Any]) -> list[Any]:
+        """Run every step on the host arrays ``feeds`` (graph input order); all outputs."""
+        slots: list[Any] = [None] * self.nslots
+        for s, arr in zip(self.feed_slots, feeds):
+            slots[s] = arr
+        for s, c in self.consts:
+            slots[s] = c
+        step = None
+        try:
+            for step in self.steps:
+                if step.is_copy:
+                    slots[step.outs[0]] = step.fn(slots[step.ins[0]])
+                else:
+                    for s, r in zip(step.outs, step.fn([slots[i] for i in step.ins])):
+                        slots[s] = r
+                for s, release in step.frees:
+                    if release is not None and slots[s] is not None:
+                        release(slots[s])
+                    slots[s] = None
+        except BaseException as e:
+            self._release(slots)
+            if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
+                raise OutOfMemoryError(
+                    f"out of memory while running {step.label}: {type(e).__name__}: {e}. "
+                    "Run with a smaller input, or place part of the model on another device.",
+                    device=step.device,
+                ) from e
+            raise
+        return [slots[s] for s in self.output_slots]
+
+    def _release(self, slots: list[Any]) -> None:
+        """Give back the device tensors a failed run still holds."""
+        for s, release in self.device_slots:
+            t = slots[s]
+            if t is not None:
+                slots[s] = None
+                release_quietly(release, [t])
+
+
+def build_steps(
+    graph: Graph,
+    partitions: list[Partition],
+    copies: list[CopyRecord],
+    backends: list[Any],
+    registry: Any,
+) -> StepProgram:
+    """The steps running ``partitions`` in order, each preceded by the copies it needs."""
+    by_name = {b.name: b for b in backends}
+    by_name.setdefault(HOST, registry.backends[HOST])
+    slot: dict[tuple[Value, str], int] = {}
+
+    def get(v: Value, dev: str) -> int:
+        return slot.setdefault((v, dev), len(slot))
+
+    prog = StepProgram()
+    prog.feed_slots = [get(v, HOST) for v in graph.inputs]
+    values = {v.name: v for v in graph.values()}
+    copies_before: dict[int, list[CopyRecord]] = {}
+    for c in copies:
+        copies_before.setdefault(c.before, []).append(c)
+    for index in range(len(partitions) + 1):
+        for c in copies_before.get(index, []):
+            v = values[c.tensor]
+            fn = _copier(by_name[c.src], by_name[c.dst])
+            label = f"copy {c.tensor} {c.src}->{c.dst}"
+            prog.steps.append(Step(True, fn, [get(v, c.src)], [get(v, c.dst)], label, c.dst))
+        if index < len(partitions):
+            p = partitions[index]
+            ins = [get(v, p.device) for v in p.inputs]
+            outs = [get(v, p.device) for v in p.outputs]
+            label = f"partition {p.index} on {p.device}"
+            prog.steps.append(Step(False, p.program, ins, outs, label, p.device))
+    for v in graph.outputs:
+        if (v, HOST) not in slot and v.const is not None:
+            prog.consts.append((get(v, HOST), v.const))
+        prog.output_slots.append(get(v, HOST))
+    device_of = {s: dev for (_, dev), s in slot.items()}
+    release_of = {
+        s: None if by_name[d].host_memory else by_name[d].release for s, d in device_of.items()
+    }
+    prog.device_slots = [(s, r) for s, r in release_of.items() if r is not None]
+    keep = set(prog.output_slots) | {s for s, _ in prog.consts}
+    frees = free_after_last_use([st.ins + st.outs for st in prog.steps], keep)
+    for st, fr in zip(prog.steps, frees):
+        st.frees = tuple((s, release_of[s]) for s in fr)
+    prog.nslots = len(slot)
+    return prog
+
+
+def _copier(src: Any, dst: Any) -> Any:
+    if src.host_memory:
+        return dst.to_device
+    if dst.host_memory:
+        return src.to_host
+    return lambda t: dst.from_device(t, src)
