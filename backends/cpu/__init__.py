@@ -19,7 +19,7 @@ def anychip_register_backends(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
-    from anychip.backends.cpu.ops import load_all
+    from anychip.backends.cpu.kernels import load_all
     from anychip.backends.cpu.table import CPU_KERNELS
 
     load_all()

@@ -1,6 +1,6 @@
 """The CPU backend's kernel table and its ``kernel`` decorator.
 
-Every module in ``backends/cpu/ops/`` registers its kernels here at import time; the plugin
+Every module in ``backends/cpu/kernels/`` registers its kernels here at import time; the plugin
 hook imports the whole ``ops`` package (no hand-kept list) and hands the table to the registry.
 """
 

@@ -23,6 +23,6 @@ def anychip_register_backends(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
-    from anychip.backends.xpu_stub.ops import XPU_KERNELS
+    from anychip.backends.xpu_stub.kernels import XPU_KERNELS
 
     registry.add_kernels(XPU_KERNELS)

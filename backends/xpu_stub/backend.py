@@ -49,7 +49,7 @@ class XpuBackend(Backend):
 
     def check_node(self, node: Node) -> str | None:
         """Constraints the kernel table cannot express: arity and matching input dtypes."""
-        from anychip.backends.xpu_stub.kernels import BINARY_OPS
+        from anychip.backends.xpu_stub.driver.launch import BINARY_OPS
 
         if node.op_type in BINARY_OPS and node.domain == "":
             present = [v for v in node.inputs if v is not None]

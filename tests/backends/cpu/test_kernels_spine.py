@@ -17,7 +17,7 @@ import onnx.backend.test.loader as loader
 import pytest
 from onnx import numpy_helper
 
-from anychip.backends.cpu.ops import load_all
+from anychip.backends.cpu.kernels import load_all
 from anychip.backends.cpu.table import CPU_KERNELS
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import attribute_defaults, resolve
@@ -208,7 +208,7 @@ def _naive_conv(x, w, b, pads, strides, dilations, group):
     ],
 )
 def test_conv_paths_match_direct_convolution(c, m, group, k, pads, strides, dilations):
-    from anychip.backends.cpu.ops.op_conv import conv
+    from anychip.backends.cpu.kernels.op_conv import conv
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, c, 9, 8)).astype(np.float32)
@@ -221,7 +221,7 @@ def test_conv_paths_match_direct_convolution(c, m, group, k, pads, strides, dila
 
 
 def test_maxpool_indices_match_argmax_and_storage_order():
-    from anychip.backends.cpu.ops.op_pool import max_pool
+    from anychip.backends.cpu.kernels.op_pool import max_pool
 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)

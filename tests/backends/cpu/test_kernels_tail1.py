@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from anychip.backends.cpu.ops import load_all
+from anychip.backends.cpu.kernels import load_all
 from anychip.backends.cpu.table import CPU_KERNELS
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import attribute_defaults, resolve

@@ -18,9 +18,9 @@ from onnx import TensorProto
 from onnx import helper as h
 
 import anychip
-from anychip.backends.cpu.ops import load_all
-from anychip.backends.cpu.ops.op_elementwise import sum_
-from anychip.backends.cpu.ops.op_matmul import matmul
+from anychip.backends.cpu.kernels import load_all
+from anychip.backends.cpu.kernels.op_elementwise import sum_
+from anychip.backends.cpu.kernels.op_matmul import matmul
 from anychip.backends.cpu.table import CPU_KERNELS
 from anychip.core.run_memory import INPLACE_OPS
 from tests.node_cases import assert_outputs_close, load_case, node_cases

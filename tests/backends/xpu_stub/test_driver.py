@@ -14,8 +14,8 @@ import threading
 import numpy as np
 import pytest
 
-from anychip.backends.xpu_stub import kernels as K
 from anychip.backends.xpu_stub.driver import XpuDriver, XpuTensor, build_library
+from anychip.backends.xpu_stub.driver import launch as K
 from anychip.errors import DeviceError, KernelError, OutOfMemoryError, UnsupportedDTypeError
 
 RNG = np.random.default_rng(0)

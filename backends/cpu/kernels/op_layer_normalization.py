@@ -1,0 +1,55 @@
+"""LayerNormalization (opset 17): normalise over the axes from ``axis`` to the end."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.table import kernel
+from anychip.errors import KernelError
+from anychip.ir.dtypes import DType
+
+__all__ = ["layer_normalization"]
+
+_FLOATS = frozenset({DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BFLOAT16})
+
+
+@kernel("LayerNormalization", since=17, dtypes=_FLOATS)
+def layer_normalization(
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+    out: np.ndarray | None = None,
+):
+    """``Y = (X - mean) / sqrt(var + eps) * scale + B``; also Mean and InvStdDev.
+
+    Statistics are computed in the ``stash_type`` precision (float32 by default) and keep the
+    normalised axes as size-1 dimensions.
+    """
+    a = axis + x.ndim if axis < 0 else axis
+    if not 0 <= a < max(x.ndim, 1):
+        raise KernelError(f"LayerNormalization: axis {axis} is out of range for rank {x.ndim}")
+    try:
+        stash = DType(stash_type).numpy
+    except ValueError:
+        raise KernelError(
+            f"LayerNormalization: stash_type {stash_type} is not a tensor type"
+        ) from None
+    axes = tuple(range(a, x.ndim))
+    xs = x.astype(stash, copy=False)
+    mean = np.mean(xs, axis=axes, keepdims=True)
+    centered = xs - mean
+    var = np.mean(np.square(centered), axis=axes, keepdims=True)
+    inv_std = np.asarray(1, stash) / np.sqrt(var + np.asarray(epsilon, stash))
+    centered *= inv_std
+    if x.dtype == stash and fits(out, x.shape, x.dtype):
+        y = np.multiply(centered, scale.astype(stash, copy=False), out=out)
+    else:
+        y = centered * scale.astype(stash, copy=False)
+    if b is not None:
+        y += b.astype(stash, copy=False)
+    return y.astype(x.dtype, copy=False), mean, inv_std

@@ -1,0 +1,164 @@
+"""Building and loading the XPU driver: the C sources in this folder are compiled once per
+machine into a cache (keyed by compiler and sources) and bound with cffi in ABI mode."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from anychip.errors import DeviceError
+
+__all__ = ["build_library", "load_library", "Library", "DEFAULT_HEAP_BYTES"]
+
+DEFAULT_HEAP_BYTES = 1 << 30
+"""Default device heap: 1 GiB of host virtual memory, touched only where tensors are written."""
+
+_SOURCE_DIR = Path(__file__).resolve().parent
+_CFLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-fvisibility=hidden")
+_LDFLAGS = ("-lm", "-pthread")
+_FIX = (
+    "install a C compiler (e.g. `apt install gcc`) or set CC to one; the XPU stub device "
+    "stays unavailable until then"
+)
+
+
+# ---- building and loading ------------------------------------------------------------------
+
+
+def _cache_root() -> Path:
+    if os.environ.get("ANYCHIP_CACHE_DIR"):
+        return Path(os.environ["ANYCHIP_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "anychip"
+
+
+def _find_compiler() -> list[str]:
+    """The compiler command: ``$CC`` (split like a shell would) or the first of cc, gcc, clang."""
+    cc = os.environ.get("CC", "").strip()
+    if cc:
+        command = shlex.split(cc)
+        if shutil.which(command[0]) is None:
+            raise DeviceError(
+                f"cannot build the XPU driver: the C compiler {command[0]!r} named by $CC was "
+                f"not found; {_FIX}"
+            )
+        return command
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name) is not None:
+            return [name]
+    raise DeviceError(
+        f"cannot build the XPU driver: no C compiler found (tried $CC, cc, gcc, clang); {_FIX}"
+    )
+
+
+def _build_key(compiler: list[str], sources: list[Path]) -> str:
+    """Hash of everything that changes the built library: sources, command, compiler binary."""
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(" ".join([*compiler, *_CFLAGS, *_LDFLAGS]).encode())
+    binary = Path(shutil.which(compiler[0]) or compiler[0]).resolve()
+    stat = binary.stat()
+    digest.update(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def build_library() -> Path:
+    """Compiles the driver into the cache unless it is already there, and returns its path.
+
+    Reads ``$CC`` and ``$ANYCHIP_CACHE_DIR`` on every call (tests point them elsewhere).
+
+    Raises:
+        DeviceError: no compiler, an unwritable cache folder, or a compile error (with the
+            command and the tail of the compiler's stderr).
+    """
+    compiler = _find_compiler()
+    sources = sorted(_SOURCE_DIR.glob("*.c")) + sorted(_SOURCE_DIR.glob("*.h"))
+    folder = _cache_root() / "xpu" / _build_key(compiler, sources)
+    target = folder / "libxpu.so"
+    if target.exists():
+        return target
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix="libxpu-", suffix=".so.tmp", dir=folder)
+        os.close(fd)
+    except OSError as exc:
+        raise DeviceError(
+            f"cannot build the XPU driver: the cache folder {folder} is not writable ({exc}); "
+            "set ANYCHIP_CACHE_DIR to a writable folder"
+        ) from None
+    tmp = Path(tmp_name)
+    command = [
+        *compiler,
+        *_CFLAGS,
+        "-o",
+        str(tmp),
+        *(str(s) for s in sources if s.suffix == ".c"),
+        *_LDFLAGS,
+    ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        tmp.unlink(missing_ok=True)
+        raise DeviceError(
+            f"cannot build the XPU driver: running {shlex.join(command[:1])} failed ({exc}); {_FIX}"
+        ) from None
+    if result.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = "\n".join((result.stderr or result.stdout).strip().splitlines()[-15:])
+        raise DeviceError(
+            f"cannot build the XPU driver: the C compiler {compiler[0]!r} exited with status "
+            f"{result.returncode}.\ncommand: {shlex.join(command)}\ncompiler output (tail):\n"
+            f"{tail}\nFix: {_FIX}"
+        )
+    os.replace(tmp, target)  # atomic: other processes see no file or the whole file
+    return target
+
+
+def _cdef_text() -> str:
+    """The declarations between the CDEF markers of xpu.h, as cffi wants them."""
+    header = (_SOURCE_DIR / "xpu.h").read_text()
+    body = header.split("/* CDEF BEGIN */", 1)[1].split("/* CDEF END */", 1)[0]
+    return body.replace("XPU_API ", "")
+
+
+class Library(NamedTuple):
+    ffi: Any
+    lib: Any
+    kernel_ids: dict[str, int]
+
+
+_library: Library | None = None
+_library_lock = threading.Lock()
+
+
+def load_library() -> Library:
+    """Builds (if needed) and loads the driver once per process."""
+    global _library
+    with _library_lock:
+        if _library is None:
+            import cffi
+
+            path = build_library()
+            ffi = cffi.FFI()
+            ffi.cdef(_cdef_text())
+            try:
+                lib = ffi.dlopen(str(path))
+            except OSError as exc:
+                raise DeviceError(
+                    f"cannot load the XPU driver {path}: {exc}; delete that file to rebuild it"
+                ) from None
+            ids = {
+                ffi.string(lib.xpu_kernel_name(k)).decode(): k
+                for k in range(lib.xpu_kernel_count())
+            }
+            _library = Library(ffi, lib, ids)
+        return _library

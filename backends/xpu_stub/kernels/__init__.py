@@ -1,0 +1,141 @@
+"""ONNX kernels of the XPU: thin wrappers that turn node attributes into C kernel launches.
+
+Shape-like inputs (Reshape's shape, Slice's starts/ends, Reduce axes) are small int64 device
+tensors; they are read back to the host to build the launch arguments, as a real driver would
+read them before launching.
+"""
+
+from __future__ import annotations
+
+from anychip.backends.xpu_stub.driver import launch as K
+from anychip.core.kernels import KernelTable
+from anychip.ir.dtypes import DType
+
+__all__ = ["XPU_KERNELS"]
+
+XPU_KERNELS = KernelTable("xpu")
+kernel = XPU_KERNELS.register
+F32 = {DType.FLOAT}
+F32_I64 = {DType.FLOAT, DType.INT64}
+
+
+def _ints(t) -> list[int]:  # noqa: ANN001
+    return [] if t is None else [int(v) for v in t.numpy().reshape(-1)]
+
+
+def _unary(op: str):  # noqa: ANN202
+    def fn(x):  # noqa: ANN001, ANN202
+        return K.xpu_unary(op, x)
+
+    fn.__name__ = f"xpu_{op.lower()}"
+    return fn
+
+
+for _op in sorted(K.UNARY_OPS - {"Gelu"}):
+    kernel(_op, since=6, dtypes=F32_I64 if _op in ("Relu", "Neg", "Abs") else F32)(_unary(_op))
+
+
+@kernel("Gelu", since=20, dtypes=F32)
+def gelu(x, *, approximate="none"):  # noqa: ANN001, ANN201
+    return K.xpu_unary("Gelu", x, approximate=approximate)
+
+
+def _binary(op: str):  # noqa: ANN202
+    def fn(a, b):  # noqa: ANN001, ANN202
+        return K.xpu_binary(op, a, b)
+
+    fn.__name__ = f"xpu_{op.lower()}"
+    return fn
+
+
+for _op in sorted(K.BINARY_OPS):
+    kernel(_op, since=7 if _op not in ("Max", "Min") else 8, dtypes=F32_I64)(_binary(_op))
+
+
+@kernel("MatMul", since=1, dtypes=F32_I64)
+def matmul(a, b):  # noqa: ANN001, ANN201
+    return K.xpu_matmul(a, b)
+
+
+@kernel("Gemm", since=7, dtypes=F32)
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: ANN001, ANN201, N803
+    return K.xpu_gemm(a, b, c, transA=transA, transB=transB, alpha=alpha, beta=beta)
+
+
+@kernel("Softmax", since=1, dtypes=F32)
+def softmax_v1(x, *, axis=1):  # noqa: ANN001, ANN201
+    return K.xpu_softmax(x, axis, coerce_2d=True)
+
+
+@kernel("Softmax", since=13, dtypes=F32)
+def softmax(x, *, axis=-1):  # noqa: ANN001, ANN201
+    return K.xpu_softmax(x, axis)
+
+
+@kernel("LogSoftmax", since=1, dtypes=F32)
+def log_softmax_v1(x, *, axis=1):  # noqa: ANN001, ANN201
+    return K.xpu_softmax(x, axis, log=True, coerce_2d=True)
+
+
+@kernel("LogSoftmax", since=13, dtypes=F32)
+def log_softmax(x, *, axis=-1):  # noqa: ANN001, ANN201
+    return K.xpu_softmax(x, axis, log=True)
+
+
+def _reduce_attr(op: str):  # noqa: ANN202
+    def fn(x, *, axes=None, keepdims=1):  # noqa: ANN001, ANN202
+        return K.xpu_reduce(op, x, axes, bool(keepdims))
+
+    return fn
+
+
+def _reduce_input(op: str):  # noqa: ANN202
+    def fn(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):  # noqa: ANN001, ANN202
+        return K.xpu_reduce(
+            op, x, _ints(axes), bool(keepdims), noop_with_empty_axes=bool(noop_with_empty_axes)
+        )
+
+    return fn
+
+
+for _op in sorted(K.REDUCE_OPS):
+    _moved = 13 if _op == "ReduceSum" else 18
+    _types = F32 if _op == "ReduceMean" else F32_I64
+    kernel(_op, since=1, dtypes=_types)(_reduce_attr(_op))
+    kernel(_op, since=_moved, dtypes=_types)(_reduce_input(_op))
+
+
+@kernel("Transpose", since=1)
+def transpose(x, *, perm=None):  # noqa: ANN001, ANN201
+    return K.xpu_transpose(x, perm)
+
+
+@kernel("Concat", since=4)
+def concat(*xs, axis):  # noqa: ANN001, ANN201
+    return K.xpu_concat(list(xs), axis)
+
+
+@kernel("Slice", since=1)
+def slice_v1(x, *, starts, ends, axes=None):  # noqa: ANN001, ANN201
+    return K.xpu_slice(x, starts, ends, axes)
+
+
+@kernel("Slice", since=10)
+def slice_(x, starts, ends, axes=None, steps=None):  # noqa: ANN001, ANN201
+    return K.xpu_slice(
+        x,
+        _ints(starts),
+        _ints(ends),
+        _ints(axes) if axes is not None else None,
+        _ints(steps) if steps is not None else None,
+    )
+
+
+@kernel("Reshape", since=5)
+def reshape(x, shape, *, allowzero=0):  # noqa: ANN001, ANN201
+    return K.xpu_reshape(x, _ints(shape), allowzero=bool(allowzero))
+
+
+@kernel("Expand", since=8)
+def expand(x, shape):  # noqa: ANN001, ANN201
+    return K.xpu_expand(x, _ints(shape))
