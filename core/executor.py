@@ -9,12 +9,12 @@ lookups. A subclass may override:
       with the node's text, device, and input types; ``OutOfMemoryError`` for a raw
       ``MemoryError``).
 
-Memory (see ``core/run_memory.py``): ``memory_steps()`` lists what each instruction reads and
+Memory (see ``core/memory/partition.py``): ``memory_steps()`` lists what each instruction reads and
 writes, for the liveness planner. ``run(..., arena=...)`` hands a kernel that accepts an
 ``out=`` keyword the planned view of its output (the *out protocol*: ``out`` has the output's
 expected shape and dtype; the kernel writes its result there and returns ``out``, or returns a
 fresh array when the result does not fit it; for the element-wise ops in
-``run_memory.INPLACE_OPS`` ``out`` may be the very memory of its first input). Results that view
+``inplace=True`` kernels ``out`` may be the very memory of its first input). Results that view
 the arena without the plan knowing are copied out, and so are outputs, so nothing the caller
 holds is overwritten by a later run. A top-level program counts the bytes of the arrays it
 holds (``peak``: arrays owning their memory, views count nothing) and the ``out`` views its
@@ -125,7 +125,8 @@ class Program:
                 ins.append(-1 if v is None else self._read_slot(v, parent))
             self._captures_of(node, parent)
             outs = tuple(-1 if v is None else self._slot(v) for v in node.outputs)
-            instr = Instr(kernel.fn, tuple(ins), outs, node_attrs(node, self.schemas), node, None)
+            attrs = node_attrs(node, self.schemas)
+            instr = Instr(kernel.fn, tuple(ins), outs, attrs, node, None, kernel)
             if kernel.context:
                 instr.ctx = KernelContext(node, self)
             self.instrs.append(instr)

@@ -20,7 +20,7 @@ from anychip.opsets.schemas import attribute_defaults, resolve
 
 if TYPE_CHECKING:
     from anychip.core.executor import Program
-    from anychip.core.kernels import KernelTable
+    from anychip.core.kernels import Kernel, KernelTable
     from anychip.ir.graph import Graph
     from anychip.ir.node import Node
     from anychip.opsets.schemas import SchemaRegistry
@@ -77,7 +77,19 @@ class Instr:
     """One compiled node. ``reads`` adds the slots its nested graphs read to ``ins``;
     ``takes_out``: the kernel accepts ``out=`` (see the module docstring)."""
 
-    __slots__ = ("fn", "ins", "outs", "attrs", "frees", "node", "ctx", "reads", "takes_out")
+    __slots__ = (
+        "fn",
+        "ins",
+        "outs",
+        "attrs",
+        "frees",
+        "node",
+        "ctx",
+        "reads",
+        "takes_out",
+        "inplace",
+        "alias",
+    )
 
     def __init__(
         self,
@@ -87,8 +99,12 @@ class Instr:
         attrs: dict[str, Any],
         node: Node,
         ctx: KernelContext | None,
+        kernel: Kernel | None = None,
     ) -> None:
         self.fn = fn
+        #: The kernel's declared memory facts (``@kernel(..., inplace=True / alias=True)``).
+        self.inplace = bool(kernel is not None and kernel.inplace)
+        self.alias = bool(kernel is not None and kernel.alias)
         self.ins = ins
         self.outs = outs
         self.attrs = attrs

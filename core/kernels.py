@@ -16,8 +16,9 @@ checked against the element type of input ``dtype_input`` (None: any type).
 
 Kernels that need the node or must run nested graphs (If, Loop, Scan, Split's output count)
 are registered with ``context=True`` and receive a ``KernelContext`` as first argument (see
-``core/executor.py``). ``reference=True`` marks a kernel that wraps onnx's reference
-evaluator; the placement report names such nodes.
+``core/kernel_call.py``). ``reference=True`` marks a kernel that wraps onnx's reference
+evaluator; the placement report names such nodes. ``inplace=True`` and ``alias=True`` declare
+what the memory planner may assume about the output (see ``KernelTable.register``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Kernel:
         "reference",
         "fn",
         "backend",
+        "inplace",
+        "alias",
     )
 
     def __init__(
@@ -60,6 +63,9 @@ class Kernel:
         reference: bool,
         fn: Callable[..., Any],
         backend: str,
+        *,
+        inplace: bool = False,
+        alias: bool = False,
     ) -> None:
         self.op_type = op_type
         self.domain = domain
@@ -71,6 +77,12 @@ class Kernel:
         self.reference = reference
         self.fn = fn
         self.backend = backend
+        #: Output ``i`` reads only input element ``i``: the memory planner may give the output
+        #: the memory of its first input when that input dies at this node.
+        self.inplace = inplace
+        #: The output is a view of the first input (Reshape, Identity...): the planner keeps the
+        #: viewed tensor alive as long as the view.
+        self.alias = alias
 
     def serves(self, version: int) -> bool:
         return self.since <= version and (self.until is None or version <= self.until)
@@ -113,8 +125,15 @@ class KernelTable:
         dtype_input: int = 0,
         context: bool = False,
         reference: bool = False,
+        inplace: bool = False,
+        alias: bool = False,
     ) -> Callable[[F], F]:
-        """Decorator: register the function as the kernel of ``op_type`` (or several ops)."""
+        """Decorator: register the function as the kernel of ``op_type`` (or several ops).
+
+        ``inplace=True``: output element ``i`` reads only input element ``i`` (element-wise),
+        so the output may take the first input's memory. ``alias=True``: the output is a view
+        of the first input. Both are facts the memory planner reads from the kernel.
+        """
         names = [op_type] if isinstance(op_type, str) else list(op_type)
         dts = frozenset(dtypes) if dtypes is not None else None
 
@@ -132,6 +151,8 @@ class KernelTable:
                         reference,
                         fn,
                         self.backend,
+                        inplace=inplace,
+                        alias=alias,
                     )
                 )
             return fn

@@ -15,12 +15,13 @@ Shapes: a partition whose intermediate shapes are all static is planned at compi
 with dynamic shapes is planned on the first run of each input-shape signature, from the shapes
 that run produced, and the plan kept in a bounded ``PlanCache`` (hits, misses, re-plans).
 
-Aliases: ``ALIAS_OPS`` return views of their first input (Reshape, Flatten, ...). Their
-outputs are not separate tensors: their reads count as reads of the viewed tensor, which lives
-until its last view is dead. Graph outputs are copied out of the arena by the executor, so the
-viewed tensors also live until the end of the run. In-place: the element-wise ops of
-``INPLACE_OPS`` may write their output over their first input when it dies there (same shape
-and dtype).
+Aliases: kernels registered ``alias=True`` return views of their first input (the CPU's
+Reshape, Flatten, ...). Their outputs are not separate tensors: their reads count as reads of
+the viewed tensor, which lives until its last view is dead. Graph outputs are copied out of the
+arena by the executor, so the viewed tensors also live until the end of the run. In-place:
+kernels registered ``inplace=True`` (element-wise) may write their output over their first
+input when it dies there (same shape and dtype). Both facts are read from the kernel that
+runs the node, so a plugin's kernels declare their own.
 """
 
 from __future__ import annotations
@@ -59,11 +60,10 @@ __all__ = [
     "static_shapes",
 ]
 
-#: ONNX ops whose CPU kernels return a view of their first input.
+#: ONNX ops whose CPU kernels are registered ``alias=True`` (the planner reads the kernels).
 ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 
-#: Element-wise ONNX ops whose output may overwrite their first input (output ``i`` reads only
-#: input element ``i``).
+#: ONNX ops whose CPU kernels are registered ``inplace=True`` (the planner reads the kernels).
 INPLACE_OPS = frozenset(
     {
         "Abs", "Add", "BatchNormalization", "Ceil", "Clip", "Div", "Elu", "Erf", "Exp", "Floor",
@@ -138,11 +138,10 @@ def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
 
 
 def _alias_roots(program: Program) -> dict[int, int]:
-    """``slot -> the slot whose memory it views``, for outputs of ``ALIAS_OPS``."""
+    """``slot -> the slot whose memory it views``, for outputs of ``alias=True`` kernels."""
     root: dict[int, int] = {}
     for ins in program.instrs:
-        node = ins.node
-        if node.op_type in ALIAS_OPS and node.domain in ("", "ai.onnx") and ins.ins:
+        if ins.alias and ins.ins:
             src = ins.ins[0]
             if src >= 0:
                 for o in ins.outs:
@@ -169,7 +168,7 @@ def _plan(
     tensors = lifetimes(mapped, sizes, outputs=set(program.output_slots) & planned)
     hints: dict[int, int] = {}
     for ins in program.instrs:
-        if ins.node.op_type not in INPLACE_OPS or len(ins.outs) != 1 or not ins.ins:
+        if not ins.inplace or len(ins.outs) != 1 or not ins.ins:
             continue
         out, src = ins.outs[0], ins.ins[0]
         if (

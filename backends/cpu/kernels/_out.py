@@ -6,7 +6,7 @@ It writes its result there and returns ``out`` itself, or returns a fresh array 
 result would not fit exactly; the helpers below make that test cheap and uniform, so a wrong
 shape from shape inference is never silently broadcast into ``out`` or cast into its dtype.
 
-For the element-wise ops of ``core.run_memory.INPLACE_OPS`` ``out`` may be the very memory of
+For kernels registered ``inplace=True`` ``out`` may be the very memory of
 the first input, so those kernels only ever read an element of their first input before
 writing the same element of ``out`` (numpy ufuncs do; multi-step formulas must keep to it).
 """

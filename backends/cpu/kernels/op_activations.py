@@ -46,13 +46,13 @@ def _c(value: float, x: np.ndarray) -> np.ndarray:
     return np.asarray(value, dtype=x.dtype)
 
 
-@kernel("Tanh", since=1, dtypes=FLOAT_TYPES)
+@kernel("Tanh", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def tanh(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Hyperbolic tangent."""
     return unary_into(np.tanh, x, out)
 
 
-@kernel("Sigmoid", since=1, dtypes=FLOAT_TYPES)
+@kernel("Sigmoid", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def sigmoid(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``1 / (1 + exp(-x))``; exp overflow for very negative x correctly gives 0."""
     one = _c(1.0, x)
@@ -65,13 +65,13 @@ def sigmoid(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
         return np.divide(one, out, out=out)
 
 
-@kernel("Relu", since=1, dtypes=NUMERIC_TYPES)
+@kernel("Relu", since=1, dtypes=NUMERIC_TYPES, inplace=True)
 def relu(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``max(x, 0)``; integer types are allowed from opset 14."""
     return unary_into(np.maximum, x, out, _c(0, x))
 
 
-@kernel("LeakyRelu", since=1, dtypes=FLOAT_TYPES)
+@kernel("LeakyRelu", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def leaky_relu(x: np.ndarray, *, alpha: float = 0.01, consumed_inputs=None, out=None) -> np.ndarray:
     """``x`` where positive, ``alpha * x`` elsewhere."""
     if not fits(out, x.shape, x.dtype):
@@ -80,7 +80,7 @@ def leaky_relu(x: np.ndarray, *, alpha: float = 0.01, consumed_inputs=None, out=
     return np.multiply(out, _c(alpha, x), out=out, where=out < 0)
 
 
-@kernel("Elu", since=1, dtypes=FLOAT_TYPES)
+@kernel("Elu", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def elu(x: np.ndarray, *, alpha: float = 1.0, consumed_inputs=None) -> np.ndarray:
     """``x`` where positive, ``alpha * (exp(x) - 1)`` elsewhere."""
     with np.errstate(over="ignore"):
@@ -88,7 +88,7 @@ def elu(x: np.ndarray, *, alpha: float = 1.0, consumed_inputs=None) -> np.ndarra
     return np.where(x > 0, x, neg)
 
 
-@kernel("Selu", since=1, dtypes=FLOAT_TYPES)
+@kernel("Selu", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def selu(
     x: np.ndarray,
     *,
@@ -119,7 +119,7 @@ def _clip(x: np.ndarray, lo, hi, into: np.ndarray | None = None) -> np.ndarray:
     return np.array(out, copy=True) if out is x else np.asarray(out)
 
 
-@kernel("Clip", since=1, dtypes=FLOAT_TYPES)
+@kernel("Clip", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def clip_attrs(
     x: np.ndarray,
     *,
@@ -132,7 +132,7 @@ def clip_attrs(
     return _clip(x, min, max, out)
 
 
-@kernel("Clip", since=11, dtypes=NUMERIC_TYPES)
+@kernel("Clip", since=11, dtypes=NUMERIC_TYPES, inplace=True)
 def clip(
     x: np.ndarray,
     min: np.ndarray | None = None,  # noqa: A002 - ONNX input names
@@ -165,7 +165,7 @@ def gelu(x: np.ndarray, *, approximate: str = "none") -> np.ndarray:
     return half * x * (one + erf_array(x * _c(1.0 / np.sqrt(2.0), x)))
 
 
-@kernel("HardSigmoid", since=1, dtypes=FLOAT_TYPES)
+@kernel("HardSigmoid", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def hard_sigmoid(
     x: np.ndarray, *, alpha: float = 0.2, beta: float = 0.5, consumed_inputs=None, out=None
 ) -> np.ndarray:
@@ -177,13 +177,13 @@ def hard_sigmoid(
     return np.clip(out, _c(0, x), _c(1, x), out=out)
 
 
-@kernel("HardSwish", since=14, dtypes=FLOAT_TYPES)
+@kernel("HardSwish", since=14, dtypes=FLOAT_TYPES, inplace=True)
 def hard_swish(x: np.ndarray) -> np.ndarray:
     """``x * max(0, min(1, x / 6 + 1 / 2))``."""
     return x * np.clip(x * _c(1.0 / 6.0, x) + _c(0.5, x), _c(0, x), _c(1, x))
 
 
-@kernel("Softplus", since=1, dtypes=FLOAT_TYPES)
+@kernel("Softplus", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def softplus(x: np.ndarray, *, out=None) -> np.ndarray:
     """``log(exp(x) + 1)``, computed without overflow for large x."""
     if fits(out, x.shape, x.dtype):
@@ -262,7 +262,7 @@ def swiglu(a: np.ndarray, b: np.ndarray, *, alpha: float = 1.0) -> np.ndarray:
     return out.astype(a.dtype)
 
 
-@kernel("PRelu", since=1, dtypes=FLOAT_WITH_BF16 | _INTS)
+@kernel("PRelu", since=1, dtypes=FLOAT_WITH_BF16 | _INTS, inplace=True)
 def prelu_v1(
     x: np.ndarray, slope: np.ndarray, *, consumed_inputs: list[int] | None = None
 ) -> np.ndarray:
@@ -272,7 +272,7 @@ def prelu_v1(
     return prelu(x, slope)
 
 
-@kernel("PRelu", since=7, dtypes=FLOAT_WITH_BF16 | _INTS)
+@kernel("PRelu", since=7, dtypes=FLOAT_WITH_BF16 | _INTS, inplace=True)
 def prelu(
     x: np.ndarray, slope: np.ndarray, *, consumed_inputs: list[int] | None = None
 ) -> np.ndarray:

@@ -57,7 +57,7 @@ def _train(x, scale, b, mean, var, epsilon, momentum):
     return y, run_mean, run_var, cur_mean, cur_var
 
 
-@kernel("BatchNormalization", since=1, dtypes=_FLOATS, context=True)
+@kernel("BatchNormalization", since=1, dtypes=_FLOATS, context=True, inplace=True)
 def batch_normalization_legacy(
     ctx,
     x,
@@ -80,7 +80,7 @@ def batch_normalization_legacy(
     return (y, run_mean, run_var, saved_mean, saved_var)[: ctx.num_outputs]
 
 
-@kernel("BatchNormalization", since=14, dtypes=_FLOATS)
+@kernel("BatchNormalization", since=14, dtypes=_FLOATS, inplace=True)
 def batch_normalization(
     x,
     scale,

@@ -47,25 +47,25 @@ def _apply(
     return out, keep.astype(mask_dtype)
 
 
-@kernel("Dropout", since=1, dtypes=_FLOATS, context=True)
+@kernel("Dropout", since=1, dtypes=_FLOATS, context=True, alias=True)
 def dropout_legacy(ctx, data, *, ratio: float = 0.5, is_test: int = 0, consumed_inputs=None):
     """Opsets 1-6: training unless ``is_test``; the mask has the data's type."""
     return _apply(ctx, data, ratio, not is_test, None, data.dtype)
 
 
-@kernel("Dropout", since=7, dtypes=_FLOATS, context=True)
+@kernel("Dropout", since=7, dtypes=_FLOATS, context=True, alias=True)
 def dropout_v7(ctx, data, *, ratio: float = 0.5):
     """Opsets 7-9: inference (identity); the mask has the data's type."""
     return _apply(ctx, data, ratio, False, None, data.dtype)
 
 
-@kernel("Dropout", since=10, dtypes=_FLOATS, context=True)
+@kernel("Dropout", since=10, dtypes=_FLOATS, context=True, alias=True)
 def dropout_v10(ctx, data, *, ratio: float = 0.5):
     """Opsets 10-11: inference (identity); the mask is bool."""
     return _apply(ctx, data, ratio, False, None, np.bool_)
 
 
-@kernel("Dropout", since=12, dtypes=_FLOATS, context=True)
+@kernel("Dropout", since=12, dtypes=_FLOATS, context=True, alias=True)
 def dropout(ctx, data, ratio=None, training_mode=None, *, seed: int | None = None):
     """Opset 12+: ``ratio`` (default 0.5) and ``training_mode`` (default false) are inputs."""
     r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(()))

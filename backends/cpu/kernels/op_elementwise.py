@@ -92,19 +92,19 @@ def _binary(name: str, fn, dtypes, ufunc=None, kinds: str = "biufc") -> None:
     ``kinds`` (the out protocol, ``_out.py``); other inputs get a fresh array from ``fn``.
     """
 
-    @kernel(name, since=1, dtypes=dtypes)
+    @kernel(name, since=1, dtypes=dtypes, inplace=True)
     def legacy(a, b, *, broadcast=0, axis=None, consumed_inputs=None):
         return np.asarray(fn(a, legacy_broadcast(a, b, broadcast, axis)))
 
     if ufunc is None:
 
-        @kernel(name, since=7, dtypes=dtypes)
+        @kernel(name, since=7, dtypes=dtypes, inplace=True)
         def modern(a, b):
             return np.asarray(fn(a, b))
 
     else:
 
-        @kernel(name, since=7, dtypes=dtypes)
+        @kernel(name, since=7, dtypes=dtypes, inplace=True)
         def modern(a, b, *, out=None):
             if a.dtype.kind in kinds and fits_broadcast(out, a, b):
                 with np.errstate(divide="ignore", invalid="ignore"):
@@ -168,13 +168,13 @@ def _variadic(fn, arrays: tuple[np.ndarray, ...], out: np.ndarray | None = None)
     return np.array(out, copy=True) if len(arrays) == 1 else np.asarray(out)
 
 
-@kernel("Sum", since=1, dtypes=NUMERIC_TYPES)
+@kernel("Sum", since=1, dtypes=NUMERIC_TYPES, inplace=True)
 def sum_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise sum of all inputs (numpy broadcasting from opset 8)."""
     return _variadic(np.add, data, out)
 
 
-@kernel("Mean", since=1, dtypes=FLOAT_TYPES)
+@kernel("Mean", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def mean(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise mean of all inputs."""
     total = _variadic(np.add, data, out)
@@ -183,65 +183,65 @@ def mean(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     return np.asarray(total / np.asarray(len(data), dtype=total.dtype))
 
 
-@kernel("Max", since=1, dtypes=NUMERIC_TYPES)
+@kernel("Max", since=1, dtypes=NUMERIC_TYPES, inplace=True)
 def max_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise maximum; NaN propagates."""
     return _variadic(np.maximum, data, out)
 
 
-@kernel("Min", since=1, dtypes=NUMERIC_TYPES)
+@kernel("Min", since=1, dtypes=NUMERIC_TYPES, inplace=True)
 def min_(*data: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Element-wise minimum; NaN propagates."""
     return _variadic(np.minimum, data, out)
 
 
-@kernel("Neg", since=1, dtypes=_SIGNED | {DType.COMPLEX64, DType.COMPLEX128})
+@kernel("Neg", since=1, dtypes=_SIGNED | {DType.COMPLEX64, DType.COMPLEX128}, inplace=True)
 def neg(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``-x``."""
     return unary_into(np.negative, x, out)
 
 
-@kernel("Abs", since=1, dtypes=NUMERIC_TYPES)
+@kernel("Abs", since=1, dtypes=NUMERIC_TYPES, inplace=True)
 def abs_(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``|x|`` in the input dtype."""
     return unary_into(np.abs, x, out)
 
 
-@kernel("Sqrt", since=1, dtypes=FLOAT_TYPES)
+@kernel("Sqrt", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def sqrt(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Square root; negative inputs give NaN."""
     with np.errstate(invalid="ignore"):
         return unary_into(np.sqrt, x, out)
 
 
-@kernel("Exp", since=1, dtypes=FLOAT_TYPES)
+@kernel("Exp", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def exp(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``e ** x``."""
     with np.errstate(over="ignore"):
         return unary_into(np.exp, x, out)
 
 
-@kernel("Log", since=1, dtypes=FLOAT_TYPES)
+@kernel("Log", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def log(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Natural logarithm; 0 gives -inf, negatives NaN."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return unary_into(np.log, x, out)
 
 
-@kernel("Reciprocal", since=1, dtypes=FLOAT_TYPES)
+@kernel("Reciprocal", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def reciprocal(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """``1 / x``."""
     with np.errstate(divide="ignore"):
         return unary_into(np.reciprocal, x, out)
 
 
-@kernel("Floor", since=1, dtypes=FLOAT_TYPES)
+@kernel("Floor", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def floor(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward -inf."""
     return unary_into(np.floor, x, out)
 
 
-@kernel("Ceil", since=1, dtypes=FLOAT_TYPES)
+@kernel("Ceil", since=1, dtypes=FLOAT_TYPES, inplace=True)
 def ceil(x: np.ndarray, consumed_inputs=None, out=None) -> np.ndarray:
     """Round toward +inf."""
     return unary_into(np.ceil, x, out)
@@ -280,7 +280,7 @@ def erf_array(x: np.ndarray) -> np.ndarray:
     return y.astype(x.dtype, copy=False)
 
 
-@kernel("Erf", since=9, dtypes=FLOAT_TYPES | INT_TYPES)
+@kernel("Erf", since=9, dtypes=FLOAT_TYPES | INT_TYPES, inplace=True)
 def erf(x: np.ndarray) -> np.ndarray:
     """The Gauss error function; integer inputs are evaluated in float64 and cast back."""
     if x.dtype.kind in "iu":

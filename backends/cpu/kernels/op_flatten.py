@@ -12,7 +12,7 @@ from anychip.errors import KernelError
 __all__ = ["flatten"]
 
 
-@kernel("Flatten", since=1)
+@kernel("Flatten", since=1, alias=True)
 def flatten(x: np.ndarray, *, axis: int = 1) -> np.ndarray:
     """``x`` as (prod(shape[:axis]), prod(shape[axis:])); ``axis`` may equal the rank."""
     a = axis + x.ndim if axis < 0 else axis

@@ -9,7 +9,7 @@ from anychip.backends.cpu.table import kernel
 __all__ = ["identity"]
 
 
-@kernel("Identity", since=1)
+@kernel("Identity", since=1, alias=True)
 def identity(x: Any = None) -> tuple[Any]:
     """Returns ``x`` unchanged (tensors, and from opset 14 sequences and optionals too).
 

@@ -44,7 +44,7 @@ def resolve_shape(in_shape: tuple[int, ...], shape: list[int], allowzero: int) -
     return tuple(out)
 
 
-@kernel("Reshape", since=1)
+@kernel("Reshape", since=1, alias=True)
 def reshape_attr(
     data: np.ndarray, *, shape: list[int] | None = None, consumed_inputs=None
 ) -> np.ndarray:
@@ -54,7 +54,7 @@ def reshape_attr(
     return data.reshape(resolve_shape(data.shape, list(shape), 0))
 
 
-@kernel("Reshape", since=5)
+@kernel("Reshape", since=5, alias=True)
 def reshape(data: np.ndarray, shape: np.ndarray, *, allowzero: int = 0) -> np.ndarray:
     """Opset 5+: the target shape is an int64 input."""
     return data.reshape(resolve_shape(data.shape, int_list(shape), allowzero))

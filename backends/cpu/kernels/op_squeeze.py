@@ -32,25 +32,25 @@ def _unsqueeze(data: np.ndarray, axes: list[int] | None) -> np.ndarray:
     return data.reshape(tuple(1 if i in axes else next(dims) for i in range(rank)))
 
 
-@kernel("Squeeze", since=1)
+@kernel("Squeeze", since=1, alias=True)
 def squeeze_attr(data: np.ndarray, *, axes: list[int] | None = None) -> np.ndarray:
     """Opsets 1-12: remove the size-1 ``axes`` (all size-1 axes when unset)."""
     return _squeeze(data, axes)
 
 
-@kernel("Squeeze", since=13)
+@kernel("Squeeze", since=13, alias=True)
 def squeeze(data: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
     """Opset 13+: ``axes`` is an optional int64 input."""
     return _squeeze(data, int_list(axes))
 
 
-@kernel("Unsqueeze", since=1)
+@kernel("Unsqueeze", since=1, alias=True)
 def unsqueeze_attr(data: np.ndarray, *, axes: list[int] | None = None) -> np.ndarray:
     """Opsets 1-12: insert size-1 dims at ``axes`` (positions in the output)."""
     return _unsqueeze(data, axes)
 
 
-@kernel("Unsqueeze", since=13)
+@kernel("Unsqueeze", since=13, alias=True)
 def unsqueeze(data: np.ndarray, axes: np.ndarray) -> np.ndarray:
     """Opset 13+: ``axes`` is an int64 input."""
     return _unsqueeze(data, int_list(axes))

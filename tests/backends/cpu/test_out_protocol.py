@@ -22,7 +22,7 @@ from anychip.backends.cpu.kernels import load_all
 from anychip.backends.cpu.kernels.op_elementwise import sum_
 from anychip.backends.cpu.kernels.op_matmul import matmul
 from anychip.backends.cpu.table import CPU_KERNELS
-from anychip.core.run_memory import INPLACE_OPS
+from anychip.core.memory.partition import INPLACE_OPS
 from tests.node_cases import assert_outputs_close, load_case, node_cases
 
 load_all()
@@ -194,3 +194,21 @@ def test_dynamic_batch_cnn_plans_each_shape_and_writes_into_it():
     assert (rec.dynamic_partitions, rec.misses, rec.hits) == (1, 2, 2)
     assert rec.arena == rec.planned > static.memory()["cpu"].planned
     assert rec.declined == 0
+
+
+def test_memory_facts_are_declared_on_the_cpu_kernels():
+    """The planner reads ``inplace``/``alias`` from kernels: the CPU declares exactly the ops
+    of ``ALIAS_OPS`` and ``INPLACE_OPS``, on every version of each."""
+    from anychip.backends.cpu.kernels import load_all
+    from anychip.backends.cpu.table import CPU_KERNELS
+    from anychip.core.memory.partition import ALIAS_OPS
+
+    load_all()
+    by_op: dict[str, set[tuple[bool, bool]]] = {}
+    for k in CPU_KERNELS:
+        if k.domain == "":
+            by_op.setdefault(k.op_type, set()).add((k.inplace, k.alias))
+    assert {op for op, f in by_op.items() if (False, True) in f} == set(ALIAS_OPS)
+    assert {op for op, f in by_op.items() if (True, False) in f} == set(INPLACE_OPS)
+    mixed = {op: f for op, f in by_op.items() if len(f) > 1}
+    assert not mixed, f"versions of one op disagree: {mixed}"
