@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.core.kernels import KernelTable, find_kernel
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import ALL_TYPES, DType
 
@@ -102,6 +103,8 @@ class Backend:
     graph_mode: bool = False
     #: True when device tensors are host numpy arrays (the CPU); no copies are needed then.
     host_memory: bool = False
+    #: The registry this backend was added to (``Registry.add_backend`` sets it).
+    registry: Any = None
 
     def __init__(self) -> None:
         self.origin = "?"
@@ -150,7 +153,44 @@ class Backend:
     def _configure(self, **options: Any) -> None:
         raise DeviceError(f"device {self.name!r} takes no options (given: {sorted(options)})")
 
+    # -- what plugins registered for this backend ------------------------------------------------
+    @property
+    def kernels(self) -> KernelTable | None:
+        """This backend's kernel table (every plugin's kernels for its name merged)."""
+        return self.registry.kernel_table(self.name) if self.registry is not None else None
+
+    @property
+    def passes(self) -> list[Any]:
+        """The graph passes registered for this backend, in registration order."""
+        if self.registry is None:
+            return []
+        return [entry.pass_ for entry in self.registry.passes_for(self.name)]
+
+    @property
+    def pool_factory(self) -> Any:
+        """The memory pool factory registered for this backend's kind, or None."""
+        return self.registry.pools.get(self.kind) if self.registry is not None else None
+
     # -- capability ----------------------------------------------------------------------------
+    def supports(self, node: Node, table: KernelTable | None = None) -> str | None:
+        """None when this backend can run ``node``, else the reason it cannot.
+
+        Checks, in order: the dtypes the device computes (constant inputs such as shapes are
+        read at compile time and do not count), a kernel for the node's op, version and dtype
+        in ``table`` (default: ``self.kernels``; graph-mode backends have none), then
+        ``check_node``. Placement asks this of every device for every node.
+        """
+        for v in list(node.inputs) + list(node.outputs):
+            if v is None or v.const is not None or not v.is_tensor or not v.dtype:
+                continue
+            if v.dtype not in self.device.dtypes:
+                return f"dtype {v.dtype.short} not supported by {self.name}"
+        if not self.graph_mode:
+            kernel, why = find_kernel(table if table is not None else self.kernels, node)
+            if kernel is None:
+                return why
+        return self.check_node(node)
+
     def check_node(self, node: Node) -> str | None:
         """Override: the reason this backend cannot run ``node`` beyond its kernel table."""
         return None

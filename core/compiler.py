@@ -109,8 +109,9 @@ def _generic_passes(
         out.optimizations["fold_batch_norm"] = fold_batch_norm(
             graph, accept=lambda conv, bn: pins(conv) is None and pins(bn) is None
         )
-    for entry in registry.passes_for(None):
-        entry.pass_(graph)
+    plugin_passes = [entry.pass_ for entry in registry.passes_for(None)]
+    if plugin_passes:
+        PassManager(plugin_passes, max_iterations=1)(graph)
 
 
 def _check_copy_budget(copies: list[CopyRecord], options: PlacementOptions) -> None:
@@ -138,8 +139,8 @@ def _compile_partitions(
     out.load_copies, out.part_memory = [], {}
     for p in out.partitions:
         backend = by_name[p.device]
-        for entry in registry.passes_for(p.device):
-            entry.pass_(p.graph)
+        if backend.passes:  # one manager: the graph is verified after every pass
+            PassManager(backend.passes, max_iterations=1)(p.graph)
         if backend.graph_mode:
             try:
                 compiled = backend.compile(p.graph)

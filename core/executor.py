@@ -46,8 +46,8 @@ from anychip.core.kernel_call import (
     evaluate_node,
     node_attrs,
 )
+from anychip.core.kernels import find_kernel
 from anychip.core.memory import Step
-from anychip.core.placement import find_kernel
 from anychip.core.slots import free_after_last_use, release_quietly
 from anychip.errors import AnychipError, KernelError, OutOfMemoryError, UnsupportedOpError
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.placement import find_kernel
+from anychip.core.kernels import find_kernel
 from anychip.errors import KernelError, UnsupportedOpError
 from anychip.opsets.schemas import attribute_defaults, resolve
 

@@ -24,11 +24,14 @@ what the memory planner may assume about the output (see ``KernelTable.register`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from anychip.ir.dtypes import DType
 
-__all__ = ["Kernel", "KernelTable", "KernelMatch"]
+if TYPE_CHECKING:
+    from anychip.ir.node import Node
+
+__all__ = ["Kernel", "KernelTable", "KernelMatch", "find_kernel", "input_dtypes"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -224,3 +227,17 @@ def _dtype_for(k: Kernel, dtype: DType | Sequence[DType | None] | None) -> DType
     if dtype is None or isinstance(dtype, DType):
         return dtype
     return dtype[k.dtype_input] if k.dtype_input < len(dtype) else None
+
+
+def input_dtypes(node: Node) -> list:
+    """Each input's element type (None for omitted inputs and unknown types)."""
+    return [None if v is None else v.dtype or None for v in node.inputs]
+
+
+def find_kernel(table: KernelTable | None, node: Node) -> tuple[Kernel | None, str]:
+    """The kernel of ``table`` for ``node`` (whose schema is resolved), or the reason."""
+    if table is None:
+        return None, "backend has no kernels"
+    since = node.meta.get("since", node.version or 1)
+    match = table.lookup(node.domain, node.op_type, since, input_dtypes(node))
+    return match.kernel, match.reason

@@ -19,7 +19,7 @@ import fnmatch
 from typing import TYPE_CHECKING
 
 from anychip.core.cost import MIN_ISLAND_GAIN, copy_time, node_time
-from anychip.core.kernels import Kernel, KernelTable
+from anychip.core.kernels import KernelTable, find_kernel, input_dtypes
 from anychip.errors import PlacementError, UnsupportedOpError
 
 if TYPE_CHECKING:
@@ -76,32 +76,10 @@ class PlacementOptions:
         return None
 
 
-def input_dtypes(node: Node) -> list:
-    return [None if v is None else v.dtype or None for v in node.inputs]
-
-
-def find_kernel(table: KernelTable | None, node: Node) -> tuple[Kernel | None, str]:
-    """The kernel of ``table`` for ``node`` (whose schema is resolved), or the reason."""
-    if table is None:
-        return None, "backend has no kernels"
-    since = node.meta.get("since", node.version or 1)
-    match = table.lookup(node.domain, node.op_type, since, input_dtypes(node))
-    return match.kernel, match.reason
-
-
 def capability(backend: Backend, table: KernelTable | None, node: Node) -> str | None:
-    """None when ``backend`` can run ``node``, else the reason it cannot."""
-    for v in list(node.inputs) + list(node.outputs):
-        # Constant inputs (shapes, axes) are read at compile time, not computed on the device.
-        if v is not None and v.const is not None:
-            continue
-        if v is not None and v.is_tensor and v.dtype and v.dtype not in backend.device.dtypes:
-            return f"dtype {v.dtype.short} not supported by {backend.name}"
-    if not backend.graph_mode:
-        kernel, why = find_kernel(table, node)
-        if kernel is None:
-            return why
-    return backend.check_node(node)
+    """None when ``backend`` can run ``node``, else the reason it cannot
+    (``Backend.supports`` with this kernel table)."""
+    return backend.supports(node, table)
 
 
 def place(

@@ -8,17 +8,34 @@ Invariants:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from anychip.core.kernels import KernelTable
 from anychip.errors import PluginError
+from anychip.ir.passes import Pass, PassResult
 from anychip.opsets.schemas import OpSchema, SchemaRegistry
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend
 
 __all__ = ["Registry", "PassEntry", "PluginRecord"]
+
+
+class _CallablePass(Pass):
+    """An old-style pass, ``fn(graph)`` returning whether it changed the graph (or nothing)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return getattr(self.fn, "name", None) or getattr(self.fn, "__name__", repr(self.fn))
+
+    def call(self, graph: Any) -> PassResult:
+        changed = self.fn(graph)
+        return PassResult(graph, True if changed is None else bool(changed))
 
 
 class PassEntry:
@@ -71,6 +88,7 @@ class Registry:
                 f"plugin {prev.origin!r} already registered; pick another name"
             )
         backend.origin = self.current_plugin
+        backend.registry = self
         self.backends[backend.name] = backend
 
     def add_kernels(self, table: KernelTable) -> None:
@@ -83,7 +101,25 @@ class Registry:
             have.merge(table)
 
     def add_pass(self, pass_: Any, *, backend: str | None = None, stage: str = "generic") -> None:
-        """Register a graph pass for the whole graph (backend None) or one backend."""
+        """Register a graph pass for the whole graph (backend None) or one backend.
+
+        ``pass_`` is an ``anychip.ir.passes.Pass`` (``call(graph) -> PassResult``). A plain
+        callable ``fn(graph)`` still works, wrapped, with a ``DeprecationWarning``.
+        """
+        if not isinstance(pass_, Pass):
+            if not callable(pass_):
+                raise PluginError(
+                    f"plugin {self.current_plugin!r} registers {pass_!r} as a pass; a pass is "
+                    "an anychip.ir.passes.Pass subclass instance"
+                )
+            warnings.warn(
+                f"plugin {self.current_plugin!r}: registering the plain callable {pass_!r} as a "
+                "pass is deprecated; subclass anychip.ir.passes.Pass and return "
+                "PassResult(graph, modified) from call(graph)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            pass_ = _CallablePass(pass_)
         self.passes.append(PassEntry(pass_, backend, stage, self.current_plugin))
 
     def add_pool(self, kind: str, factory: Callable[[Backend], Any]) -> None:

@@ -271,9 +271,9 @@ def compile_graph(memory: NpuMemory, graph: Graph, *, precision: str) -> Compile
     exe = NpuExecutable(memory, graph, precision == "fp16")
     fused = sum(1 for n in graph.nodes if n.op_type == "NpuConv" and n.attr("activation", ""))
     info = {
-        "nodes_before_passes": graph.meta.get("npu_nodes_before", len(graph.nodes)),
+        "nodes_before_passes": graph.meta.get("nodes_before_passes", len(graph.nodes)),
         "nodes_after_passes": len(graph.nodes),
-        "passes": list(graph.meta.get("npu_passes", [])),
+        "passes": list(graph.meta.get("passes", [])),
         "fused_ops": fused,
         **exe.info(),
         "precision": precision,

@@ -34,20 +34,36 @@ class PassResult:
 
 
 class Pass:
-    """Base class. Subclasses implement ``call``."""
+    """Base class. Subclasses implement ``call``.
+
+    Calling a pass runs ``call``, checks the in-place claim, verifies the graph, and records
+    in ``graph.meta``: ``"nodes_before_passes"`` (the node count before the first pass) and
+    ``"passes"`` (the names of the passes that modified it, in order), which compile reports
+    show.
+    """
 
     in_place = True
+    #: Whether calling the pass records its name in ``graph.meta["passes"]``.
+    record = True
 
     def call(self, graph: Graph) -> PassResult:
         raise NotImplementedError(f"{type(self).__name__} must implement call(graph)")
 
     def __call__(self, graph: Graph) -> PassResult:
+        graph.meta.setdefault("nodes_before_passes", len(graph.nodes))
         result = self.call(graph)
+        if not isinstance(result, PassResult):
+            raise GraphError(
+                f"{self.name}.call returned {type(result).__name__}; a pass returns "
+                "PassResult(graph, modified)"
+            )
         if self.in_place and result.graph is not graph:
             raise GraphError(
                 f"{type(self).__name__} claims to be in place but returned a new graph"
             )
         result.graph.verify()
+        if result.modified and self.record:
+            result.graph.meta.setdefault("passes", []).append(self.name)
         return result
 
     @property
@@ -56,7 +72,10 @@ class Pass:
 
 
 class PassManager(Pass):
-    """Runs ``passes`` in order, repeatedly, until a full round modifies nothing."""
+    """Runs ``passes`` in order, repeatedly, until a full round modifies nothing (at most
+    ``max_iterations`` rounds); each pass verifies the graph after it runs."""
+
+    record = False
 
     def __init__(self, passes: Sequence[Pass], max_iterations: int = 8) -> None:
         self.passes = list(passes)

@@ -122,13 +122,28 @@ def _foldable(bn: Node, graph: Graph, kinds: frozenset[tuple[str, str]]) -> Node
 
 
 class FoldBatchNormPass(Pass):
-    """Fold BatchNormalization into ONNX Conv (see the module docstring) as a ``Pass``;
-    ``folded`` counts the nodes folded over every call."""
+    """Fold BatchNormalization into the conv that feeds it (see ``fold_batch_norm``).
 
-    def __init__(self) -> None:
+    Args:
+        convs: ``(domain, op_type)`` of the convolutions to fold into (default ONNX Conv; the
+            NPU adds its ``anychip::NpuConv``).
+        accept: ``accept(conv, bn)`` False keeps a pair as it is.
+
+    ``folded`` counts the nodes folded over every call.
+    """
+
+    name = "fold_batch_norm"
+
+    def __init__(
+        self,
+        convs: Iterable[tuple[str, str]] = _CONV,
+        accept: Callable[[Node, Node], bool] | None = None,
+    ) -> None:
+        self.convs = tuple(convs)
+        self.accept = accept
         self.folded = 0
 
     def call(self, graph: Graph) -> PassResult:
-        n = fold_batch_norm(graph)
+        n = fold_batch_norm(graph, self.convs, self.accept)
         self.folded += n
         return PassResult(graph, n > 0)

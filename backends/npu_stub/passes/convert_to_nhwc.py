@@ -24,15 +24,14 @@ from anychip.backends.npu_stub.kernels.op_pool import pool_attributes
 from anychip.backends.npu_stub.passes._rewrite import (
     Names,
     attrs,
-    begin,
     constant,
     drop_dead,
-    finish,
     new_node,
 )
 from anychip.backends.npu_stub.passes.fuse_conv_activation import npu_conv_attributes
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
 from anychip.ir.value import Value
 
 __all__ = ["ConvertToNhwcPass", "TO_NHWC", "TO_NCHW"]
@@ -53,14 +52,13 @@ def _nhwc_shape(shape: tuple) -> tuple:
     return tuple(shape[i] for i in TO_NHWC)
 
 
-class ConvertToNhwcPass:
+class ConvertToNhwcPass(Pass):
     """Change the data layout of NPU convolutions and pools to NHWC (module docstring)."""
 
     name = "convert_to_nhwc"
 
-    def __call__(self, graph: Graph) -> bool:
-        """Rewrite ``graph`` in place; returns whether it changed."""
-        begin(graph)
+    def call(self, graph: Graph) -> PassResult:
+        """Rewrite ``graph`` in place."""
         self._names = Names(graph)
         self._opset = max((n.version or 1 for n in graph.nodes if not n.domain), default=13)
         modified = False
@@ -72,7 +70,7 @@ class ConvertToNhwcPass:
         while changed:
             changed = self._push(graph) | self._cancel(graph) | drop_dead(graph)
         graph.sort()
-        return finish(graph, self.name, modified)
+        return PassResult(graph, modified)
 
     # -- 1. convert ------------------------------------------------------------------------
     @staticmethod

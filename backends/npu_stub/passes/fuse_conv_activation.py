@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.npu_stub.kernels.op_conv import conv_attributes
-from anychip.backends.npu_stub.passes._rewrite import attrs, begin, finish, new_node, single_use
+from anychip.backends.npu_stub.passes._rewrite import attrs, new_node, single_use
 from anychip.backends.npu_stub.support import opset_of
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
 
 __all__ = ["FuseConvActivationPass", "npu_conv_attributes"]
 
@@ -56,14 +57,13 @@ def _clip_bounds(node: Node) -> tuple[float, float] | None:
     return bounds[0], bounds[1]
 
 
-class FuseConvActivationPass:
+class FuseConvActivationPass(Pass):
     """Fuse a Relu or Clip into the convolution that feeds it."""
 
     name = "fuse_conv_activation"
 
-    def __call__(self, graph: Graph) -> bool:
-        """Rewrite ``graph`` in place; returns whether it changed."""
-        begin(graph)
+    def call(self, graph: Graph) -> PassResult:
+        """Rewrite ``graph`` in place."""
         modified = False
         for act in list(graph.nodes):
             if act.domain or act.op_type not in ("Relu", "Clip") or act.graph is not graph:
@@ -100,4 +100,4 @@ class FuseConvActivationPass:
             graph.remove(conv)
             graph.insert(index, fused)
             modified = True
-        return finish(graph, self.name, modified)
+        return PassResult(graph, modified)
