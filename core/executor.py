@@ -222,79 +222,60 @@ class Program:
             record: Filled with ``slot -> (shape, dtype)`` of every array a kernel returns
                 (the sizes a plan for these input shapes needs).
         """
-        slots: list[Any] = [None] * self.nslots
-        for s, t in self.consts:
-            slots[s] = t
-        if self.captures:
-            for ps, s in self.captures:
-                slots[s] = outer[ps]
-        for s, t in zip(self.input_slots, inputs):
-            slots[s] = t
-        release = self._release
-        track = self.track
-        held = [0] * self.nslots if track else None
-        views = base = None
-        aliases = self.alias_slots
-        live = peak = 0
-        if arena is not None:
-            views, base, live = arena.views, arena.base, arena.nbytes
+        slots = self._frame(inputs, outer)
+        run = _Run(self, arena, record)
+        # Bound once: this loop is the per-node dispatch path.
+        release, call, store, forget = self._release, self._call, run.store, run.forget
+        views, track = run.views, run.track
         try:
             for ins in self.instrs:
-                args = [slots[i] if i >= 0 else None for i in ins.ins]
-                if ins.ctx is not None:
-                    ins.ctx._frame = slots
-                    args.insert(0, ins.ctx)
-                out = views[ins.outs[0]] if views is not None and ins.takes_out else None
-                try:
-                    if out is not None:
-                        res = ins.fn(*args, out=out, **ins.attrs)
-                    else:
-                        res = ins.fn(*args, **ins.attrs)
-                except Exception as e:  # noqa: BLE001 - re-raised with the node's text
-                    self.on_error(ins, args, e)
-                results = res if type(res) is tuple or type(res) is list else (res,)
-                if out is not None and (not results or results[0] is not out):
-                    self.declined += 1
-                for s, r in zip(ins.outs, results):
-                    if s < 0:
-                        continue
-                    if isinstance(r, np.generic):
-                        r = np.asarray(r)
-                    if (
-                        base is not None
-                        and type(r) is np.ndarray
-                        and r is not views[s]
-                        and r.base is base
-                        and s not in aliases
-                    ):
-                        # A view of planned memory the plan did not expect: its bytes may be
-                        # reused while it lives, so it gets its own.
-                        r = r.copy()
-                    slots[s] = r
-                    if track:
-                        nb = _owned_bytes(r)
-                        held[s] = nb
-                        live += nb
-                    if record is not None and type(r) is np.ndarray:
-                        record[s] = (r.shape, r.dtype)
-                if live > peak:
-                    peak = live
+                store(ins, call(ins, slots, views), slots)
                 for s in ins.frees:
                     if release is not None and slots[s] is not None:
                         release(slots[s])
                     slots[s] = None
                     if track:
-                        live -= held[s]
-                        held[s] = 0
+                        forget(s)
         except BaseException:
             self._drop(slots)
             raise
-        if track and peak > self.peak:
-            self.peak = peak
+        if run.track and run.peak > self.peak:
+            self.peak = run.peak
         outs = [slots[s] for s in self.output_slots]
+        base = run.base
         if base is not None:
             outs = [o.copy() if type(o) is np.ndarray and o.base is base else o for o in outs]
         return outs
+
+    def _frame(self, inputs: Sequence[Any], outer: list[Any] | None) -> list[Any]:
+        """The slots of one run: constants, captured outer values, then the inputs."""
+        slots: list[Any] = [None] * self.nslots
+        for s, t in self.consts:
+            slots[s] = t
+        for ps, s in self.captures:
+            slots[s] = outer[ps]
+        for s, t in zip(self.input_slots, inputs):
+            slots[s] = t
+        return slots
+
+    def _call(self, ins: Instr, slots: list[Any], views: list[Any] | None) -> Sequence[Any]:
+        """Call one instruction's kernel (with its planned ``out`` view); its results."""
+        args = [slots[i] if i >= 0 else None for i in ins.ins]
+        if ins.ctx is not None:
+            ins.ctx._frame = slots
+            args.insert(0, ins.ctx)
+        out = views[ins.outs[0]] if views is not None and ins.takes_out else None
+        try:
+            if out is not None:
+                res = ins.fn(*args, out=out, **ins.attrs)
+            else:
+                res = ins.fn(*args, **ins.attrs)
+        except Exception as e:  # noqa: BLE001 - re-raised with the node's text
+            self.on_error(ins, args, e)
+        results = res if type(res) is tuple or type(res) is list else (res,)
+        if out is not None and (not results or results[0] is not out):
+            self.declined += 1
+        return results
 
     def _drop(self, slots: list[Any]) -> None:
         """Release the device tensors a failed run made (host arrays are left to the GC)."""
@@ -333,6 +314,57 @@ class Program:
             f"{type(exc).__name__}: {exc}\n  node: {format_node(ins.node).strip()}\n"
             f"  inputs: {describe_args(shown)}"
         ) from exc
+
+
+class _Run:
+    """The bookkeeping of one ``Program.run``: the arena's views, and (top-level programs)
+    the bytes held per slot, live and at peak."""
+
+    __slots__ = ("views", "base", "aliases", "track", "held", "live", "peak", "record")
+
+    def __init__(self, program: Program, arena: Arena | None, record: dict | None) -> None:
+        self.views = self.base = None
+        self.live = self.peak = 0
+        if arena is not None:
+            self.views, self.base, self.live = arena.views, arena.base, arena.nbytes
+        self.aliases = program.alias_slots
+        self.track = program.track
+        self.held = [0] * program.nslots if self.track else None
+        self.record = record
+
+    def store(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
+        """Put an instruction's results in their slots."""
+        base, views = self.base, self.views
+        for s, r in zip(ins.outs, results):
+            if s < 0:
+                continue
+            if isinstance(r, np.generic):
+                r = np.asarray(r)
+            if (
+                base is not None
+                and type(r) is np.ndarray
+                and r is not views[s]
+                and r.base is base
+                and s not in self.aliases
+            ):
+                # A view of planned memory the plan did not expect: its bytes may be reused
+                # while it lives, so it gets its own.
+                r = r.copy()
+            slots[s] = r
+            if self.track:
+                nb = _owned_bytes(r)
+                self.held[s] = nb
+                self.live += nb
+            if self.record is not None and type(r) is np.ndarray:
+                self.record[s] = (r.shape, r.dtype)
+        if self.live > self.peak:
+            self.peak = self.live
+
+    def forget(self, s: int) -> None:
+        """Slot ``s`` was freed."""
+        if self.track:
+            self.live -= self.held[s]
+            self.held[s] = 0
 
 
 def _owned_bytes(t: Any) -> int:
