@@ -105,42 +105,11 @@ def place(
                 f"session's devices {list(by_name)}; add it to devices= or fix the pin"
             )
     for node in graph.nodes:
-        reasons: list[tuple[str, str]] = []
         pin = options.pin_for(node)
         if pin is not None:
-            b = by_name[pin]
-            why = capability(b, tables.get(b.name), node)
-            if why is not None:
-                raise PlacementError(
-                    f"node {node.name!r} ({node.op_type}) is pinned to {pin}, which cannot run "
-                    f"it: {why}. Remove the pin or pin it to another device."
-                )
-            _assign(node, b, tables, "pinned")
-            continue
-        for b in backends:
-            why = excluded.get(node.name, {}).get(b.name) or capability(b, tables.get(b.name), node)
-            if why is None:
-                if not reasons:
-                    _assign(node, b, tables, "chosen")
-                else:
-                    if options.strict:
-                        raise PlacementError(
-                            f"strict placement: node {node.name!r} ({node.op_type}) cannot run "
-                            f"on {reasons[0][0]} ({reasons[0][1]}) and would fall back to "
-                            f"{b.name}. Pin it elsewhere, or load without strict=True."
-                        )
-                    _assign(
-                        node, b, tables, "fallback: " + "; ".join(f"{d}: {r}" for d, r in reasons)
-                    )
-                break
-            reasons.append((b.name, why))
+            _place_pinned(node, by_name[pin], tables)
         else:
-            lines = "\n".join(f"  {d}: {r}" for d, r in reasons)
-            raise UnsupportedOpError(
-                f"no device can run node {node.name!r} ({node.qualified_op}, opset version "
-                f"{node.version}):\n{lines}\nAdd a device that supports it (devices=...), or "
-                "install a plugin with a kernel for it."
-            )
+            _place_by_priority(node, backends, tables, options, excluded.get(node.name, {}))
     if options.cost_model:
         avoid_costly_islands(graph, backends, tables, options)
 
@@ -219,6 +188,49 @@ def avoid_costly_islands(
             )
             for n in island:
                 _assign(n, target, tables, why)
+
+
+def _place_pinned(node: Node, b: Backend, tables: dict[str, KernelTable]) -> None:
+    why = capability(b, tables.get(b.name), node)
+    if why is not None:
+        raise PlacementError(
+            f"node {node.name!r} ({node.op_type}) is pinned to {b.name}, which cannot run "
+            f"it: {why}. Remove the pin or pin it to another device."
+        )
+    _assign(node, b, tables, "pinned")
+
+
+def _place_by_priority(
+    node: Node,
+    backends: list[Backend],
+    tables: dict[str, KernelTable],
+    options: PlacementOptions,
+    excluded: dict[str, str],
+) -> None:
+    """The first device that can run ``node``; every earlier device's reason is recorded."""
+    reasons: list[tuple[str, str]] = []
+    for b in backends:
+        why = excluded.get(b.name) or capability(b, tables.get(b.name), node)
+        if why is not None:
+            reasons.append((b.name, why))
+            continue
+        if not reasons:
+            _assign(node, b, tables, "chosen")
+            return
+        if options.strict:
+            raise PlacementError(
+                f"strict placement: node {node.name!r} ({node.op_type}) cannot run "
+                f"on {reasons[0][0]} ({reasons[0][1]}) and would fall back to "
+                f"{b.name}. Pin it elsewhere, or load without strict=True."
+            )
+        _assign(node, b, tables, "fallback: " + "; ".join(f"{d}: {r}" for d, r in reasons))
+        return
+    lines = "\n".join(f"  {d}: {r}" for d, r in reasons)
+    raise UnsupportedOpError(
+        f"no device can run node {node.name!r} ({node.qualified_op}, opset version "
+        f"{node.version}):\n{lines}\nAdd a device that supports it (devices=...), or "
+        "install a plugin with a kernel for it."
+    )
 
 
 def _assign(node: Node, backend: Backend, tables: dict[str, KernelTable], reason: str) -> None:

@@ -11,6 +11,7 @@ from anychip.errors import GraphError
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
     from anychip.ir.value import Value
 
 __all__ = ["verify_graph"]
@@ -46,20 +47,7 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
             raise GraphError(
                 f"node {node.name or node.op_type!r} does not point back at graph {graph.name!r}"
             )
-        for i, v in enumerate(node.inputs):
-            if v is None:
-                continue
-            if id(v) not in visible:
-                raise GraphError(
-                    f"node {node.name or node.op_type!r} input {i} reads %{v.name} before it is "
-                    f"defined (graph {graph.name!r} is not in topological order, or the value "
-                    "is dangling)"
-                )
-            if (node, i) not in v.uses:
-                raise GraphError(
-                    f"%{v.name} does not list node {node.name or node.op_type!r} "
-                    f"input {i} among its uses"
-                )
+        _check_inputs(graph, node, visible)
         for sub in node.subgraphs():
             if sub.parent is not node:
                 raise GraphError(f"subgraph {sub.name!r} does not point back at its node")
@@ -80,3 +68,21 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
         for user, i in v.uses:
             if i >= len(user.inputs) or user.inputs[i] is not v:
                 raise GraphError(f"%{v.name} lists a stale use by {user.op_type} input {i}")
+
+
+def _check_inputs(graph: Graph, node: Node, visible: set[int]) -> None:
+    """Each input of ``node`` is defined before it and lists the node among its uses."""
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            continue
+        if id(v) not in visible:
+            raise GraphError(
+                f"node {node.name or node.op_type!r} input {i} reads %{v.name} before it is "
+                f"defined (graph {graph.name!r} is not in topological order, or the value "
+                "is dangling)"
+            )
+        if (node, i) not in v.uses:
+            raise GraphError(
+                f"%{v.name} does not list node {node.name or node.op_type!r} "
+                f"input {i} among its uses"
+            )

@@ -57,6 +57,28 @@ def lifetimes(
     """
     external = set(inputs)
     results = set(outputs)
+    first, last = _first_and_last(steps, external)
+    missing = [tid for tid in results if tid not in first and tid not in external]
+    if missing:
+        raise MemoryPlanError(f"graph outputs {missing} are never written by any step")
+    out: list[TensorLifetime] = []
+    for tid, start in first.items():
+        if tid in results:
+            continue
+        if tid not in sizes:
+            raise MemoryPlanError(
+                f"tensor {tid!r} (written at step {start}) has no size; "
+                f"give its byte size in sizes="
+            )
+        out.append(TensorLifetime(tid, sizes[tid], start, last[tid]))
+    return out
+
+
+def _first_and_last(
+    steps: Sequence[Step | tuple[Iterable[Hashable], Iterable[Hashable]]],
+    external: set[Hashable],
+) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
+    """The step that writes each tensor and the last step that touches it."""
     first: dict[Hashable, int] = {}
     last: dict[Hashable, int] = {}
     for index, step in enumerate(steps):
@@ -83,17 +105,4 @@ def lifetimes(
                 )
             first[tid] = index
             last[tid] = index
-    missing = [tid for tid in results if tid not in first and tid not in external]
-    if missing:
-        raise MemoryPlanError(f"graph outputs {missing} are never written by any step")
-    out: list[TensorLifetime] = []
-    for tid, start in first.items():
-        if tid in results:
-            continue
-        if tid not in sizes:
-            raise MemoryPlanError(
-                f"tensor {tid!r} (written at step {start}) has no size; "
-                f"give its byte size in sizes="
-            )
-        out.append(TensorLifetime(tid, sizes[tid], start, last[tid]))
-    return out
+    return first, last

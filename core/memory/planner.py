@@ -396,6 +396,18 @@ def check_plan(
     """
     ts = _normalize(tensors)
     by_id = {t.id: t for t in ts}
+    problems = _placement_problems(plan, ts, by_id)
+    problems += _inplace_problems(plan, by_id, inplace)
+    problems += _overlap_problems(plan, ts)
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise MemoryPlanError("invalid memory plan: " + "; ".join(problems[:10]) + more)
+
+
+def _placement_problems(
+    plan: MemoryPlan, ts: list[TensorLifetime], by_id: dict[Hashable, TensorLifetime]
+) -> list[str]:
+    """Every tensor has an aligned offset inside the block, and no unknown id has one."""
     problems: list[str] = []
     missing = [t.id for t in ts if t.id not in plan.offsets]
     if missing:
@@ -417,6 +429,16 @@ def check_plan(
                 f"tensor {t.id!r}: [{offset}, {offset + t.size_bytes}) exceeds "
                 f"the block of {plan.total_size} bytes"
             )
+    return problems
+
+
+def _inplace_problems(
+    plan: MemoryPlan,
+    by_id: dict[Hashable, TensorLifetime],
+    inplace: Mapping[Hashable, Hashable] | None,
+) -> list[str]:
+    """The plan's in-place pairs are hinted, valid and at one offset."""
+    problems: list[str] = []
     sources: set[Hashable] = set()
     for out_id, in_id in plan.inplace.items():
         out, src = by_id.get(out_id), by_id.get(in_id)
@@ -443,6 +465,12 @@ def check_plan(
             problems.append(
                 f"{where}: offsets differ ({plan.offsets.get(out_id)} vs {plan.offsets.get(in_id)})"
             )
+    return problems
+
+
+def _overlap_problems(plan: MemoryPlan, ts: list[TensorLifetime]) -> list[str]:
+    """No two tensors live at once overlap in memory (in-place pairs excepted)."""
+    problems: list[str] = []
     # Sweep over time: compare each tensor with those still live when it is born.
     active: list[TensorLifetime] = []
     for t in sorted(ts, key=lambda t: t.first_use_step):
@@ -463,6 +491,4 @@ def check_plan(
                         f"{to + t.size_bytes}) are live together and overlap in memory"
                     )
         active.append(t)
-    if problems:
-        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
-        raise MemoryPlanError("invalid memory plan: " + "; ".join(problems[:10]) + more)
+    return problems
