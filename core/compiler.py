@@ -76,7 +76,8 @@ def compile_model(
     _generic_passes(out, registry, options, optimize)
     tables = {b.name: registry.kernel_table(b.name) for b in backends}
     excluded: dict[str, dict[str, str]] = {}
-    for _attempt in range(len(backends)):
+    # Each retry moves at least one node off a device that is not its last: bounded.
+    for _attempt in range(len(graph.nodes) * len(backends) + 1):
         place(graph, backends, tables, options, excluded)
         out.partitions, out.copies = partition_graph(graph)
         _check_copy_budget(out.copies, options)
@@ -132,11 +133,12 @@ def _compile_partitions(
     excluded: dict,
     plan_cache_size: int,
 ) -> bool:
-    """Compile every partition; True when one did not fit its device and placement must run
-    again without that device for its nodes."""
+    """Compile every partition; True when some did not fit their device and placement must
+    run again without that device for their nodes (all of them are excluded at once)."""
     by_name = {b.name: b for b in out.backends}
     last = out.backends[-1].name
     out.load_copies, out.part_memory = [], {}
+    retry = False
     for p in out.partitions:
         backend = by_name[p.device]
         if backend.passes:  # one manager: the graph is verified after every pass
@@ -149,7 +151,8 @@ def _compile_partitions(
                     raise
                 why = f"partition {p.index} needs {e.need} bytes, {p.device} has {e.capacity}"
                 _exclude(out, p, why + " (out of memory)", excluded)
-                return True
+                retry = True
+                continue
             p.program = compiled.run
             p.info.update(compiled.info)
         else:
@@ -167,13 +170,14 @@ def _compile_partitions(
                         capacity=backend.device.memory_capacity,
                     )
                 _exclude(out, p, why, excluded)
-                return True
+                retry = True
+                continue
             out.part_memory[p.index] = pm
             p.program = pm.runner
         if not backend.host_memory:
             for v in p.graph.initializers.values():
                 out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
-    return False
+    return retry
 
 
 def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:

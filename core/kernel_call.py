@@ -148,6 +148,7 @@ def _takes_out(fn: Any) -> bool:
 
 
 def describe_args(args: Sequence[Any]) -> str:
+    """``(float32[2, 3], _, int)``: the dtype and shape of each argument, for error messages."""
     parts = []
     for a in args:
         if a is None:

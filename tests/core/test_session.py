@@ -1,4 +1,4 @@
-"""Every bad input gets an AnychipError naming what was wrong and what to do."""
+"""``core/session.py``, the facade: runs and its errors (feeds, outputs, files, options)."""
 
 from __future__ import annotations
 
