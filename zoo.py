@@ -114,10 +114,21 @@ def _draw(rng: np.random.Generator, shape: tuple[int, ...], use: tuple | None) -
     if op == "BatchNormalization" and index == 1:
         # A scale below 1 keeps deep residual stacks (ResNet-50, ShuffleNet) near unit scale:
         # the statistics are random, so BatchNormalization does not normalize here.
-        return rng.uniform(0.3, 0.7, size=shape).astype(np.float32)
+        return _uniform(rng, shape, 0.3, 0.7)
     # BatchNormalization scale and variance, and scales applied through other ops.
-    return rng.uniform(0.5, 1.5, size=shape).astype(np.float32)
+    return _uniform(rng, shape, 0.5, 1.5)
 
 
 def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> np.ndarray:
-    return (rng.standard_normal(shape) * std).astype(np.float32)
+    out = rng.standard_normal(shape, dtype=np.float32)  # float32 directly: VGG's 548 MB
+    out *= np.float32(std)
+    return out
+
+
+def _uniform(
+    rng: np.random.Generator, shape: tuple[int, ...], low: float, high: float
+) -> np.ndarray:
+    out = rng.random(shape, dtype=np.float32)
+    out *= np.float32(high - low)
+    out += np.float32(low)
+    return out

@@ -52,11 +52,17 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     and type but no data; small ones stay, for data propagation (Reshape's shape). The result
     has those initializers empty: ``_Converter`` reads their data from ``proto``.
     """
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(proto)
-    for t in skeleton.graph.initializer:
-        if t.HasField("raw_data") and _declared_nbytes(t) >= _LEND_BYTES:
-            t.ClearField("raw_data")
+    large = [
+        i
+        for i, t in enumerate(proto.graph.initializer)
+        if t.HasField("raw_data") and _declared_nbytes(t) >= _LEND_BYTES
+    ]
+    skeleton = proto
+    if large:  # small models (most conformance cases) need no copy
+        skeleton = onnx.ModelProto()
+        skeleton.CopyFrom(proto)
+        for i in large:
+            skeleton.graph.initializer[i].ClearField("raw_data")
     if _over_proto_limit(skeleton):
         return proto  # infer_shapes serialises the model; protobuf caps that at 2 GiB
     try:

@@ -1,0 +1,65 @@
+"""Test-run plumbing: one BLAS thread per pytest-xdist worker, and the ONNX conformance summary
+(one line per device set, printed by the process that reports, worker or not)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import pytest
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # Two workers on two cores: a BLAS pool per worker would oversubscribe them.
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+
+class _ConformanceSummary:
+    """Counts conformance outcomes and placed nodes per device set from the test reports."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, Counter] = {}
+        self.placed: dict[str, Counter] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        devices = props.get("anychip_devices")
+        if devices is None:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            key = "passed" if report.passed else "skipped" if report.skipped else "failed"
+            self.outcomes.setdefault(devices, Counter())[key] += 1
+            self.placed.setdefault(devices, Counter()).update(props.get("anychip_placed", {}))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        for devices, o in self.outcomes.items():
+            placed = ", ".join(f"{d} {n}" for d, n in self.placed[devices].most_common())
+            terminalreporter.write_line(
+                f"anychip ONNX conformance on {devices}: {o['passed']} passed, "
+                f"{o['failed']} failed, {o['skipped']} skipped; nodes placed: {placed}"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the process that prints the summary
+        config.pluginmanager.register(_ConformanceSummary(), "anychip-conformance-summary")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    suite = getattr(item, "module", None)
+    devices_of = getattr(suite, "CASE_DEVICES", None)
+    if devices_of is None:
+        return
+    report = outcome.get_result()
+    devices = devices_of(item)
+    if devices is None:
+        return
+    report.user_properties.append(("anychip_devices", devices))
+    placed: Counter = Counter()
+    while suite.CASE_PLACED:
+        placed.update(suite.CASE_PLACED.pop()[1])
+    if placed:
+        report.user_properties.append(("anychip_placed", dict(placed)))
