@@ -1,5 +1,10 @@
 """Test-run plumbing: one BLAS thread per pytest-xdist worker, and the ONNX conformance summary
-(one line per device set, printed by the process that reports, worker or not)."""
+(one line per device set, printed by the process that reports, worker or not).
+
+The summary is also a check: an accelerator set (``xpu,cpu``, ``npu,cpu``) that ran the suite
+must have placed a real share of the cases' nodes on its accelerator, or the run fails. It is
+made here, from every worker's reports, because no single xdist worker sees the whole suite.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,27 @@ class _ConformanceSummary:
             self.outcomes.setdefault(devices, Counter())[key] += 1
             self.placed.setdefault(devices, Counter()).update(props.get("anychip_placed", {}))
 
+    #: An accelerator set must place more than this share of the cases' nodes on its
+    #: accelerator (measured here: xpu 43%, npu 22%), else its passes are CPU fallbacks.
+    MIN_SHARE = 0.15
+
+    def problems(self) -> list[str]:
+        """Accelerator sets that ran the suite but placed too little on their accelerator."""
+        out = []
+        for devices, placed in self.placed.items():
+            accelerator = devices.split(",")[0].strip().lower()
+            total = sum(placed.values())
+            if accelerator == "cpu" or total < 1000:
+                continue  # a subset run (-k): too few nodes to judge
+            share = placed[accelerator] / total
+            if share <= self.MIN_SHARE:
+                out.append(f"{devices}: only {share:.0%} of the cases' nodes ran on {accelerator}")
+        return out
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.problems():
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         for devices, o in self.outcomes.items():
             placed = ", ".join(f"{d} {n}" for d, n in self.placed[devices].most_common())
@@ -39,6 +65,8 @@ class _ConformanceSummary:
                 f"anychip ONNX conformance on {devices}: {o['passed']} passed, "
                 f"{o['failed']} failed, {o['skipped']} skipped; nodes placed: {placed}"
             )
+        for problem in self.problems():
+            terminalreporter.write_line(f"FAILED conformance placement check: {problem}", red=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
