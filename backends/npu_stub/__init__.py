@@ -1,10 +1,11 @@
 """The simulated NPU plugin: a graph-compiling accelerator with its own fixed-size memory.
 
 Registered through the same hooks as any third-party backend: the ``npu`` backend
-(``backend.py``), its operators ``anychip::NpuConv`` / ``anychip::NpuPool`` (``schemas.py``),
-and its partition passes (``passes/``). Layout of this folder, in the order a partition
-meets it: ``support.py`` (what it claims) -> ``passes/`` -> ``compiler.py`` (memory plan,
-kernels from ``kernels/``) -> ``memory.py`` (device memory, tensors).
+(``backend.py``), its operators ``anychip::NpuConv`` / ``anychip::NpuPool``
+(``kernels/schemas.py``), and its partition passes (``passes/``). Layout of this folder (the
+shape of every backend), in the order a partition meets it: ``kernels/support.py`` (what it
+claims) -> ``passes/`` -> ``compiler.py`` (memory plan, kernels from ``kernels/``) ->
+``driver/`` (the simulated device memory and its tensors).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ ANYCHIP_API_VERSION = 1
 
 @hookimpl
 def anychip_register_ops(registry: Registry) -> None:
-    from anychip.backends.npu_stub.schemas import npu_schemas
+    from anychip.backends.npu_stub.kernels.schemas import npu_schemas
 
     for schema in npu_schemas():
         registry.add_schema(schema)

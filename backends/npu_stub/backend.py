@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.backends.npu_stub.memory import NpuMemory, NpuTensor, memory_from_env, parse_size
-from anychip.backends.npu_stub.support import check_node
+from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor, memory_from_env, parse_size
+from anychip.backends.npu_stub.kernels.support import check_node
 from anychip.core.backend import Backend, CompiledGraph, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType

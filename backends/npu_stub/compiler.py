@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor
 from anychip.backends.npu_stub.kernels import BUILDERS, load_all
-from anychip.backends.npu_stub.memory import NpuMemory, NpuTensor
-from anychip.backends.npu_stub.support import check_node
+from anychip.backends.npu_stub.kernels.support import check_node
 from anychip.core.backend import CompiledGraph
 from anychip.core.memory import Step, align_up, check_plan, lifetimes, plan_memory
 from anychip.errors import (

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.npu_stub.kernels import Run, builder
-from anychip.backends.npu_stub.support import opset_of
+from anychip.backends.npu_stub.kernels.support import opset_of
 
 __all__ = ["batch_norm_affine"]
 

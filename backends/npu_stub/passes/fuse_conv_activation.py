@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.npu_stub.kernels.op_conv import conv_attributes
+from anychip.backends.npu_stub.kernels.support import opset_of
 from anychip.backends.npu_stub.passes._rewrite import attrs, new_node, single_use
-from anychip.backends.npu_stub.support import opset_of
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult

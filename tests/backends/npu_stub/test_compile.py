@@ -10,7 +10,7 @@ from onnx import TensorProto
 from onnx import helper as h
 
 from anychip.backends.npu_stub.backend import NpuBackend
-from anychip.backends.npu_stub.memory import NpuTensor
+from anychip.backends.npu_stub.driver import NpuTensor
 from anychip.errors import DeviceError, OutOfMemoryError, UnsupportedOpError
 from tests.backends.npu_stub.conftest import convnet, ir_graph, run_on_npu, single_op
 
