@@ -58,6 +58,7 @@ class CompiledModel:
         #: What the graph optimizations rewrote, by pass (the nodes they removed).
         self.optimizations: dict[str, int] = {}
         self.steps: StepProgram | None = None
+        self.check_kernels = True
 
 
 def compile_model(
@@ -68,9 +69,14 @@ def compile_model(
     *,
     plan_cache_size: int = 8,
     optimize: bool = True,
+    check_kernels: bool = True,
 ) -> CompiledModel:
-    """Compile ``model`` (left unchanged) for ``backends`` in priority order."""
+    """Compile ``model`` (left unchanged) for ``backends`` in priority order.
+
+    ``check_kernels``: check every kernel's outputs against inference (``core/checks.py``).
+    """
     out = CompiledModel(copy_model(model), backends)
+    out.check_kernels = check_kernels
     graph = out.model.graph
     resolve_schemas(out.model, registry.schemas)
     _generic_passes(out, registry, options, optimize)
@@ -156,7 +162,13 @@ def _compile_partitions(
             p.program = compiled.run
             p.info.update(compiled.info)
         else:
-            program = Program(p.graph, backend, tables[p.device], registry.schemas)
+            program = Program(
+                p.graph,
+                backend,
+                tables[p.device],
+                registry.schemas,
+                check_kernels=out.check_kernels,
+            )
             pool = _pool_for(out, backend, registry.pools.get(backend.kind))
             pm = PartitionMemory(program, pool, plan_cache_size)
             why = _over_budget(p, backend, pm)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.core.checks import check_result, expectations, mismatch
 from anychip.core.kernel_call import (
     Arena,
     Instr,
@@ -81,8 +82,11 @@ class Program:
         schemas: SchemaRegistry | None = None,
         *,
         parent: Program | None = None,
+        check_kernels: bool = True,
     ) -> None:
         self.graph = graph
+        #: Check each kernel's outputs against inference's dtype and shape (``core/checks``).
+        self.check_kernels = check_kernels if parent is None else parent.check_kernels
         self.backend = backend
         self.table = table
         self.schemas = schemas
@@ -116,6 +120,10 @@ class Program:
             if v not in self.slot_of:
                 self.consts.append((self._slot(v), self.backend.to_device(v.const)))
         self.instrs: list[Instr] = []
+        static = all(
+            v.shape is not None and all(isinstance(d, int) and d >= 0 for d in v.shape)
+            for v in g.inputs
+        )
         for node in g.nodes:
             kernel = node.meta.get("kernel")
             if kernel is None or kernel.backend != self.backend.name:
@@ -127,6 +135,8 @@ class Program:
             outs = tuple(-1 if v is None else self._slot(v) for v in node.outputs)
             attrs = node_attrs(node, self.schemas)
             instr = Instr(kernel.fn, tuple(ins), outs, attrs, node, None, kernel)
+            if self.check_kernels:
+                instr.expect = expectations(node, dims=static)
             if kernel.context:
                 instr.ctx = KernelContext(node, self)
             self.instrs.append(instr)
@@ -320,7 +330,7 @@ class _Run:
     """The bookkeeping of one ``Program.run``: the arena's views, and (top-level programs)
     the bytes held per slot, live and at peak."""
 
-    __slots__ = ("views", "base", "aliases", "track", "held", "live", "peak", "record")
+    __slots__ = ("views", "base", "aliases", "track", "held", "live", "peak", "record", "device")
 
     def __init__(self, program: Program, arena: Arena | None, record: dict | None) -> None:
         self.views = self.base = None
@@ -331,15 +341,24 @@ class _Run:
         self.track = program.track
         self.held = [0] * program.nslots if self.track else None
         self.record = record
+        self.device = program.backend.name
 
     def store(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
-        """Put an instruction's results in their slots."""
-        base, views = self.base, self.views
-        for s, r in zip(ins.outs, results):
+        """Put an instruction's results in their slots (checked against ``ins.expect``)."""
+        base, views, expect = self.base, self.views, ins.expect
+        for i, (s, r) in enumerate(zip(ins.outs, results)):
             if s < 0:
                 continue
             if isinstance(r, np.generic):
                 r = np.asarray(r)
+            if expect is not None:
+                want = expect[i]
+                if want is not None and (
+                    (r.dtype is not want[0] or r.shape != want[2])
+                    if type(r) is np.ndarray and want[2] is not None
+                    else mismatch(r, want)
+                ):
+                    check_result(self.device, ins.node, ins.fn, i, r, want)
             if (
                 base is not None
                 and type(r) is np.ndarray

@@ -89,6 +89,7 @@ class Instr:
         "takes_out",
         "inplace",
         "alias",
+        "expect",
     )
 
     def __init__(
@@ -105,6 +106,9 @@ class Instr:
         #: The kernel's declared memory facts (``@kernel(..., inplace=True / alias=True)``).
         self.inplace = bool(kernel is not None and kernel.inplace)
         self.alias = bool(kernel is not None and kernel.alias)
+        #: Per output, the (numpy dtype, shape) inference declared, for checked kernels
+        #: (``core/checks.py``); None when nothing is known or checks are off.
+        self.expect: tuple | None = None
         self.ins = ins
         self.outs = outs
         self.attrs = attrs

@@ -127,6 +127,16 @@ def load_plugins() -> Registry:
             registry.plugins.append(PluginRecord(name, module, False, msg))
             log.warning("%s", msg)
             continue
+        if not pm.get_hookcallers(plugin):
+            # Without @hookimpl pluggy sees no hook at all: the plugin would vanish silently.
+            msg = (
+                f"plugin {name!r} ({module}) registers no hook: decorate its functions "
+                "anychip_register_* with @anychip.hookimpl"
+            )
+            pm.unregister(plugin)
+            registry.plugins.append(PluginRecord(name, module, False, msg))
+            log.warning("%s", msg)
+            continue
         if trace:
             log.info("anychip: loaded plugin %s (%s)", name, module)
         plugins.append((name, plugin))

@@ -8,9 +8,11 @@ It is data first (records with attributes) and prints as a table::
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from typing import Any
 
-__all__ = ["PlacementReport", "NodeRecord", "PartitionRecord", "CopyInfo"]
+__all__ = ["PlacementReport", "NodeRecord", "PartitionRecord", "CopyInfo", "log_fallbacks"]
 
 
 class NodeRecord:
@@ -122,3 +124,17 @@ class PlacementReport:
 
     def __repr__(self) -> str:
         return self.__str__()
+
+
+def log_fallbacks(graph: Any, devices: list[str]) -> None:
+    """Warn once per session, on the ``anychip`` logger, which ops fell back from the first
+    device (``Session.placement()`` has the reason of each)."""
+    fb = [n for n in graph.nodes if str(n.meta.get("placement_reason", "")).startswith("fallback")]
+    if fb and len(devices) > 1:
+        ops = Counter(n.op_type for n in fb)
+        logging.getLogger("anychip").warning(
+            "anychip: %d node(s) fell back from %s: %s (see Session.placement())",
+            len(fb),
+            devices[0],
+            ", ".join(f"{op} x{c}" for op, c in ops.most_common()),
+        )

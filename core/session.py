@@ -8,9 +8,7 @@ There is no CPU-only shortcut: one device is the general case with one partition
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,13 +18,17 @@ from anychip.core.feeds import Feeds, IOInfo, detach
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions
 from anychip.core.plugins import get_registry
-from anychip.core.report import CopyInfo, NodeRecord, PartitionRecord, PlacementReport
+from anychip.core.report import (
+    CopyInfo,
+    NodeRecord,
+    PartitionRecord,
+    PlacementReport,
+    log_fallbacks,
+)
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 
 __all__ = ["Session", "IOInfo", "load", "resolve_devices"]
-
-log = logging.getLogger("anychip")
 
 
 class Session:
@@ -45,6 +47,7 @@ class Session:
         *,
         plan_cache_size: int = 8,
         optimize: bool = True,
+        check_kernels: bool = True,
     ) -> None:
         registry = get_registry()
         device_options = dict(device_options or {})
@@ -65,6 +68,7 @@ class Session:
             registry,
             plan_cache_size=int(plan_cache_size),
             optimize=optimize,
+            check_kernels=check_kernels,
         )
         self.model = c.model
         self.devices = devices
@@ -76,22 +80,7 @@ class Session:
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.Lock()
-        self._log_fallbacks()
-
-    def _log_fallbacks(self) -> None:
-        fb = [
-            n
-            for n in self.model.graph.nodes
-            if str(n.meta.get("placement_reason", "")).startswith("fallback")
-        ]
-        if fb and len(self.devices) > 1:
-            ops = Counter(n.op_type for n in fb)
-            log.warning(
-                "anychip: %d node(s) fell back from %s: %s (see Session.placement())",
-                len(fb),
-                self.devices[0],
-                ", ".join(f"{op} x{c}" for op, c in ops.most_common()),
-            )
+        log_fallbacks(self.model.graph, devices)
 
     def get_inputs(self) -> list[IOInfo]:
         """The model's inputs (onnxruntime's spelling)."""
@@ -154,6 +143,7 @@ def load(
     cost_model: bool = True,
     plan_cache_size: int = 8,
     optimize: bool = True,
+    check_kernels: bool = True,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -172,6 +162,8 @@ def load(
         optimize: run the graph optimizations before placement (default True): a Conv's
             BatchNormalization is folded into its weights, as onnxruntime's basic level does.
             False keeps every node as written (constant folding always runs).
+        check_kernels: check each kernel's outputs against the dtype and shape inference
+            declared (default True); a mismatch is a ``KernelError`` naming the kernel.
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -179,7 +171,8 @@ def load(
     if options:
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies, device_options, cost_model, plan_cache_size, optimize"
+            "placement, strict, max_copies, device_options, cost_model, plan_cache_size, optimize, "
+            "check_kernels"
         )
     from anychip.ir.onnx import import_model
 
@@ -191,5 +184,11 @@ def load(
         pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
     )
     return Session(
-        model, names, opts, device_options, plan_cache_size=plan_cache_size, optimize=optimize
+        model,
+        names,
+        opts,
+        device_options,
+        plan_cache_size=plan_cache_size,
+        optimize=optimize,
+        check_kernels=check_kernels,
     )
