@@ -145,6 +145,14 @@ def load_plugins() -> Registry:
         pm.check_pending()
     except pluggy.PluginValidationError as e:
         raise PluginError(f"a plugin implements a hook anychip does not define: {e}") from e
+    _call_hooks(pm, registry, trace)
+    registry.current_plugin = "?"
+    return registry
+
+
+def _call_hooks(pm: pluggy.PluginManager, registry: Registry, trace: bool) -> None:
+    """Call every hook, plugin by plugin in lifecycle order; a plugin whose hook raises is
+    recorded and what it registered is dropped, the others go on."""
     failed: set[str] = set()
     for hook_name in HOOK_ORDER:
         caller = getattr(pm.hook, hook_name)
@@ -159,8 +167,6 @@ def load_plugins() -> Registry:
             except Exception as e:  # noqa: BLE001
                 failed.add(impl.plugin_name)
                 _forget(registry, impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}")
-    registry.current_plugin = "?"
-    return registry
 
 
 def _check_version(name: str, module: str, plugin: Any) -> None:
