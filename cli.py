@@ -3,6 +3,7 @@
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
 anychip demo                            light ResNet-50 on every available device
+anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anychip`` command; returns the exit status."""
+    from anychip.conformance import cli as conformance_cli
     from anychip.errors import AnychipError
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
@@ -162,8 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
+    conformance_cli.add_parser(sub)
     args = parser.parse_args(argv)
-    handler = {"devices": _cmd_devices, "run": _cmd_run, "demo": _cmd_demo}[args.cmd]
+    handler = {
+        "devices": _cmd_devices,
+        "run": _cmd_run,
+        "demo": _cmd_demo,
+        "conformance": conformance_cli.command,
+    }[args.cmd]
     try:
         return handler(args)
     except AnychipError as e:

@@ -20,7 +20,14 @@ from anychip.conformance.claims import OpClaim
 from anychip.conformance.report import ContractResult
 from anychip.ir.dtypes import ALL_TYPES, DType
 
-__all__ = ["run_contract", "check_copies", "check_capabilities"]
+__all__ = [
+    "run_contract",
+    "run_check",
+    "contract_checks",
+    "check_copies",
+    "check_capabilities",
+    "check_memory",
+]
 
 #: Dtypes tried when a device claims "any": the ones models use most.
 _COMMON = (DType.FLOAT, DType.FLOAT16, DType.INT64, DType.INT32, DType.BOOL, DType.UINT8)
@@ -149,35 +156,53 @@ def _in_use(backend: Any) -> int | None:
     return None if st is None else st.in_use
 
 
+def check_memory(backend: Any, in_use_before: int | None = None) -> ContractResult:
+    """Device memory in use is back to ``in_use_before`` (every session dropped)."""
+    gc.collect()
+    now = _in_use(backend)
+    if backend.host_memory:
+        return ContractResult("memory", True, "host memory: nothing to return")
+    if now is None:
+        return ContractResult(
+            "memory",
+            False,
+            f"{backend.name} reports no memory_stats(): allocate through "
+            "Backend.allocate() (a pool) or override memory_stats()",
+        )
+    if in_use_before is not None and now != in_use_before:
+        return ContractResult(
+            "memory",
+            False,
+            f"{now - in_use_before} B still in use on {backend.name} after every session "
+            "of the kit was dropped: a tensor or constant is never released",
+        )
+    return ContractResult("memory", True, f"{now} B in use")
+
+
+def contract_checks(backend: Any, claims: list[OpClaim]) -> list[str]:
+    """The names of the checks ``run_contract`` makes for this backend, in order."""
+    copies = [] if backend.host_memory else claimed_dtypes(backend, claims)
+    return ["capabilities"] + [f"copies/{d.short}" for d in copies] + ["memory"]
+
+
+def run_check(
+    backend: Any, claims: list[OpClaim], name: str, *, in_use_before: int | None = None
+) -> ContractResult:
+    """One contract check by name (see ``contract_checks``)."""
+    if name == "capabilities":
+        return check_capabilities(backend, claims)
+    if name == "memory":
+        return check_memory(backend, in_use_before)
+    short = name.removeprefix("copies/")
+    dtype = next(d for d in claimed_dtypes(backend, claims) if d.short == short)
+    return check_copies(backend, dtype)
+
+
 def run_contract(
     backend: Any, claims: list[OpClaim], *, in_use_before: int | None = None
 ) -> list[ContractResult]:
     """Every contract check; ``in_use_before`` is the device memory before the kit's cases."""
-    results = [check_capabilities(backend, claims)]
-    if not backend.host_memory:
-        results += [check_copies(backend, d) for d in claimed_dtypes(backend, claims)]
-    gc.collect()
-    now = _in_use(backend)
-    if backend.host_memory:
-        results.append(ContractResult("memory", True, "host memory: nothing to return"))
-    elif now is None:
-        results.append(
-            ContractResult(
-                "memory",
-                False,
-                f"{backend.name} reports no memory_stats(): allocate through "
-                "Backend.allocate() (a pool) or override memory_stats()",
-            )
-        )
-    elif in_use_before is not None and now != in_use_before:
-        results.append(
-            ContractResult(
-                "memory",
-                False,
-                f"{now - in_use_before} B still in use on {backend.name} after every session "
-                "of the kit was dropped: a tensor or constant is never released",
-            )
-        )
-    else:
-        results.append(ContractResult("memory", True, f"{now} B in use"))
-    return results
+    return [
+        run_check(backend, claims, name, in_use_before=in_use_before)
+        for name in contract_checks(backend, claims)
+    ]

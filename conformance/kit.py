@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from anychip.conformance.cases import NodeCase, all_cases, load_case, max_error
-from anychip.conformance.claims import OpClaim, claim_for, claims_of
+from anychip.conformance.claims import OpClaim, claims_of
 from anychip.conformance.contract import run_contract
 from anychip.conformance.report import (
     CRASH,
@@ -40,6 +40,7 @@ from anychip.conformance.report import (
     KitReport,
 )
 from anychip.errors import DeviceError
+from anychip.ir.dtypes import ALL_TYPES
 
 __all__ = ["run_kit", "run_case_on", "claimed_cases"]
 
@@ -47,8 +48,9 @@ __all__ = ["run_kit", "run_case_on", "claimed_cases"]
 EXCLUDED = {"test_squeezenet": "the expected output hangs on equal 1e10 logits"}
 
 
-def _case_nodes(model: Any) -> list[tuple[str, str, int, Any]]:
-    """(domain, op, opset version, first-input dtype) of each top-level node."""
+def _case_nodes(model: Any) -> list[tuple[str, str, int, list[Any]]]:
+    """(domain, op, opset version, input dtypes or None where unknown) of each top-level
+    node."""
     from anychip.ir.dtypes import DType
 
     versions = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
@@ -58,17 +60,29 @@ def _case_nodes(model: Any) -> list[tuple[str, str, int, Any]]:
             types[vi.name] = vi.type.tensor_type.elem_type
     for t in model.graph.initializer:
         types[t.name] = t.data_type
+
+    def dtype(name: str) -> Any:
+        try:
+            return DType(types[name]) if types.get(name) else None
+        except ValueError:
+            return None
+
     out = []
     for n in model.graph.node:
         domain = "" if n.domain == "ai.onnx" else n.domain
-        first = next((i for i in n.input if i), None)
-        code = types.get(first) if first is not None else None
-        try:
-            dtype = DType(code) if code else None
-        except ValueError:
-            dtype = None
-        out.append((domain, n.op_type, versions.get(domain, 1), dtype))
+        out.append((domain, n.op_type, versions.get(domain, 1), [dtype(i) for i in n.input if i]))
     return out
+
+
+def _claimed(claims: list[OpClaim], device_dtypes: Any, node: tuple) -> bool:
+    """A node is claimed when a claim covers its op, version and type-constrained input, and
+    the device computes every input dtype the node has."""
+    domain, op, version, dtypes = node
+    for c in claims:
+        first = dtypes[c.dtype_input] if c.dtype_input < len(dtypes) else None
+        if c.covers(domain, op, version, first):
+            return all(d is None or d in device_dtypes for d in dtypes)
+    return False
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,7 +98,7 @@ def _op_names() -> list[tuple[str, str]]:
     return sorted(out, key=lambda t: -len(t[0]))
 
 
-def primary_op(name: str, nodes: list[tuple[str, str, int, Any]]) -> str | None:
+def primary_op(name: str, nodes: list[tuple[str, str, int, list[Any]]]) -> str | None:
     """The op a case tests: its only node's op, else the op its name starts with."""
     top = [op for _, op, _, _ in nodes if op != "Constant"]
     if len(set(top)) == 1:
@@ -97,7 +111,7 @@ def primary_op(name: str, nodes: list[tuple[str, str, int, Any]]) -> str | None:
 
 
 def claimed_cases(
-    claims: list[OpClaim], ops: Sequence[str] | None = None
+    claims: list[OpClaim], ops: Sequence[str] | None = None, device_dtypes: Any = ALL_TYPES
 ) -> Iterator[tuple[NodeCase, Any, list[str]]]:
     """``(case, model, [op])`` for each node case whose op (``primary_op``) the device claims
     at the case's opset and dtype (restricted to ``ops`` when given)."""
@@ -118,7 +132,7 @@ def claimed_cases(
             continue
         # An ``_expanded`` case has no node of its op (its function body stands in): it
         # tests the body's ops, which have cases of their own.
-        if any(claim_for(claims, d, o, v, dt) for d, o, v, dt in nodes if o == op):
+        if any(_claimed(claims, device_dtypes, n) for n in nodes if n[1] == op):
             yield case, model, [op]
 
 
@@ -240,7 +254,7 @@ def run_kit(
     report = KitReport(device, strict=strict, claims=claims)
     stats_before = _in_use(backend)
     with _quiet():
-        selected = list(claimed_cases(claims, ops))
+        selected = list(claimed_cases(claims, ops, backend.device.dtypes))
         for i, (case, _model, claimed) in enumerate(selected, 1):
             result = run_case_on(case, device, claimed)
             report.results.append(result)

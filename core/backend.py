@@ -110,6 +110,7 @@ class Backend:
         self.origin = "?"
         self._device: DeviceModel | None = None
         self._availability: tuple[bool, str] | None = None
+        self._pool: Any = None
 
     # -- description ---------------------------------------------------------------------------
     def device_model(self) -> DeviceModel:
@@ -147,6 +148,7 @@ class Backend:
             return self
         clone = copy.copy(self)
         clone._device = None
+        clone._pool = None  # a configured copy (other capacity) gets a pool of its own
         clone._configure(**options)
         return clone
 
@@ -170,6 +172,44 @@ class Backend:
     def pool_factory(self) -> Any:
         """The memory pool factory registered for this backend's kind, or None."""
         return self.registry.pools.get(self.kind) if self.registry is not None else None
+
+    # -- device memory -------------------------------------------------------------------------
+    @property
+    def memory_pool(self) -> Any:
+        """The pool this device's tensors come from (created on first use): the factory a
+        plugin registered for this kind (``anychip_register_memory_pools``), else a plain
+        ``MemoryPool`` over this backend's raw allocator (``_alloc(nbytes)`` / ``_free``)."""
+        if self._pool is None:
+            factory = self.pool_factory
+            if factory is None:
+                if not callable(getattr(self, "_alloc", None)):
+                    raise DeviceError(
+                        f"backend {self.name!r} has no memory pool: define _alloc(nbytes) and "
+                        "_free(buffer) (raw device memory), or register a pool for kind "
+                        f"{self.kind!r}"
+                    )
+                from anychip.core.memory.pool import MemoryPool
+
+                self._pool = MemoryPool(
+                    self.name, capacity=self.device.memory_capacity, allocator=self
+                )
+            else:
+                self._pool = factory(self)
+        return self._pool
+
+    def allocate(self, nbytes: int) -> Any:
+        """A ``Block`` of ``nbytes`` of device memory from ``memory_pool``; raises
+        ``OutOfMemoryError`` with the figures when the device is full."""
+        return self.memory_pool.alloc(nbytes)
+
+    def deallocate(self, block: Any) -> None:
+        """Give a block from ``allocate`` back to its pool."""
+        block.pool.free(block)
+
+    def memory_stats(self) -> Any:
+        """``MemoryStats`` of this device's pool, or None when it never allocated (override
+        when the driver keeps its own figures)."""
+        return self._pool.stats() if self._pool is not None else None
 
     # -- capability ----------------------------------------------------------------------------
     def supports(self, node: Node, table: KernelTable | None = None) -> str | None:

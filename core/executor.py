@@ -330,7 +330,19 @@ class _Run:
     """The bookkeeping of one ``Program.run``: the arena's views, and (top-level programs)
     the bytes held per slot, live and at peak."""
 
-    __slots__ = ("views", "base", "aliases", "track", "held", "live", "peak", "record", "device")
+    __slots__ = (
+        "views",
+        "base",
+        "aliases",
+        "track",
+        "held",
+        "live",
+        "peak",
+        "record",
+        "device",
+        "host",
+        "release",
+    )
 
     def __init__(self, program: Program, arena: Arena | None, record: dict | None) -> None:
         self.views = self.base = None
@@ -342,6 +354,8 @@ class _Run:
         self.held = [0] * program.nslots if self.track else None
         self.record = record
         self.device = program.backend.name
+        self.host = program.backend.host_memory
+        self.release = program.backend.release
 
     def store(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
         """Put an instruction's results in their slots (checked against ``ins.expect``)."""
@@ -358,7 +372,7 @@ class _Run:
                     if type(r) is np.ndarray and want[2] is not None
                     else mismatch(r, want)
                 ):
-                    check_result(self.device, ins.node, ins.fn, i, r, want)
+                    self._reject(ins, i, r, want, results)
             if (
                 base is not None
                 and type(r) is np.ndarray
@@ -378,6 +392,16 @@ class _Run:
                 self.record[s] = (r.shape, r.dtype)
         if self.live > self.peak:
             self.peak = self.live
+
+    def _reject(self, ins: Instr, i: int, r: Any, want: Any, results: Sequence[Any]) -> None:
+        """Raise the kernel's mismatch; the results not yet in a slot (this one and those
+        after it) are released first, since nothing else holds them."""
+        try:
+            check_result(self.device, ins.node, ins.fn, i, r, want)
+        except Exception:
+            if not self.host:
+                release_quietly(self.release, [t for t in results[i:] if t is not None])
+            raise
 
     def forget(self, s: int) -> None:
         """Slot ``s`` was freed."""

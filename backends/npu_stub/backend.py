@@ -73,7 +73,7 @@ class NpuBackend(Backend):
     def memory(self) -> NpuMemory:
         """The device memory (created on first use)."""
         if self._memory is None:
-            self._memory = NpuMemory(self.capacity, self.name)
+            self._memory = NpuMemory(self.capacity, self.name, self.pool_factory)
         return self._memory
 
     def memory_stats(self) -> MemoryStats:

@@ -152,8 +152,8 @@ def memory_report(compiled: Any) -> MemoryReport:
     for name, rec in records.items():
         stats = getattr(by_name[name], "memory_stats", None)
         pool = compiled.pools.get(name)
-        if callable(stats):
-            st = stats()
+        st = stats() if callable(stats) else None
+        if st is not None:
             rec.peak, rec.reserved, rec.source = st.peak, st.reserved, "device pool"
         elif pool is not None:
             rec.reserved = pool.stats().reserved

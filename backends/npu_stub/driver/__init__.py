@@ -95,15 +95,25 @@ class NpuMemory:
         capacity: Bytes of device memory (the whole array is reserved up front; ``np.zeros``
             lets the OS commit pages only when they are touched).
         name: The device name used in messages.
+        pool_factory: A pool registered for kind ``npu`` (``factory(memory) -> MemoryPool``),
+            given this object as its raw allocator. The device memory is one region, so the
+            pool must take it in one raw allocation (``ArenaPool`` with
+            ``region_size=capacity`` does); default that ``ArenaPool``.
     """
 
-    def __init__(self, capacity: int, name: str = "npu") -> None:
+    def __init__(self, capacity: int, name: str = "npu", pool_factory: Any = None) -> None:
         self.capacity = capacity
+        self.name = name
+        self.device = self  # what a pool factory reads: ``device.memory_capacity``
+        self.memory_capacity = capacity
         self.data = np.zeros(capacity, dtype=np.uint8)
         self._handed_out = False
-        self.pool = ArenaPool(
-            name, capacity=capacity, allocator=self, alignment=64, region_size=capacity
-        )
+        if pool_factory is not None:
+            self.pool = pool_factory(self)
+        else:
+            self.pool = ArenaPool(
+                name, capacity=capacity, allocator=self, alignment=64, region_size=capacity
+            )
 
     # -- raw allocator of the pool: the single region is the whole device array --------------
     def _alloc(self, nbytes: int) -> np.ndarray:

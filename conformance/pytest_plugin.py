@@ -1,0 +1,120 @@
+"""The conformance kit as a pytest plugin (entry point ``pytest11``, installed with anychip).
+
+    pytest --anychip-device=mychip [--anychip-strict] [--anychip-ops=Add,Relu]
+
+adds one test item per ONNX node case the device claims (named after the case, e.g.
+``anychip[mychip]::test_add_bcast``) and one per contract check, next to the project's own
+tests. A case passes on the device; a fallback passes with a warning unless strict; FAIL and
+CRASH fail with the kit's detail; SKIP skips with the reason (the CPU fails that case too).
+Without ``--anychip-device`` the plugin adds nothing and imports nothing of anychip.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+
+__all__ = ["pytest_addoption", "pytest_collection_modifyitems", "KitCaseItem"]
+
+
+def pytest_addoption(parser: Any) -> None:
+    group = parser.getgroup("anychip", "anychip conformance kit")
+    group.addoption("--anychip-device", default=None, help="run the kit for this device")
+    group.addoption(
+        "--anychip-strict", action="store_true", help="a fallback of a claimed op fails"
+    )
+    group.addoption("--anychip-ops", default=None, help="only these op types (comma list)")
+
+
+class KitFailure(Exception):
+    """A kit item failed; the message is the kit's detail."""
+
+
+class KitCaseItem(pytest.Item):
+    """One ONNX node case on the device under test."""
+
+    def __init__(self, *, case: Any, device: str, ops: list[str], strict: bool, **kw: Any):
+        super().__init__(**kw)
+        self.case, self.device, self.ops, self.strict = case, device, ops, strict
+
+    def runtest(self) -> None:
+        from anychip.conformance.kit import _quiet, run_case_on
+        from anychip.conformance.report import PASS_VIA_FALLBACK, SKIP
+
+        with _quiet():
+            result = run_case_on(self.case, self.device, self.ops)
+        if result.status == SKIP:
+            pytest.skip(result.detail)
+        if result.failed(self.strict):
+            err = f" max|err|={result.max_error:.3g}" if result.max_error else ""
+            raise KitFailure(f"{result.status}{err}: {result.detail}")
+        if result.status == PASS_VIA_FALLBACK:
+            warnings.warn(f"{self.case.name}: {result.detail}", stacklevel=1)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, KitFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return f"anychip[{self.device}]", 0, f"{self.case.name} ({'+'.join(self.ops)})"
+
+
+class KitContractItem(pytest.Item):
+    """One contract check of the device's hooks (copies, memory, capabilities)."""
+
+    def __init__(self, *, device: str, check: str, **kw: Any):
+        super().__init__(**kw)
+        self.device, self.check = device, check
+
+    def runtest(self) -> None:
+        from anychip.conformance.claims import claims_of
+        from anychip.conformance.contract import run_check
+        from anychip.conformance.kit import _backend
+
+        backend = _backend(self.device)
+        result = run_check(backend, claims_of(backend), self.check)
+        if not result.ok:
+            raise KitFailure(f"contract {self.check}: {result.detail}")
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, KitFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return f"anychip[{self.device}]", 0, f"contract {self.check}"
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    device = config.getoption("anychip_device")
+    if not device:
+        return
+    from anychip.conformance.claims import claims_of
+    from anychip.conformance.contract import contract_checks
+    from anychip.conformance.kit import _backend, claimed_cases
+
+    strict = bool(config.getoption("anychip_strict"))
+    raw = config.getoption("anychip_ops")
+    ops = [o.strip() for o in raw.split(",") if o.strip()] if raw else None
+    backend = _backend(device)
+    claims = claims_of(backend)
+    for case, _model, case_ops in claimed_cases(claims, ops, backend.device.dtypes):
+        items.append(
+            KitCaseItem.from_parent(
+                session,
+                name=f"anychip[{device}]::{case.name}",
+                case=case,
+                device=device,
+                ops=case_ops,
+                strict=strict,
+            )
+        )
+    for check in contract_checks(backend, claims):
+        items.append(
+            KitContractItem.from_parent(
+                session, name=f"anychip[{device}]::contract::{check}", device=device, check=check
+            )
+        )

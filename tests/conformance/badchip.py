@@ -1,0 +1,111 @@
+"""``badchip``: a small kernel-style test device with its own memory (blocks from
+``Backend.allocate``), and one switch per way a plugin can be wrong, so the tests can show
+the conformance kit catching each."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.conformance import OpClaim
+from anychip.core.backend import Backend, DeviceModel
+from anychip.core.hookspecs import hookimpl
+from anychip.core.kernels import KernelTable
+from anychip.ir.dtypes import DType
+
+ANYCHIP_API_VERSION = 1
+F32 = {DType.FLOAT}
+MODES = (
+    "ok",
+    "wrong_result",
+    "wrong_dtype",
+    "wrong_shape",
+    "lossy_copy",
+    "phantom_claim",
+    "leak",
+)
+
+
+class Tensor:
+    """A device tensor: a block of the chip's memory, with shape and dtype."""
+
+    def __init__(self, chip: BadChip, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.block = chip.allocate(int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize)
+
+    def view(self) -> np.ndarray:
+        b = self.block
+        raw = b.buffer[b.offset : b.offset + b.nbytes]
+        return raw.view(self.dtype).reshape(self.shape)
+
+
+class BadChip(Backend):
+    name, kind, priority = "badchip", "badchip", 5
+
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__()
+        self.mode = mode
+
+    def device_model(self) -> DeviceModel:
+        return DeviceModel("badchip", "badchip", dtypes=frozenset(F32), host_link=1e10)
+
+    def claims(self) -> list[OpClaim] | None:
+        if self.mode != "phantom_claim":
+            return None  # the kernel table
+        return [OpClaim("", "Relu", 6, None, frozenset(F32)), OpClaim("", "Sigmoid", 6)]
+
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
+
+    def _free(self, buffer: np.ndarray) -> None:
+        pass
+
+    def new(self, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+        return Tensor(self, shape, dtype)
+
+    def _copy_in(self, array: np.ndarray) -> Tensor:
+        t = self.new(array.shape, array.dtype)
+        t.view()[...] = array
+        return t
+
+    def _copy_out(self, tensor: Tensor) -> np.ndarray:
+        out = tensor.view().copy()
+        if self.mode == "lossy_copy" and out.size > 1:
+            out.reshape(-1)[-1] = 0  # the last element is lost on the way back
+        return out
+
+    def release(self, tensor: Tensor) -> None:
+        if self.mode != "leak":
+            self.deallocate(tensor.block)
+
+
+CHIP = BadChip()
+KERNELS = KernelTable("badchip")
+
+
+@KERNELS.register("Relu", since=6, dtypes=F32, inplace=True)
+def relu(x: Tensor) -> Tensor:
+    mode = CHIP.mode
+    dtype = np.float64 if mode == "wrong_dtype" else x.dtype
+    shape = x.shape[:-1] if mode == "wrong_shape" and x.shape else x.shape
+    out = CHIP.new(shape, dtype)
+    value = x.view() if mode == "wrong_result" else np.maximum(x.view(), 0)
+    out.view()[...] = value if mode != "wrong_shape" else value[..., 0]
+    return out
+
+
+@KERNELS.register("Add", since=7, dtypes=F32)
+def add(a: Tensor, b: Tensor) -> Tensor:
+    value = a.view() + b.view()
+    out = CHIP.new(value.shape, value.dtype)
+    out.view()[...] = value
+    return out
+
+
+@hookimpl
+def anychip_register_backends(registry) -> None:  # noqa: ANN001
+    registry.add_backend(CHIP)
+
+
+@hookimpl
+def anychip_register_kernels(registry) -> None:  # noqa: ANN001
+    registry.add_kernels(KERNELS)

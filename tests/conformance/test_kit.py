@@ -1,0 +1,138 @@
+"""The conformance kit: its labels on the simulated XPU and NPU, and a deliberately wrong
+plugin (``badchip.py``) caught in each way it can be wrong."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from anychip.cli import main
+from anychip.conformance import (
+    CRASH,
+    FAIL,
+    PASS_ON_DEVICE,
+    PASS_VIA_FALLBACK,
+    run_kit,
+)
+from anychip.core.plugins import register_plugin, unregister_plugin
+from tests.conformance import badchip
+
+
+@pytest.fixture
+def chip():
+    """badchip registered as a plugin, in mode "ok"; each test switches the mode it needs."""
+    badchip.CHIP.mode = "ok"
+    badchip.CHIP._pool = None
+    register_plugin(badchip, "badchip")
+    yield badchip.CHIP
+    unregister_plugin("badchip")
+    badchip.CHIP.mode = "ok"
+
+
+def _statuses(report):
+    return {r.case: r.status for r in report.results}
+
+
+def test_a_correct_plugin_passes_strict(chip):
+    report = run_kit("badchip", strict=True)
+    assert report.ok, str(report)
+    counts = report.counts()
+    assert counts[PASS_ON_DEVICE] >= 3 and counts[PASS_VIA_FALLBACK] == 0
+    assert {r.op for r in report.results} == {"Relu", "Add"}
+    assert all(c.ok for c in report.contract), report.contract
+
+
+@pytest.mark.parametrize(
+    "mode,words",
+    [
+        ("wrong_result", "Mismatched"),
+        ("wrong_dtype", "float64"),
+        ("wrong_shape", "shape"),
+    ],
+)
+def test_a_wrong_kernel_fails_its_cases(chip, mode, words):
+    chip.mode = mode
+    report = run_kit("badchip", ops=["Relu"])
+    assert not report.ok
+    relu = [r for r in report.results if r.op == "Relu"]
+    assert relu and all(r.status in (FAIL, CRASH) for r in relu), _statuses(report)
+    assert any(words in r.detail for r in relu), [r.detail for r in relu]
+    # The runtime releases a rejected kernel output: no device memory is left behind.
+    assert {c.name: c for c in report.contract}["memory"].ok, report.contract
+
+
+def test_a_copy_that_loses_bytes_fails_the_contract(chip):
+    chip.mode = "lossy_copy"
+    report = run_kit("badchip", ops=["Relu"])
+    copies = {c.name: c for c in report.contract}["copies/f32"]
+    assert not copies.ok and "changed in transit" in copies.detail
+    assert not report.ok
+
+
+def test_a_capability_claimed_with_no_kernel_fails_the_contract(chip):
+    chip.mode = "phantom_claim"
+    report = run_kit("badchip", ops=["Relu"])
+    caps = {c.name: c for c in report.contract}["capabilities"]
+    assert not caps.ok and "Sigmoid" in caps.detail and "no kernel" in caps.detail
+
+
+def test_a_pool_that_leaks_fails_the_contract(chip):
+    chip.mode = "leak"
+    report = run_kit("badchip", ops=["Relu"])
+    checks = {c.name: c for c in report.contract}
+    assert not checks["memory"].ok or not checks["copies/f32"].ok
+    assert "release" in checks["copies/f32"].detail
+    assert not report.ok
+
+
+def test_xpu_labels_on_device_and_fallback():
+    report = run_kit("xpu", ops=["Max", "Relu"])
+    status = _statuses(report)
+    assert status["test_relu"] == PASS_ON_DEVICE
+    # The XPU's Max takes two inputs: a three-input Max is claimed but falls back.
+    assert status["test_max_example"] == PASS_VIA_FALLBACK
+    assert report.ok
+    strict = run_kit("xpu", ops=["Max"], strict=True, contract=False)
+    assert not strict.ok and any(r.case == "test_max_example" for r in strict.failures)
+
+
+def test_cli_writes_json_and_sets_the_exit_status(tmp_path, capsys):
+    out = tmp_path / "kit.json"
+    assert main(["conformance", "--device", "xpu", "--ops", "Relu", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["ok"] and data["counts"][PASS_ON_DEVICE] >= 1
+    assert main(["conformance", "--device", "xpu", "--ops", "Max", "--strict", "--quiet"]) == 1
+    assert "verdict: FAIL" in capsys.readouterr().out
+    assert main(["conformance", "--device", "no-such-chip"]) == 2
+
+
+def test_the_pytest_plugin_runs_the_kit(tmp_path):
+    import subprocess
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-n",
+            "0",
+            "--anychip-device=xpu",
+            "--anychip-ops=Max",
+            "--anychip-strict",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert "anychip[xpu]::test_max_example" in proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "failed" in proc.stdout and "passed" in proc.stdout
