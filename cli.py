@@ -4,6 +4,7 @@ anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
 anychip demo                            light ResNet-50 on every available device
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
+anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 """
 
 from __future__ import annotations
@@ -135,6 +136,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import anychip
+    from anychip.core.calibration import cache_root, calibrate, clear_calibrations
+    from anychip.core.plugins import get_registry
+
+    if args.clear:
+        for dev in args.device or [None]:
+            n = clear_calibrations(dev)
+            print(f"removed {n} calibration(s){f' of {dev}' if dev else ''} from {cache_root()}")
+        return 0
+    registry = get_registry()
+    usable = [d.name for d in anychip.devices() if d.available]
+    for name in args.device or usable:
+        if name not in usable:
+            raise anychip.DeviceError(f"device {name!r} is not available here (have: {usable})")
+        cal = calibrate(registry.backends[name])
+        link = (
+            "host memory"
+            if cal.link is None
+            else f"link {cal.link[0] * 1e6:.1f} us + {cal.link[1] / 1e9:.1f} GB/s"
+        )
+        print(f"{name}: measured in {cal.seconds:.2f} s; {link}")
+        for cls, pts in cal.points.items():
+            figures = ", ".join(f"{w:.3g} -> {t * 1e6:.1f} us" for w, t in pts)
+            print(f"  {cls:<12} {figures}")
+    print(f"cache: {cache_root() / 'calibration'}")
+    return 0
+
+
 def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]:
     """onnxruntime's output when it is installed (the test extra has it), else none yet."""
     try:
@@ -165,12 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--memory", action="store_true", help="print memory statistics")
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
     conformance_cli.add_parser(sub)
+    cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
+    cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
+    cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
     args = parser.parse_args(argv)
     handler = {
         "devices": _cmd_devices,
         "run": _cmd_run,
         "demo": _cmd_demo,
         "conformance": conformance_cli.command,
+        "calibrate": _cmd_calibrate,
     }[args.cmd]
     try:
         return handler(args)

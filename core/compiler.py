@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from anychip.core.calibration import calibrations
 from anychip.core.executor import Program, evaluate_node
 from anychip.core.memory.partition import PartitionMemory, default_pool
 from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
@@ -80,6 +81,8 @@ def compile_model(
     graph = out.model.graph
     resolve_schemas(out.model, registry.schemas)
     _generic_passes(out, registry, options, optimize)
+    if options.cost_model:
+        options.calibrations = calibrations(backends, options.calibration)
     tables = {b.name: registry.kernel_table(b.name) for b in backends}
     excluded: dict[str, dict[str, str]] = {}
     # Each retry moves at least one node off a device that is not its last: bounded.

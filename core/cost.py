@@ -1,10 +1,11 @@
 """The cost model: rough time of a node on a device, and of the copies an island needs.
 
-Time of a node on a device = FLOPs / ``flops`` + bytes touched / ``mem_bandwidth`` +
-``launch_overhead``. Time of a copy = bytes / ``host_link`` (device to host and back counts
-each way) + the launch overhead of the copy. The figures come from each backend's
-``DeviceModel``; for the simulated NPU and XPU they describe the chip being simulated, not
-this machine, so they steer placement the way a real chip's figures would.
+Where the device was calibrated on this machine (``core/calibration.py``), a node's time is
+read from the measured points of its op class at its work (elements, or FLOPs for MatMul and
+Conv), and a copy's from the measured link latency and bandwidth. Otherwise the backend's
+declared ``DeviceModel`` is the prior: time of a node = FLOPs / ``flops`` + bytes touched /
+``mem_bandwidth`` + ``launch_overhead``; time of a copy = bytes / ``host_link`` + the launch
+overhead of the copy.
 
 The rule placement applies (``avoid_costly_islands``): a connected group of nodes placed on an
 accelerator (an *island*) whose estimated saving over the fallback device is smaller than the
@@ -19,8 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from anychip.core.calibration import op_class
+
 if TYPE_CHECKING:
     from anychip.core.backend import DeviceModel
+    from anychip.core.calibration import Calibration
     from anychip.ir.node import Node
     from anychip.ir.value import Value
 
@@ -67,17 +71,26 @@ def node_bytes(node: Node) -> int | None:
     return total
 
 
-def node_time(node: Node, device: DeviceModel) -> float | None:
-    """Estimated seconds for ``node`` on ``device``, or None when shapes are unknown."""
+def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -> float | None:
+    """Estimated seconds for ``node`` on ``device`` (measured where ``cal`` has its op class),
+    or None when shapes are unknown."""
     flops = node_flops(node)
+    if flops is None:
+        return None
+    if cal is not None:
+        measured = cal.time(op_class(node.op_type), flops)
+        if measured is not None:
+            return measured
     nbytes = node_bytes(node)
-    if flops is None or nbytes is None:
+    if nbytes is None:
         return None
     return flops / device.flops + nbytes / device.mem_bandwidth + device.launch_overhead
 
 
-def copy_time(nbytes: int | None, device: DeviceModel) -> float:
+def copy_time(nbytes: int | None, device: DeviceModel, cal: Calibration | None = None) -> float:
     """Estimated seconds to move ``nbytes`` between host and ``device``."""
     if device.host_link is None:
         return 0.0
+    if cal is not None and cal.link is not None:
+        return cal.copy_time(nbytes or 0)
     return (nbytes or 0) / device.host_link + device.launch_overhead

@@ -18,7 +18,8 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING
 
-from anychip.core.cost import MIN_ISLAND_GAIN, copy_time, node_time
+from anychip.core.cost import MIN_ISLAND_GAIN
+from anychip.core.cost_search import Costs, prefer_single_device
 from anychip.core.kernels import KernelTable, find_kernel, input_dtypes
 from anychip.errors import PlacementError, UnsupportedOpError
 
@@ -46,12 +47,24 @@ class PlacementOptions:
             Exact node names win over op types, which win over globs.
         strict: fail instead of falling back from the first device to a later one.
         max_copies: fail compilation when a run would make more device copies than this.
-        cost_model: move islands whose copies cost more than they save (default True);
-            False keeps the pure priority placement (conformance runs use it so that every
-            node a device can run does run there).
+        cost_model: move islands whose copies cost more than they save, and the whole graph
+            to one device when that is estimated faster (default True); False keeps the pure
+            priority placement (conformance runs use it so that every node a device can run
+            does run there).
+        calibrations: measured figures per device name (``core/calibration.py``).
+        factors: feedback factors per device (measured / estimated partition time) and per
+            ``"copy:<device>"`` (measured / estimated copy time); 1.0 where absent.
     """
 
-    __slots__ = ("pins", "strict", "max_copies", "cost_model")
+    __slots__ = (
+        "pins",
+        "strict",
+        "max_copies",
+        "cost_model",
+        "calibration",
+        "calibrations",
+        "factors",
+    )
 
     def __init__(
         self,
@@ -64,6 +77,9 @@ class PlacementOptions:
         self.strict = strict
         self.max_copies = max_copies
         self.cost_model = cost_model
+        self.calibration = "off"  # "auto" | "cached" | "off": see core/calibration.py
+        self.calibrations: dict[str, object] = {}
+        self.factors: dict[str, float] = {}
 
     def pin_for(self, node: Node) -> str | None:
         if node.name in self.pins:
@@ -111,7 +127,29 @@ def place(
         else:
             _place_by_priority(node, backends, tables, options, excluded.get(node.name, {}))
     if options.cost_model:
-        avoid_costly_islands(graph, backends, tables, options)
+        costs = Costs(backends, options.calibrations, options.factors)
+        avoid_costly_islands(graph, backends, tables, options, costs)
+        _prefer_single_device(graph, backends, tables, costs)
+
+
+def _prefer_single_device(
+    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], costs: Costs
+) -> None:
+    """Move every node to one device when that is estimated faster than the mixed placement."""
+
+    def capable(b: Backend, n: Node) -> bool:
+        return n.meta["device"] == b.name or capability(b, tables.get(b.name), n) is None
+
+    found = prefer_single_device(graph, backends, capable, costs)
+    if found is None:
+        return
+    target, alone, mixed = found
+    why = (
+        f"cost: the whole graph on {target.name} is estimated {alone}, the mixed placement {mixed}"
+    )
+    for n in graph.nodes:
+        if n.meta["device"] != target.name:
+            _assign(n, target, tables, why)
 
 
 def _islands(graph: Graph, host: str) -> list[list[Node]]:
@@ -140,9 +178,14 @@ def _islands(graph: Graph, host: str) -> list[list[Node]]:
 
 
 def avoid_costly_islands(
-    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], options: PlacementOptions
+    graph: Graph,
+    backends: list[Backend],
+    tables: dict[str, KernelTable],
+    options: PlacementOptions,
+    costs: Costs | None = None,
 ) -> None:
     """Move islands whose copies cost more than they save to the next capable device."""
+    costs = costs or Costs(backends, options.calibrations, options.factors)
     host = backends[-1].name
     by_name = {b.name: b for b in backends}
     outputs = set(graph.outputs)
@@ -161,7 +204,7 @@ def avoid_costly_islands(
         # A graph-mode device launches the compiled partition once, not once per node.
         gain = dev.device.launch_overhead * (len(island) - 1) if dev.graph_mode else 0.0
         for n in island:
-            t_dev, t_alt = node_time(n, dev.device), node_time(n, target.device)
+            t_dev, t_alt = costs.node(n, dev.name), costs.node(n, target.name)
             if t_dev is None or t_alt is None:
                 gain = float("inf")
                 break
@@ -180,7 +223,7 @@ def avoid_costly_islands(
                 for v in n.outputs
                 if v is not None and (v in outputs or any(u not in members for u, _ in v.uses))
             )
-        cost = sum(copy_time(v.nbytes, dev.device) for v in crossing)
+        cost = sum(costs.copy(v.nbytes, dev.name) for v in crossing)
         if gain < cost + MIN_ISLAND_GAIN:
             why = (
                 f"cost: island of {len(island)} node(s) on {dev.name} saves "

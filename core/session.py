@@ -12,6 +12,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from anychip.core.calibration import resolve_calibration_mode
 from anychip.core.compiler import compile_model
 from anychip.core.devices import resolve_devices
 from anychip.core.feeds import Feeds, IOInfo, detach
@@ -144,6 +145,7 @@ def load(
     plan_cache_size: int = 8,
     optimize: bool = True,
     check_kernels: bool = True,
+    calibration: str | None = None,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -164,6 +166,10 @@ def load(
             False keeps every node as written (constant folding always runs).
         check_kernels: check each kernel's outputs against the dtype and shape inference
             declared (default True); a mismatch is a ``KernelError`` naming the kernel.
+        calibration: where the cost model's figures come from: ``"auto"`` (default, or
+            ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
+            disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
+            ``"off"``: the backends' declared figures.
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -172,7 +178,7 @@ def load(
         raise AnychipError(
             f"unknown load option(s) {sorted(options)}; known: devices, "
             "placement, strict, max_copies, device_options, cost_model, plan_cache_size, optimize, "
-            "check_kernels"
+            "check_kernels, calibration"
         )
     from anychip.ir.onnx import import_model
 
@@ -183,6 +189,7 @@ def load(
     opts = PlacementOptions(
         pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
     )
+    opts.calibration = resolve_calibration_mode(calibration)
     return Session(
         model,
         names,

@@ -14,6 +14,10 @@ from typing import Any
 
 import pytest
 
+# Placement in tests follows the backends' declared figures, the same on every machine; the
+# tests of measured costs (tests/core/test_calibration.py) ask for calibration themselves.
+os.environ.setdefault("ANYCHIP_CALIBRATION", "off")
+
 if "PYTEST_XDIST_WORKER" in os.environ:
     # Two workers on two cores: a BLAS pool per worker would oversubscribe them.
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

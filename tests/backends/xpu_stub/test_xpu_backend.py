@@ -25,7 +25,7 @@ def x():
 
 
 def test_transformer_matmuls_run_on_xpu_and_match_cpu(model, x):
-    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     ref = anychip.load(model, devices=["cpu"])
     np.testing.assert_allclose(
         sess.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4
@@ -70,11 +70,11 @@ def test_impossible_pin_is_an_error(model):
 
 def test_max_copies(model):
     with pytest.raises(anychip.PlacementError, match="max_copies=1"):
-        anychip.load(model, devices=["xpu", "cpu"], max_copies=1)
+        anychip.load(model, devices=["xpu", "cpu"], max_copies=1, cost_model=False)
 
 
 def test_tampering_with_device_memory_changes_the_result(model, x):
-    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     before = sess.run(None, {"x": x})[0]
     xpu_part = [p for p in sess.partitions if p.device == "xpu"][0]
     program = xpu_part.program.__self__
@@ -87,7 +87,7 @@ def test_tampering_with_device_memory_changes_the_result(model, x):
 def test_device_memory_is_returned_after_a_run(model, x):
     from anychip.backends.xpu_stub.driver import get_driver
 
-    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     sess.run(None, {"x": x})
     used = get_driver().mem_info().used
     sess.run(None, {"x": x})
@@ -101,7 +101,7 @@ def test_device_constants_are_freed_with_the_session(model, x):
 
     gc.collect()
     before = get_driver().mem_info().used
-    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     sess.run(None, {"x": x})
     assert get_driver().mem_info().used > before  # the weights live on the device
     del sess
@@ -112,7 +112,7 @@ def test_device_constants_are_freed_with_the_session(model, x):
 def test_memory_report_takes_the_driver_heap_figures(model, x):
     from anychip.backends.xpu_stub.driver import get_driver
 
-    sess = anychip.load(model, devices=["xpu", "cpu"])
+    sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     sess.run(None, {"x": x})
     rec = sess.memory()["xpu"]
     info = get_driver().mem_info()

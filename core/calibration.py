@@ -1,0 +1,306 @@
+"""Measured costs: each device timed where it runs, cached on disk per backend and machine.
+
+A backend's ``DeviceModel`` figures (FLOP/s, bandwidth, link) are a datasheet guess; for a
+new chip, or a simulated one, they say little about this machine. ``calibrate(backend)`` times
+the device itself, through the public path a model takes (a one-node model loaded on
+``[device]`` and run), for each *op class* at a few sizes, and the host link (copies in and
+out at a few sizes). The cost model (``core/cost.py``) then reads a node's time from the
+measured points of its class (piecewise linear in work: elements, or FLOPs for MatMul and
+Conv) and a copy's time from the measured link; a class that could not be measured keeps the
+declared figures.
+
+Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul; Gemm too),
+``conv`` (3x3 Conv), ``reduce`` (Softmax; reductions and normalizations), ``data``
+(Transpose; the data-movement ops).
+
+Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
+``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
+A file with another key is never read; a corrupt one is measured again and replaced.
+``anychip calibrate [--device X] [--clear]`` runs or clears it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Calibration",
+    "calibrate",
+    "load_calibration",
+    "calibration_for",
+    "calibrations",
+    "resolve_calibration_mode",
+    "clear_calibrations",
+    "cache_root",
+    "op_class",
+]
+
+FORMAT = 1
+_CLASSES = ("elementwise", "matmul", "conv", "reduce", "data")
+_MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
+_CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
+_REDUCE = {
+    "Softmax",
+    "LogSoftmax",
+    "LayerNormalization",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "AveragePool",
+    "MaxPool",
+    "NpuPool",
+    "LRN",
+} | {f"Reduce{s}" for s in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSumExp")}
+_DATA = {
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Split",
+    "Gather",
+    "Pad",
+    "Tile",
+    "Expand",
+    "Resize",
+    "DepthToSpace",
+    "SpaceToDepth",
+}
+
+
+def op_class(op_type: str) -> str:
+    """The measured class whose points estimate ``op_type``."""
+    if op_type in _MATMUL:
+        return "matmul"
+    if op_type in _CONV:
+        return "conv"
+    if op_type in _REDUCE:
+        return "reduce"
+    if op_type in _DATA:
+        return "data"
+    return "elementwise"
+
+
+@dataclass
+class Calibration:
+    """Measured figures of one device on this machine.
+
+    ``points[class]`` is a sorted list of ``(work, seconds)``; ``link`` is ``(latency s,
+    bandwidth B/s)`` of a host round trip one way, or None for host memory.
+    """
+
+    device: str
+    key: str
+    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    link: tuple[float, float] | None = None
+    seconds: float = 0.0
+
+    def time(self, cls: str, work: float) -> float | None:
+        """Seconds for ``work`` units of ``cls`` (piecewise linear through the measured
+        points, the end segments extended), or None when ``cls`` was not measured."""
+        pts = self.points.get(cls)
+        if not pts:
+            return None
+        if len(pts) == 1:
+            w0, t0 = pts[0]
+            return t0 * max(work / w0, 1e-3) if w0 else t0
+        i = next((i for i in range(1, len(pts) - 1) if work <= pts[i][0]), len(pts) - 1)
+        (w0, t0), (w1, t1) = pts[i - 1], pts[i]
+        slope = max((t1 - t0) / (w1 - w0), 0.0) if w1 > w0 else 0.0
+        return max(t0 + slope * (work - w0), min(t for _, t in pts) * 0.5)
+
+    def copy_time(self, nbytes: int) -> float:
+        if self.link is None:
+            return 0.0
+        latency, bandwidth = self.link
+        return latency + nbytes / bandwidth
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "device": self.device,
+            "key": self.key,
+            "points": {k: [list(p) for p in v] for k, v in self.points.items()},
+            "link": list(self.link) if self.link else None,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"calibration format {data.get('format')!r}, expected {FORMAT}")
+        points = {
+            str(k): sorted((float(w), float(t)) for w, t in v) for k, v in data["points"].items()
+        }
+        for k, v in points.items():
+            if k not in _CLASSES or any(not (w >= 0 and t > 0) for w, t in v):
+                raise ValueError(f"bad calibration points for {k!r}")
+        link = data.get("link")
+        link_t = (float(link[0]), float(link[1])) if link else None
+        if link_t is not None and not (link_t[0] >= 0 and link_t[1] > 0):
+            raise ValueError("bad link figures")
+        return cls(str(data["device"]), str(data["key"]), points, link_t, float(data["seconds"]))
+
+
+# -- the cache ---------------------------------------------------------------------------------
+def cache_root() -> Path:
+    """``$ANYCHIP_CACHE_DIR``, else ``$XDG_CACHE_HOME/anychip``, else ``~/.cache/anychip``."""
+    if os.environ.get("ANYCHIP_CACHE_DIR"):
+        return Path(os.environ["ANYCHIP_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "anychip"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def cache_key(backend: Any) -> str:
+    """What a calibration depends on: the backend (class, version), anychip and numpy, the
+    machine. Any change makes a new key, so stale figures are never read."""
+    import anychip
+
+    parts = [
+        f"{type(backend).__module__}.{type(backend).__qualname__}",
+        str(getattr(backend, "version", "")),
+        anychip.__version__,
+        np.__version__,
+        platform.machine(),
+        _cpu_model(),
+        str(os.cpu_count()),
+        str(FORMAT),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _path(backend: Any) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend.name)
+    return cache_root() / "calibration" / f"{safe}-{cache_key(backend)}.json"
+
+
+def load_calibration(backend: Any) -> Calibration | None:
+    """The cached calibration of ``backend`` for this machine, or None (missing, foreign or
+    corrupt: a corrupt file is removed so the next calibration replaces it)."""
+    path = _path(backend)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cal = Calibration.from_json(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)
+        return None
+    return cal if cal.key == cache_key(backend) and cal.device == backend.name else None
+
+
+def _save(backend: Any, cal: Calibration) -> None:
+    path = _path(backend)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cal.to_json()), encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+
+
+def clear_calibrations(device: str | None = None) -> int:
+    """Remove cached calibrations (of ``device`` only, when given); the number removed."""
+    folder = cache_root() / "calibration"
+    if not folder.is_dir():
+        return 0
+    n = 0
+    for p in folder.glob("*.json"):
+        if device is None or p.name.rsplit("-", 1)[0] == device:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+MODES = ("auto", "cached", "off")
+_lock = threading.Lock()
+
+
+def resolve_calibration_mode(mode: str | None) -> str:
+    """``mode``, else ``$ANYCHIP_CALIBRATION``, else ``"auto"``; checked against ``MODES``."""
+    from anychip.errors import AnychipError
+
+    chosen = mode if mode is not None else os.environ.get("ANYCHIP_CALIBRATION", "auto")
+    if chosen not in MODES:
+        where = "calibration=" if mode is not None else "ANYCHIP_CALIBRATION"
+        raise AnychipError(f"{where} is {chosen!r}; use one of {', '.join(MODES)}")
+    return chosen
+
+
+def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None:
+    """The cached calibration, measured now (and cached) when missing and ``measure``.
+    A device that fails to calibrate keeps its declared figures (None)."""
+    from anychip.errors import AnychipError
+
+    with _lock:
+        cal = load_calibration(backend)
+        if cal is None and measure:
+            try:
+                cal = calibrate(backend)
+            except (AnychipError, OSError) as e:
+                logging.getLogger("anychip").warning(
+                    "anychip: calibrating %s failed (%s); its declared figures are used",
+                    backend.name,
+                    e,
+                )
+        return cal
+
+
+def calibrations(backends: list[Any], mode: str) -> dict[str, Calibration]:
+    """The calibration of each backend under ``mode`` (see ``resolve_calibration_mode``)."""
+    if mode == "off":
+        return {}
+    found = {}
+    for b in backends:
+        cal = calibration_for(b, measure=mode == "auto")
+        if cal is not None:
+            found[b.name] = cal
+    return found
+
+
+def calibrate(backend: Any, *, repeat: int = 5) -> Calibration:
+    """Measure ``backend`` now (about a second or two), cache and return the figures."""
+    from anychip.core.calibration_probes import measure_class, measure_link
+
+    t0 = time.perf_counter()
+    cal = Calibration(backend.name, cache_key(backend))
+    for cls in _CLASSES:
+        pts = measure_class(backend, cls, repeat)
+        if pts:
+            cal.points[cls] = pts
+    if not backend.host_memory:
+        cal.link = measure_link(backend, repeat)
+    cal.seconds = time.perf_counter() - t0
+    _save(backend, cal)
+    return cal
+
+
+def best_of(fn: Callable[[], Any], repeat: int) -> float:
+    """The fastest of ``repeat`` timed calls, after one untimed warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best

@@ -1,0 +1,134 @@
+"""The measurements behind ``core/calibration.py``: one-node models per op class, run on the
+device alone through ``anychip.load``, and host-link round trips.
+
+A probe's time is the run's best time minus the copies of its inputs and outputs over the
+measured link, so a node's figure is the device's own work plus the runtime's per-run cost
+(which every device pays alike). Inputs are random (seeded); sizes are small enough that a
+whole calibration takes a second or two on a CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from anychip.errors import AnychipError
+
+__all__ = ["measure_class", "measure_link", "PROBES"]
+
+log = logging.getLogger("anychip.calibration")
+
+F = 1  # onnx.TensorProto.FLOAT
+
+
+def _model(op: str, shapes: list[list[int]], out: list[int], **attrs: Any) -> bytes:
+    from onnx import helper
+
+    names = [f"x{i}" for i in range(len(shapes))]
+    inputs = [helper.make_tensor_value_info(n, F, s) for n, s in zip(names, shapes)]
+    y = helper.make_tensor_value_info("y", F, out)
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph([node], f"probe_{op}", inputs, [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _elementwise(n: int) -> tuple[bytes, float]:
+    return _model("Add", [[n], [n]], [n]), float(n)
+
+
+def _matmul(n: int) -> tuple[bytes, float]:
+    return _model("MatMul", [[n, n], [n, n]], [n, n]), 2.0 * n**3
+
+
+def _conv(c: int, hw: int) -> tuple[bytes, float]:
+    m = _model("Conv", [[1, c, hw, hw], [c, c, 3, 3]], [1, c, hw, hw], pads=[1, 1, 1, 1])
+    return m, 2.0 * c * c * 9 * hw * hw
+
+
+def _reduce(rows: int) -> tuple[bytes, float]:
+    return _model("Softmax", [[rows, 256]], [rows, 256], axis=-1), float(rows * 256)
+
+
+def _data(n: int) -> tuple[bytes, float]:
+    return _model("Transpose", [[n, n]], [n, n], perm=[1, 0]), float(n * n)
+
+
+#: class -> probes (model bytes, work) at three sizes.
+PROBES = {
+    "elementwise": [lambda n=n: _elementwise(n) for n in (4096, 65536, 1 << 20)],
+    "matmul": [lambda n=n: _matmul(n) for n in (32, 128, 256)],
+    "conv": [lambda c=c, hw=hw: _conv(c, hw) for c, hw in ((16, 16), (32, 32), (64, 28))],
+    "reduce": [lambda r=r: _reduce(r) for r in (16, 256, 2048)],
+    "data": [lambda n=n: _data(n) for n in (64, 256, 1024)],
+}
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No fallback warning from a probe the device cannot run (the probe is then skipped)."""
+    logger = logging.getLogger("anychip")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def measure_link(backend: Any, repeat: int) -> tuple[float, float]:
+    """``(latency s, bandwidth B/s)`` of one host<->device copy, fitted to round trips of
+    1 KiB, 256 KiB and 4 MiB."""
+    from anychip.core.calibration import best_of
+
+    sizes, times = [], []
+    for n in (256, 65536, 1 << 20):
+        a = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+
+        def trip(a: np.ndarray = a) -> None:
+            t = backend.to_device(a)
+            backend.to_host(t)
+            backend.release(t)
+
+        sizes.append(a.nbytes)
+        times.append(best_of(trip, repeat) / 2)
+    slope, intercept = np.polyfit(sizes, times, 1)
+    bandwidth = 1.0 / slope if slope > 0 else 1e12
+    return max(float(intercept), 1e-7), float(bandwidth)
+
+
+def measure_class(backend: Any, cls: str, repeat: int) -> list[tuple[float, float]]:
+    """``[(work, seconds)]`` of the class's probes on ``backend`` alone; empty when the
+    device cannot run the class's op (its declared figures stay in use)."""
+    import anychip
+    from anychip.core.calibration import best_of
+
+    points = []
+    link = None if backend.host_memory else measure_link(backend, 1)
+    for probe in PROBES[cls]:
+        model, work = probe()
+        try:
+            with _quiet():
+                sess = anychip.load(
+                    model, devices=[backend.name], cost_model=False, check_kernels=False
+                )
+        except AnychipError as e:
+            log.info("calibration of %s: %s not measured: %s", backend.name, cls, e)
+            return []
+        if sess.placement().by_device() != {backend.name: 1}:
+            log.info("calibration of %s: %s not measured: it runs elsewhere", backend.name, cls)
+            return []
+        rng = np.random.default_rng(int(work) % (1 << 31))
+        feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.inputs}
+        t = best_of(lambda s=sess, f=feeds: s.run(None, f), repeat)
+        if link is not None:
+            nbytes = [a.nbytes for a in feeds.values()]
+            nbytes.append(int(np.prod(sess.outputs[0].shape)) * 4)
+            t -= sum(link[0] + b / link[1] for b in nbytes)
+        points.append((work, max(t, 1e-7)))
+    return sorted(points)

@@ -1,0 +1,156 @@
+"""Whole-graph cost: the estimated time of a placement, and the check that no single device
+would be faster.
+
+``Costs`` prices a node on a device and a copy over a device's host link, from the measured
+calibration where there is one (``core/calibration.py``) and the declared ``DeviceModel``
+otherwise, each multiplied by the device's *feedback factor* (measured / estimated time of its
+partitions in the session's first runs; 1.0 until then). ``estimate`` sums a placement:
+every node on its device, every per-run copy (a value read on another device than the one it
+lives on; graph inputs and outputs live on the host), and one launch per partition of a
+graph-mode device. ``prefer_single_device`` compares the placement priority and the island
+rule produced with each device that can run the whole graph alone, and moves every node to
+the fastest when that is estimated faster by more than ``MARGIN``: adding a device to the list
+then never makes a model slower, as far as the estimates are right (and the session's
+feedback corrects them once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from anychip.core.cost import copy_time, node_time
+
+if TYPE_CHECKING:
+    from anychip.core.backend import Backend
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["Costs", "Estimate", "estimate", "prefer_single_device", "MARGIN"]
+
+#: A single device must be estimated this much faster (relative) to replace a mixed placement.
+MARGIN = 0.05
+
+
+class Costs:
+    """Prices of nodes and copies per device: calibration, else declared figures, times the
+    device's feedback factor."""
+
+    def __init__(
+        self,
+        backends: list[Backend],
+        calibrations: dict[str, Any] | None = None,
+        factors: dict[str, float] | None = None,
+    ) -> None:
+        self.by_name = {b.name: b for b in backends}
+        self.cals = dict(calibrations or {})
+        self.factors = dict(factors or {})
+
+    def node(self, node: Node, device: str) -> float | None:
+        b = self.by_name[device]
+        t = node_time(node, b.device, self.cals.get(device))
+        return None if t is None else t * self.factors.get(device, 1.0)
+
+    def copy(self, nbytes: int | None, device: str) -> float:
+        b = self.by_name[device]
+        return copy_time(nbytes, b.device, self.cals.get(device)) * self.factors.get(
+            "copy:" + device, 1.0
+        )
+
+
+@dataclass
+class Estimate:
+    """A placement's estimated seconds per run (None: some shape unknown), its per-run copies
+    and their bytes (None where a size is unknown), and the seconds per device."""
+
+    seconds: float | None
+    copies: int
+    copy_bytes: int | None
+    per_device: dict[str, float]
+
+    def __str__(self) -> str:
+        t = "?" if self.seconds is None else f"{self.seconds * 1e3:.3f} ms"
+        return f"{t}, {self.copies} copies"
+
+
+def estimate(graph: Graph, device_of: dict[Node, str], costs: Costs, host: str) -> Estimate:
+    """The time of running ``graph`` with nodes on ``device_of`` (see module docstring)."""
+    total: float | None = 0.0
+    per_device: dict[str, float] = {}
+    for n in graph.nodes:
+        t = costs.node(n, device_of[n])
+        if t is None:
+            total = None
+        else:
+            per_device[device_of[n]] = per_device.get(device_of[n], 0.0) + t
+            if total is not None:
+                total += t
+    copies, nbytes, copy_s = _copies(graph, device_of, costs, host)
+    launches = _graph_mode_launches(graph, device_of, costs)
+    if total is not None:
+        total += copy_s + launches
+    return Estimate(total, copies, nbytes, per_device)
+
+
+def _copies(
+    graph: Graph, device_of: dict[Node, str], costs: Costs, host: str
+) -> tuple[int, int | None, float]:
+    outputs = set(graph.outputs)
+    count, seconds = 0, 0.0
+    nbytes: int | None = 0
+    for v in graph.values():
+        if v.const is not None:
+            continue  # constants are copied once, at load
+        src = device_of.get(v.producer, host) if v.producer is not None else host
+        readers = {device_of[u] for u, _ in v.uses if u in device_of}
+        if v in outputs:
+            readers.add(host)
+        for dst in readers - {src}:
+            count += 1
+            nbytes = None if nbytes is None or v.nbytes is None else nbytes + v.nbytes
+            for d in (src, dst):
+                if d != host:
+                    seconds += costs.copy(v.nbytes, d)
+    return count, nbytes, seconds
+
+
+def _graph_mode_launches(graph: Graph, device_of: dict[Node, str], costs: Costs) -> float:
+    """One launch per run of each graph-mode device's partitions (approximated by the device's
+    contiguous runs of nodes in graph order)."""
+    seconds, last = 0.0, None
+    for n in graph.nodes:
+        dev = device_of[n]
+        b = costs.by_name[dev]
+        if dev != last and b.graph_mode:
+            seconds += b.device.launch_overhead
+        last = dev
+    return seconds
+
+
+def prefer_single_device(
+    graph: Graph, backends: list[Backend], capable: Any, costs: Costs
+) -> tuple[Backend, Estimate, Estimate] | None:
+    """The device to move every node to, with its estimate and the mixed one's, or None when
+    the current placement is estimated fastest (or cannot be estimated).
+
+    ``capable(backend, node)`` is True when ``backend`` can run ``node``.
+    """
+    host = backends[-1].name
+    current = {n: n.meta["device"] for n in graph.nodes}
+    if len(set(current.values())) < 2 or any(
+        n.meta["placement_reason"] == "pinned" for n in graph.nodes
+    ):
+        return None
+    mixed = estimate(graph, current, costs, host)
+    if mixed.seconds is None:
+        return None
+    best = None
+    for b in backends:
+        if not all(capable(b, n) for n in graph.nodes):
+            continue
+        alone = estimate(graph, dict.fromkeys(graph.nodes, b.name), costs, host)
+        if alone.seconds is not None and (best is None or alone.seconds < best[1].seconds):
+            best = (b, alone)
+    if best is None or best[1].seconds >= mixed.seconds * (1 - MARGIN):
+        return None
+    return best[0], best[1], mixed

@@ -1,0 +1,120 @@
+"""Measured costs: the cache (reuse, invalidation, corrupt files), interpolation, and what the
+measured figures do to placement (a slow device loses the whole graph, a fast one keeps it)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import anychip
+from anychip.core import calibration as C
+from anychip.core.cost_search import Costs, estimate
+from anychip.core.plugins import get_registry
+from tests.models import transformer_layer
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _backend(name: str):
+    return get_registry().backends[name]
+
+
+def test_calibration_is_measured_once_then_read_from_the_cache(cache, monkeypatch):
+    cpu = _backend("cpu")
+    first = C.calibration_for(cpu)
+    assert set(first.points) == {"elementwise", "matmul", "conv", "reduce", "data"}
+    assert first.link is None  # host memory
+    files = list((cache / "calibration").glob("cpu-*.json"))
+    assert len(files) == 1
+
+    def boom(*a, **k):
+        raise AssertionError("measured again although cached")
+
+    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", boom)
+    again = C.calibration_for(cpu)
+    assert again.points == {k: [tuple(p) for p in v] for k, v in first.points.items()}
+
+
+def test_another_backend_version_or_machine_is_not_read(cache, monkeypatch):
+    cpu = _backend("cpu")
+    C.calibrate(cpu)
+    assert C.load_calibration(cpu) is not None
+    monkeypatch.setattr(type(cpu), "version", "2.0", raising=False)
+    assert C.load_calibration(cpu) is None  # new key: measured again on next use
+    monkeypatch.undo()
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(cache))
+    monkeypatch.setattr(C, "_cpu_model", lambda: "another CPU")
+    assert C.load_calibration(cpu) is None
+
+
+def test_a_corrupt_file_is_removed_and_measured_again(cache):
+    cpu = _backend("cpu")
+    C.calibrate(cpu)
+    (path,) = (cache / "calibration").glob("cpu-*.json")
+    path.write_text('{"format": 1, "points": {"matmul": [[1, -5]]}')  # truncated JSON
+    assert C.load_calibration(cpu) is None and not path.exists()
+    data = C.calibrate(cpu).to_json()
+    data["points"]["matmul"] = [[1.0, -5.0]]  # valid JSON, impossible figure
+    path.write_text(json.dumps(data))
+    assert C.load_calibration(cpu) is None
+    assert C.calibration_for(cpu) is not None and path.exists()
+
+
+def test_clear_removes_the_cached_files(cache):
+    C.calibrate(_backend("cpu"))
+    assert C.clear_calibrations("cpu") == 1
+    assert C.clear_calibrations() == 0
+
+
+def test_interpolation_between_and_beyond_the_measured_points():
+    cal = C.Calibration("x", "k", {"matmul": [(100.0, 1.0), (200.0, 2.0), (400.0, 6.0)]})
+    assert cal.time("matmul", 150) == pytest.approx(1.5)
+    assert cal.time("matmul", 300) == pytest.approx(4.0)
+    assert cal.time("matmul", 800) == pytest.approx(14.0)  # the last slope, extended
+    assert cal.time("matmul", 0) == pytest.approx(0.5)  # never below half the fastest point
+    assert cal.time("conv", 10) is None  # not measured: the declared figures are used
+
+
+def test_an_unknown_mode_is_refused(monkeypatch):
+    with pytest.raises(anychip.AnychipError, match="calibration="):
+        C.resolve_calibration_mode("sometimes")
+    monkeypatch.setenv("ANYCHIP_CALIBRATION", "bogus")
+    with pytest.raises(anychip.AnychipError, match="ANYCHIP_CALIBRATION"):
+        C.resolve_calibration_mode(None)
+
+
+def _write(backend, scale: float, link: tuple[float, float] | None) -> None:
+    points = {cls: [(1e3, 1e-5 * scale), (1e9, 1e-1 * scale)] for cls in C._CLASSES}
+    C._save(backend, C.Calibration(backend.name, C.cache_key(backend), points, link))
+
+
+@pytest.mark.skipif(
+    not any(d.name == "xpu" and d.available for d in anychip.devices()), reason="no XPU here"
+)
+def test_measured_costs_decide_between_mixed_and_single_device(cache):
+    model = transformer_layer(seq=16, hidden=64, heads=2, ffn=128)
+    x = np.random.default_rng(1).standard_normal((1, 16, 64)).astype(np.float32)
+    _write(_backend("cpu"), 1.0, None)
+    _write(_backend("xpu"), 1000.0, (1e-3, 1e6))  # a slow device behind a slow link
+    slow = anychip.load(model, devices=["xpu", "cpu"], calibration="cached")
+    report = slow.placement()
+    assert report.by_device() == {"cpu": len(report.nodes)}
+    assert any(n.reason.startswith("cost:") for n in report.nodes)
+
+    _write(_backend("xpu"), 0.001, (1e-7, 1e12))  # a fast device behind a fast link
+    fast = anychip.load(model, devices=["xpu", "cpu"], calibration="cached")
+    assert fast.placement().by_device().get("xpu", 0) > 0
+    # The estimate counts the copies the partitioner inserts.
+    graph = fast.compiled.model.graph
+    costs = Costs([_backend("xpu"), _backend("cpu")], fast.options.calibrations)
+    est = estimate(graph, {n: n.meta["device"] for n in graph.nodes}, costs, "cpu")
+    assert est.copies == fast.placement().copy_count and est.seconds > 0
+    ref = anychip.load(model, devices=["cpu"]).run(None, {"x": x})[0]
+    for sess in (slow, fast):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-4)
