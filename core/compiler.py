@@ -22,7 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from anychip.core.calibration import calibrations
+from anychip.core.cost_search import Costs
 from anychip.core.executor import Program, evaluate_node
+from anychip.core.feedback import explain_partitions, predicted_time
 from anychip.core.memory.partition import PartitionMemory, default_pool
 from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
 from anychip.core.placement import PlacementOptions, place
@@ -60,6 +62,11 @@ class CompiledModel:
         self.optimizations: dict[str, int] = {}
         self.steps: StepProgram | None = None
         self.check_kernels = True
+        #: The cost model this placement was made with, and its estimate of one run.
+        self.costs: Costs | None = None
+        self.predicted: float | None = None
+        #: Set when run-time feedback chose this placement over the first one.
+        self.replaced = ""
 
 
 def compile_model(
@@ -93,7 +100,23 @@ def compile_model(
         if not _compile_partitions(out, registry, tables, options, excluded, plan_cache_size):
             break
     out.steps = build_steps(graph, out.partitions, out.copies, backends, registry)
+    out.steps.max_copy_bytes = options.max_copy_bytes
+    if options.cost_model:
+        _explain(out, options, tables)
     return out
+
+
+def _explain(out: CompiledModel, options: PlacementOptions, tables: dict) -> None:
+    """The cost model's view of the placement: per partition (here / best elsewhere) and the
+    whole run (what feedback compares measured times with)."""
+    by_name = {b.name: b for b in out.backends}
+
+    def capable(device: str, node: Any) -> bool:
+        return by_name[device].supports(node, tables.get(device)) is None
+
+    out.costs = Costs(out.backends, options.calibrations, options.factors, capable)
+    explain_partitions(out, out.costs)
+    out.predicted = predicted_time(out)
 
 
 def resolve_schemas(model: Model, schemas: Any) -> None:
@@ -125,12 +148,26 @@ def _generic_passes(
 
 
 def _check_copy_budget(copies: list[CopyRecord], options: PlacementOptions) -> None:
+    """The transfer budget: copies and (static) bytes per run, with every edge listed."""
+
+    def edges() -> str:
+        return ", ".join(
+            f"{c.tensor} {c.src}->{c.dst} ({'size unknown' if c.bytes is None else c.bytes} B)"
+            for c in copies
+        )
+
     if options.max_copies is not None and len(copies) > options.max_copies:
         raise PlacementError(
             f"this placement makes {len(copies)} copies per run, more than "
-            f"max_copies={options.max_copies}: "
-            + ", ".join(f"{c.tensor} {c.src}->{c.dst}" for c in copies[:8])
-            + ". Pin nodes to fewer devices or raise max_copies."
+            f"max_copies={options.max_copies}: {edges()}. Pin nodes to fewer devices or raise "
+            "max_copies."
+        )
+    budget = options.max_copy_bytes
+    known = sum(c.bytes for c in copies if c.bytes is not None)
+    if budget is not None and known > budget:
+        raise PlacementError(
+            f"this placement copies {known} bytes per run, more than max_copy_bytes={budget}: "
+            f"{edges()}. Pin nodes to fewer devices or raise max_copy_bytes."
         )
 
 

@@ -41,10 +41,16 @@ class Costs:
         backends: list[Backend],
         calibrations: dict[str, Any] | None = None,
         factors: dict[str, float] | None = None,
+        capable: Any = None,
     ) -> None:
         self.by_name = {b.name: b for b in backends}
         self.cals = dict(calibrations or {})
         self.factors = dict(factors or {})
+        #: ``capable(device name, node) -> bool`` (placement's capability), when known.
+        self._capable = capable
+
+    def capable(self, device: str, node: Node) -> bool:
+        return self._capable is not None and self._capable(device, node)
 
     def node(self, node: Node, device: str) -> float | None:
         b = self.by_name[device]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING
 
+from anychip.core.calibration import resolve_calibration_mode
 from anychip.core.cost import MIN_ISLAND_GAIN
 from anychip.core.cost_search import Costs, prefer_single_device
 from anychip.core.kernels import KernelTable, find_kernel, input_dtypes
@@ -47,6 +48,8 @@ class PlacementOptions:
             Exact node names win over op types, which win over globs.
         strict: fail instead of falling back from the first device to a later one.
         max_copies: fail compilation when a run would make more device copies than this.
+        max_copy_bytes: the same for the bytes one run copies (checked at compile time where
+            sizes are static, and by each run for the others).
         cost_model: move islands whose copies cost more than they save, and the whole graph
             to one device when that is estimated faster (default True); False keeps the pure
             priority placement (conformance runs use it so that every node a device can run
@@ -60,6 +63,7 @@ class PlacementOptions:
         "pins",
         "strict",
         "max_copies",
+        "max_copy_bytes",
         "cost_model",
         "calibration",
         "calibrations",
@@ -72,12 +76,19 @@ class PlacementOptions:
         strict: bool = False,
         max_copies: int | None = None,
         cost_model: bool = True,
+        max_copy_bytes: int | None = None,
+        *,
+        calibration: str | None = "off",
     ) -> None:
         self.pins = dict(pins or {})
         self.strict = strict
         self.max_copies = max_copies
+        if max_copy_bytes is not None and int(max_copy_bytes) < 0:
+            raise PlacementError(f"max_copy_bytes must be >= 0, got {max_copy_bytes}")
+        self.max_copy_bytes = None if max_copy_bytes is None else int(max_copy_bytes)
         self.cost_model = cost_model
-        self.calibration = "off"  # "auto" | "cached" | "off": see core/calibration.py
+        #: "auto" | "cached" | "off" (None: $ANYCHIP_CALIBRATION): see core/calibration.py.
+        self.calibration = resolve_calibration_mode(calibration)
         self.calibrations: dict[str, object] = {}
         self.factors: dict[str, float] = {}
 

@@ -12,7 +12,14 @@ import logging
 from collections import Counter
 from typing import Any
 
-__all__ = ["PlacementReport", "NodeRecord", "PartitionRecord", "CopyInfo", "log_fallbacks"]
+__all__ = [
+    "placement_report",
+    "PlacementReport",
+    "NodeRecord",
+    "PartitionRecord",
+    "CopyInfo",
+    "log_fallbacks",
+]
 
 
 class NodeRecord:
@@ -47,18 +54,35 @@ class PartitionRecord:
 
 
 class CopyInfo:
-    """One copy per run: ``tensor``, ``src``, ``dst``, ``bytes`` (None when shape is dynamic)."""
+    """One copy per run: ``tensor``, ``src``, ``dst``, ``bytes`` (static size; None when the
+    shape is dynamic), and as the runs measured it: ``runs`` made, ``moved`` bytes in all of
+    them, ``last`` bytes in the latest run."""
 
-    __slots__ = ("tensor", "src", "dst", "bytes")
+    __slots__ = ("tensor", "src", "dst", "bytes", "runs", "moved", "last")
 
-    def __init__(self, tensor: str, src: str, dst: str, nbytes: int | None) -> None:
+    def __init__(
+        self,
+        tensor: str,
+        src: str,
+        dst: str,
+        nbytes: int | None,
+        runs: int = 0,
+        moved: int = 0,
+        last: int = 0,
+    ) -> None:
         self.tensor = tensor
         self.src = src
         self.dst = dst
         self.bytes = nbytes
+        self.runs, self.moved, self.last = runs, moved, last
+
+    @property
+    def size(self) -> int | None:
+        """Bytes of one run: the static size, else what the latest run measured."""
+        return self.bytes if self.bytes is not None else (self.last if self.runs else None)
 
     def __repr__(self) -> str:
-        return f"CopyInfo({self.tensor!r}, {self.src}->{self.dst}, {self.bytes})"
+        return f"CopyInfo({self.tensor!r}, {self.src}->{self.dst}, {self.size})"
 
 
 class PlacementReport:
@@ -77,6 +101,8 @@ class PlacementReport:
         self.copies = copies
         self.load_copies = load_copies
         self.devices = devices
+        #: The cost model's estimate and the feedback's decision, in words ("" without).
+        self.decision = ""
 
     @property
     def copy_count(self) -> int:
@@ -85,8 +111,9 @@ class PlacementReport:
 
     @property
     def copy_bytes(self) -> int:
-        """Bytes copied on every run (tensors of unknown size count 0; see ``copies``)."""
-        return sum(c.bytes or 0 for c in self.copies)
+        """Bytes copied on every run: static sizes, and for dynamic shapes what the latest run
+        measured (0 for a dynamic copy before the first run; see ``copies``)."""
+        return sum(c.size or 0 for c in self.copies)
 
     def by_device(self) -> dict[str, int]:
         return dict(Counter(n.device for n in self.nodes))
@@ -114,9 +141,11 @@ class PlacementReport:
             lines.append(f"  #{p.index} {p.device}: {len(p.nodes)} nodes{extra}")
         lines.append("copies per run:")
         for c in self.copies:
-            lines.append(
-                f"  {c.tensor}: {c.src} -> {c.dst} ({'?' if c.bytes is None else c.bytes} bytes)"
-            )
+            size = "? (dynamic, not run yet)" if c.size is None else c.size
+            measured = f"; {c.runs} runs, {c.moved} bytes in all" if c.runs else ""
+            lines.append(f"  {c.tensor}: {c.src} -> {c.dst} ({size} bytes{measured})")
+        if self.decision:
+            lines.append(f"cost model: {self.decision}")
         if self.load_copies:
             total = sum(c.bytes or 0 for c in self.load_copies)
             lines.append(f"constants copied once at load: {len(self.load_copies)} ({total} bytes)")
@@ -124,6 +153,34 @@ class PlacementReport:
 
     def __repr__(self) -> str:
         return self.__str__()
+
+
+def placement_report(session: Any) -> PlacementReport:
+    """The ``PlacementReport`` of a session: its nodes, partitions, copies (with what the runs
+    measured) and the cost model's decision."""
+    c = session.compiled
+    part_of = {n: p.index for p in c.partitions for n in p.nodes}
+    nodes = [
+        NodeRecord(n.name, n.op_type, n.meta["device"], n.meta["placement_reason"], part_of[n])
+        for n in c.model.graph.nodes
+    ]
+    parts = [
+        PartitionRecord(p.index, p.device, [n.name for n in p.nodes], dict(p.info))
+        for p in c.partitions
+    ]
+    steps = {s.label: s for s in c.steps.steps if s.is_copy} if c.steps else {}
+    copies = []
+    for r in c.copies:
+        st = steps.get(f"copy {r.tensor} {r.src}->{r.dst}")
+        counts = (st.runs, st.moved, st.last) if st is not None else (0, 0, 0)
+        copies.append(CopyInfo(r.tensor, r.src, r.dst, r.bytes, *counts))
+    report = PlacementReport(nodes, parts, copies, list(c.load_copies), session.devices)
+    if c.predicted is not None:
+        report.decision = f"estimated {c.predicted * 1e3:.3f} ms per run"
+    fb = getattr(session, "feedback", None)
+    if c.replaced or (fb is not None and fb.decision):
+        report.decision += "; " + (c.replaced or fb.decision)
+    return report
 
 
 def log_fallbacks(graph: Any, devices: list[str]) -> None:

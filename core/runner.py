@@ -17,11 +17,14 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 from typing import Any
+
+import numpy as np
 
 from anychip.core.partition import HOST, CopyRecord, Partition
 from anychip.core.slots import free_after_last_use, release_quietly
-from anychip.errors import AnychipError, OutOfMemoryError
+from anychip.errors import AnychipError, OutOfMemoryError, PlacementError
 from anychip.ir.graph import Graph
 from anychip.ir.value import Value
 
@@ -31,7 +34,18 @@ __all__ = ["Step", "StepProgram", "build_steps"]
 class Step:
     """One copy or one partition run: ``fn`` maps input tensors to outputs."""
 
-    __slots__ = ("is_copy", "fn", "ins", "outs", "frees", "device", "label")
+    __slots__ = (
+        "is_copy",
+        "fn",
+        "ins",
+        "outs",
+        "frees",
+        "device",
+        "label",
+        "runs",
+        "moved",
+        "last",
+    )
 
     def __init__(
         self, is_copy: bool, fn: Any, ins: list[int], outs: list[int], label: str, device: str
@@ -44,6 +58,8 @@ class Step:
         #: The device whose memory the step's outputs take (a copy's destination).
         self.device = device
         self.label = label
+        #: Copies only: runs made, bytes moved in all of them, and in the last one.
+        self.runs = self.moved = self.last = 0
 
 
 class StepProgram:
@@ -57,22 +73,43 @@ class StepProgram:
         self.consts: list[tuple[int, Any]] = []
         #: Slots holding device tensors, with their release: given back when a run fails.
         self.device_slots: list[tuple[int, Any]] = []
+        #: The transfer budget of one run in bytes (``load(max_copy_bytes=...)``), or None.
+        self.max_copy_bytes: int | None = None
 
-    def run(self, feeds: Sequence[Any]) -> list[Any]:
-        """Run every step on the host arrays ``feeds`` (graph input order); all outputs."""
+    @property
+    def copy_steps(self) -> list[Step]:
+        return [s for s in self.steps if s.is_copy]
+
+    def run(self, feeds: Sequence[Any], times: list[float] | None = None) -> list[Any]:
+        """Run every step on the host arrays ``feeds`` (graph input order); all outputs.
+        ``times``, when given, receives each step's seconds (the session's feedback runs)."""
         slots: list[Any] = [None] * self.nslots
         for s, arr in zip(self.feed_slots, feeds):
             slots[s] = arr
         for s, c in self.consts:
             slots[s] = c
         step = None
+        budget = self.max_copy_bytes
+        moved = 0
         try:
             for step in self.steps:
+                t0 = perf_counter() if times is not None else 0.0
                 if step.is_copy:
-                    slots[step.outs[0]] = step.fn(slots[step.ins[0]])
+                    src = slots[step.ins[0]]
+                    out = step.fn(src)
+                    slots[step.outs[0]] = out
+                    nbytes = _nbytes(src if type(src) is np.ndarray else out)
+                    step.runs += 1
+                    step.moved += nbytes
+                    step.last = nbytes
+                    moved += nbytes
+                    if budget is not None and moved > budget:
+                        self._over_budget(moved)
                 else:
                     for s, r in zip(step.outs, step.fn([slots[i] for i in step.ins])):
                         slots[s] = r
+                if times is not None:
+                    times.append(perf_counter() - t0)
                 for s, release in step.frees:
                     if release is not None and slots[s] is not None:
                         release(slots[s])
@@ -87,6 +124,14 @@ class StepProgram:
                 ) from e
             raise
         return [slots[s] for s in self.output_slots]
+
+    def _over_budget(self, moved: int) -> None:
+        edges = ", ".join(f"{st.label[5:]} ({st.last} B)" for st in self.steps if st.is_copy)
+        raise PlacementError(
+            f"this run copied {moved} bytes between devices, more than "
+            f"max_copy_bytes={self.max_copy_bytes}: {edges}. Pin nodes to fewer devices, use "
+            "smaller inputs, or raise max_copy_bytes."
+        )
 
     def _release(self, slots: list[Any]) -> None:
         """Give back the device tensors a failed run still holds."""
@@ -145,6 +190,14 @@ def build_steps(
         st.frees = tuple((s, release_of[s]) for s in fr)
     prog.nslots = len(slot)
     return prog
+
+
+def _nbytes(t: Any) -> int:
+    """Bytes of a tensor: numpy's ``nbytes``, a device tensor's ``nbytes`` if it has one."""
+    n = getattr(t, "nbytes", None)
+    if callable(n):
+        n = n()
+    return int(n) if n is not None else 0
 
 
 def _copier(src: Any, dst: Any) -> Any:

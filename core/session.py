@@ -8,24 +8,20 @@ There is no CPU-only shortcut: one device is the general case with one partition
 
 from __future__ import annotations
 
+import copy
+import inspect
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anychip.core.calibration import resolve_calibration_mode
-from anychip.core.compiler import compile_model
+from anychip.core.compiler import CompiledModel, compile_model
 from anychip.core.devices import resolve_devices
+from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions
 from anychip.core.plugins import get_registry
-from anychip.core.report import (
-    CopyInfo,
-    NodeRecord,
-    PartitionRecord,
-    PlacementReport,
-    log_fallbacks,
-)
+from anychip.core.report import PlacementReport, log_fallbacks, placement_report
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 
@@ -61,27 +57,30 @@ class Session:
         if int(plan_cache_size) < 1:
             raise AnychipError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
-        #: What compilation produced (partitions, steps, memory): for inspection.
-        self.compiled = c = compile_model(
-            model,
-            backends,
-            options,
-            registry,
-            plan_cache_size=int(plan_cache_size),
-            optimize=optimize,
-            check_kernels=check_kernels,
-        )
-        self.model = c.model
-        self.devices = devices
-        self.options = options
-        self.partitions, self.copies = c.partitions, c.copies
-        self.folded, self.optimizations = c.folded, c.optimizations
-        graph = c.model.graph
+
+        def compile_with(factors: dict[str, float]) -> CompiledModel:
+            opts = copy.copy(options)
+            opts.factors = factors
+            kw = {"optimize": optimize, "check_kernels": check_kernels}
+            return compile_model(model, backends, opts, registry, plan_cache_size=cache, **kw)
+
+        cache = int(plan_cache_size)
+        self.devices, self.options = devices, options
+        self._use(compile_with(options.factors))
+        #: The first runs measured and, once, a better placement taken (``core/feedback.py``).
+        self.feedback = Feedback(compile_with) if options.cost_model and len(devices) > 1 else None
+        graph = self.model.graph
         self.inputs = [IOInfo(v) for v in graph.inputs]
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.Lock()
         log_fallbacks(self.model.graph, devices)
+
+    def _use(self, c: CompiledModel) -> None:
+        #: What compilation produced (partitions, steps, memory): for inspection.
+        self.compiled, self.model = c, c.model
+        self.partitions, self.copies = c.partitions, c.copies
+        self.folded, self.optimizations = c.folded, c.optimizations
 
     def get_inputs(self) -> list[IOInfo]:
         """The model's inputs (onnxruntime's spelling)."""
@@ -92,19 +91,9 @@ class Session:
         return self.outputs
 
     def placement(self) -> PlacementReport:
-        """Which node runs where and why, the partitions, and the copies per run."""
-        part_of = {n: p.index for p in self.partitions for n in p.nodes}
-        nodes = [
-            NodeRecord(n.name, n.op_type, n.meta["device"], n.meta["placement_reason"], part_of[n])
-            for n in self.model.graph.nodes
-        ]
-        parts = [
-            PartitionRecord(p.index, p.device, [n.name for n in p.nodes], dict(p.info))
-            for p in self.partitions
-        ]
-        copies = [CopyInfo(c.tensor, c.src, c.dst, c.bytes) for c in self.copies]
-        load_copies = list(self.compiled.load_copies)
-        return PlacementReport(nodes, parts, copies, load_copies, self.devices)
+        """Which node runs where and why, the partitions, the copies per run (with the bytes the
+        runs measured), and the cost model's estimate and feedback decision."""
+        return placement_report(self)
 
     def memory(self) -> MemoryReport:
         """Memory figures per device: plan, lower bound, peak, reserved, plan cache (see
@@ -123,7 +112,15 @@ class Session:
         arrays = self._feeds.check(feeds)
         wanted = self._feeds.select(output_names)
         with self._lock:
-            outs = self.compiled.steps.run(arrays)
+            fb = self.feedback
+            if fb is None or fb.done:
+                outs = self.compiled.steps.run(arrays)
+            else:
+                outs, compiled = fb.run(self.compiled, arrays)
+                if compiled is not self.compiled:
+                    self._use(compiled)
+                if fb.done:
+                    fb.recompile = None  # lets the source model go
         return [detach(outs[i], feeds) for i in wanted]
 
     def __repr__(self) -> str:
@@ -140,6 +137,7 @@ def load(
     placement: dict[str, str] | None = None,
     strict: bool = False,
     max_copies: int | None = None,
+    max_copy_bytes: int | None = None,
     device_options: Mapping[str, Mapping[str, Any]] | None = None,
     cost_model: bool = True,
     plan_cache_size: int = 8,
@@ -158,6 +156,8 @@ def load(
         placement: pins by node name, op type or glob on node names -> device.
         strict: fail instead of falling back to a later device.
         max_copies: fail when a run would copy more tensors between devices than this.
+        max_copy_bytes: fail when a run would copy more bytes between devices than this
+            (at load where sizes are static; by the run itself otherwise).
         device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
         cost_model: let the cost model keep small islands off accelerators (default True).
         plan_cache_size: memory plans kept per partition for dynamic input shapes (default 8).
@@ -175,11 +175,8 @@ def load(
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
     """
     if options:
-        raise AnychipError(
-            f"unknown load option(s) {sorted(options)}; known: devices, "
-            "placement, strict, max_copies, device_options, cost_model, plan_cache_size, optimize, "
-            "check_kernels, calibration"
-        )
+        known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
+        raise AnychipError(f"unknown load option(s) {sorted(options)}; known: {', '.join(known)}")
     from anychip.ir.onnx import import_model
 
     registry = get_registry()
@@ -187,9 +184,8 @@ def load(
         model = import_model(model, custom_schemas=registry.schemas)
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(
-        pins=placement, strict=strict, max_copies=max_copies, cost_model=cost_model
+        placement, strict, max_copies, cost_model, max_copy_bytes, calibration=calibration
     )
-    opts.calibration = resolve_calibration_mode(calibration)
     return Session(
         model,
         names,

@@ -4,6 +4,8 @@ the conformance kit catching each."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from anychip.conformance import OpClaim
@@ -22,6 +24,7 @@ MODES = (
     "lossy_copy",
     "phantom_claim",
     "leak",
+    "slow",
 )
 
 
@@ -85,6 +88,8 @@ KERNELS = KernelTable("badchip")
 @KERNELS.register("Relu", since=6, dtypes=F32, inplace=True)
 def relu(x: Tensor) -> Tensor:
     mode = CHIP.mode
+    if mode == "slow":
+        time.sleep(0.002)  # a chip far slower than its declared figures
     dtype = np.float64 if mode == "wrong_dtype" else x.dtype
     shape = x.shape[:-1] if mode == "wrong_shape" and x.shape else x.shape
     out = CHIP.new(shape, dtype)
@@ -95,6 +100,8 @@ def relu(x: Tensor) -> Tensor:
 
 @KERNELS.register("Add", since=7, dtypes=F32)
 def add(a: Tensor, b: Tensor) -> Tensor:
+    if CHIP.mode == "slow":
+        time.sleep(0.002)
     value = a.view() + b.view()
     out = CHIP.new(value.shape, value.dtype)
     out.view()[...] = value

@@ -1,0 +1,94 @@
+"""Run-time feedback and copy accounting: a device slower than its figures loses its nodes
+after the first runs; copies of dynamic shapes are counted in bytes; the transfer budget."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import anychip
+from anychip.core import calibration as C
+from anychip.core.feedback import TIMED_RUNS
+from anychip.core.plugins import get_registry, register_plugin, unregister_plugin
+from tests.conformance import badchip
+
+
+@pytest.fixture
+def chip(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    badchip.CHIP.mode, badchip.CHIP._pool = "ok", None
+    register_plugin(badchip, "badchip")
+    yield badchip.CHIP
+    unregister_plugin("badchip")
+    badchip.CHIP.mode, badchip.CHIP._pool = "ok", None
+
+
+def _model(batch: int | str = 4, tail: str = "Add") -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 64])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node(tail, ["r", "x"], ["y"])]
+    if tail == "Sigmoid":
+        nodes[1] = helper.make_node("Sigmoid", ["r"], ["y"])
+    graph = helper.make_graph(nodes, "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return onnx.shape_inference.infer_shapes(model).SerializeToString()
+
+
+def _expected(x: np.ndarray, tail: str = "Add") -> np.ndarray:
+    r = np.maximum(x, 0)
+    return r + x if tail == "Add" else 1 / (1 + np.exp(-r))
+
+
+def test_a_device_slower_than_estimated_loses_its_nodes_after_the_first_runs(chip):
+    registry = get_registry()
+    C.calibrate(registry.backends["cpu"])
+    fast = {cls: [(1e3, 1e-7), (1e9, 1e-6)] for cls in C._CLASSES}
+    chip_cal = C.Calibration("badchip", C.cache_key(chip), fast, (1e-8, 1e13))
+    C._save(chip, chip_cal)
+    chip.mode = "slow"
+    sess = anychip.load(_model(), devices=["badchip", "cpu"], calibration="cached")
+    assert sess.placement().by_device() == {"badchip": 2}  # the figures promise a fast chip
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    for _ in range(1 + TIMED_RUNS):
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
+    report = sess.placement()
+    assert report.by_device() == {"cpu": 2}, str(report)
+    assert "re-placed" in report.decision and "measured" in report.decision
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
+    assert sess.feedback.done and sess.feedback.recompile is None
+
+
+def test_dynamic_shape_copies_are_counted_in_bytes(chip):
+    sess = anychip.load(_model("N", "Sigmoid"), devices=["badchip", "cpu"], cost_model=False)
+    before = sess.placement()
+    assert before.by_device() == {"badchip": 1, "cpu": 1}
+    assert [c.size for c in before.copies] == [None, None]  # dynamic: unknown before a run
+    for n in (3, 5):
+        x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x, "Sigmoid"), rtol=1e-6)
+    after = sess.placement()
+    assert [c.size for c in after.copies] == [5 * 64 * 4] * 2  # the latest run
+    assert all(c.runs == 2 and c.moved == 8 * 64 * 4 for c in after.copies)
+    assert after.copy_bytes == 2 * 5 * 64 * 4
+    assert "2 runs" in str(after)
+
+
+def test_the_transfer_budget_fails_compilation_with_the_edges(chip):
+    with pytest.raises(anychip.PlacementError, match=r"max_copy_bytes=100: .*x cpu->badchip"):
+        anychip.load(
+            _model(4, "Sigmoid"), devices=["badchip", "cpu"], cost_model=False, max_copy_bytes=100
+        )
+
+
+def test_the_transfer_budget_of_dynamic_shapes_is_checked_by_each_run(chip):
+    sess = anychip.load(
+        _model("N", "Sigmoid"), devices=["badchip", "cpu"], cost_model=False, max_copy_bytes=4096
+    )
+    small = np.ones((2, 64), np.float32)
+    sess.run(None, {"x": small})  # 2 x 512 bytes
+    with pytest.raises(anychip.PlacementError, match="max_copy_bytes=4096"):
+        sess.run(None, {"x": np.ones((16, 64), np.float32)})
+    sess.run(None, {"x": small})  # the session stays usable
+    assert chip.memory_stats().in_use == 0  # the failed run gave its device tensors back
