@@ -196,6 +196,8 @@ def _compile_partitions(
                 if options.strict or p.device == last:
                     raise
                 why = f"partition {p.index} needs {e.need} bytes, {p.device} has {e.capacity}"
+                if e.in_use:
+                    why += f" with {e.in_use} in use by other sessions"
                 _exclude(out, p, why + " (out of memory)", excluded)
                 retry = True
                 continue

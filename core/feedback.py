@@ -6,14 +6,20 @@ copy). Then, per device, the *factor* measured / estimated time of its partition
 device link the same for its copies, corrects the cost model (``cost_search.Costs``), and the
 model is placed again with the corrected costs. When that placement differs and is predicted
 at least ``MARGIN`` faster than what the runs measured, the session switches to it, once
-(PaddlePaddle's elastic re-partition, inside one process); either way the partitions' info
-says what was measured and what was decided. Outputs do not depend on which placement ran
-beyond the devices' floating-point differences.
+(PaddlePaddle's elastic re-partition, inside one process).
+
+Where the estimate cannot be trusted (a dynamic shape leaves it unknown, or the runs took more
+than twice the prediction) and the placement uses a device other than the host, the host alone
+is *tried*: compiled, warmed up and timed over the next runs (which it serves), and kept when
+measured ``MARGIN`` faster. Either way the partitions' info and ``Session.placement()`` say
+what was measured and decided. Outputs do not depend on which placement ran beyond the
+devices' floating-point differences.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from anychip.core.cost_search import MARGIN, Costs, estimate
@@ -61,10 +67,14 @@ class Feedback:
     """The measuring and the one re-placement of a session (see the module docstring)."""
 
     def __init__(self, recompile: Any) -> None:
-        #: ``recompile(factors) -> CompiledModel``: the model placed with corrected costs.
+        #: ``recompile(factors, host_only=False) -> CompiledModel``: the model placed with
+        #: corrected costs (or on the host alone, for a trial).
         self.recompile = recompile
         self.runs = 0
         self.samples: list[list[float]] = []
+        self.trial: CompiledModel | None = None
+        self.trial_samples: list[float] = []
+        self.measured = 0.0
         self.done = False
         self.decision = ""
 
@@ -72,6 +82,8 @@ class Feedback:
         """One run of ``compiled``; returns its outputs and the compiled model to use from
         now on (a new one after a re-placement)."""
         self.runs += 1
+        if self.trial is not None:
+            return self._run_trial(compiled, arrays)
         if self.runs == 1:
             return compiled.steps.run(arrays), compiled
         times: list[float] = []
@@ -79,13 +91,49 @@ class Feedback:
         self.samples.append(times)
         if len(self.samples) < TIMED_RUNS:
             return outs, compiled
-        self.done = True
-        return outs, self._decide(compiled)
+        chosen = self._decide(compiled)
+        if chosen is compiled and self._worth_a_trial(compiled):
+            try:
+                self.trial = self.recompile(dict(compiled.costs.factors), host_only=True)
+            except Exception as e:  # noqa: BLE001 - no trial; the placement stays
+                self.decision += f"; no trial of the host alone ({type(e).__name__}: {e})"
+        self.done = self.trial is None
+        return outs, chosen
+
+    def _worth_a_trial(self, compiled: CompiledModel) -> bool:
+        host = compiled.backends[-1].name
+        if all(p.device == host for p in compiled.partitions):
+            return False
+        predicted = compiled.predicted
+        return predicted is None or self.measured > 2 * predicted
+
+    def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
+        trial = self.trial
+        t0 = time.perf_counter()
+        outs = trial.steps.run(arrays)
+        elapsed = time.perf_counter() - t0
+        if self.runs == 1 + TIMED_RUNS + 1:
+            return outs, compiled  # the trial's warm-up
+        self.trial_samples.append(elapsed)
+        if len(self.trial_samples) < TIMED_RUNS:
+            return outs, compiled
+        self.trial, self.done = None, True
+        best = min(self.trial_samples)
+        host = trial.backends[-1].name
+        if best < self.measured * (1 - MARGIN):
+            trial.replaced = self.decision = (
+                f"re-placed: measured {_ms(self.measured)} per run; {host} alone, tried, "
+                f"took {_ms(best)}"
+            )
+            log.info("anychip: %s", self.decision)
+            return outs, trial
+        self.decision += f"; {host} alone, tried, took {_ms(best)}: kept"
+        return outs, compiled
 
     def _decide(self, compiled: CompiledModel) -> CompiledModel:
         steps = compiled.steps.steps
         best = [min(col) for col in zip(*self.samples)]
-        measured_total = sum(best)
+        self.measured = measured_total = sum(best)
         factors = self._factors(compiled, steps, best)
         # Partitions and partition steps are in the same order.
         by_part = iter(t for s, t in zip(steps, best) if not s.is_copy)

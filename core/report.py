@@ -175,11 +175,12 @@ def placement_report(session: Any) -> PlacementReport:
         counts = (st.runs, st.moved, st.last) if st is not None else (0, 0, 0)
         copies.append(CopyInfo(r.tensor, r.src, r.dst, r.bytes, *counts))
     report = PlacementReport(nodes, parts, copies, list(c.load_copies), session.devices)
-    if c.predicted is not None:
-        report.decision = f"estimated {c.predicted * 1e3:.3f} ms per run"
     fb = getattr(session, "feedback", None)
-    if c.replaced or (fb is not None and fb.decision):
-        report.decision += "; " + (c.replaced or fb.decision)
+    parts = [
+        f"estimated {c.predicted * 1e3:.3f} ms per run" if c.predicted is not None else "",
+        c.replaced or (fb.decision if fb is not None else ""),
+    ]
+    report.decision = "; ".join(p for p in parts if p)
     return report
 
 

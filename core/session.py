@@ -58,11 +58,12 @@ class Session:
             raise AnychipError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
-        def compile_with(factors: dict[str, float]) -> CompiledModel:
+        def compile_with(factors: dict[str, float], host_only: bool = False) -> CompiledModel:
             opts = copy.copy(options)
             opts.factors = factors
             kw = {"optimize": optimize, "check_kernels": check_kernels}
-            return compile_model(model, backends, opts, registry, plan_cache_size=cache, **kw)
+            devs = backends[-1:] if host_only else backends
+            return compile_model(model, devs, opts, registry, plan_cache_size=cache, **kw)
 
         cache = int(plan_cache_size)
         self.devices, self.options = devices, options

@@ -92,3 +92,15 @@ def test_the_transfer_budget_of_dynamic_shapes_is_checked_by_each_run(chip):
         sess.run(None, {"x": np.ones((16, 64), np.float32)})
     sess.run(None, {"x": small})  # the session stays usable
     assert chip.memory_stats().in_use == 0  # the failed run gave its device tensors back
+
+
+def test_with_dynamic_shapes_the_host_alone_is_tried_and_kept_when_faster(chip):
+    chip.mode = "slow"
+    sess = anychip.load(_model("N"), devices=["badchip", "cpu"], calibration="off")
+    assert sess.placement().by_device() == {"badchip": 2}  # no estimate: priority decides
+    for n in range(1, 3 + 2 * TIMED_RUNS):  # warm-up, timed runs, trial warm-up, trial runs
+        x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
+    report = sess.placement()
+    assert report.by_device() == {"cpu": 2}, str(report)
+    assert "cpu alone, tried" in report.decision and sess.feedback.done

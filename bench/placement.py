@@ -1,0 +1,113 @@
+"""Placement that pays: every model on every device set, against the fastest single device.
+
+For each model (the nine light CNNs with seeded random weights, and the held-out models of
+``bench/models.py``) and each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``, ``npu,xpu,cpu``,
+those available here), the session is loaded with measured costs (``calibration="auto"``),
+warmed up through its feedback runs, then timed; each device alone (``strict``, where it can
+run the whole model) is timed in the same interleaved rounds. Printed per row: median ms, ratio
+to the fastest single device, copies and bytes per run, and the nodes per device.
+
+    python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import anychip
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench.models import HELD_OUT  # noqa: E402
+
+SETS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
+
+
+def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
+    from anychip.zoo import LIGHT_MODELS, light_model
+
+    out = {}
+    for name in LIGHT_MODELS:
+        if names is None or name in names:
+            out[name] = (light_model(name, seed=0).SerializeToString(), None)
+    for name, (make, shapes) in HELD_OUT.items():
+        if names is None or name in names:
+            out[name] = (make(), shapes)
+    return out
+
+
+def _feeds(sess: anychip.Session, shapes: dict | None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in sess.inputs:
+        shape = (shapes or {}).get(i.name) or [d if isinstance(d, int) else 1 for d in i.shape]
+        feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _sessions(model: bytes, available: set[str]) -> dict[str, anychip.Session]:
+    """Each device set's session, and each device alone where it runs the whole model."""
+    out = {}
+    for devices in SETS:
+        if set(devices) <= available:
+            out[",".join(devices)] = anychip.load(model, devices=devices, calibration="auto")
+    for dev in sorted({d for s in SETS for d in s} & available):
+        try:
+            out[f"{dev} alone"] = anychip.load(model, devices=[dev], strict=True, cost_model=False)
+        except anychip.AnychipError:
+            pass  # the device cannot run the whole model
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=3, help="runs per round (best taken)")
+    ap.add_argument("--models", default=None)
+    args = ap.parse_args()
+    available = {d.name for d in anychip.devices() if d.available}
+    names = args.models.split(",") if args.models else None
+    print(
+        f"{'model':<14} {'devices':<12} {'ms':>9} {'vs best single':>14} {'copies':>6} "
+        f"{'bytes/run':>10}  nodes"
+    )
+    worst = 0.0
+    for mname, (model, shapes) in _models(names).items():
+        sessions = _sessions(model, available)
+        feeds = _feeds(next(iter(sessions.values())), shapes)
+        for sess in sessions.values():
+            for _ in range(5):  # warm-up and the feedback runs (re-placement happens here)
+                sess.run(None, feeds)
+        times: dict[str, list[float]] = {k: [] for k in sessions}
+        for _ in range(args.rounds):
+            for key, sess in sessions.items():
+                best = float("inf")
+                for _ in range(args.runs):
+                    t0 = time.perf_counter()
+                    sess.run(None, feeds)
+                    best = min(best, time.perf_counter() - t0)
+                times[key].append(best)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        single = min(t for k, t in med.items() if k.endswith("alone"))
+        for key, sess in sessions.items():
+            if key.endswith("alone"):
+                continue
+            rep = sess.placement()
+            ratio = med[key] / single
+            worst = max(worst, ratio)
+            print(
+                f"{mname:<14} {key:<12} {med[key] * 1e3:9.2f} {ratio:14.2f} "
+                f"{rep.copy_count:>6} {rep.copy_bytes:>10}  {rep.by_device()}"
+            )
+        alone = ", ".join(f"{k} {t * 1e3:.2f} ms" for k, t in med.items() if k.endswith("alone"))
+        print(f"{'':<14} single devices: {alone}")
+    print(f"worst ratio to the fastest single device: {worst:.2f}")
+
+
+if __name__ == "__main__":
+    main()
