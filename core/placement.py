@@ -138,9 +138,46 @@ def place(
         else:
             _place_by_priority(node, backends, tables, options, excluded.get(node.name, {}))
     if options.cost_model:
+        _keep_shape_chains_on_host(graph, backends, tables)
         costs = Costs(backends, options.calibrations, options.factors)
         avoid_costly_islands(graph, backends, tables, options, costs)
         _prefer_single_device(graph, backends, tables, costs)
+
+
+#: Ops that start a shape computation: their output describes a tensor, not its values.
+SHAPE_SOURCES = frozenset({"Shape", "Size"})
+#: A shape value is small: at most this many elements (a shape, an index, a size).
+SHAPE_ELEMENTS = 64
+
+
+def _is_shape_value(v: Value | None) -> bool:
+    if v is None or v.dtype is None or v.dtype.numpy.kind not in "iub":
+        return False
+    return v.is_static and v.nbytes is not None and v.nbytes <= SHAPE_ELEMENTS * 8
+
+
+def _keep_shape_chains_on_host(
+    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable]
+) -> None:
+    """Shape computations (``Shape``/``Size`` and the small integer arithmetic on their
+    results: Gather, Concat, Unsqueeze, Add...) run on the host: moving a few integers to a
+    device and back costs more than computing them, and the host reads them anyway."""
+    host = backends[-1]
+    shape_values: set[Value] = set()
+    for node in graph.nodes:
+        tensors = [v for v in node.inputs if v is not None and v.const is None]
+        if node.op_type in SHAPE_SOURCES:
+            chain = True
+        else:
+            chain = bool(tensors) and all(v in shape_values for v in tensors)
+        if not chain or not all(_is_shape_value(v) for v in node.outputs if v is not None):
+            continue
+        shape_values.update(v for v in node.outputs if v is not None)
+        reason = node.meta.get("placement_reason", "")
+        if node.meta.get("device") == host.name or reason == "pinned":
+            continue
+        if capability(host, tables.get(host.name), node) is None:
+            _assign(node, host, tables, "shape computation: stays on the host")
 
 
 def _prefer_single_device(
