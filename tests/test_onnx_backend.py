@@ -3,7 +3,9 @@ once per device set, in this process.
 
 Each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``) gets its own ``BackendTest`` whose "CPU"
 cases run on that anychip device list, so the same ~2000 cases run with the simulated XPU and
-NPU in front of the CPU fallback. Their test classes carry the set in their name
+NPU in front of the CPU fallback. A node case none of whose ops the set's accelerator claims
+(``anychip.conformance.claims``) is left out of that set: every node of it would be placed on
+the cpu, which is the cpu set's run again. Their test classes carry the set in their name
 (``OnnxBackendNodeModelTest_xpu_cpu``). The guarantee is that every case passes on every set:
 a case the CPU cannot pass would fail there too, so an accelerator set can never pass less
 than the CPU. A set whose accelerator is unavailable here is skipped with the reason. The
@@ -81,6 +83,29 @@ def _cuda_available() -> bool:
 _has_cuda = _cuda_available()
 
 
+def _all_on_cpu(devices: str) -> set[str]:
+    """Node cases none of whose ops an accelerator of ``devices`` claims: placement puts every
+    node of them on the cpu, so they would repeat the cpu set's run exactly (skipped here).
+    Empty (run everything) when a device states no claims."""
+    if devices.lower() == "cpu":
+        return set()
+    from anychip.conformance.cases import all_cases, ops_of
+    from anychip.conformance.claims import claims_of
+    from anychip.core.plugins import get_registry
+
+    registry = get_registry()
+    claimed: set[str] = set()
+    for name in devices.lower().split(","):
+        backend = registry.backends.get(name.strip())
+        if backend is None or name.strip() == "cpu":
+            continue
+        ops = {c.op for c in claims_of(backend)}
+        if not ops:
+            return set()
+        claimed |= ops
+    return {c.name for c in all_cases("node") if not (ops_of(c) & claimed)}
+
+
 def _suite(devices: str) -> dict[str, Any]:
     backend_test = onnx.backend.test.BackendTest(_backend_for(devices), __name__)
     # fmt: off
@@ -90,9 +115,12 @@ def _suite(devices: str) -> dict[str, Any]:
     backend_test.xfail(r"^test_gradient_of_add")  # autodiff; onnxruntime and onnx reference fail
     # fmt: on
     cases = {}
+    same_as_cpu = _all_on_cpu(devices)
     for name, case in backend_test.enable_report().test_cases.items():
-        if not _has_cuda:  # no cuda device here: 2,000 items per set that could only skip
-            for attr in [a for a in vars(case) if a.startswith("test_") and a.endswith("_cuda")]:
+        for attr in [a for a in vars(case) if a.startswith("test_")]:
+            if attr.endswith("_cuda") and not _has_cuda:
+                delattr(case, attr)  # no cuda device here: 2,000 items per set, all skips
+            elif attr.endswith("_cpu") and attr[: -len("_cpu")] in same_as_cpu:
                 delattr(case, attr)
         renamed = f"{name}_{_suffix(devices)}"
         case.__name__ = case.__qualname__ = renamed
