@@ -333,3 +333,36 @@ def test_ort_refuses_types_its_cpu_kernels_lack(ort_plugin) -> None:  # noqa: AN
     where = {n.name: (n.device, n.reason) for n in sess.placement().nodes}
     assert [d for d, _ in where.values()] == ["ort", "ort", "cpu"], where
     assert "tensor(int64)" in where[sess.placement().nodes[2].name][1]
+
+
+def test_ort_refuses_nested_graphs(ort_plugin) -> None:  # noqa: ANN001
+    """An If reads outer values from its branches; exported alone it could not, so it stays on
+    the CPU while the Add feeding it runs on ort."""
+    rng = np.random.default_rng(6)
+
+    def branch(op: str) -> onnx.GraphProto:
+        out = helper.make_tensor_value_info(f"{op}_out", TensorProto.FLOAT, [4])
+        return helper.make_graph([helper.make_node(op, ["s"], [f"{op}_out"])], op, [], [out])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "x"], ["s"]),
+            helper.make_node("ReduceSum", ["s"], ["t"], keepdims=0),
+            helper.make_node("Greater", ["t", "zero"], ["c"]),
+            helper.make_node(
+                "If", ["c"], ["y"], then_branch=branch("Relu"), else_branch=branch("Neg")
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.zeros((), np.float32), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    x = rng.standard_normal(4).astype(np.float32)
+    sess = anychip.load(model, devices=["ort", "cpu"], cost_model=False)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _reference(model, {"x": x})[0])
+    where = {n.op_type: (n.device, n.reason) for n in sess.placement().nodes}
+    assert where["Add"][0] == "ort", where
+    assert where["If"][0] == "cpu" and "nested graphs" in where["If"][1], where
