@@ -136,3 +136,21 @@ def test_the_pytest_plugin_runs_the_kit(tmp_path):
     assert "anychip[xpu]::test_max_example" in proc.stdout + proc.stderr
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "failed" in proc.stdout and "passed" in proc.stdout
+
+
+def test_the_toychip_example_passes_the_kit_in_strict_mode():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "examples" / "anychip-toychip"
+    sys.path.insert(0, str(folder))
+    try:
+        import anychip_toychip
+
+        register_plugin(anychip_toychip, "toychip")
+        report = run_kit("toychip", strict=True)
+    finally:
+        unregister_plugin("toychip")
+        sys.path.remove(str(folder))
+    assert report.ok, str(report)
+    assert {r.op for r in report.results} == {"Add", "Mul", "Relu", "MatMul", "Softmax"}
+    assert report.counts()[PASS_ON_DEVICE] == len(report.results)
