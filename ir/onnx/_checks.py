@@ -16,7 +16,7 @@ import onnx.shape_inference
 
 from anychip.errors import ModelError
 
-__all__ = ["check_model", "infer_shapes"]
+__all__ = ["check_model", "infer_shapes", "sanitize"]
 
 _MAX_PROTO = 2**31 - 1
 
@@ -41,6 +41,46 @@ def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[st
         if complained and complained <= custom_domains:
             return  # a plugin defines this domain: the checker cannot know its schemas
         raise ModelError(f"{where} fails onnx.checker: {message}") from None
+    except Exception as e:  # noqa: BLE001 - e.g. UnicodeDecodeError on a malformed name
+        raise ModelError(
+            f"{where} could not be checked: {type(e).__name__}: {e}; the file is malformed"
+        ) from None
+
+
+def sanitize(proto: onnx.ModelProto) -> None:
+    """Make the model safe for onnx's C++ code, in place (the importer owns ``proto``).
+
+    A negative declared dimension reaches assertions in onnx's shape inference that abort the
+    process (``Slice`` clamps with bounds the wrong way round). onnxruntime reads a negative
+    ``dim_value`` as "unknown"; so does anychip: it becomes a symbolic dimension. A tensor
+    whose own dims are negative cannot hold data and is refused.
+    """
+    count = 0
+    for graph in _graphs(proto.graph):
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+                continue
+            for dim in vi.type.tensor_type.shape.dim:
+                if dim.HasField("dim_value") and dim.dim_value < 0:
+                    count += 1
+                    dim.dim_param = f"unk__neg{count}"
+        for t in graph.initializer:
+            if any(d < 0 for d in t.dims):
+                raise ModelError(
+                    f"initializer {t.name!r} declares negative dims {list(t.dims)}; the model "
+                    "file is malformed"
+                )
+
+
+def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    out = [graph]
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("g"):
+                out += _graphs(a.g)
+            for g in a.graphs:
+                out += _graphs(g)
+    return out
 
 
 def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:

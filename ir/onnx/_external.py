@@ -83,6 +83,11 @@ def validate_external_data(model: onnx.ModelProto, base_dir: str | None) -> list
                 f"tensor {tensor.name!r} is stored externally but has no 'location'; the model "
                 "file is malformed: re-export it"
             )
+        if "\x00" in location:
+            raise ModelError(
+                f"tensor {tensor.name!r}: external data location {location!r} contains a NUL "
+                "byte; the model file is malformed"
+            )
         if base_dir is None:
             raise ModelError(
                 f"tensor {tensor.name!r} keeps its data in external file {location!r}, but the "
@@ -132,6 +137,30 @@ def _resolve(
     return ExternalRef(tensor, path, offset, length)
 
 
+def _declared_nbytes(t: onnx.TensorProto) -> int | None:
+    """The bytes ``t``'s dims and fixed-size type declare; None for strings and sub-byte types
+    (whose packing the reader leaves to onnx)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    if t.data_type in (onnx.TensorProto.STRING,) or any(d < 0 for d in t.dims):
+        return None
+    if t.data_type in _SUB_BYTE:
+        return None
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n * itemsize
+
+
+_SUB_BYTE = {
+    getattr(onnx.TensorProto, name)
+    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(onnx.TensorProto, name)
+}
+
+
 def load_external_data(refs: list[ExternalRef]) -> None:
     """Read each validated reference into its tensor's ``raw_data``.
 
@@ -141,6 +170,14 @@ def load_external_data(refs: list[ExternalRef]) -> None:
     for ref in refs:
         size = os.path.getsize(ref.path)
         want = size - ref.offset if ref.length is None else ref.length
+        declared = _declared_nbytes(ref.tensor)
+        if declared is not None and want != declared:
+            # Checked before any read: a small tensor must not pull in a huge file.
+            raise ModelError(
+                f"tensor {ref.tensor.name!r}: its dims and type declare {declared} bytes, but "
+                f"its external data is {want} bytes ({ref.path} at offset {ref.offset}); the "
+                "data file belongs to another model, or the tensor's length is wrong"
+            )
         if ref.offset + want > size or want < 0:
             raise ModelError(
                 f"tensor {ref.tensor.name!r}: external file {ref.path} holds {size} bytes but "

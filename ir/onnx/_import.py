@@ -33,7 +33,7 @@ from google.protobuf.message import DecodeError
 from anychip.errors import ModelError, UnsupportedOpError
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
-from anychip.ir.onnx._checks import check_model, infer_shapes
+from anychip.ir.onnx._checks import check_model, infer_shapes, sanitize
 from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype
 from anychip.ir.onnx._external import load_external_data, validate_external_data
 from anychip.ir.value import Value
@@ -79,6 +79,7 @@ def import_model(
     if base_dir is None and path is not None:
         base_dir = os.path.dirname(os.path.abspath(path))
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
+    sanitize(proto)
     _check_domains(proto, custom_domains)
     refs = validate_external_data(proto, None if base_dir is None else os.fspath(base_dir))
     load_external_data(refs)

@@ -1,0 +1,82 @@
+"""Models from strangers: what used to abort the process or escape as a raw exception is now
+a run (as onnxruntime would) or a ``ModelError``."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anychip
+from anychip.errors import ModelError
+
+
+def _slice_model(dims: list) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])
+    inits = [
+        numpy_helper.from_array(np.array([0], np.int64), "s"),
+        numpy_helper.from_array(np.array([2], np.int64), "e"),
+    ]
+    node = helper.make_node("Slice", ["x", "s", "e"], ["y"])
+    graph = helper.make_graph([node], "g", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_negative_dimension_is_dynamic_not_an_abort():
+    # onnx's shape inference used to abort the process (a C++ assertion in Slice) on this.
+    sess = anychip.load(_slice_model([-3, 4]).SerializeToString(), devices=["cpu"])
+    assert isinstance(sess.inputs[0].shape[0], str)
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x[:2])
+
+
+def test_a_tensor_with_negative_dims_is_refused():
+    m = _slice_model([3, 4])
+    m.graph.initializer[0].dims[0] = -1
+    with pytest.raises(ModelError, match="negative dims"):
+        anychip.load(m.SerializeToString(), devices=["cpu"])
+
+
+def test_a_name_that_is_not_utf8_is_a_model_error():
+    data = bytearray(_slice_model([3, 4]).SerializeToString())
+    at = data.find(b"Slice")
+    data[at : at + 2] = b"\xff\xfe"  # the op type becomes invalid UTF-8
+    with pytest.raises(anychip.AnychipError):
+        anychip.load(bytes(data), devices=["cpu"])
+
+
+def _external(tmp_path, file_bytes: int, length: int | None = None) -> str:
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    entries = {"location": "w.bin"} | ({"length": str(length)} if length is not None else {})
+    for k, v in entries.items():
+        w.external_data.add(key=k, value=v)
+    (tmp_path / "w.bin").write_bytes(np.arange(file_bytes // 4, dtype=np.float32).tobytes())
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y], [w])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    return str(path)
+
+
+def test_external_data_larger_than_declared_is_refused_before_reading(tmp_path):
+    with pytest.raises(ModelError, match="declare 24 bytes"):
+        anychip.load(_external(tmp_path, 1 << 20), devices=["cpu"])
+    with pytest.raises(ModelError, match="declare 24 bytes"):
+        anychip.load(_external(tmp_path, 1 << 20, length=1 << 20), devices=["cpu"])
+    sess = anychip.load(_external(tmp_path, 24), devices=["cpu"])
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + np.arange(6).reshape(2, 3))
+
+
+def test_a_nul_byte_in_the_location_is_a_model_error(tmp_path):
+    path = _external(tmp_path, 24)
+    m = onnx.load(path, load_external_data=False)
+    m.graph.initializer[0].external_data[0].value = "w.bin\x00.txt"
+    with pytest.raises(ModelError, match="NUL"):
+        anychip.load(m.SerializeToString(), devices=["cpu"])
