@@ -54,8 +54,8 @@ class Session:
                 f"device_options name {unknown}, which are not among this "
                 f"session's devices {devices}"
             )
-        if int(plan_cache_size) < 1:
-            raise AnychipError(f"plan_cache_size must be >= 1, got {plan_cache_size}")
+        if not isinstance(plan_cache_size, int) or plan_cache_size < 1:
+            raise AnychipError(f"plan_cache_size must be an int >= 1, got {plan_cache_size!r}")
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
         def compile_with(factors: dict[str, float], host_only: bool = False) -> CompiledModel:

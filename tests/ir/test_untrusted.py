@@ -80,3 +80,22 @@ def test_a_nul_byte_in_the_location_is_a_model_error(tmp_path):
     m.graph.initializer[0].external_data[0].value = "w.bin\x00.txt"
     with pytest.raises(ModelError, match="NUL"):
         anychip.load(m.SerializeToString(), devices=["cpu"])
+
+
+def test_an_empty_batch_conv_gives_an_empty_result():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "g", [x], [y], [w])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    sess = anychip.load(m.SerializeToString(), devices=["cpu"])
+    (out,) = sess.run(None, {"x": np.zeros((0, 3, 8, 8), np.float32)})
+    assert out.shape == (0, 4, 8, 8) and out.dtype == np.float32
+
+
+@pytest.mark.parametrize("value", ["8", 0, 2.5])
+def test_a_bad_plan_cache_size_is_an_anychip_error(value):
+    with pytest.raises(anychip.AnychipError, match="plan_cache_size"):
+        anychip.load(_slice_model([3, 4]).SerializeToString(), plan_cache_size=value)

@@ -78,6 +78,8 @@ def conv(
     y_shape = (n, m) + tuple(g.out)
     if not fits(out, y_shape, out_dtype):
         out = None
+    if n == 0 or p == 0:  # an empty batch or output: an empty result, as onnxruntime gives
+        return out if out is not None else np.zeros(y_shape, out_dtype)
     # The matmul may write into ``out`` itself only when no dtype change follows.
     direct = out.reshape(n, group, mg, p) if out is not None and x.dtype == out_dtype else None
     if k == 1 and not any(g.begin) and not any(g.end) and all(st == 1 for st in g.strides):
