@@ -101,7 +101,7 @@ def compile_model(
             break
     out.steps = build_steps(graph, out.partitions, out.copies, backends, registry)
     out.steps.max_copy_bytes = options.max_copy_bytes
-    if options.cost_model:
+    if options.cost_model and len(backends) > 1:
         _explain(out, options, tables)
     return out
 

@@ -16,9 +16,8 @@ put them.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from anychip.core.calibration import op_class
 
@@ -37,7 +36,7 @@ MIN_ISLAND_GAIN = 1e-6
 def _numel(v: Value | None) -> int | None:
     if v is None or not v.is_static:
         return None
-    return int(np.prod(v.shape, dtype=np.int64))
+    return math.prod(v.shape)
 
 
 def node_flops(node: Node) -> float | None:
@@ -50,7 +49,7 @@ def node_flops(node: Node) -> float | None:
         w = node.inputs[1]
         if w is None or not w.is_static:
             return None
-        per_out = int(np.prod(w.shape[1:], dtype=np.int64))
+        per_out = math.prod(w.shape[1:])
         return 2.0 * out * per_out
     if op in ("MatMul", "Gemm") and node.inputs[0] is not None and node.inputs[0].is_static:
         a = node.inputs[0].shape

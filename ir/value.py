@@ -14,6 +14,7 @@ Ownership and invariants:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -90,7 +91,7 @@ class Value:
         """Bytes of the tensor when its shape is static, else None."""
         if not self.is_static or self.dtype == DType.UNDEFINED or not self.is_tensor:
             return None
-        return int(np.prod(self.shape, dtype=np.int64) * self.dtype.itemsize)
+        return math.prod(self.shape) * self.dtype.itemsize
 
     def replace_all_uses_with(self, other: Value) -> None:
         """Make every reader of this value read ``other`` instead."""

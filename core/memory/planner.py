@@ -41,6 +41,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from anychip.core.memory.intervals import TimeIndex, breadth_order, chain_overlap
 from anychip.core.memory.pool import align_up
 from anychip.errors import AnychipError
 
@@ -190,12 +191,7 @@ def _build_groups(
             continue  # src already serves another output, or out already reuses something
         # Only the hinted pair may share memory while both are live; every other pair of the
         # merged chain must be apart in time (a one-step middle tensor would break that).
-        if any(
-            _overlap(a, b)
-            for a in head.members
-            for b in tail.members
-            if not (a is src and b is out)
-        ):
+        if chain_overlap(head, tail, src, out, _overlap):
             continue
         head.members.extend(tail.members)
         head.sizes.extend(tail.sizes)
@@ -255,39 +251,19 @@ def lower_bound(
 
 def _breadth_order(groups: list[_Group]) -> list[_Group]:
     """Groups of the step with the most live bytes first (largest first within a step)."""
-    steps: dict[int, list[_Group]] = {}
-    totals: dict[int, int] = {}
-    points = sorted({g.first for g in groups})
-    # The live set only grows at a first step, so those steps are enough to rank.
-    for g in groups:
-        for first, last, size in _bound_rectangles(g):
-            for step in points:
-                if first <= step <= last:
-                    totals[step] = totals.get(step, 0) + size
-                    steps.setdefault(step, []).append(g)
-    order: list[_Group] = []
-    seen: set[int] = set()
-    for step in sorted(totals, key=lambda s: (-totals[s], s)):
-        for g in sorted(steps[step], key=lambda g: -g.size):
-            if id(g) not in seen:
-                seen.add(id(g))
-                order.append(g)
-    order.extend(g for g in groups if id(g) not in seen)  # zero-size groups
-    return order
+    return breadth_order(groups, _bound_rectangles)
 
 
 def _place(order: list[_Group], best_fit: bool) -> tuple[dict[int, int], int]:
     """Offsets (by group identity) for groups placed in ``order``; returns them and the total."""
-    placed: list[_Group] = []
+    index = TimeIndex(max((g.last for g in order), default=0), len(order))
     offsets: dict[int, int] = {}
     total = 0
     for g in order:
         # Offsets o at which a member of g would overlap a placed member q in memory while
         # both are live: the open interval (q.offset - member size, q.offset + q.size).
         forbidden: list[tuple[int, int]] = []
-        for p in placed:
-            if p.first > g.last or g.first > p.last:
-                continue
+        for p in index.overlapping(g.first, g.last):
             po = offsets[id(p)]
             for m, ms in zip(g.members, g.sizes):
                 for q, qs in zip(p.members, p.sizes):
@@ -308,7 +284,7 @@ def _place(order: list[_Group], best_fit: bool) -> tuple[dict[int, int], int]:
             best = candidate
         offsets[id(g)] = best
         g.offset = best
-        placed.append(g)
+        index.add(g)
         total = max(total, best + g.size)
     return offsets, total
 
@@ -347,14 +323,21 @@ def plan_memory(
     best = None
     # Honouring hints almost always saves memory, but it ties tensors together, which can
     # pack worse; plan without them too and keep the smaller block (ties: with hints).
+    # A plan at the lower bound of the first grouping tried (its bound is the smallest: hints
+    # only ever share bytes) cannot be beaten: the remaining variants are skipped.
     for hints in (inplace, None) if inplace else (None,):
         groups, honoured = _build_groups(ts, hints, alignment)
         if hints is not None and not honoured:
             continue
+        bound = _live_peak(groups)
         for name, order, best_fit in _variants(groups, strategies):
             offsets, total = _place(order, best_fit)
             if best is None or total < best[0]:
-                best = (total, _live_peak(groups), name, groups, offsets, honoured)
+                best = (total, bound, name, groups, offsets, honoured)
+            if total == bound and best[3] is groups and hints is inplace:
+                break
+        if best is not None and best[0] == best[1] and hints is inplace:
+            break
     assert best is not None
     total, bound, name, groups, group_offsets, honoured = best
     offsets = {m.id: group_offsets[id(g)] for g in groups for m in g.members}
