@@ -81,10 +81,15 @@ def check_result(device: str, node: Node, fn: Any, index: int, r: Any, want: Exp
         problem = f"shape {list(got_shape)}, expected {want_text}"
     if problem:
         kernel = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        out = node.outputs[index] if index < len(node.outputs) else None
+        name = out.name if out is not None else "?"
         raise KernelError(
             f"{device}: kernel {kernel} returned output {index} of node {node.name!r} "
-            f"({node.qualified_op}) with {problem} (from shape inference). Fix the kernel; "
-            "the check is off with anychip.load(..., check_kernels=False)"
+            f"({node.qualified_op}) with {problem}, as the graph declares {name!r} (the "
+            "model's own value_info or outputs, or shape inference). Either the kernel or the "
+            "model's declaration is wrong: fix the kernel, or the declaration in the model; "
+            "anychip never broadcasts a result into a declared shape. The check is off with "
+            "anychip.load(..., check_kernels=False)"
         )
 
 

@@ -99,3 +99,35 @@ def test_an_empty_batch_conv_gives_an_empty_result():
 def test_a_bad_plan_cache_size_is_an_anychip_error(value):
     with pytest.raises(anychip.AnychipError, match="plan_cache_size"):
         anychip.load(_slice_model([3, 4]).SerializeToString(), plan_cache_size=value)
+
+
+@pytest.mark.parametrize("devices", [["cpu"], ["npu", "cpu"], ["xpu", "cpu"]])
+def test_a_wrong_declared_intermediate_shape_is_an_error_never_a_broadcast(devices):
+    # The NPU used to broadcast the (8, 1) sum into the declared (8, 32).
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1])
+    wrong = helper.make_tensor_value_info("r", TensorProto.FLOAT, [8, 32])
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "axes"], ["r"], keepdims=1),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], [axes], value_info=[wrong])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x_value = np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)
+    with pytest.raises(anychip.AnychipError, match="declares 'r'"):
+        sess = anychip.load(m.SerializeToString(), devices=devices, cost_model=False)
+        sess.run(None, {"x": x_value})
+
+
+def test_a_declared_output_dtype_the_graph_does_not_produce_is_an_error():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])  # Cast makes double
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.DOUBLE)
+    m = helper.make_model(
+        helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    with pytest.raises(anychip.AnychipError, match="dtype float64, expected float32"):
+        anychip.load(m.SerializeToString(), devices=["cpu"]).run(
+            None, {"x": np.ones(4, np.float32)}
+        )
