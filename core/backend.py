@@ -103,6 +103,10 @@ class Backend:
     graph_mode: bool = False
     #: True when device tensors are host numpy arrays (the CPU); no copies are needed then.
     host_memory: bool = False
+    #: "symbolic": takes symbolic dimensions (every kernel-mode backend); "static": compiles
+    #: for concrete shapes only, so the runtime specializes each partition per input
+    #: signature and caches the executables (graph-mode devices; ``core/specialize.py``).
+    shape_policy: str = "symbolic"
     #: The registry this backend was added to (``Registry.add_backend`` sets it).
     registry: Any = None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from anychip.core.calibration import calibrations
@@ -30,6 +31,7 @@ from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
 from anychip.core.placement import PlacementOptions, place
 from anychip.core.report import CopyInfo
 from anychip.core.runner import StepProgram, build_steps
+from anychip.core.specialize import SpecializedPartition
 from anychip.errors import AnychipError, DeviceError, OutOfMemoryError, PlacementError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Model
@@ -37,9 +39,33 @@ from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassMana
 from anychip.ir.passes.fold_batch_norm import fold_batch_norm
 from anychip.opsets.schemas import resolve
 
-__all__ = ["CompiledModel", "compile_model"]
+__all__ = ["CompiledModel", "CompileOptions", "compile_model"]
 
 log = logging.getLogger("anychip")
+
+
+@dataclass
+class CompileOptions:
+    """What ``anychip.load`` says about compiling (placement has ``PlacementOptions``).
+
+    ``plan_cache_size``: memory plans kept per kernel-mode partition for dynamic shapes;
+    ``optimize``: the graph optimizations (BatchNorm folding); ``check_kernels``: kernel outputs
+    checked against inference; ``compile_cache_size``: executables kept per partition of a
+    static-shape device (one per input signature, LRU); ``background_compile``: such devices
+    compile in a background thread while runs go to the host (``core/specialize.py``).
+    """
+
+    plan_cache_size: int = 8
+    optimize: bool = True
+    check_kernels: bool = True
+    compile_cache_size: int = 8
+    background_compile: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("plan_cache_size", "compile_cache_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AnychipError(f"{name} must be an int >= 1, got {value!r}")
 
 
 class CompiledModel:
@@ -67,6 +93,8 @@ class CompiledModel:
         self.predicted: float | None = None
         #: Set when run-time feedback chose this placement over the first one.
         self.replaced = ""
+        #: Partitions of static-shape devices compiled per input signature, by index.
+        self.specialized: dict[int, SpecializedPartition] = {}
 
 
 def compile_model(
@@ -74,20 +102,15 @@ def compile_model(
     backends: list[Any],
     options: PlacementOptions,
     registry: Any,
-    *,
-    plan_cache_size: int = 8,
-    optimize: bool = True,
-    check_kernels: bool = True,
+    copts: CompileOptions | None = None,
 ) -> CompiledModel:
-    """Compile ``model`` (left unchanged) for ``backends`` in priority order.
-
-    ``check_kernels``: check every kernel's outputs against inference (``core/checks.py``).
-    """
+    """Compile ``model`` (left unchanged) for ``backends`` in priority order."""
+    copts = copts or CompileOptions()
     out = CompiledModel(copy_model(model), backends)
-    out.check_kernels = check_kernels
+    out.check_kernels = copts.check_kernels
     graph = out.model.graph
     resolve_schemas(out.model, registry.schemas)
-    _generic_passes(out, registry, options, optimize)
+    _generic_passes(out, registry, options, copts.optimize)
     if options.cost_model:
         options.calibrations = calibrations(backends, options.calibration)
     tables = {b.name: registry.kernel_table(b.name) for b in backends}
@@ -97,7 +120,7 @@ def compile_model(
         place(graph, backends, tables, options, excluded)
         out.partitions, out.copies = partition_graph(graph)
         _check_copy_budget(out.copies, options)
-        if not _compile_partitions(out, registry, tables, options, excluded, plan_cache_size):
+        if not _compile_partitions(out, registry, tables, options, excluded, copts):
             break
     out.steps = build_steps(graph, out.partitions, out.copies, backends, registry)
     out.steps.max_copy_bytes = options.max_copy_bytes
@@ -177,16 +200,19 @@ def _compile_partitions(
     tables: dict,
     options: PlacementOptions,
     excluded: dict,
-    plan_cache_size: int,
+    copts: CompileOptions,
 ) -> bool:
     """Compile every partition; True when some did not fit their device and placement must
     run again without that device for their nodes (all of them are excluded at once)."""
     by_name = {b.name: b for b in out.backends}
     last = out.backends[-1].name
-    out.load_copies, out.part_memory = [], {}
+    out.load_copies, out.part_memory, out.specialized = [], {}, {}
     retry = False
     for p in out.partitions:
         backend = by_name[p.device]
+        if backend.graph_mode and _specializes(backend, p.graph, copts):
+            p.program = out.specialized[p.index] = _specialized(out, p, backend, registry, copts)
+            continue
         if backend.passes:  # one manager: the graph is verified after every pass
             PassManager(backend.passes, max_iterations=1)(p.graph)
         if backend.graph_mode:
@@ -212,7 +238,7 @@ def _compile_partitions(
                 check_kernels=out.check_kernels,
             )
             pool = _pool_for(out, backend, registry.pools.get(backend.kind))
-            pm = PartitionMemory(program, pool, plan_cache_size)
+            pm = PartitionMemory(program, pool, copts.plan_cache_size)
             why = _over_budget(p, backend, pm)
             if why is not None:
                 if options.strict or p.device == last:
@@ -232,6 +258,40 @@ def _compile_partitions(
             for v in p.graph.initializers.values():
                 out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
     return retry
+
+
+def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
+    """Whether a graph-mode partition is compiled per input signature (``core/specialize``):
+    the device takes static shapes only and the partition's are symbolic, or it compiles in
+    the background."""
+    if getattr(backend, "shape_policy", "symbolic") != "static":
+        return False
+    static = all(v.is_static for v in graph.inputs)
+    return not static or copts.background_compile
+
+
+def _specialized(
+    out: CompiledModel, p: Partition, backend: Any, registry: Any, copts: CompileOptions
+) -> SpecializedPartition:
+    """The partition as a ``SpecializedPartition``: its host program (the CPU kernels), and
+    at once a compile of its static signature when its shapes are static."""
+    host = registry.backends[HOST]
+    program = Program(
+        p.graph, host, registry.kernel_table(HOST), registry.schemas, check_kernels=False
+    )
+    sp = SpecializedPartition(
+        p.graph,
+        backend,
+        program,
+        cache_size=copts.compile_cache_size,
+        background=copts.background_compile,
+        info=p.info,
+    )
+    p.info["shapes"] = "compiled per input signature"
+    if all(v.is_static for v in p.graph.inputs):
+        key = tuple((tuple(v.shape), str(v.dtype.numpy)) for v in p.graph.inputs)
+        sp.compile(key, None)
+    return sp
 
 
 def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:

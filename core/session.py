@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anychip.core.compiler import CompiledModel, compile_model
+from anychip.core.compiler import CompiledModel, CompileOptions, compile_model
 from anychip.core.devices import resolve_devices
 from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
@@ -41,10 +42,7 @@ class Session:
         devices: list[str],
         options: PlacementOptions,
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
-        *,
-        plan_cache_size: int = 8,
-        optimize: bool = True,
-        check_kernels: bool = True,
+        copts: CompileOptions | None = None,
     ) -> None:
         registry = get_registry()
         device_options = dict(device_options or {})
@@ -54,18 +52,15 @@ class Session:
                 f"device_options name {unknown}, which are not among this "
                 f"session's devices {devices}"
             )
-        if not isinstance(plan_cache_size, int) or plan_cache_size < 1:
-            raise AnychipError(f"plan_cache_size must be an int >= 1, got {plan_cache_size!r}")
+        copts = copts or CompileOptions()
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
         def compile_with(factors: dict[str, float], host_only: bool = False) -> CompiledModel:
             opts = copy.copy(options)
             opts.factors = factors
-            kw = {"optimize": optimize, "check_kernels": check_kernels}
             devs = backends[-1:] if host_only else backends
-            return compile_model(model, devs, opts, registry, plan_cache_size=cache, **kw)
+            return compile_model(model, devs, opts, registry, copts)
 
-        cache = int(plan_cache_size)
         self.devices, self.options = devices, options
         self._use(compile_with(options.factors))
         #: The first runs measured and, once, a better placement taken (``core/feedback.py``).
@@ -145,6 +140,8 @@ def load(
     optimize: bool = True,
     check_kernels: bool = True,
     calibration: str | None = None,
+    compile_cache_size: int = 8,
+    background_compile: bool | None = None,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices.
@@ -171,6 +168,10 @@ def load(
             ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
             disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
             ``"off"``: the backends' declared figures.
+        compile_cache_size: executables kept per partition of a static-shape device such as
+            an NPU, one per input signature (default 8, least recently used dropped).
+        background_compile: such devices compile in a background thread while runs go to the
+            host, then switch (default True, or ``ANYCHIP_BACKGROUND_COMPILE=0``).
 
     Returns:
         A ``Session``; ``session.run(None, {"x": x})`` runs it.
@@ -187,12 +188,9 @@ def load(
     opts = PlacementOptions(
         placement, strict, max_copies, cost_model, max_copy_bytes, calibration=calibration
     )
-    return Session(
-        model,
-        names,
-        opts,
-        device_options,
-        plan_cache_size=plan_cache_size,
-        optimize=optimize,
-        check_kernels=check_kernels,
+    if background_compile is None:
+        background_compile = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1") != "0"
+    copts = CompileOptions(
+        plan_cache_size, optimize, check_kernels, compile_cache_size, bool(background_compile)
     )
+    return Session(model, names, opts, device_options, copts)

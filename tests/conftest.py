@@ -17,6 +17,9 @@ import pytest
 # Placement in tests follows the backends' declared figures, the same on every machine; the
 # tests of measured costs (tests/core/test_calibration.py) ask for calibration themselves.
 os.environ.setdefault("ANYCHIP_CALIBRATION", "off")
+# Graph-mode devices compile at load, as they did before background compiles: the tests of the
+# background path (tests/core/test_specialize.py) turn it on themselves.
+os.environ.setdefault("ANYCHIP_BACKGROUND_COMPILE", "0")
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # Two workers on two cores: a BLAS pool per worker would oversubscribe them.

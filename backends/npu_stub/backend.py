@@ -36,6 +36,9 @@ class NpuBackend(Backend):
     kind = "npu"
     priority = 20
     graph_mode = True
+    #: Compiles for concrete shapes only: the runtime specializes partitions per input
+    #: signature and caches the executables (``core/specialize.py``).
+    shape_policy = "static"
 
     def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
         super().__init__()

@@ -1,9 +1,11 @@
 """What the NPU can run: its op set and the per-node constraints (``check_node``).
 
-The NPU is a static-shape float32 machine: every tensor it touches must have a known shape and
-dtype float32; inputs that only steer the compiler (Reshape's shape, Clip's bounds) must be
-constants. Convolutions and pools are 2-D. A node that breaks a rule gets a one-line reason,
-shown in the placement report next to the device that took the node instead.
+The NPU is a static-shape float32 machine (shape policy ``"static"``: the runtime compiles each
+partition per concrete input signature, so symbolic dimensions are fine, an unknown rank is
+not); every tensor it touches must be float32; inputs that only steer the compiler
+(Reshape's shape, Clip's bounds) must be constants. Convolutions and pools are 2-D. A node
+that breaks a rule gets a one-line reason, shown in the placement report next to the device
+that took the node instead.
 """
 
 from __future__ import annotations
@@ -85,8 +87,10 @@ def check_node(node: Node) -> str | None:
 def _check_tensor(v, where: str) -> str | None:
     if not v.is_tensor:
         return f"{where} is not a tensor ({v.type_str()})"
-    if not v.is_static:
-        return f"dynamic shape: {where} is {v.type_str()}"
+    if v.shape is None:
+        # Symbolic dimensions are fine: the NPU's shape policy is "static", so the runtime
+        # compiles each partition per concrete input signature (core/specialize.py).
+        return f"unknown rank: {where} is {v.type_str()}"
     if v.dtype != DType.FLOAT:
         return f"dtype {v.dtype.name.lower()} not supported ({where}; the NPU computes float32)"
     return None

@@ -1,0 +1,189 @@
+"""Graph-compiling devices in practice: shape specialization, a compile cache, no waiting.
+
+A backend declares its *shape policy* as data (``Backend.shape_policy``): ``"symbolic"`` (it
+takes symbolic dimensions; every kernel-mode backend), ``"static"`` (it compiles for concrete
+shapes only, as NPUs do). A graph-mode partition of a static-shape device becomes a
+``SpecializedPartition``: one compiled executable per distinct input signature (shapes and
+dtypes), kept in a bounded LRU cache (``compile_cache_size``), with counters (compiles, hits,
+misses, evictions, compile seconds, runs served by the host).
+
+A signature seen for the first time runs on the host (the CPU kernels, over copies of the
+partition's inputs), which *traces* it: every intermediate value's concrete shape is recorded,
+exact where shape inference may not be. The partition graph is copied with those shapes, the
+device's passes run on the copy and the device compiles it, in a background thread
+(``background_compile``, default on: runs keep going to the host until the compile is done,
+then switch; OpenVINO's AUTO plugin does the same) or at once. A partition whose shapes are
+static from the start is compiled at load the same way. A compile that fails (out of device
+memory, a pass or the compiler raising) leaves that signature on the host, with the reason in
+the partition's info. Outputs agree with the device's within float32 rounding: the host and
+the device compute the same ops, in different kernels.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anychip.ir.clone import copy_model
+from anychip.ir.graph import Graph, Model
+from anychip.ir.passes import PassManager
+
+__all__ = ["SpecializedPartition", "signature", "concrete_graph"]
+
+log = logging.getLogger("anychip")
+
+
+def signature(tensors: Sequence[Any]) -> tuple:
+    """The key of a run: each input's shape and dtype."""
+    return tuple((tuple(t.shape), str(np.dtype(t.dtype))) for t in tensors)
+
+
+def concrete_graph(graph: Graph, shapes: dict[str, tuple[int, ...]]) -> Graph:
+    """A copy of ``graph`` whose values named in ``shapes`` have those concrete shapes."""
+    g = copy_model(Model(graph)).graph
+    for v in g.values():
+        if v.name in shapes:
+            v.shape = tuple(int(d) for d in shapes[v.name])
+    return g
+
+
+class SpecializedPartition:
+    """One partition of a static-shape graph-mode device, compiled per input signature.
+
+    Called by the step runner with the partition's inputs as device tensors; returns its
+    outputs as device tensors, computed on the device when this signature is compiled, else
+    on the host (see the module docstring).
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        backend: Any,
+        host_program: Any,
+        *,
+        cache_size: int = 8,
+        background: bool = True,
+        info: dict | None = None,
+    ) -> None:
+        self.graph = graph
+        self.backend = backend
+        self.host_program = host_program
+        self.cache_size = max(1, int(cache_size))
+        self.background = background
+        self.info = info if info is not None else {}
+        self.cache: OrderedDict[tuple, Any] = OrderedDict()
+        self.pending: set[tuple] = set()
+        self.failed: dict[tuple, str] = {}
+        self.stats = {"compiles": 0, "hits": 0, "misses": 0, "evictions": 0, "host_runs": 0}
+        self.compile_seconds = 0.0
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    # -- the run -------------------------------------------------------------------------------
+    def __call__(self, inputs: Sequence[Any]) -> list[Any]:
+        key = signature(inputs)
+        with self._lock:
+            run = self.cache.get(key)
+            if run is not None:
+                self.cache.move_to_end(key)
+                self.stats["hits"] += 1
+            else:
+                self.stats["misses"] += 1
+                trace = key not in self.pending and key not in self.failed
+                if trace:
+                    self.pending.add(key)
+        if run is not None:
+            return list(run(inputs))
+        return self._on_host(inputs, key, trace)
+
+    def _on_host(self, inputs: Sequence[Any], key: tuple, trace: bool) -> list[Any]:
+        """Run on the host over copies of the inputs; when ``trace``, record the shapes and
+        compile this signature for the device."""
+        be = self.backend
+        host_inputs = [be.to_host(t) for t in inputs]
+        record: dict | None = {} if trace else None
+        try:
+            outs = self.host_program.run(host_inputs, record=record)
+        except BaseException:
+            if trace:
+                with self._lock:
+                    self.pending.discard(key)
+            raise
+        self.stats["host_runs"] += 1
+        if trace:
+            shapes = self._shapes(host_inputs, record)
+            self.compile(key, shapes)
+        return [be.to_device(np.asarray(o)) for o in outs]
+
+    def _shapes(self, host_inputs: list[Any], record: dict) -> dict[str, tuple[int, ...]]:
+        slot_of = self.host_program.slot_of
+        shapes = {v.name: tuple(np.shape(a)) for v, a in zip(self.graph.inputs, host_inputs)}
+        for v, s in slot_of.items():
+            if s in record:
+                shapes[v.name] = tuple(record[s][0])
+        return shapes
+
+    # -- compiling -----------------------------------------------------------------------------
+    def compile(self, key: tuple, shapes: dict[str, tuple[int, ...]] | None) -> None:
+        """Compile ``key`` (in the background when asked); ``shapes`` None: already static."""
+        with self._lock:
+            self.pending.add(key)
+        if not self.background:
+            self._compile(key, shapes)
+            return
+        t = threading.Thread(
+            target=self._compile, args=(key, shapes), name="anychip-compile", daemon=True
+        )
+        self._threads.append(t)
+        t.start()
+
+    def _compile(self, key: tuple, shapes: dict[str, tuple[int, ...]] | None) -> None:
+        t0 = time.perf_counter()
+        try:
+            g = concrete_graph(self.graph, shapes or {})
+            if self.backend.passes:
+                PassManager(self.backend.passes, max_iterations=1)(g)
+            compiled = self.backend.compile(g)
+        except Exception as e:  # noqa: BLE001 - the signature stays on the host, with why
+            why = f"{type(e).__name__}: {e}"
+            with self._lock:
+                self.pending.discard(key)
+                self.failed[key] = why
+            self.info["host_only"] = f"{len(self.failed)} signature(s): {why}"[:300]
+            log.warning("anychip: %s: compiling for %s failed: %s", self.backend.name, key, why)
+            return
+        elapsed = time.perf_counter() - t0
+        with self._lock:
+            self.pending.discard(key)
+            self.cache[key] = compiled.run
+            self.cache.move_to_end(key)
+            self.stats["compiles"] += 1
+            self.compile_seconds += elapsed
+            while len(self.cache) > self.cache_size:
+                self.cache.popitem(last=False)
+                self.stats["evictions"] += 1
+            self.info.update(compiled.info)
+            self.info["compiles"] = self.stats["compiles"]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background compiles started so far; True when none is left."""
+        for t in list(self._threads):
+            t.join(timeout)
+        return not any(t.is_alive() for t in self._threads)
+
+    def telemetry(self) -> dict[str, Any]:
+        """Compiles, hits, misses, evictions, host runs, compile seconds, cached signatures."""
+        with self._lock:
+            return dict(
+                self.stats,
+                compile_seconds=round(self.compile_seconds, 6),
+                cached=len(self.cache),
+                compiling=len(self.pending),
+                failed=len(self.failed),
+            )

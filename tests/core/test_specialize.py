@@ -1,0 +1,108 @@
+"""Static-shape devices in practice: one compile per input signature (LRU-bounded), runs on the
+host while the device compiles in the background, a failed compile leaves its signature on the
+host. The NPU is the static-shape device here."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anychip
+
+
+def _mlp(batch: int | str = "N", seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32) * 0.3, "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32) * 0.3, "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["l"]),
+        helper.make_node("Softmax", ["l"], ["y"], axis=-1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])
+    g = helper.make_graph(nodes, "mlp", [x], [y], [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return onnx.shape_inference.infer_shapes(m).SerializeToString()
+
+
+def _x(n: int) -> np.ndarray:
+    return np.random.default_rng(n).standard_normal((n, 16)).astype(np.float32)
+
+
+def _reference(model: bytes, x: np.ndarray) -> np.ndarray:
+    return anychip.load(model, devices=["cpu"]).run(None, {"x": x})[0]
+
+
+def _sp(sess):
+    (sp,) = sess.compiled.specialized.values()
+    return sp
+
+
+def test_one_compile_per_signature_and_hits_after():
+    model = _mlp()
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, background_compile=False)
+    assert sess.placement().by_device() == {"npu": 4}
+    for n in (2, 5, 2, 5, 5):
+        np.testing.assert_allclose(
+            sess.run(None, {"x": _x(n)})[0], _reference(model, _x(n)), rtol=1e-5, atol=1e-6
+        )
+    t = _sp(sess).telemetry()
+    assert (t["compiles"], t["hits"], t["host_runs"]) == (2, 3, 2)  # first of each: traced
+    assert t["compile_seconds"] > 0 and t["cached"] == 2
+
+
+def test_the_cache_keeps_the_most_recent_signatures():
+    sess = anychip.load(
+        _mlp(),
+        devices=["npu", "cpu"],
+        cost_model=False,
+        background_compile=False,
+        compile_cache_size=2,
+    )
+    for n in (1, 2, 3, 1):
+        sess.run(None, {"x": _x(n)})
+    t = _sp(sess).telemetry()
+    assert t["compiles"] == 4 and t["evictions"] == 2 and t["cached"] == 2
+
+
+def test_runs_go_to_the_host_while_the_device_compiles_in_the_background():
+    model = _mlp(batch=4)
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, background_compile=True)
+    sp = _sp(sess)
+    first = sess.run(None, {"x": _x(4)})[0]  # may be served by the host: never waits
+    assert sp.wait(timeout=60)
+    after = sess.run(None, {"x": _x(4)})[0]
+    ref = _reference(model, _x(4))
+    np.testing.assert_allclose(first, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after, ref, rtol=1e-5, atol=1e-6)
+    t = sp.telemetry()
+    assert t["compiles"] == 1 and t["hits"] >= 1 and t["compiling"] == 0
+
+
+def test_a_signature_that_fails_to_compile_stays_on_the_host():
+    model = _mlp()
+    sess = anychip.load(
+        model,
+        devices=["npu", "cpu"],
+        cost_model=False,
+        background_compile=False,
+        device_options={"npu": {"memory": 16384}},
+    )
+    for n in (64, 64):
+        np.testing.assert_allclose(
+            sess.run(None, {"x": _x(n)})[0], _reference(model, _x(n)), rtol=1e-5, atol=1e-6
+        )
+    sp = _sp(sess)
+    t = sp.telemetry()
+    assert t["failed"] == 1 and t["compiles"] == 0 and t["host_runs"] == 2
+    assert "OutOfMemoryError" in sp.info["host_only"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "8", True])
+def test_a_bad_compile_cache_size_is_an_anychip_error(bad):
+    with pytest.raises(anychip.AnychipError, match="compile_cache_size"):
+        anychip.load(_mlp(), devices=["npu", "cpu"], compile_cache_size=bad)
