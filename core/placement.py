@@ -66,6 +66,7 @@ class PlacementOptions:
         "max_copy_bytes",
         "cost_model",
         "calibration",
+        "failover",
         "calibrations",
         "factors",
     )
@@ -79,6 +80,7 @@ class PlacementOptions:
         max_copy_bytes: int | None = None,
         *,
         calibration: str | None = "off",
+        failover: bool = True,
     ) -> None:
         self.pins = dict(pins or {})
         self.strict = strict
@@ -89,6 +91,9 @@ class PlacementOptions:
         self.cost_model = cost_model
         #: "auto" | "cached" | "off" (None: $ANYCHIP_CALIBRATION): see core/calibration.py.
         self.calibration = resolve_calibration_mode(calibration)
+        #: A device failing during a run is marked unhealthy and the request re-runs without
+        #: it (``core/failover.py``); never in strict mode.
+        self.failover = failover
         self.calibrations: dict[str, object] = {}
         self.factors: dict[str, float] = {}
 

@@ -103,6 +103,8 @@ class PlacementReport:
         self.devices = devices
         #: The cost model's estimate and the feedback's decision, in words ("" without).
         self.decision = ""
+        #: Devices a run found failing, with the error; the placement no longer uses them.
+        self.unhealthy: dict[str, str] = {}
 
     @property
     def copy_count(self) -> int:
@@ -146,6 +148,7 @@ class PlacementReport:
             lines.append(f"  {c.tensor}: {c.src} -> {c.dst} ({size} bytes{measured})")
         if self.decision:
             lines.append(f"cost model: {self.decision}")
+        lines.extend(f"unhealthy: {d}: {why}" for d, why in self.unhealthy.items())
         if self.load_copies:
             total = sum(c.bytes or 0 for c in self.load_copies)
             lines.append(f"constants copied once at load: {len(self.load_copies)} ({total} bytes)")
@@ -181,6 +184,7 @@ def placement_report(session: Any) -> PlacementReport:
         c.replaced or (fb.decision if fb is not None else ""),
     ]
     report.decision = "; ".join(p for p in parts if p)
+    report.unhealthy = dict(getattr(session, "unhealthy", {}))
     return report
 
 

@@ -116,6 +116,8 @@ class StepProgram:
                     slots[s] = None
         except BaseException as e:
             self._release(slots)
+            if step is not None and not hasattr(e, "anychip_device"):
+                _blame(e, step)
             if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
                 raise OutOfMemoryError(
                     f"out of memory while running {step.label}: {type(e).__name__}: {e}. "
@@ -190,6 +192,17 @@ def build_steps(
         st.frees = tuple((s, release_of[s]) for s in fr)
     prog.nslots = len(slot)
     return prog
+
+
+def _blame(e: BaseException, step: Step) -> None:
+    """Name on ``e`` the device whose step failed (a copy's device side), for failover."""
+    device = step.device
+    if step.is_copy and device == HOST:
+        device = step.label.rsplit(" ", 1)[1].split("->")[0]
+    try:
+        e.anychip_device = device  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass  # an exception type without a __dict__: no failover information
 
 
 def _nbytes(t: Any) -> int:

@@ -15,8 +15,10 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from anychip.core.calibration import resolve_calibration_mode
 from anychip.core.compiler import CompiledModel, CompileOptions, compile_model
 from anychip.core.devices import resolve_devices
+from anychip.core.failover import run_request
 from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
 from anychip.core.memory.report import MemoryReport, memory_report
@@ -44,23 +46,23 @@ class Session:
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
         copts: CompileOptions | None = None,
     ) -> None:
-        registry = get_registry()
-        device_options = dict(device_options or {})
-        unknown = sorted(set(device_options) - set(devices))
-        if unknown:
-            raise DeviceError(
-                f"device_options name {unknown}, which are not among this "
-                f"session's devices {devices}"
-            )
+        registry, device_options = get_registry(), dict(device_options or {})
+        if unknown := sorted(set(device_options) - set(devices)):
+            raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
         copts = copts or CompileOptions()
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
-        def compile_with(factors: dict[str, float], host_only: bool = False) -> CompiledModel:
+        def compile_with(
+            factors: dict[str, float], host_only: bool = False, devices: Any = None
+        ) -> CompiledModel:
             opts = copy.copy(options)
             opts.factors = factors
-            devs = backends[-1:] if host_only else backends
-            return compile_model(model, devs, opts, registry, copts)
+            devs = [b for b in backends if devices is None or b.name in devices]
+            return compile_model(model, devs[-1:] if host_only else devs, opts, registry, copts)
 
+        #: Devices a run found failing, with the error (``core/failover.py``).
+        self.unhealthy: dict[str, str] = {}
+        self._compile_with = compile_with if len(devices) > 1 else None
         self.devices, self.options = devices, options
         self._use(compile_with(options.factors))
         #: The first runs measured and, once, a better placement taken (``core/feedback.py``).
@@ -69,7 +71,7 @@ class Session:
         self.inputs = [IOInfo(v) for v in graph.inputs]
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         log_fallbacks(self.model.graph, devices)
 
     def _use(self, c: CompiledModel) -> None:
@@ -108,16 +110,18 @@ class Session:
         arrays = self._feeds.check(feeds)
         wanted = self._feeds.select(output_names)
         with self._lock:
-            fb = self.feedback
-            if fb is None or fb.done:
-                outs = self.compiled.steps.run(arrays)
-            else:
-                outs, compiled = fb.run(self.compiled, arrays)
-                if compiled is not self.compiled:
-                    self._use(compiled)
-                if fb.done:
-                    fb.recompile = None  # lets the source model go
+            outs = run_request(self, arrays)  # feedback runs, failover (core/failover.py)
         return [detach(outs[i], feeds) for i in wanted]
+
+    def replan(self) -> None:
+        """Place and compile again on the devices not marked unhealthy (a failed device is
+        marked by the run it failed; ``unhealthy`` maps it to the error)."""
+        if self._compile_with is None:
+            raise AnychipError("a session on one device has nothing to re-place onto")
+        keep = [d for d in self.devices if d not in self.unhealthy]
+        factors = self.compiled.costs.factors if self.compiled.costs else {}
+        with self._lock:
+            self._use(self._compile_with(factors, devices=keep))
 
     def __repr__(self) -> str:
         return (
@@ -142,9 +146,10 @@ def load(
     calibration: str | None = None,
     compile_cache_size: int = 8,
     background_compile: bool | None = None,
+    failover: bool = True,
     **options: Any,
 ) -> Session:
-    """Compile a model for a set of devices.
+    """Compile a model for a set of devices; returns a ``Session`` (``sess.run(None, feeds)``).
 
     Args:
         model: a path to an ``.onnx`` file, its bytes, an ``onnx.ModelProto`` or an
@@ -172,9 +177,8 @@ def load(
             an NPU, one per input signature (default 8, least recently used dropped).
         background_compile: such devices compile in a background thread while runs go to the
             host, then switch (default True, or ``ANYCHIP_BACKGROUND_COMPILE=0``).
-
-    Returns:
-        A ``Session``; ``session.run(None, {"x": x})`` runs it.
+        failover: a device failing during a run is marked unhealthy and the request re-runs
+            on the others (default True; never with ``strict``).
     """
     if options:
         known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
@@ -185,9 +189,8 @@ def load(
     if not isinstance(model, Model):
         model = import_model(model, custom_schemas=registry.schemas)
     names = resolve_devices(devices, strict=strict)
-    opts = PlacementOptions(
-        placement, strict, max_copies, cost_model, max_copy_bytes, calibration=calibration
-    )
+    opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
+    opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
     if background_compile is None:
         background_compile = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1") != "0"
     copts = CompileOptions(

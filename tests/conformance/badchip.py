@@ -25,6 +25,7 @@ MODES = (
     "phantom_claim",
     "leak",
     "slow",
+    "gone",
 )
 
 
@@ -88,6 +89,8 @@ KERNELS = KernelTable("badchip")
 @KERNELS.register("Relu", since=6, dtypes=F32, inplace=True)
 def relu(x: Tensor) -> Tensor:
     mode = CHIP.mode
+    if mode == "gone":
+        raise RuntimeError("device lost: the driver stopped answering")
     if mode == "slow":
         time.sleep(0.002)  # a chip far slower than its declared figures
     dtype = np.float64 if mode == "wrong_dtype" else x.dtype

@@ -64,7 +64,9 @@ _X = {"x": np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)}
 
 def test_a_float64_result_is_caught_at_its_node(with_plugin) -> None:
     with_plugin(lambda x: np.maximum(x, 0).astype(np.float64))
-    sess = anychip.load(three_nodes(), devices=["wrongchip", "cpu"], cost_model=False)
+    sess = anychip.load(
+        three_nodes(), devices=["wrongchip", "cpu"], cost_model=False, failover=False
+    )
     with pytest.raises(KernelError) as info:
         sess.run(None, _X)
     text = str(info.value)
@@ -74,11 +76,21 @@ def test_a_float64_result_is_caught_at_its_node(with_plugin) -> None:
 
 def test_a_wrong_shape_is_caught_and_the_check_can_be_turned_off(with_plugin) -> None:
     with_plugin(lambda x: np.maximum(x, 0)[:2])
-    sess = anychip.load(three_nodes(), devices=["wrongchip", "cpu"], cost_model=False)
+    sess = anychip.load(
+        three_nodes(), devices=["wrongchip", "cpu"], cost_model=False, failover=False
+    )
     with pytest.raises(KernelError, match=r"shape \[2, 8\], expected \[4, 8\]"):
         sess.run(None, _X)
+    # With failover (the default) the wrong device is dropped and the run gives the right
+    # result from the CPU.
+    safe = anychip.load(three_nodes(), devices=["wrongchip", "cpu"], cost_model=False)
+    assert safe.run(None, _X)[0].shape == (4, 8) and "wrongchip" in safe.unhealthy
     unchecked = anychip.load(
-        three_nodes(), devices=["wrongchip", "cpu"], cost_model=False, check_kernels=False
+        three_nodes(),
+        devices=["wrongchip", "cpu"],
+        cost_model=False,
+        check_kernels=False,
+        failover=False,
     )
     (y,) = unchecked.run(None, _X)  # the wrong result flows on: what the check prevents
     assert y.shape == (2, 8)
