@@ -18,11 +18,13 @@ The walk, in order (each step's module in brackets):
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from anychip.core.calibration import calibrations
+from anychip.core.calibration import cache_root, calibrations
+from anychip.core.compile_cache import DiskCache, compile_graph_cached
 from anychip.core.cost_search import Costs
 from anychip.core.executor import Program, evaluate_node
 from anychip.core.feedback import explain_partitions, predicted_time
@@ -60,6 +62,11 @@ class CompileOptions:
     check_kernels: bool = True
     compile_cache_size: int = 8
     background_compile: bool = True
+    #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile_cache``);
+    #: off with ``ANYCHIP_COMPILE_CACHE=0``.
+    disk_cache: bool = field(
+        default_factory=lambda: os.environ.get("ANYCHIP_COMPILE_CACHE", "1") != "0"
+    )
 
     def __post_init__(self) -> None:
         for name in ("plan_cache_size", "compile_cache_size"):
@@ -213,11 +220,11 @@ def _compile_partitions(
         if backend.graph_mode and _specializes(backend, p.graph, copts):
             p.program = out.specialized[p.index] = _specialized(out, p, backend, registry, copts)
             continue
-        if backend.passes:  # one manager: the graph is verified after every pass
-            PassManager(backend.passes, max_iterations=1)(p.graph)
         if backend.graph_mode:
             try:
-                compiled = backend.compile(p.graph)
+                compiled, _ = compile_graph_cached(
+                    backend, p.graph, _static_key(p.graph), _disk(copts), registry.schemas
+                )
             except OutOfMemoryError as e:
                 if options.strict or p.device == last:
                     raise
@@ -237,6 +244,8 @@ def _compile_partitions(
                 registry.schemas,
                 check_kernels=out.check_kernels,
             )
+            if backend.passes:  # one manager: the graph is verified after every pass
+                PassManager(backend.passes, max_iterations=1)(p.graph)
             pool = _pool_for(out, backend, registry.pools.get(backend.kind))
             pm = PartitionMemory(program, pool, copts.plan_cache_size)
             why = _over_budget(p, backend, pm)
@@ -286,12 +295,33 @@ def _specialized(
         cache_size=copts.compile_cache_size,
         background=copts.background_compile,
         info=p.info,
+        disk=_disk(copts),
+        schemas=registry.schemas,
     )
     p.info["shapes"] = "compiled per input signature"
     if all(v.is_static for v in p.graph.inputs):
-        key = tuple((tuple(v.shape), str(v.dtype.numpy)) for v in p.graph.inputs)
-        sp.compile(key, None)
+        sp.compile(_static_key(p.graph), None)
     return sp
+
+
+def _static_key(graph: Any) -> tuple:
+    """The input signature of a partition whose inputs have static shapes."""
+    return tuple(
+        (tuple(v.shape or ()), str(v.dtype.numpy) if v.dtype else "?") for v in graph.inputs
+    )
+
+
+_DISKS: dict[str, DiskCache] = {}
+
+
+def _disk(copts: CompileOptions) -> DiskCache | None:
+    """The process's disk cache of compiled artifacts (one per cache folder), or None."""
+    if not copts.disk_cache:
+        return None
+    root = str(cache_root())
+    if root not in _DISKS:
+        _DISKS[root] = DiskCache()
+    return _DISKS[root]
 
 
 def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:

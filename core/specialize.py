@@ -32,7 +32,6 @@ import numpy as np
 
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
-from anychip.ir.passes import PassManager
 
 __all__ = ["SpecializedPartition", "signature", "concrete_graph"]
 
@@ -70,6 +69,8 @@ class SpecializedPartition:
         cache_size: int = 8,
         background: bool = True,
         info: dict | None = None,
+        disk: Any = None,
+        schemas: Any = None,
     ) -> None:
         self.graph = graph
         self.backend = backend
@@ -80,7 +81,16 @@ class SpecializedPartition:
         self.cache: OrderedDict[tuple, Any] = OrderedDict()
         self.pending: set[tuple] = set()
         self.failed: dict[tuple, str] = {}
-        self.stats = {"compiles": 0, "hits": 0, "misses": 0, "evictions": 0, "host_runs": 0}
+        self.disk, self.schemas = disk, schemas
+        self._graph_digest: str | None = None
+        self.stats = {
+            "compiles": 0,
+            "disk_hits": 0,
+            "hits": 0,
+            "misses": 0,
+            "evictions": 0,
+            "host_runs": 0,
+        }
         self.compile_seconds = 0.0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -98,9 +108,18 @@ class SpecializedPartition:
                 trace = key not in self.pending and key not in self.failed
                 if trace:
                     self.pending.add(key)
+        if run is None and trace and self.disk is not None:
+            run = self._from_disk(key)  # compiled by an earlier process: no trace needed
         if run is not None:
             return list(run(inputs))
         return self._on_host(inputs, key, trace)
+
+    def _from_disk(self, key: tuple) -> Any:
+        """The executable of ``key`` from the disk cache (compiling its stored graph), or
+        None; only the artifact's own graph is needed, not a trace."""
+        self._compile(key, None, disk_only=True)
+        with self._lock:
+            return self.cache.get(key)
 
     def _on_host(self, inputs: Sequence[Any], key: tuple, trace: bool) -> list[Any]:
         """Run on the host over copies of the inputs; when ``trace``, record the shapes and
@@ -143,13 +162,26 @@ class SpecializedPartition:
         self._threads.append(t)
         t.start()
 
-    def _compile(self, key: tuple, shapes: dict[str, tuple[int, ...]] | None) -> None:
+    def _compile(
+        self, key: tuple, shapes: dict[str, tuple[int, ...]] | None, disk_only: bool = False
+    ) -> None:
+        from anychip.core.compile_cache import compile_graph_cached
+
         t0 = time.perf_counter()
         try:
             g = concrete_graph(self.graph, shapes or {})
-            if self.backend.passes:
-                PassManager(self.backend.passes, max_iterations=1)(g)
-            compiled = self.backend.compile(g)
+            digest = self._digest() if self.disk is not None else None
+            compiled, from_disk = compile_graph_cached(
+                self.backend,
+                g,
+                key,
+                self.disk,
+                self.schemas,
+                digest=digest,
+                only_from_disk=disk_only,
+            )
+            if compiled is None:
+                return  # not on disk: the host run that follows traces and compiles it
         except Exception as e:  # noqa: BLE001 - the signature stays on the host, with why
             why = f"{type(e).__name__}: {e}"
             with self._lock:
@@ -163,7 +195,7 @@ class SpecializedPartition:
             self.pending.discard(key)
             self.cache[key] = compiled.run
             self.cache.move_to_end(key)
-            self.stats["compiles"] += 1
+            self.stats["disk_hits" if from_disk else "compiles"] += 1
             self.compile_seconds += elapsed
             while len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
@@ -177,11 +209,21 @@ class SpecializedPartition:
             t.join(timeout)
         return not any(t.is_alive() for t in self._threads)
 
+    def _digest(self) -> str:
+        """The symbolic partition graph's digest, computed once (it keys disk artifacts)."""
+        from anychip.core.compile_cache import graph_digest
+
+        with self._lock:
+            if self._graph_digest is None:
+                self._graph_digest = graph_digest(self.graph)
+            return self._graph_digest
+
     def telemetry(self) -> dict[str, Any]:
         """Compiles, hits, misses, evictions, host runs, compile seconds, cached signatures."""
         with self._lock:
             return dict(
                 self.stats,
+                disk=dict(self.disk.stats) if self.disk is not None else None,
                 compile_seconds=round(self.compile_seconds, 6),
                 cached=len(self.cache),
                 compiling=len(self.pending),

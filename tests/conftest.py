@@ -20,6 +20,9 @@ os.environ.setdefault("ANYCHIP_CALIBRATION", "off")
 # Graph-mode devices compile at load, as they did before background compiles: the tests of the
 # background path (tests/core/test_specialize.py) turn it on themselves.
 os.environ.setdefault("ANYCHIP_BACKGROUND_COMPILE", "0")
+# No compiled artifacts written under ~/.cache by the test run (tests/core/test_compile_cache.py
+# turns the disk cache on in a temporary folder).
+os.environ.setdefault("ANYCHIP_COMPILE_CACHE", "0")
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # Two workers on two cores: a BLAS pool per worker would oversubscribe them.

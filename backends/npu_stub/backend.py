@@ -39,6 +39,8 @@ class NpuBackend(Backend):
     #: Compiles for concrete shapes only: the runtime specializes partitions per input
     #: signature and caches the executables (``core/specialize.py``).
     shape_policy = "static"
+    #: Its compiled partitions are cached on disk (``core/compile_cache.py``).
+    cache_compiled = True
 
     def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
         super().__init__()
@@ -112,6 +114,11 @@ class NpuBackend(Backend):
         """The device bytes of ``tensor`` as a writable array: a debugging and test hook
         (writing through it changes device memory, as a DMA from elsewhere would)."""
         return self.memory.tensor_view(tensor)
+
+    @property
+    def cache_tag(self) -> str:
+        """What besides the graph changes the compiled code: the precision."""
+        return f"precision={self.precision}"
 
     # -- capability and compilation ------------------------------------------------------------
     def check_node(self, node: Node) -> str | None:
