@@ -282,8 +282,7 @@ def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
 def _specialized(
     out: CompiledModel, p: Partition, backend: Any, registry: Any, copts: CompileOptions
 ) -> SpecializedPartition:
-    """The partition as a ``SpecializedPartition``: its host program (the CPU kernels), and
-    at once a compile of its static signature when its shapes are static."""
+    """The partition as a ``SpecializedPartition`` over its host program (the CPU kernels)."""
     host = registry.backends[HOST]
     program = Program(
         p.graph, host, registry.kernel_table(HOST), registry.schemas, check_kernels=False
@@ -299,7 +298,9 @@ def _specialized(
         schemas=registry.schemas,
     )
     p.info["shapes"] = "compiled per input signature"
-    if all(v.is_static for v in p.graph.inputs):
+    # With the background compile a static partition is compiled after its first run (which
+    # the host serves at full speed: a compile beside it would slow it down); without, now.
+    if all(v.is_static for v in p.graph.inputs) and not copts.background_compile:
         sp.compile(_static_key(p.graph), None)
     return sp
 
