@@ -64,6 +64,8 @@ def _checksum(arr: object) -> str:
 def _cmd_devices(args: argparse.Namespace) -> int:
     import anychip
 
+    if getattr(args, "ops", None):
+        return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
     print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
@@ -75,10 +77,47 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_claims(device: str, as_json: bool) -> int:
+    """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
+    import json
+
+    from anychip.conformance.claims import claims_of
+    from anychip.core.plugins import get_registry
+    from anychip.errors import DeviceError
+
+    registry = get_registry()
+    if device not in registry.backends:
+        raise DeviceError(f"no device {device!r} is registered (have: {sorted(registry.backends)})")
+    rows = [
+        {
+            "domain": c.domain or "ai.onnx",
+            "op": c.op,
+            "since": c.since,
+            "until": c.until,
+            "dtypes": sorted(d.short for d in c.dtypes) if c.dtypes is not None else None,
+        }
+        for c in sorted(claims_of(registry.backends[device]), key=lambda c: (c.op, c.since))
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{device} claims {len(rows)} op version ranges:")
+    for r in rows:
+        until = r["until"] if r["until"] is not None else "latest"
+        dtypes = ",".join(r["dtypes"]) if r["dtypes"] else "any"
+        print(f"  {r['domain']}::{r['op']:<24} opset {r['since']}..{until:<7} {dtypes}")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import anychip
 
-    sess = anychip.load(args.model, devices=args.devices)
+    sess = anychip.load(
+        args.model,
+        devices=args.devices,
+        strict=args.strict,
+        placement_policy=args.placement_policy,
+    )
     feeds = random_feeds(sess, args.seed)
     for item in args.input or []:
         if "=" not in item:
@@ -198,7 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("devices", help="list backends, availability and why not")
+    dev = sub.add_parser("devices", help="list backends, availability and why not")
+    dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
+    dev.add_argument("--json", action="store_true", help="with --ops: as JSON")
     run = sub.add_parser("run", help="run a model with random or given inputs")
     run.add_argument("model")
     run.add_argument("--devices", default=None, help="comma list, e.g. npu,cpu")
@@ -207,6 +248,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
+    run.add_argument(
+        "--strict", action="store_true", help="no fallback: an error lists what would fall back"
+    )
+    run.add_argument(
+        "--placement-policy",
+        choices=["latency", "prefer-first", "min-copies"],
+        default=None,
+        help="latency (the measured cost model; default), prefer-first (the first device "
+        "takes every node it can), min-copies",
+    )
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
     conformance_cli.add_parser(sub)
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")

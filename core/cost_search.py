@@ -134,12 +134,13 @@ def _graph_mode_launches(graph: Graph, device_of: dict[Node, str], costs: Costs)
 
 
 def prefer_single_device(
-    graph: Graph, backends: list[Backend], capable: Any, costs: Costs
+    graph: Graph, backends: list[Backend], capable: Any, costs: Costs, by_copies: bool = False
 ) -> tuple[Backend, Estimate, Estimate] | None:
     """The device to move every node to, with its estimate and the mixed one's, or None when
-    the current placement is estimated fastest (or cannot be estimated).
+    the current placement is estimated best (or cannot be estimated).
 
-    ``capable(backend, node)`` is True when ``backend`` can run ``node``.
+    ``capable(backend, node)`` is True when ``backend`` can run ``node``. ``by_copies``: the
+    ``min-copies`` policy (fewest copies per run first, then time); else time, with ``MARGIN``.
     """
     host = backends[-1].name
     current = {n: n.meta["device"] for n in graph.nodes}
@@ -148,15 +149,24 @@ def prefer_single_device(
     ):
         return None
     mixed = estimate(graph, current, costs, host)
-    if mixed.seconds is None:
+    if mixed.seconds is None and not by_copies:
         return None
     best = None
     for b in backends:
         if not all(capable(b, n) for n in graph.nodes):
             continue
         alone = estimate(graph, dict.fromkeys(graph.nodes, b.name), costs, host)
-        if alone.seconds is not None and (best is None or alone.seconds < best[1].seconds):
+        if best is None or _rank(alone, by_copies) < _rank(best[1], by_copies):
             best = (b, alone)
-    if best is None or best[1].seconds >= mixed.seconds * (1 - MARGIN):
+    if best is None:
+        return None
+    if by_copies:
+        return best + (mixed,) if _rank(best[1], True) < _rank(mixed, True) else None
+    if best[1].seconds is None or best[1].seconds >= mixed.seconds * (1 - MARGIN):
         return None
     return best[0], best[1], mixed
+
+
+def _rank(e: Estimate, by_copies: bool) -> tuple:
+    seconds = float("inf") if e.seconds is None else e.seconds
+    return (e.copies, seconds) if by_copies else (seconds,)

@@ -40,6 +40,23 @@ __all__ = [
 ]
 
 
+#: Placement policies, after onnxruntime's device policies where one fits: ``latency``
+#: (MAX_PERFORMANCE: the measured cost model decides), ``prefer-first`` (PREFER_NPU/GPU: the
+#: first device takes every node it can run; the cost model is off), ``min-copies`` (the
+#: candidate placement with the fewest copies per run, then the fastest).
+POLICIES = ("latency", "prefer-first", "min-copies")
+
+
+def set_policy(options: PlacementOptions, policy: str | None) -> None:
+    """Apply a policy name to ``options`` (None: keep what ``cost_model`` said)."""
+    if policy is None:
+        return
+    if policy not in POLICIES:
+        raise PlacementError(f"placement_policy {policy!r} is unknown; use one of {POLICIES}")
+    options.policy = policy
+    options.cost_model = policy != "prefer-first"
+
+
 class PlacementOptions:
     """What the user says about placement.
 
@@ -67,6 +84,7 @@ class PlacementOptions:
         "cost_model",
         "calibration",
         "failover",
+        "policy",
         "calibrations",
         "factors",
     )
@@ -94,6 +112,8 @@ class PlacementOptions:
         #: A device failing during a run is marked unhealthy and the request re-runs without
         #: it (``core/failover.py``); never in strict mode.
         self.failover = failover
+        #: "latency" (the cost model), "prefer-first" or "min-copies": see ``POLICIES``.
+        self.policy = "latency" if cost_model else "prefer-first"
         self.calibrations: dict[str, object] = {}
         self.factors: dict[str, float] = {}
 
@@ -136,17 +156,28 @@ def place(
                 f"placement pins name device {pin_device!r}, which is not among this "
                 f"session's devices {list(by_name)}; add it to devices= or fix the pin"
             )
+    refused: list[str] = []
     for node in graph.nodes:
         pin = options.pin_for(node)
         if pin is not None:
             _place_pinned(node, by_name[pin], tables)
         else:
-            _place_by_priority(node, backends, tables, options, excluded.get(node.name, {}))
+            why = _place_by_priority(node, backends, tables, options, excluded.get(node.name, {}))
+            if why:
+                refused.append(why)
+    if refused:
+        raise PlacementError(
+            f"strict placement: {len(refused)} node(s) would fall back from "
+            f"{backends[0].name}:\n"
+            + "\n".join(f"  {r}" for r in refused)
+            + "\nPin them elsewhere, or load without strict=True."
+        )
     if options.cost_model:
         _keep_shape_chains_on_host(graph, backends, tables)
         costs = Costs(backends, options.calibrations, options.factors)
-        avoid_costly_islands(graph, backends, tables, options, costs)
-        _prefer_single_device(graph, backends, tables, costs)
+        if options.policy != "min-copies":  # the islands rule is about time
+            avoid_costly_islands(graph, backends, tables, options, costs)
+        _prefer_single_device(graph, backends, tables, costs, options)
 
 
 #: Ops that start a shape computation: their output describes a tensor, not its values.
@@ -186,19 +217,27 @@ def _keep_shape_chains_on_host(
 
 
 def _prefer_single_device(
-    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], costs: Costs
+    graph: Graph,
+    backends: list[Backend],
+    tables: dict[str, KernelTable],
+    costs: Costs,
+    options: PlacementOptions,
 ) -> None:
-    """Move every node to one device when that is estimated faster than the mixed placement."""
+    """Move every node to one device when that is estimated faster than the mixed placement
+    (``min-copies``: when it makes fewer copies per run)."""
 
     def capable(b: Backend, n: Node) -> bool:
         return n.meta["device"] == b.name or capability(b, tables.get(b.name), n) is None
 
-    found = prefer_single_device(graph, backends, capable, costs)
+    by_copies = options.policy == "min-copies"
+    found = prefer_single_device(graph, backends, capable, costs, by_copies)
     if found is None:
         return
     target, alone, mixed = found
+    rule = "fewest copies" if by_copies else "cost"
     why = (
-        f"cost: the whole graph on {target.name} is estimated {alone}, the mixed placement {mixed}"
+        f"{rule}: the whole graph on {target.name} is estimated {alone}, the mixed placement "
+        f"{mixed}"
     )
     for n in graph.nodes:
         if n.meta["device"] != target.name:
@@ -302,8 +341,9 @@ def _place_by_priority(
     tables: dict[str, KernelTable],
     options: PlacementOptions,
     excluded: dict[str, str],
-) -> None:
-    """The first device that can run ``node``; every earlier device's reason is recorded."""
+) -> str | None:
+    """The first device that can run ``node``; every earlier device's reason is recorded.
+    Returns what strict placement refuses (the fallback it would make), else None."""
     reasons: list[tuple[str, str]] = []
     for b in backends:
         why = excluded.get(b.name) or capability(b, tables.get(b.name), node)
@@ -312,15 +352,11 @@ def _place_by_priority(
             continue
         if not reasons:
             _assign(node, b, tables, "chosen")
-            return
+            return None
         if options.strict:
-            raise PlacementError(
-                f"strict placement: node {node.name!r} ({node.op_type}) cannot run "
-                f"on {reasons[0][0]} ({reasons[0][1]}) and would fall back to "
-                f"{b.name}. Pin it elsewhere, or load without strict=True."
-            )
+            return f"{node.name} ({node.op_type}) -> {b.name}: {reasons[0][0]}: {reasons[0][1]}"
         _assign(node, b, tables, "fallback: " + "; ".join(f"{d}: {r}" for d, r in reasons))
-        return
+        return None
     lines = "\n".join(f"  {d}: {r}" for d, r in reasons)
     raise UnsupportedOpError(
         f"no device can run node {node.name!r} ({node.qualified_op}, opset version "

@@ -121,7 +121,19 @@ class PlacementReport:
         return dict(Counter(n.device for n in self.nodes))
 
     def fallbacks(self) -> list[NodeRecord]:
+        """Nodes the preferred devices cannot run (not the ones the cost model moved)."""
         return [n for n in self.nodes if n.reason.startswith("fallback")]
+
+    def summary(self) -> dict[str, int]:
+        """Nodes by why they are where they are: ``chosen`` (their first capable device),
+        ``fallback`` (the preferred devices cannot run them), ``cost`` (the cost model or the
+        policy moved them), ``pinned``."""
+        out = {"chosen": 0, "fallback": 0, "cost": 0, "pinned": 0}
+        for n in self.nodes:
+            key = n.reason.split(":", 1)[0].split(" (", 1)[0]
+            key = {"fewest copies": "cost", "shape computation": "cost"}.get(key, key)
+            out[key if key in out else "cost"] += 1
+        return out
 
     def __str__(self) -> str:
         lines = [
@@ -189,14 +201,20 @@ def placement_report(session: Any) -> PlacementReport:
 
 
 def log_fallbacks(graph: Any, devices: list[str]) -> None:
-    """Warn once per session, on the ``anychip`` logger, which ops fell back from the first
-    device (``Session.placement()`` has the reason of each)."""
-    fb = [n for n in graph.nodes if str(n.meta.get("placement_reason", "")).startswith("fallback")]
-    if fb and len(devices) > 1:
-        ops = Counter(n.op_type for n in fb)
-        logging.getLogger("anychip").warning(
-            "anychip: %d node(s) fell back from %s: %s (see Session.placement())",
-            len(fb),
-            devices[0],
-            ", ".join(f"{op} x{c}" for op, c in ops.most_common()),
-        )
+    """Warn once per session, on the ``anychip`` logger, which ops could not run on the first
+    device, and (apart) how many nodes the cost model kept elsewhere (``Session.placement()``
+    has the reason of each)."""
+    if len(devices) < 2:
+        return
+    reasons = [str(n.meta.get("placement_reason", "")) for n in graph.nodes]
+    unable = Counter(n.op_type for n, r in zip(graph.nodes, reasons) if r.startswith("fallback"))
+    by_cost = sum(1 for r in reasons if r.startswith(("cost:", "fewest copies:", "shape comp")))
+    if not unable and not by_cost:
+        return
+    parts = []
+    if unable:
+        ops = ", ".join(f"{op} x{c}" for op, c in unable.most_common())
+        parts.append(f"{sum(unable.values())} node(s) could not run on {devices[0]} ({ops})")
+    if by_cost:
+        parts.append(f"{by_cost} kept off {devices[0]} by the cost model")
+    logging.getLogger("anychip").warning("anychip: %s (see Session.placement())", "; ".join(parts))

@@ -1,9 +1,8 @@
 """``Session`` and ``load``: a model compiled for a set of devices, run like onnxruntime.
 
-The session is the facade over two halves. ``core/compiler.py`` walks the model from its
-schemas to compiled partitions on a copy of the caller's model (the walk is listed there);
-``core/runner.py`` runs the resulting steps; ``core/feeds.py`` checks what goes in and out.
-There is no CPU-only shortcut: one device is the general case with one partition.
+A facade: ``core/compiler.py`` compiles (on a copy of the caller's model), ``core/runner.py``
+runs the steps, ``core/feeds.py`` checks what goes in and out, ``core/feedback.py`` and
+``core/failover.py`` watch the runs. One device is the general case with one partition.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from anychip.core.failover import run_request
 from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
 from anychip.core.memory.report import MemoryReport, memory_report
-from anychip.core.placement import PlacementOptions
+from anychip.core.placement import PlacementOptions, set_policy
 from anychip.core.plugins import get_registry
 from anychip.core.report import PlacementReport, log_fallbacks, placement_report
 from anychip.errors import AnychipError, DeviceError
@@ -147,6 +146,7 @@ def load(
     compile_cache_size: int = 8,
     background_compile: bool | None = None,
     failover: bool = True,
+    placement_policy: str | None = None,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices; returns a ``Session`` (``sess.run(None, feeds)``).
@@ -173,12 +173,12 @@ def load(
             ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
             disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
             ``"off"``: the backends' declared figures.
-        compile_cache_size: executables kept per partition of a static-shape device such as
-            an NPU, one per input signature (default 8, least recently used dropped).
-        background_compile: such devices compile in a background thread while runs go to the
-            host, then switch (default True, or ``ANYCHIP_BACKGROUND_COMPILE=0``).
+        compile_cache_size: executables kept per partition of a static-shape device (NPU),
+            one per input signature; background_compile: such devices compile in a thread
+            while runs go to the host (default True, or ``ANYCHIP_BACKGROUND_COMPILE=0``).
         failover: a device failing during a run is marked unhealthy and the request re-runs
             on the others (default True; never with ``strict``).
+        placement_policy: ``latency`` (default), ``prefer-first``, ``min-copies``.
     """
     if options:
         known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
@@ -191,6 +191,7 @@ def load(
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
     opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
+    set_policy(opts, placement_policy)
     if background_compile is None:
         background_compile = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1") != "0"
     copts = CompileOptions(

@@ -124,6 +124,15 @@ class NpuBackend(Backend):
     def check_node(self, node: Node) -> str | None:
         return check_node(node)
 
+    def claims(self) -> list[Any]:
+        """The NPU's op set as data (``anychip devices --ops npu``, the conformance kit):
+        every op of ``NPU_OPS``, any opset, float32; the per-node rules stay in
+        ``check_node`` (a claimed op refused there shows as a fallback in the kit)."""
+        from anychip.backends.npu_stub.kernels.support import NPU_OPS
+        from anychip.conformance.claims import OpClaim
+
+        return [OpClaim("", op, 1, None, frozenset({DType.FLOAT})) for op in sorted(NPU_OPS)]
+
     def compile(self, graph: Graph) -> CompiledGraph:
         """Compile one partition (after the NPU passes ran on it) into an executable.
 
