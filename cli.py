@@ -5,6 +5,7 @@ anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] 
 anychip demo                            light ResNet-50 on every available device
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
+anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
 """
 
 from __future__ import annotations
@@ -189,6 +190,14 @@ def _timed(sess: object, feeds: dict[str, np.ndarray]) -> float:
     return time.perf_counter() - t0
 
 
+def _cmd_new_backend(args: argparse.Namespace) -> int:
+    from anychip.scaffold import new_backend
+
+    root = new_backend(args.name, graph_mode=args.graph_mode, out_dir=args.out)
+    print(f"wrote {root}: pip install -e {root}, then pytest {root / 'tests'}")
+    return 0
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import anychip
     from anychip.core.calibration import cache_root, calibrate, clear_calibrations
@@ -260,6 +269,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
     conformance_cli.add_parser(sub)
+    nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
+    nb.add_argument("name")
+    nb.add_argument("--graph-mode", action="store_true", help="a compile()-style backend")
+    nb.add_argument("-o", "--out", default=".", help="the folder to write anychip-NAME/ in")
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
@@ -270,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _cmd_demo,
         "conformance": conformance_cli.command,
         "calibrate": _cmd_calibrate,
+        "new-backend": _cmd_new_backend,
     }[args.cmd]
     try:
         return handler(args)
