@@ -77,7 +77,7 @@ static inline vf v_fma(vf a, vf b, vf c) { return a * b + c; }
 #define KC 256          /* B micro-panel KC x NR: 32 KiB with AVX-512, 16 KiB with AVX2 */
 #define MC (MR * 16)    /* A block MC x KC: 192 KiB with AVX-512, 96 KiB with AVX2 */
 #define NC (NR * 128)   /* B panel KC x NC: 4 MiB with AVX-512 */
-#define SMALL_M 4       /* up to this many rows: the unpacked path */
+#define SMALL_M (MR > 4 ? 4 : MR - 1) /* up to this many rows: the unpacked path */
 #define UNROLL _Pragma("GCC unroll 16")
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -89,6 +89,8 @@ int64_t xpu_sgemm_split_unit(const xpu_sgemm *g, bool along_n) {
     }
     return MR;
 }
+
+int64_t xpu_sgemm_small_m(void) { return SMALL_M; }
 
 /* ---- micro-kernel ------------------------------------------------------------------------- */
 

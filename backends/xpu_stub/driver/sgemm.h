@@ -29,8 +29,12 @@ size_t xpu_sgemm_work_floats(const xpu_sgemm *g);
  * plain loops, used only when that allocation failed). */
 void xpu_sgemm_serial(const xpu_sgemm *g, float *work);
 
-/* The granularity (in rows, or in columns when along_n) at which g may be split. */
+/* The granularity (in rows, or in columns when along_n) at which g may be split: pieces cut
+ * at multiples of it compute every element exactly as the whole product would. */
 int64_t xpu_sgemm_split_unit(const xpu_sgemm *g, bool along_n);
+
+/* Products of at most this many rows take the unpacked path (which rounds differently). */
+int64_t xpu_sgemm_small_m(void);
 
 /* Runs `count` independent products, on up to xpu_get_num_threads() threads when the work is
  * large enough. Never fails: if threads or memory are short it computes on the caller. */

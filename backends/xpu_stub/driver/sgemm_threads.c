@@ -8,7 +8,9 @@
  * Split: the products are dealt out as contiguous runs, one per thread. When they do not
  * divide evenly and are few (a single product, say), each is first cut into `threads` pieces
  * along N (in whole tiles) or, when M is larger, along M; pieces write disjoint parts of Y.
- * Each worker packs into its own workspace, allocated once for its run of products.
+ * Workspaces: worker t packs into slot t of a process-wide cache of buffers that grow and are
+ * kept (a fresh allocation of this size is an mmap whose pages fault in on every call); a
+ * slot in use by another launch (two devices computing at once) means a private buffer.
  */
 #define _POSIX_C_SOURCE 200809L /* sysconf */
 
@@ -65,24 +67,58 @@ XPU_API int xpu_get_num_threads(void) {
 typedef struct job {
     const xpu_sgemm *probs;
     int64_t count;
+    int slot;
 } job;
 
-/* Runs a job's products in order with one workspace sized for the largest. */
-static void *run_job(void *arg) {
-    const job *j = arg;
+typedef struct workspace {
+    pthread_mutex_t lock;
+    float *buf;
+    size_t floats;
+} workspace;
+
+static workspace slots[MAX_THREADS];
+static pthread_once_t slots_once = PTHREAD_ONCE_INIT;
+
+static void init_slots(void) {
+    for (int t = 0; t < MAX_THREADS; t++) {
+        pthread_mutex_init(&slots[t].lock, NULL);
+    }
+}
+
+static float *alloc_floats(size_t floats) {
+    return aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+}
+
+/* Runs probs[0, count) in order with slot `slot`'s workspace (grown to fit the largest). */
+static void run_products(const xpu_sgemm *probs, int64_t count, int slot) {
     size_t floats = 0;
-    for (int64_t p = 0; p < j->count; p++) {
-        size_t f = xpu_sgemm_work_floats(&j->probs[p]);
+    for (int64_t p = 0; p < count; p++) {
+        size_t f = xpu_sgemm_work_floats(&probs[p]);
         floats = f > floats ? f : floats;
     }
+    pthread_once(&slots_once, init_slots);
+    workspace *ws = &slots[slot];
+    bool mine = floats > 0 && pthread_mutex_trylock(&ws->lock) == 0;
     float *work = NULL;
-    if (floats > 0) {
-        work = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (mine && ws->floats < floats) {
+        free(ws->buf);
+        ws->buf = alloc_floats(floats);
+        ws->floats = ws->buf != NULL ? floats : 0;
     }
-    for (int64_t p = 0; p < j->count; p++) {
-        xpu_sgemm_serial(&j->probs[p], work);
+    work = mine ? ws->buf : floats > 0 ? alloc_floats(floats) : NULL;
+    for (int64_t p = 0; p < count; p++) {
+        xpu_sgemm_serial(&probs[p], work);
     }
-    free(work);
+    if (mine) {
+        pthread_mutex_unlock(&ws->lock);
+    } else {
+        free(work);
+    }
+}
+
+static void *run_job(void *arg) {
+    const job *j = arg;
+    run_products(j->probs, j->count, j->slot);
     return NULL;
 }
 
@@ -96,7 +132,7 @@ static void deal(const xpu_sgemm *probs, int64_t count, int threads) {
     bool started[MAX_THREADS] = {false};
     for (int t = 0; t < threads; t++) {
         int64_t lo = t * count / threads, hi = (t + 1) * count / threads;
-        jobs[t] = (job){probs + lo, hi - lo};
+        jobs[t] = (job){probs + lo, hi - lo, t};
         if (t > 0) {
             started[t] = pthread_create(&tid[t], NULL, run_job, &jobs[t]) == 0;
         }
@@ -111,15 +147,21 @@ static void deal(const xpu_sgemm *probs, int64_t count, int threads) {
     }
 }
 
-/* Cuts g into up to `parts` pieces along its larger dimension; returns how many. */
+/* Cuts g into up to `parts` pieces along its larger dimension; returns how many. Cuts fall on
+ * multiples of the split unit, and a last piece of few rows joins the one before (few rows
+ * take another path), so every element comes out bit for bit as without the split. */
 static int64_t split(const xpu_sgemm *g, int parts, xpu_sgemm *out) {
     bool along_n = g->N >= g->M;
     int64_t dim = along_n ? g->N : g->M, unit = xpu_sgemm_split_unit(g, along_n);
     int64_t step = ((dim + parts - 1) / parts + unit - 1) / unit * unit;
     int64_t n = 0;
     for (int64_t s = 0; s < dim; s += step) {
-        xpu_sgemm p = *g;
         int64_t len = dim - s < step ? dim - s : step;
+        if (!along_n && s > 0 && len <= xpu_sgemm_small_m()) {
+            out[n - 1].M += len;
+            break;
+        }
+        xpu_sgemm p = *g;
         if (along_n) {
             p.N = len;
             p.B += s * g->csb;
@@ -141,7 +183,7 @@ void xpu_sgemm_run(const xpu_sgemm *probs, int64_t count) {
         work += (double)probs[p].M * (double)probs[p].N * (double)probs[p].K;
     }
     if (threads <= 1 || work < PARALLEL_MIN || count == 0) {
-        run_job(&(job){probs, count});
+        run_products(probs, count, 0);
         return;
     }
     xpu_sgemm *pieces = NULL;
