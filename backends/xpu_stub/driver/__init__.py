@@ -53,6 +53,8 @@ __all__ = [
     "XpuTensor",
     "build_library",
     "get_driver",
+    "num_threads",
+    "set_num_threads",
 ]
 
 # Status codes of xpu.h, for errors that need special handling.
@@ -394,3 +396,23 @@ def get_driver() -> XpuDriver:
         if _default is None or _default.closed:
             _default = XpuDriver()
         return _default
+
+
+# ---- host threads of the float32 MatMul / Gemm kernels -------------------------------------
+
+
+def set_num_threads(n: int | None) -> None:
+    """Sets how many host threads the float32 MatMul and Gemm kernels use, for the process;
+    ``None`` (or 0) restores the default: ``$ANYCHIP_XPU_THREADS``, else min(2, cores).
+
+    Raises:
+        DeviceError: n is negative or above the driver's limit (64).
+    """
+    ffi, lib, _ = load_library()
+    if lib.xpu_set_num_threads(int(n or 0)) != 0:
+        raise DeviceError(ffi.string(lib.xpu_last_error()).decode())
+
+
+def num_threads() -> int:
+    """How many host threads the float32 MatMul and Gemm kernels use."""
+    return int(load_library().lib.xpu_get_num_threads())

@@ -1,10 +1,15 @@
 """Building and loading the XPU driver: the C sources in this folder are compiled once per
-machine into a cache (keyed by compiler and sources) and bound with cffi in ABI mode."""
+machine into a cache (keyed by compiler, flags, sources and CPU) and bound with cffi in ABI mode.
+
+The driver is compiled with ``-O3 -march=native`` (``$ANYCHIP_XPU_MARCH`` names another
+target, e.g. ``haswell`` or ``x86-64``), so the cache key includes the CPU's identity and
+feature flags: a library built for one CPU is never loaded on another."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -21,7 +26,7 @@ DEFAULT_HEAP_BYTES = 1 << 30
 """Default device heap: 1 GiB of host virtual memory, touched only where tensors are written."""
 
 _SOURCE_DIR = Path(__file__).resolve().parent
-_CFLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-fvisibility=hidden")
+_CFLAGS = ("-O3", "-fPIC", "-shared", "-std=c11", "-fvisibility=hidden")
 _LDFLAGS = ("-lm", "-pthread")
 _FIX = (
     "install a C compiler (e.g. `apt install gcc`) or set CC to one; the XPU stub device "
@@ -58,13 +63,33 @@ def _find_compiler() -> list[str]:
     )
 
 
+def _cflags() -> tuple[str, ...]:
+    """Compile flags: the fixed ones and ``-march=$ANYCHIP_XPU_MARCH`` (default native)."""
+    march = os.environ.get("ANYCHIP_XPU_MARCH", "").strip() or "native"
+    return (*_CFLAGS, f"-march={march}")
+
+
+def _cpu_identity() -> str:
+    """What -march=native depends on: the CPU's vendor, family, model and feature flags."""
+    keys = ("vendor_id", "cpu family", "model", "model name", "flags", "Features", "CPU part")
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        text = ""
+    first = text.split("\n\n", 1)[0]  # the first processor's block
+    lines = [ln for ln in first.splitlines() if ln.split(":", 1)[0].strip() in keys]
+    return "\n".join(lines) or f"{platform.machine()} {platform.processor()}"
+
+
 def _build_key(compiler: list[str], sources: list[Path]) -> str:
-    """Hash of everything that changes the built library: sources, command, compiler binary."""
+    """Hash of everything that changes the built library: sources, command (flags included),
+    compiler binary and, because of -march=native, the CPU."""
     digest = hashlib.sha256()
     for path in sources:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    digest.update(" ".join([*compiler, *_CFLAGS, *_LDFLAGS]).encode())
+    digest.update(" ".join([*compiler, *_cflags(), *_LDFLAGS]).encode())
+    digest.update(_cpu_identity().encode())
     binary = Path(shutil.which(compiler[0]) or compiler[0]).resolve()
     stat = binary.stat()
     digest.update(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}".encode())
@@ -98,7 +123,7 @@ def build_library() -> Path:
     tmp = Path(tmp_name)
     command = [
         *compiler,
-        *_CFLAGS,
+        *_cflags(),
         "-o",
         str(tmp),
         *(str(s) for s in sources if s.suffix == ".c"),

@@ -11,9 +11,11 @@
  *         Y = alpha * A' B' + beta * C, A' = transA ? A^T : A (A stored K x M or M x K), same
  *         for B; C is read through (c_stride_m, c_stride_n), 0 on a broadcast axis. float32.
  *
- * Loops run i-k-j so that the innermost loop streams rows of B and Y (cache friendly without
- * blocking); Gemm with transB runs i-j-k, whose innermost loop streams rows of A and B.
+ * float32 products go to the blocked, multi-threaded sgemm (sgemm.c, sgemm_threads.c); a
+ * batched MatMul whose B is shared by every batch and whose A is dense runs as one tall
+ * product. int64 runs plain i-k-j loops (the innermost loop streams rows of B and Y).
  */
+#include "sgemm.h"
 #include "xpu_internal.h"
 
 /* ---- MatMul ------------------------------------------------------------------------------ */
@@ -73,34 +75,83 @@ static int check_matmul(const xpu_args *a) {
     return st;
 }
 
-#define MATMUL_LOOP(T)                                                                         \
-    do {                                                                                       \
-        const T *A = (const T *)a->ptr[0];                                                     \
-        const T *B = (const T *)a->ptr[1];                                                     \
-        T *Y = (T *)a->ptr[2];                                                                 \
-        int64_t idx[XPU_MAX_DIMS] = {0};                                                       \
-        do {                                                                                   \
-            int64_t oa = 0, ob = 0;                                                            \
-            for (int d = 0; d < bnd; d++) {                                                    \
-                oa += idx[d] * as[d];                                                          \
-                ob += idx[d] * bs[d];                                                          \
-            }                                                                                  \
-            for (int64_t i = 0; i < M; i++) {                                                  \
-                T *row = Y + i * N;                                                            \
-                for (int64_t j = 0; j < N; j++) {                                              \
-                    row[j] = 0;                                                                \
-                }                                                                              \
-                for (int64_t k = 0; k < K; k++) {                                              \
-                    T av = A[oa + i * K + k];                                                  \
-                    const T *brow = B + ob + k * N;                                            \
-                    for (int64_t j = 0; j < N; j++) {                                          \
-                        row[j] += av * brow[j];                                                \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-            Y += M * N;                                                                        \
-        } while (xpu_next_index(bnd, bshape, idx));                                            \
-    } while (0)
+/* int64: wrapping products accumulated as uint64_t, whose bits equal numpy's int64 result. */
+static void matmul_int64(const xpu_args *a, int bnd, const int64_t *bshape, const int64_t *as,
+                         const int64_t *bs, int64_t M, int64_t K, int64_t N) {
+    const uint64_t *A = (const uint64_t *)a->ptr[0];
+    const uint64_t *B = (const uint64_t *)a->ptr[1];
+    uint64_t *Y = (uint64_t *)a->ptr[2];
+    int64_t idx[XPU_MAX_DIMS] = {0};
+    do {
+        int64_t oa = 0, ob = 0;
+        for (int d = 0; d < bnd; d++) {
+            oa += idx[d] * as[d];
+            ob += idx[d] * bs[d];
+        }
+        for (int64_t i = 0; i < M; i++) {
+            uint64_t *row = Y + i * N;
+            for (int64_t j = 0; j < N; j++) {
+                row[j] = 0;
+            }
+            for (int64_t k = 0; k < K; k++) {
+                uint64_t av = A[oa + i * K + k];
+                const uint64_t *brow = B + ob + k * N;
+                for (int64_t j = 0; j < N; j++) {
+                    row[j] += av * brow[j];
+                }
+            }
+        }
+        Y += M * N;
+    } while (xpu_next_index(bnd, bshape, idx));
+}
+
+/* True when every batch shares one B and A's batches lie back to back: then the batched
+ * product is a single (batches * M) x K by K x N one. */
+static bool folds_into_one(int bnd, const int64_t *bshape, const int64_t *as, const int64_t *bs,
+                           int64_t mk) {
+    int64_t dense = mk;
+    for (int d = bnd - 1; d >= 0; d--) {
+        if (bs[d] != 0 || (bshape[d] != 1 && as[d] != dense)) {
+            return false;
+        }
+        dense *= bshape[d];
+    }
+    return true;
+}
+
+#define MATMUL_GROUP 256 /* products handed to the threads at once */
+
+static void matmul_f32(const xpu_args *a, int bnd, const int64_t *bshape, const int64_t *as,
+                       const int64_t *bs, int64_t M, int64_t K, int64_t N) {
+    const float *A = (const float *)a->ptr[0], *B = (const float *)a->ptr[1];
+    float *Y = (float *)a->ptr[2];
+    xpu_sgemm probs[MATMUL_GROUP];
+    if (folds_into_one(bnd, bshape, as, bs, M * K)) {
+        int64_t rows = M;
+        for (int d = 0; d < bnd; d++) {
+            rows *= bshape[d];
+        }
+        probs[0] = (xpu_sgemm){rows, N, K, A, K, 1, B, N, 1, Y, N};
+        xpu_sgemm_run(probs, 1);
+        return;
+    }
+    int64_t idx[XPU_MAX_DIMS] = {0}, n = 0;
+    bool more = true;
+    while (more) {
+        int64_t oa = 0, ob = 0;
+        for (int d = 0; d < bnd; d++) {
+            oa += idx[d] * as[d];
+            ob += idx[d] * bs[d];
+        }
+        probs[n++] = (xpu_sgemm){M, N, K, A + oa, K, 1, B + ob, N, 1, Y, N};
+        Y += M * N;
+        more = xpu_next_index(bnd, bshape, idx);
+        if (n == MATMUL_GROUP || !more) {
+            xpu_sgemm_run(probs, n);
+            n = 0;
+        }
+    }
+}
 
 static void run_matmul(const xpu_args *a) {
     int bnd = (int)a->i[1];
@@ -115,10 +166,9 @@ static void run_matmul(const xpu_args *a) {
         }
     }
     if (a->i[0] == XPU_DTYPE_INT64) {
-        /* Wrapping products: accumulate as unsigned, the bits equal numpy's int64 result. */
-        MATMUL_LOOP(uint64_t);
+        matmul_int64(a, bnd, bshape, as, bs, M, K, N);
     } else {
-        MATMUL_LOOP(float);
+        matmul_f32(a, bnd, bshape, as, bs, M, K, N);
     }
 }
 
@@ -160,40 +210,21 @@ static int check_gemm(const xpu_args *a) {
 }
 
 static void run_gemm(const xpu_args *a) {
-    const float *A = (const float *)a->ptr[0];
-    const float *B = (const float *)a->ptr[1];
     const float *C = (const float *)a->ptr[2];
     float *Y = (float *)a->ptr[3];
     int64_t M = a->i[1], N = a->i[2], K = a->i[3];
     bool ta = a->i[4] != 0, tb = a->i[5] != 0;
     int64_t csm = a->i[6], csn = a->i[7];
     float alpha = (float)a->f[0], beta = (float)a->f[1];
-    /* Element (i, k) of A' and the step from k to k + 1. */
-    int64_t a_row = ta ? 1 : K, a_step = ta ? M : 1;
+    /* A is stored K x M when transposed, B N x K: the strides read A' and B' either way. */
+    xpu_sgemm g = {M, N, K, (const float *)a->ptr[0], ta ? 1 : K, ta ? M : 1,
+                   (const float *)a->ptr[1], tb ? 1 : N, tb ? K : 1, Y, N};
+    xpu_sgemm_run(&g, 1);
+    if (alpha == 1.0f && C == NULL) {
+        return;
+    }
     for (int64_t i = 0; i < M; i++) {
         float *row = Y + i * N;
-        const float *arow = A + i * a_row;
-        if (tb) {
-            for (int64_t j = 0; j < N; j++) {
-                const float *brow = B + j * K;
-                float acc = 0.0f;
-                for (int64_t k = 0; k < K; k++) {
-                    acc += arow[k * a_step] * brow[k];
-                }
-                row[j] = acc;
-            }
-        } else {
-            for (int64_t j = 0; j < N; j++) {
-                row[j] = 0.0f;
-            }
-            for (int64_t k = 0; k < K; k++) {
-                float av = arow[k * a_step];
-                const float *brow = B + k * N;
-                for (int64_t j = 0; j < N; j++) {
-                    row[j] += av * brow[j];
-                }
-            }
-        }
         for (int64_t j = 0; j < N; j++) {
             float c = C != NULL ? beta * C[i * csm + j * csn] : 0.0f;
             row[j] = alpha * row[j] + c;

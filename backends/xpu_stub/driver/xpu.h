@@ -14,6 +14,10 @@
  * drains the queue, like CUDA's legacy default stream, so a host that copies a result out
  * always sees the kernels launched before. A launch that passes validation cannot fail later.
  *
+ * Threads: the float32 MatMul and Gemm kernels run on xpu_get_num_threads() host threads;
+ * xpu_set_num_threads(n) sets that for the process (0 restores the default:
+ * $ANYCHIP_XPU_THREADS, else min(2, online cores)).
+ *
  * The block between the CDEF markers is read verbatim by driver.py and given to cffi's
  * ffi.cdef (with "XPU_API " removed): keep it free of other preprocessor lines.
  */
@@ -69,6 +73,9 @@ XPU_API int xpu_launch(xpu_device *dev, int kernel_id, const uint64_t *bufs, int
                        const int64_t *iargs, int niargs, const double *fargs, int nfargs);
 XPU_API int xpu_synchronize(xpu_device *dev);
 XPU_API int xpu_queue_depth(xpu_device *dev, size_t *pending);
+
+XPU_API int xpu_set_num_threads(int n);
+XPU_API int xpu_get_num_threads(void);
 /* CDEF END */
 
 #endif
