@@ -3,6 +3,7 @@
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
 anychip demo                            light ResNet-50 on every available device
+anychip partition MODEL [--devices ...] [--strict] [--json]   the placement, without running
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -143,6 +145,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_partition(args: argparse.Namespace) -> int:
+    import anychip
+
+    sess = anychip.load(
+        args.model,
+        devices=args.devices,
+        strict=args.strict,
+        placement_policy=args.placement_policy,
+        calibration=args.calibration,
+    )
+    report = sess.placement()
+    print(json.dumps(report.to_dict(), indent=1) if args.json else report)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import anychip
     from anychip.zoo import light_model
@@ -250,23 +267,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
     dev.add_argument("--json", action="store_true", help="with --ops: as JSON")
     run = sub.add_parser("run", help="run a model with random or given inputs")
-    run.add_argument("model")
-    run.add_argument("--devices", default=None, help="comma list, e.g. npu,cpu")
+    part = sub.add_parser("partition", help="place a model and print the placement, not run it")
+    for p in (run, part):
+        p.add_argument("model")
+        p.add_argument("--devices", default=None, help="comma list, e.g. npu,cpu")
+        p.add_argument(
+            "--strict", action="store_true", help="no fallback: an error lists what would fall back"
+        )
+        p.add_argument(
+            "--placement-policy",
+            choices=["latency", "prefer-first", "min-copies"],
+            default=None,
+            help="latency (the measured cost model; default), prefer-first (the first device "
+            "takes every node it can), min-copies",
+        )
+    part.add_argument("--json", action="store_true", help="the placement as JSON")
+    part.add_argument(
+        "--calibration",
+        choices=["auto", "cached", "off"],
+        default=None,
+        help="measure costs (auto), use only cached measurements, or declared figures (off)",
+    )
     run.add_argument("--input", action="append", help="name=file.npy (repeatable)")
     run.add_argument("--repeat", type=int, default=5)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
-    run.add_argument(
-        "--strict", action="store_true", help="no fallback: an error lists what would fall back"
-    )
-    run.add_argument(
-        "--placement-policy",
-        choices=["latency", "prefer-first", "min-copies"],
-        default=None,
-        help="latency (the measured cost model; default), prefer-first (the first device "
-        "takes every node it can), min-copies",
-    )
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
     conformance_cli.add_parser(sub)
     nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
@@ -280,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {
         "devices": _cmd_devices,
         "run": _cmd_run,
+        "partition": _cmd_partition,
         "demo": _cmd_demo,
         "conformance": conformance_cli.command,
         "calibrate": _cmd_calibrate,

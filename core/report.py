@@ -135,6 +135,44 @@ class PlacementReport:
             out[key if key in out else "cost"] += 1
         return out
 
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data (JSON-ready): devices, summary, nodes, partitions, copies."""
+        return {
+            "devices": list(self.devices),
+            "by_device": self.by_device(),
+            "summary": self.summary(),
+            "nodes": [
+                {
+                    "name": n.name,
+                    "op": n.op_type,
+                    "device": n.device,
+                    "partition": n.partition,
+                    "reason": n.reason,
+                }
+                for n in self.nodes
+            ],
+            "partitions": [
+                {
+                    "index": p.index,
+                    "device": p.device,
+                    "nodes": len(p.nodes),
+                    "info": {
+                        k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+                        for k, v in p.info.items()
+                    },
+                }
+                for p in self.partitions
+            ],
+            "copies": [
+                {"tensor": c.tensor, "src": c.src, "dst": c.dst, "bytes": c.size}
+                for c in self.copies
+            ],
+            "copy_count": self.copy_count,
+            "copy_bytes": self.copy_bytes,
+            "decision": self.decision,
+            "unhealthy": dict(self.unhealthy),
+        }
+
     def __str__(self) -> str:
         lines = [
             f"placement over devices {', '.join(self.devices)}: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -25,6 +26,22 @@ def test_run_prints_outputs_placement_and_memory(tmp_path, capsys) -> None:
     assert "devices: xpu,cpu" in out
     assert re.search(r"output y: float32\[4, 8\] \w+", out)
     assert "fallback: xpu: no kernel for Sin" in out
+
+
+def test_partition_prints_the_placement_as_json_without_running(tmp_path, capsys) -> None:
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    args = ["partition", str(path), "--devices", "xpu,cpu", "--calibration", "off"]
+    assert main([*args, "--placement-policy", "prefer-first", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    where = {n["name"]: n["device"] for n in report["nodes"]}
+    assert where == {"relu": "xpu", "middle": "cpu", "softmax": "xpu"}
+    assert report["summary"]["fallback"] == 1
+    assert report["copy_count"] == 4  # x up, a down, b up, y down
+    assert [c["bytes"] for c in report["copies"]] == [128] * report["copy_count"]
+    # Strict: the node the XPU cannot run is named, status 2, no traceback.
+    assert main([*args, "--strict"]) == 2
+    assert "middle" in capsys.readouterr().err
 
 
 def test_run_takes_an_input_file(tmp_path, capsys) -> None:
