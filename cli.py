@@ -256,10 +256,9 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
     return sess.run(None, feeds)[0], "onnxruntime"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``anychip`` command; returns the exit status."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per verb."""
     from anychip.conformance import cli as conformance_cli
-    from anychip.errors import AnychipError
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -302,7 +301,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``anychip`` command; returns the exit status."""
+    from anychip.conformance import cli as conformance_cli
+    from anychip.errors import AnychipError
+
+    args = _parser().parse_args(argv)
     handler = {
         "devices": _cmd_devices,
         "run": _cmd_run,

@@ -220,53 +220,73 @@ def _compile_partitions(
         if backend.graph_mode and _specializes(backend, p.graph, copts):
             p.program = out.specialized[p.index] = _specialized(out, p, backend, registry, copts)
             continue
+        must_fit = options.strict or p.device == last
         if backend.graph_mode:
-            try:
-                compiled, _ = compile_graph_cached(
-                    backend, p.graph, _static_key(p.graph), _disk(copts), registry.schemas
-                )
-            except OutOfMemoryError as e:
-                if options.strict or p.device == last:
-                    raise
-                why = f"partition {p.index} needs {e.need} bytes, {p.device} has {e.capacity}"
-                if e.in_use:
-                    why += f" with {e.in_use} in use by other sessions"
-                _exclude(out, p, why + " (out of memory)", excluded)
-                retry = True
-                continue
-            p.program = compiled.run
-            p.info.update(compiled.info)
+            why = _compile_graph(p, backend, registry, copts, must_fit)
         else:
-            program = Program(
-                p.graph,
-                backend,
-                tables[p.device],
-                registry.schemas,
-                check_kernels=out.check_kernels,
-            )
-            if backend.passes:  # one manager: the graph is verified after every pass
-                PassManager(backend.passes, max_iterations=1)(p.graph)
-            pool = _pool_for(out, backend, registry.pools.get(backend.kind))
-            pm = PartitionMemory(program, pool, copts.plan_cache_size)
-            why = _over_budget(p, backend, pm)
-            if why is not None:
-                if options.strict or p.device == last:
-                    raise OutOfMemoryError(
-                        f"{p.device}: {why}. Use a smaller input, or add a device with more "
-                        "memory.",
-                        device=p.device,
-                        need=pm.current.plan.total_size + pm.boundary_bytes(),
-                        capacity=backend.device.memory_capacity,
-                    )
-                _exclude(out, p, why, excluded)
-                retry = True
-                continue
-            out.part_memory[p.index] = pm
-            p.program = pm.runner
+            why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
+        if why is not None:
+            _exclude(out, p, why, excluded)
+            retry = True
+            continue
         if not backend.host_memory:
             for v in p.graph.initializers.values():
                 out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
     return retry
+
+
+def _compile_graph(
+    p: Any, backend: Any, registry: Any, copts: CompileOptions, must_fit: bool
+) -> str | None:
+    """A graph-mode partition through the backend's compiler (and the disk cache); the reason
+    it does not fit its device, or None once ``p.program`` is set."""
+    try:
+        compiled, _ = compile_graph_cached(
+            backend, p.graph, _static_key(p.graph), _disk(copts), registry.schemas
+        )
+    except OutOfMemoryError as e:
+        if must_fit:
+            raise
+        why = f"partition {p.index} needs {e.need} bytes, {p.device} has {e.capacity}"
+        if e.in_use:
+            why += f" with {e.in_use} in use by other sessions"
+        return why + " (out of memory)"
+    p.program = compiled.run
+    p.info.update(compiled.info)
+    return None
+
+
+def _compile_kernels(
+    out: CompiledModel,
+    p: Any,
+    backend: Any,
+    registry: Any,
+    tables: dict,
+    copts: CompileOptions,
+    must_fit: bool,
+) -> str | None:
+    """A kernel-mode partition: its program, passes and planned memory; the reason it does not
+    fit its device's budget, or None once ``p.program`` is set."""
+    program = Program(
+        p.graph, backend, tables[p.device], registry.schemas, check_kernels=out.check_kernels
+    )
+    if backend.passes:  # one manager: the graph is verified after every pass
+        PassManager(backend.passes, max_iterations=1)(p.graph)
+    pool = _pool_for(out, backend, registry.pools.get(backend.kind))
+    pm = PartitionMemory(program, pool, copts.plan_cache_size)
+    why = _over_budget(p, backend, pm)
+    if why is not None:
+        if must_fit:
+            raise OutOfMemoryError(
+                f"{p.device}: {why}. Use a smaller input, or add a device with more memory.",
+                device=p.device,
+                need=pm.current.plan.total_size + pm.boundary_bytes(),
+                capacity=backend.device.memory_capacity,
+            )
+        return why
+    out.part_memory[p.index] = pm
+    p.program = pm.runner
+    return None
 
 
 def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
