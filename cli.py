@@ -115,12 +115,7 @@ def _cmd_claims(device: str, as_json: bool) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     import anychip
 
-    sess = anychip.load(
-        args.model,
-        devices=args.devices,
-        strict=args.strict,
-        placement_policy=args.placement_policy,
-    )
+    sess = _load(args)
     feeds = random_feeds(sess, args.seed)
     for item in args.input or []:
         if "=" not in item:
@@ -145,16 +140,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_partition(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, **options: object) -> object:
+    """The session ``run`` and ``partition`` share: model, devices, strict, policy."""
     import anychip
 
-    sess = anychip.load(
+    return anychip.load(
         args.model,
         devices=args.devices,
         strict=args.strict,
         placement_policy=args.placement_policy,
-        calibration=args.calibration,
+        **options,
     )
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    sess = _load(args, calibration=args.calibration)
     report = sess.placement()
     print(json.dumps(report.to_dict(), indent=1) if args.json else report)
     return 0

@@ -23,6 +23,7 @@ from anychip.backends.xpu_stub.driver import XpuDriver, num_threads, set_num_thr
 from anychip.backends.xpu_stub.driver import build as xpu_build
 from anychip.backends.xpu_stub.driver import launch as K
 from anychip.errors import DeviceError
+from tests.backends.xpu_stub.test_driver import run_no_check as run
 
 RTOL = 1e-4
 
@@ -43,16 +44,6 @@ def threads():
 
 def rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
-
-
-def run(drv: XpuDriver, fn, *arrays: np.ndarray) -> np.ndarray:
-    tensors = [drv.upload(a) for a in arrays]
-    out = fn(*tensors)
-    try:
-        return out.numpy()
-    finally:
-        for t in (*tensors, out):
-            t.free()
 
 
 def assert_close(got: np.ndarray, a: np.ndarray, b: np.ndarray, want: np.ndarray) -> None:
