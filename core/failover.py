@@ -38,6 +38,8 @@ def run_request(session: Any, arrays: list[Any]) -> list[Any]:
             ", ".join(d for d in session.devices if d not in session.unhealthy),
         )
         session.replan()
+        if session.feedback is not None:  # what it measured was of the old device set
+            session.feedback.stop(f"stopped: {device} failed and the model was placed again")
         return session.compiled.steps.run(arrays)
 
 

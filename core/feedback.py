@@ -8,12 +8,18 @@ model is placed again with the corrected costs. When that placement differs and 
 at least ``MARGIN`` faster than what the runs measured, the session switches to it, once
 (PaddlePaddle's elastic re-partition, inside one process).
 
-Where the estimate cannot be trusted (a dynamic shape leaves it unknown, or the runs took more
-than twice the prediction) and the placement uses a device other than the host, the host alone
-is *tried*: compiled, warmed up and timed over the next runs (which it serves), and kept when
-measured ``MARGIN`` faster. Either way the partitions' info and ``Session.placement()`` say
-what was measured and decided. Outputs do not depend on which placement ran beyond the
-devices' floating-point differences.
+Estimates can be wrong in ways no factor corrects (a device fast on one op class and slow on
+another, copies that overlap), so when the corrected costs keep the placement, the other
+placements worth having are *measured* too, one after another, each over the requests that
+come next (a warm-up and ``TIMED_RUNS`` timed runs each, serving those requests): the host
+alone, and for each other device the most it can take (onnxruntime's PREFER_<device>). A
+placement identical to one measured is skipped; a trial that fails is dropped (its request is
+served by the current placement). The fastest measured wins if it is ``MARGIN`` faster than
+the placement's own runs: so a device added to the list can cost a few trial runs, never a
+slower steady state. Under a named policy (``prefer-first``, ``min-copies``) or ``strict`` the
+user said how to place, and nothing is tried. Either way the partitions' info and
+``Session.placement()`` say what was measured and decided. Outputs do not depend on which
+placement ran beyond the devices' floating-point differences.
 """
 
 from __future__ import annotations
@@ -64,23 +70,38 @@ def _sum(times: Any) -> float | None:
 
 
 class Feedback:
-    """The measuring and the one re-placement of a session (see the module docstring)."""
+    """The measuring, the trials and the one re-placement of a session (see the module
+    docstring)."""
 
-    def __init__(self, recompile: Any) -> None:
-        #: ``recompile(factors, host_only=False) -> CompiledModel``: the model placed with
-        #: corrected costs (or on the host alone, for a trial).
+    def __init__(self, recompile: Any, trials: bool = True) -> None:
+        #: ``recompile(factors, devices=None, policy=None) -> CompiledModel``: the model placed
+        #: with corrected costs, or over ``devices`` with ``policy`` (for a trial).
         self.recompile = recompile
+        #: Whether other placements are measured too (not when a policy or strict says how).
+        self.trials = trials
         self.runs = 0
         self.samples: list[list[float]] = []
-        self.trial: CompiledModel | None = None
-        self.trial_samples: list[float] = []
         self.measured = 0.0
         self.done = False
         self.decision = ""
+        #: The placements still to try, as (label, devices, policy), and the one being tried.
+        self.queue: list[tuple[str, list[str], str]] = []
+        self.trial: tuple[str, CompiledModel] | None = None
+        self.trial_samples: list[float] = []
+        #: The fastest measured so far: (seconds per run, label, compiled model).
+        self.best: tuple[float, str, CompiledModel] | None = None
+
+    @classmethod
+    def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
+        """The feedback of a session placed by the cost model over several devices (None
+        otherwise); other placements are tried only under the ``latency`` policy, not strict."""
+        if not options.cost_model or n_devices < 2:
+            return None
+        return cls(recompile, trials=options.policy == "latency" and not options.strict)
 
     def run(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
-        """One run of ``compiled``; returns its outputs and the compiled model to use from
-        now on (a new one after a re-placement)."""
+        """One run of ``compiled`` (or of the placement being tried); returns its outputs and
+        the compiled model to use from now on (a new one after a re-placement)."""
         self.runs += 1
         if self.trial is not None:
             return self._run_trial(compiled, arrays)
@@ -92,43 +113,68 @@ class Feedback:
         if len(self.samples) < TIMED_RUNS:
             return outs, compiled
         chosen = self._decide(compiled)
-        if chosen is compiled and self._worth_a_trial(compiled):
-            try:
-                self.trial = self.recompile(dict(compiled.costs.factors), host_only=True)
-            except Exception as e:  # noqa: BLE001 - no trial; the placement stays
-                self.decision += f"; no trial of the host alone ({type(e).__name__}: {e})"
+        if chosen is compiled:
+            self.best = (self.measured, "the placement", compiled)
+            self.queue = _candidates(compiled) if self.trials else []
+            self._next_trial(compiled)
         self.done = self.trial is None
         return outs, chosen
 
-    def _worth_a_trial(self, compiled: CompiledModel) -> bool:
-        host = compiled.backends[-1].name
-        if all(p.device == host for p in compiled.partitions):
-            return False
-        predicted = compiled.predicted
-        return predicted is None or self.measured > 2 * predicted
+    def stop(self, why: str) -> None:
+        """Measure no more (the session was placed again for another reason)."""
+        self.done, self.trial, self.queue, self.decision = True, None, [], why
+
+    def _next_trial(self, compiled: CompiledModel) -> None:
+        """Compile the next placement to try that differs from every one measured."""
+        seen = [_placement(compiled)]
+        while self.queue and self.trial is None:
+            label, devices, policy = self.queue.pop(0)
+            try:
+                candidate = self.recompile(dict(compiled.costs.factors), devices, policy)
+            except Exception as e:  # noqa: BLE001 - that one cannot be tried; say why
+                self.decision += f"; {label}: not tried ({type(e).__name__})"
+                continue
+            if _placement(candidate) in seen:
+                continue
+            seen.append(_placement(candidate))
+            self.trial, self.trial_samples = (label, candidate), []
 
     def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
-        trial = self.trial
+        label, trial = self.trial
         t0 = time.perf_counter()
-        outs = trial.steps.run(arrays)
-        elapsed = time.perf_counter() - t0
-        if self.runs == 1 + TIMED_RUNS + 1:
-            return outs, compiled  # the trial's warm-up
-        self.trial_samples.append(elapsed)
-        if len(self.trial_samples) < TIMED_RUNS:
+        try:
+            outs = trial.steps.run(arrays)
+        except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
+            self.decision += f"; {label}, tried, failed ({type(e).__name__})"
+            self.trial = None
+            self._next_trial(compiled)
+            self.done = self.trial is None
+            return self._finish(compiled.steps.run(arrays), compiled)
+        self.trial_samples.append(time.perf_counter() - t0)  # the first is its warm-up
+        if len(self.trial_samples) < 1 + TIMED_RUNS:
             return outs, compiled
-        self.trial, self.done = None, True
-        best = min(self.trial_samples)
-        host = trial.backends[-1].name
-        if best < self.measured * (1 - MARGIN):
-            trial.replaced = self.decision = (
-                f"re-placed: measured {_ms(self.measured)} per run; {host} alone, tried, "
-                f"took {_ms(best)}"
-            )
-            log.info("anychip: %s", self.decision)
-            return outs, trial
-        self.decision += f"; {host} alone, tried, took {_ms(best)}: kept"
-        return outs, compiled
+        took = min(self.trial_samples[1:])
+        self.decision += f"; {label}, tried, took {_ms(took)}"
+        if took < self.best[0] * (1 - MARGIN):
+            self.best = (took, label, trial)
+        self.trial = None
+        self._next_trial(compiled)
+        self.done = self.trial is None
+        return self._finish(outs, compiled)
+
+    def _finish(self, outs: list[Any], compiled: CompiledModel) -> tuple[list[Any], Any]:
+        """After the last trial: the fastest measured placement is the session's."""
+        if not self.done:
+            return outs, compiled
+        took, label, best = self.best
+        if best is compiled:
+            self.decision += ": kept"
+            return outs, compiled
+        best.replaced = self.decision = (
+            f"re-placed to {label}: {self.decision.removeprefix('kept: ')}"
+        )
+        log.info("anychip: %s", self.decision)
+        return outs, best
 
     def _decide(self, compiled: CompiledModel) -> CompiledModel:
         steps = compiled.steps.steps
@@ -184,6 +230,16 @@ class Feedback:
                     measured[key] = measured.get(key, 0.0) + t
                     estimated[key] = estimated.get(key, 0.0) + est
         return {k: measured[k] / estimated[k] for k in measured if estimated.get(k)}
+
+
+def _candidates(compiled: CompiledModel) -> list[tuple[str, list[str], str]]:
+    """The placements worth measuring beside the cost model's: the host alone, and for each
+    other device the most it can take (onnxruntime's PREFER_<device> policy)."""
+    host = compiled.backends[-1].name
+    out = [(f"{host} alone", [host], "prefer-first")]
+    for b in compiled.backends[:-1]:
+        out.append((f"{b.name} first", [b.name, host], "prefer-first"))
+    return out
 
 
 def _placement(compiled: CompiledModel) -> dict[str, str]:

@@ -1,8 +1,8 @@
 """``Session`` and ``load``: a model compiled for a set of devices, run like onnxruntime.
 
 A facade: ``core/compiler.py`` compiles (on a copy of the caller's model), ``core/runner.py``
-runs the steps, ``core/feeds.py`` checks what goes in and out, ``core/feedback.py`` and
-``core/failover.py`` watch the runs. One device is the general case with one partition.
+runs the steps, ``core/feeds.py`` checks feeds and outputs, ``core/feedback.py`` and
+``core/failover.py`` watch the runs.
 """
 
 from __future__ import annotations
@@ -52,12 +52,13 @@ class Session:
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
         def compile_with(
-            factors: dict[str, float], host_only: bool = False, devices: Any = None
+            factors: dict[str, float], devices: Any = None, policy: str | None = None
         ) -> CompiledModel:
             opts = copy.copy(options)
             opts.factors = factors
+            set_policy(opts, policy)
             devs = [b for b in backends if devices is None or b.name in devices]
-            return compile_model(model, devs[-1:] if host_only else devs, opts, registry, copts)
+            return compile_model(model, devs, opts, registry, copts)
 
         #: Devices a run found failing, with the error (``core/failover.py``).
         self.unhealthy: dict[str, str] = {}
@@ -65,7 +66,7 @@ class Session:
         self.devices, self.options = devices, options
         self._use(compile_with(options.factors))
         #: The first runs measured and, once, a better placement taken (``core/feedback.py``).
-        self.feedback = Feedback(compile_with) if options.cost_model and len(devices) > 1 else None
+        self.feedback = Feedback.for_session(compile_with, options, len(devices))
         graph = self.model.graph
         self.inputs = [IOInfo(v) for v in graph.inputs]
         self.outputs = [IOInfo(v) for v in graph.outputs]
@@ -106,8 +107,7 @@ class Session:
             InputError: a feed is missing, unknown, or of the wrong dtype, rank or shape.
             KernelError: a kernel failed (the message names the node and device).
         """
-        arrays = self._feeds.check(feeds)
-        wanted = self._feeds.select(output_names)
+        arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
         with self._lock:
             outs = run_request(self, arrays)  # feedback runs, failover (core/failover.py)
         return [detach(outs[i], feeds) for i in wanted]

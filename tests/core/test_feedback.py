@@ -3,6 +3,8 @@ after the first runs; copies of dynamic shapes are counted in bytes; the transfe
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -104,3 +106,64 @@ def test_with_dynamic_shapes_the_host_alone_is_tried_and_kept_when_faster(chip):
     report = sess.placement()
     assert report.by_device() == {"cpu": 2}, str(report)
     assert "cpu alone, tried" in report.decision and sess.feedback.done
+
+
+def _slow_figures(chip) -> None:
+    """Cached calibrations: the CPU measured, the chip's figures far too slow to be chosen."""
+    registry = get_registry()
+    C.calibrate(registry.backends["cpu"])
+    slow = {cls: [(1e3, 1.0), (1e9, 10.0)] for cls in C._CLASSES}
+    C._save(chip, C.Calibration("badchip", C.cache_key(chip), slow, (1.0, 1e3)))
+
+
+def _run_until_done(sess, limit: int = 20) -> None:
+    for n in range(limit):
+        x = np.random.default_rng(n).standard_normal((4, 64)).astype(np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
+        if sess.feedback.done:
+            return
+    raise AssertionError(f"feedback not done after {limit} runs: {sess.feedback.decision}")
+
+
+def test_other_placements_are_tried_and_the_fastest_measured_is_kept(chip):
+    _slow_figures(chip)
+    sess = anychip.load(_model(), devices=["badchip", "cpu"], calibration="cached")
+    assert sess.placement().by_device() == {"cpu": 2}  # the figures keep the chip out
+    _run_until_done(sess)
+    decision = sess.placement().decision
+    assert "badchip first, tried, took" in decision, decision
+    ms = re.compile(r"([\d.]+) ms")
+    measured = float(ms.search(decision.split("measured", 1)[1]).group(1))
+    tried = float(ms.search(decision.split("badchip first, tried", 1)[1]).group(1))
+    on_chip = sess.placement().by_device() == {"badchip": 2}
+    # The chip's placement is taken exactly when it measured 5% faster (MARGIN).
+    assert on_chip == (tried < measured * 0.95), decision
+    assert decision.startswith("re-placed to badchip first") == on_chip
+
+
+def test_a_trial_that_fails_is_dropped_and_its_request_still_served(chip):
+    _slow_figures(chip)
+    sess = anychip.load(_model(), devices=["badchip", "cpu"], calibration="cached")
+    chip.mode = "gone"  # the chip fails when the trial first runs on it
+    _run_until_done(sess)
+    report = sess.placement()
+    assert "badchip first, tried, failed" in report.decision
+    assert report.by_device() == {"cpu": 2}
+
+
+def test_no_trials_under_a_named_policy(chip):
+    _slow_figures(chip)
+    sess = anychip.load(
+        _model(), devices=["badchip", "cpu"], calibration="cached", placement_policy="min-copies"
+    )
+    _run_until_done(sess)
+    assert "tried" not in sess.placement().decision
+
+
+def test_a_failover_during_the_feedback_runs_stops_the_measuring(chip):
+    sess = anychip.load(_model("N"), devices=["badchip", "cpu"], calibration="off")
+    assert sess.placement().by_device() == {"badchip": 2}
+    chip.mode = "gone"
+    _run_until_done(sess)  # the first run fails over to the cpu; the rest run there
+    assert sess.placement().by_device() == {"cpu": 2}
+    assert "badchip failed" in sess.feedback.decision
