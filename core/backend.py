@@ -79,6 +79,27 @@ class DeviceModel:
     def __repr__(self) -> str:
         return f"DeviceModel({self.name!r}, kind={self.kind!r})"
 
+    def problems(self) -> list[str]:
+        """What is wrong with these figures (empty when they can be used): throughputs finite
+        and positive, overhead finite and not negative, capacity a non-negative integer."""
+        out = []
+        figures = {"flops": self.flops, "mem_bandwidth": self.mem_bandwidth}
+        if self.host_link is not None:
+            figures["host_link"] = self.host_link
+        for field, value in figures.items():
+            if not _finite(value) or value <= 0:
+                out.append(f"{field}={value!r} (a finite number > 0)")
+        if not _finite(self.launch_overhead) or self.launch_overhead < 0:
+            out.append(f"launch_overhead={self.launch_overhead!r} (finite seconds >= 0)")
+        cap = self.memory_capacity
+        if cap is not None and (not isinstance(cap, (int, np.integer)) or cap < 0):
+            out.append(f"memory_capacity={cap!r} (bytes as an int >= 0, or None)")
+        return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float, np.number)) and bool(np.isfinite(value))
+
 
 class CompiledGraph:
     """What a graph-mode backend's ``compile`` returns: a callable over device tensors.
@@ -123,8 +144,27 @@ class Backend:
 
     @property
     def device(self) -> DeviceModel:
+        """``device_model()``, validated once: a bad figure is a ``DeviceError`` naming it."""
         if self._device is None:
-            self._device = self.device_model()
+            try:
+                model = self.device_model()
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - a plugin's bug, named
+                raise DeviceError(
+                    f"{self.name}: device_model() raised {type(e).__name__}: {e}"
+                ) from e
+            if not isinstance(model, DeviceModel):
+                raise DeviceError(
+                    f"{self.name}: device_model() returned {type(model).__name__}, not a "
+                    "DeviceModel",
+                )
+            if bad := model.problems():
+                raise DeviceError(
+                    f"{self.name}: its DeviceModel has {'; '.join(bad)}; fix the figures the "
+                    "backend's device_model() returns",
+                )
+            self._device = model
         return self._device
 
     def available(self) -> tuple[bool, str]:
@@ -233,7 +273,12 @@ class Backend:
             kernel, why = find_kernel(table if table is not None else self.kernels, node)
             if kernel is None:
                 return why
-        return self.check_node(node)
+        try:
+            return self.check_node(node)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - a plugin's bug means fallback, with why
+            return f"{self.name}.check_node raised {type(e).__name__}: {e}"[:300]
 
     def check_node(self, node: Node) -> str | None:
         """Override: the reason this backend cannot run ``node`` beyond its kernel table."""

@@ -115,9 +115,9 @@ def compile_model(
     copts = copts or CompileOptions()
     out = CompiledModel(copy_model(model), backends)
     out.check_kernels = copts.check_kernels
-    graph = out.model.graph
     resolve_schemas(out.model, registry.schemas)
     _generic_passes(out, registry, options, copts.optimize)
+    graph = out.model.graph
     if options.cost_model:
         options.calibrations = calibrations(backends, options.calibration)
     tables = {b.name: registry.kernel_table(b.name) for b in backends}
@@ -172,9 +172,19 @@ def _generic_passes(
         out.optimizations["fold_batch_norm"] = fold_batch_norm(
             graph, accept=lambda conv, bn: pins(conv) is None and pins(bn) is None
         )
-    plugin_passes = [entry.pass_ for entry in registry.passes_for(None)]
-    if plugin_passes:
-        PassManager(plugin_passes, max_iterations=1)(graph)
+    for entry in registry.passes_for(None):
+        # On a copy (weights shared): a pass that raises halfway leaves nothing behind.
+        trial = copy_model(out.model)
+        try:
+            PassManager([entry.pass_], max_iterations=1)(trial.graph)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - a plugin's pass failing skips that pass
+            why = f"pass {entry.pass_.name} of plugin {entry.origin!r} failed, skipped: "
+            out.memory_notes.append(why + f"{type(e).__name__}: {e}"[:300])
+            log.warning("anychip: %s", out.memory_notes[-1])
+            continue
+        out.model = trial
 
 
 def _check_copy_budget(copies: list[CopyRecord], options: PlacementOptions) -> None:
@@ -251,6 +261,10 @@ def _compile_graph(
         if e.in_use:
             why += f" with {e.in_use} in use by other sessions"
         return why + " (out of memory)"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - a compiler's failure means fallback, with why
+        return _failed(p, "compile", e, must_fit)
     p.program = compiled.run
     p.info.update(compiled.info)
     return None
@@ -271,7 +285,12 @@ def _compile_kernels(
         p.graph, backend, tables[p.device], registry.schemas, check_kernels=out.check_kernels
     )
     if backend.passes:  # one manager: the graph is verified after every pass
-        PassManager(backend.passes, max_iterations=1)(p.graph)
+        try:
+            PassManager(backend.passes, max_iterations=1)(p.graph)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - a pass's failure means fallback, with why
+            return _failed(p, "a graph pass", e, must_fit)
     pool = _pool_for(out, backend, registry.pools.get(backend.kind))
     pm = PartitionMemory(program, pool, copts.plan_cache_size)
     why = _over_budget(p, backend, pm)
@@ -380,6 +399,17 @@ def _over_budget(p: Partition, backend: Any, pm: PartitionMemory) -> str | None:
         f"intermediate tensors + {boundary} of inputs, outputs and weights), {p.device} has "
         f"{capacity} (out of memory)"
     )
+
+
+def _failed(p: Partition, stage: str, e: BaseException, must_fit: bool) -> str:
+    """Why partition ``p`` cannot go to its device after ``stage`` raised ``e``; raised as a
+    ``DeviceError`` when there is no fallback (strict, or the last device)."""
+    why = f"{stage} failed on partition {p.index}: {type(e).__name__}: {e}"[:400]
+    if must_fit and isinstance(e, AnychipError):
+        raise e
+    if must_fit:
+        raise DeviceError(f"{p.device}: {why}") from e
+    return why
 
 
 def _exclude(out: CompiledModel, p: Partition, why: str, excluded: dict) -> None:

@@ -50,7 +50,13 @@ from anychip.core.kernel_call import (
 from anychip.core.kernels import find_kernel
 from anychip.core.memory import Step
 from anychip.core.slots import free_after_last_use, release_quietly
-from anychip.errors import AnychipError, KernelError, OutOfMemoryError, UnsupportedOpError
+from anychip.errors import (
+    AnychipError,
+    DeviceError,
+    KernelError,
+    OutOfMemoryError,
+    UnsupportedOpError,
+)
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend
@@ -242,7 +248,7 @@ class Program:
                 store(ins, call(ins, slots, views), slots)
                 for s in ins.frees:
                     if release is not None and slots[s] is not None:
-                        release(slots[s])
+                        self._release_one(slots, s, ins)
                     slots[s] = None
                     if track:
                         forget(s)
@@ -280,12 +286,27 @@ class Program:
                 res = ins.fn(*args, out=out, **ins.attrs)
             else:
                 res = ins.fn(*args, **ins.attrs)
-        except Exception as e:  # noqa: BLE001 - re-raised with the node's text
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - re-raised with the node's text (SystemExit too)
             self.on_error(ins, args, e)
         results = res if type(res) is tuple or type(res) is list else (res,)
         if out is not None and (not results or results[0] is not out):
             self.declined += 1
         return results
+
+    def _release_one(self, slots: list[Any], s: int, ins: Instr) -> None:
+        """Give slot ``s``'s device tensor back; a failing ``release`` is a ``DeviceError``."""
+        try:
+            self._release(slots[s])
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the plugin's error, named
+            slots[s] = None  # not released twice by _drop
+            raise DeviceError(
+                f"{self.backend.name}: release() of a tensor after node {ins.node.name!r} raised "
+                f"{type(e).__name__}: {e}"
+            ) from e
 
     def _drop(self, slots: list[Any]) -> None:
         """Release the device tensors a failed run made (host arrays are left to the GC)."""
@@ -297,7 +318,7 @@ class Program:
         for s in mine:
             slots[s] = None
 
-    def on_error(self, ins: Instr, args: list[Any], exc: Exception) -> None:
+    def on_error(self, ins: Instr, args: list[Any], exc: BaseException) -> None:
         from anychip.ir.printer import format_node
 
         shown = args[1:] if ins.ctx is not None else args

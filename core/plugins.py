@@ -76,7 +76,9 @@ def _disabled() -> tuple[set[str], bool]:
 def _import(name: str, module: str, ep: Any) -> Any:
     try:
         plugin = ep.load() if ep is not None else importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - a broken plugin must not take the host down
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit too: a plugin never ends the host
         raise PluginError(
             f"plugin {name!r} ({module}) failed to import: {type(e).__name__}: {e}"
         ) from e
@@ -122,8 +124,20 @@ def load_plugins() -> Registry:
             registry.plugins.append(PluginRecord(name, module, False, str(e)))
             log.warning("%s", e)
             continue
-        except Exception as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
             msg = f"plugin {name!r} ({module}) failed to register: {type(e).__name__}: {e}"
+            registry.plugins.append(PluginRecord(name, module, False, msg))
+            log.warning("%s", msg)
+            continue
+        if unknown := sorted(c.name for c in pm.get_hookcallers(plugin) or [] if c.spec is None):
+            # One plugin's typo must not fail every load: it alone is left out.
+            msg = (
+                f"plugin {name!r} ({module}) implements {', '.join(unknown)}, which anychip "
+                f"does not define; the hooks are {', '.join(HOOK_ORDER)}"
+            )
+            pm.unregister(plugin)
             registry.plugins.append(PluginRecord(name, module, False, msg))
             log.warning("%s", msg)
             continue
@@ -141,19 +155,23 @@ def load_plugins() -> Registry:
             log.info("anychip: loaded plugin %s (%s)", name, module)
         plugins.append((name, plugin))
         registry.plugins.append(PluginRecord(name, module, True))
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as e:
-        raise PluginError(f"a plugin implements a hook anychip does not define: {e}") from e
-    _call_hooks(pm, registry, trace)
+    failed: set[str] = set()
+    while (bad := _call_hooks(pm, registry, failed, trace)) is not None:
+        # Removed whole: the registry is filled again by the others, so nothing the failed
+        # plugin merged into another's tables (a kernel, a pool, a schema) stays behind.
+        failed.add(bad[0])
+        _record_failure(registry, *bad)
+        registry.clear_contributions()
     registry.current_plugin = "?"
     return registry
 
 
-def _call_hooks(pm: pluggy.PluginManager, registry: Registry, trace: bool) -> None:
-    """Call every hook, plugin by plugin in lifecycle order; a plugin whose hook raises is
-    recorded and what it registered is dropped, the others go on."""
-    failed: set[str] = set()
+def _call_hooks(
+    pm: pluggy.PluginManager, registry: Registry, failed: set[str], trace: bool
+) -> tuple[str, str] | None:
+    """Call every hook of the plugins not in ``failed``, plugin by plugin in lifecycle order;
+    the first plugin whose hook raises (any exception but KeyboardInterrupt) stops the round:
+    returns its name and why (None when every hook ran)."""
     for hook_name in HOOK_ORDER:
         caller = getattr(pm.hook, hook_name)
         for impl in caller.get_hookimpls():
@@ -164,9 +182,11 @@ def _call_hooks(pm: pluggy.PluginManager, registry: Registry, trace: bool) -> No
                 log.info("anychip: %s.%s()", impl.plugin_name, hook_name)
             try:
                 impl.function(registry=registry)
-            except Exception as e:  # noqa: BLE001
-                failed.add(impl.plugin_name)
-                _forget(registry, impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}")
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin included
+                return impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}"
+    return None
 
 
 def _check_version(name: str, module: str, plugin: Any) -> None:
@@ -178,16 +198,12 @@ def _check_version(name: str, module: str, plugin: Any) -> None:
         )
 
 
-def _forget(registry: Registry, plugin: str, why: str) -> None:
-    """Drop what a failed plugin registered, and record why."""
+def _record_failure(registry: Registry, plugin: str, why: str) -> None:
     for rec in registry.plugins:
         if rec.name == plugin:
             rec.ok = False
-            rec.error = f"plugin {plugin!r}: {why}"
+            rec.error = f"plugin {plugin!r}: {why}; it is left out whole"
             log.warning("%s", rec.error)
-    for name in [n for n, b in registry.backends.items() if b.origin == plugin]:
-        del registry.backends[name]
-    registry.passes = [p for p in registry.passes if p.origin != plugin]
 
 
 def get_registry() -> Registry:

@@ -78,6 +78,12 @@ class Registry:
         self.plugins: list[PluginRecord] = []
         self.current_plugin = "?"
 
+    def clear_contributions(self) -> None:
+        """Forget every backend, kernel, pass, pool and schema (the plugin records stay): the
+        hooks of the plugins still in are called again on the empty registry."""
+        self.backends, self.kernels, self.passes, self.pools = {}, {}, [], {}
+        self.schemas = SchemaRegistry()
+
     # -- what hooks call -----------------------------------------------------------------------
     def add_backend(self, backend: Backend) -> None:
         """Register a device backend under ``backend.name``."""
