@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from anychip.core.lifecycle import check_open
 from anychip.errors import InputError, PlacementError
 
 __all__ = ["run_request"]
@@ -23,6 +24,7 @@ log = logging.getLogger("anychip")
 def run_request(session: Any, arrays: list[Any]) -> list[Any]:
     """One request: the feedback runs while they last, then the steps; failover on a device
     error (see the module docstring)."""
+    check_open(session)
     try:
         return _run(session, arrays)
     except Exception as e:

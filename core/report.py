@@ -12,6 +12,8 @@ import logging
 from collections import Counter
 from typing import Any
 
+from anychip.core.lifecycle import check_open
+
 __all__ = [
     "placement_report",
     "PlacementReport",
@@ -211,6 +213,7 @@ class PlacementReport:
 def placement_report(session: Any) -> PlacementReport:
     """The ``PlacementReport`` of a session: its nodes, partitions, copies (with what the runs
     measured) and the cost model's decision."""
+    check_open(session)
     c = session.compiled
     part_of = {n: p.index for p in c.partitions for n in p.nodes}
     nodes = [

@@ -20,6 +20,7 @@ from anychip.core.devices import resolve_devices
 from anychip.core.failover import run_request
 from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
+from anychip.core.lifecycle import Closable
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions, set_policy
 from anychip.core.plugins import get_registry
@@ -30,11 +31,12 @@ from anychip.ir.graph import Model
 __all__ = ["Session", "IOInfo", "load", "resolve_devices"]
 
 
-class Session:
+class Session(Closable):
     """A model compiled for a list of devices. Use ``anychip.load`` to make one.
 
     ``model`` is the compiled copy (placement marks on its nodes); the caller's model is
     never modified. ``run`` is serialised by a lock (kernel contexts hold the running frame).
+    ``close()`` (or a with-block) gives device memory back at once (``core/lifecycle.py``).
     """
 
     def __init__(
@@ -80,12 +82,10 @@ class Session:
         self.partitions, self.copies = c.partitions, c.copies
         self.folded, self.optimizations = c.folded, c.optimizations
 
-    def get_inputs(self) -> list[IOInfo]:
-        """The model's inputs (onnxruntime's spelling)."""
+    def get_inputs(self) -> list[IOInfo]:  # onnxruntime's spelling
         return self.inputs
 
-    def get_outputs(self) -> list[IOInfo]:
-        """The model's outputs (onnxruntime's spelling)."""
+    def get_outputs(self) -> list[IOInfo]:  # onnxruntime's spelling
         return self.outputs
 
     def placement(self) -> PlacementReport:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anychip.core.memory.stats import _human
+from anychip.errors import AnychipError
 
 __all__ = ["DeviceMemory", "MemoryReport", "memory_report"]
 
@@ -126,6 +127,8 @@ class MemoryReport:
 def memory_report(compiled: Any) -> MemoryReport:
     """Memory figures per device of a ``core.compiler.CompiledModel``: plan, lower bound,
     peak, reserved, plan cache."""
+    if compiled is None:
+        raise AnychipError("this session is closed; load the model again with anychip.load")
     by_name = {b.name: b for b in compiled.backends}
     records = {
         b.name: DeviceMemory(b.name, capacity=b.device.memory_capacity) for b in compiled.backends
