@@ -81,8 +81,11 @@ def main() -> None:
         sessions = _sessions(model, available)
         feeds = _feeds(next(iter(sessions.values())), shapes)
         for sess in sessions.values():
-            for _ in range(5):  # warm-up and the feedback runs (re-placement happens here)
+            # Warm-up, then the feedback's runs and trials (re-placement happens here).
+            for n in range(60):
                 sess.run(None, feeds)
+                if n >= 4 and (sess.feedback is None or sess.feedback.done):
+                    break
         times: dict[str, list[float]] = {k: [] for k in sessions}
         for _ in range(args.rounds):
             for key, sess in sessions.items():
@@ -100,9 +103,10 @@ def main() -> None:
             rep = sess.placement()
             ratio = med[key] / single
             worst = max(worst, ratio)
+            took = rep.decision.split(":", 1)[0] if rep.decision.startswith("re-placed") else ""
             print(
                 f"{mname:<14} {key:<12} {med[key] * 1e3:9.2f} {ratio:14.2f} "
-                f"{rep.copy_count:>6} {rep.copy_bytes:>10}  {rep.by_device()}"
+                f"{rep.copy_count:>6} {rep.copy_bytes:>10}  {rep.by_device()} {took}"
             )
         alone = ", ".join(f"{k} {t * 1e3:.2f} ms" for k, t in med.items() if k.endswith("alone"))
         print(f"{'':<14} single devices: {alone}")
