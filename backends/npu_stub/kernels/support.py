@@ -42,6 +42,13 @@ NPU_OPS = frozenset(
         "Reshape",
         "Flatten",
         "Transpose",
+        "Sub",
+        "Div",
+        "Sqrt",
+        "Tanh",
+        "Erf",
+        "Gelu",
+        "LayerNormalization",
     }
 )
 #: Operators of the anychip domain that the NPU's own passes create.
@@ -105,6 +112,11 @@ def _check_attributes(node: Node) -> str | None:
     if op == "MaxPool":
         if len([v for v in node.outputs if v is not None]) > 1:
             return "MaxPool's Indices output not supported"
+    if op == "LayerNormalization":
+        if len([v for v in node.outputs if v is not None]) > 1:
+            return "LayerNormalization's Mean and InvStdDev outputs not supported"
+        if node.attr("stash_type", 1) != 1:
+            return "LayerNormalization with stash_type other than 1 (float32) not supported"
     if op == "AveragePool" and node.attr("ceil_mode", 0):
         return "attribute ceil_mode=1 of AveragePool not supported"
     if op == "BatchNormalization":

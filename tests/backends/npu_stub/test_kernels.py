@@ -87,6 +87,25 @@ CASES = {
     ),
     "flatten": ("Flatten", [X], {}, {"axis": 2}),
     "transpose": ("Transpose", [X], {}, {"perm": [3, 1, 0, 2]}),
+    "sub_bcast": ("Sub", [X, f32(9)], {}, {}),
+    "div_const": ("Div", [X, np.abs(f32(9)) + 0.5], {1: np.abs(f32(9)) + 0.5}, {}),
+    "sqrt": ("Sqrt", [np.abs(X)], {}, {}),
+    "tanh": ("Tanh", [X * 3], {}, {}),
+    "erf": ("Erf", [X * 2], {}, {}),
+    "gelu": ("Gelu", [X * 3], {}, {"_opset": 20}),
+    "gelu_tanh": ("Gelu", [X * 3], {}, {"approximate": "tanh", "_opset": 20}),
+    "layernorm": (
+        "LayerNormalization",
+        [f32(2, 5, 16) * 3 + 1, f32(16), f32(16)],
+        {1: f32(16), 2: f32(16)},
+        {"epsilon": 1e-5},
+    ),
+    "layernorm_2axes_nobias": (
+        "LayerNormalization",
+        [f32(2, 5, 16), f32(5, 16)],
+        {},
+        {"axis": 1},
+    ),
 }
 
 

@@ -1,0 +1,77 @@
+"""What transformer exports need beside MatMul and Softmax: Sub, Div, Sqrt, Tanh, Erf, Gelu
+and LayerNormalization (Y only; its Mean and InvStdDev outputs are refused in
+``check_node``). Float32 throughout; LayerNormalization's statistics in float32, as
+onnxruntime computes them for float inputs (``stash_type`` 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels.op_elementwise import erf_array
+from anychip.backends.npu_stub.kernels import Run, builder
+
+__all__: list[str] = []
+
+_SQRT_HALF = np.float32(0.7071067811865476)
+_SQRT_2_OVER_PI = np.float32(0.7978845608028654)
+
+
+@builder("Sub")
+def build_sub(node: Any, ctx: Any) -> Run:
+    return lambda xs: np.subtract(xs[0], xs[1])
+
+
+@builder("Div")
+def build_div(node: Any, ctx: Any) -> Run:
+    return lambda xs: np.divide(xs[0], xs[1])
+
+
+@builder("Sqrt")
+def build_sqrt(node: Any, ctx: Any) -> Run:
+    return lambda xs: np.sqrt(xs[0])
+
+
+@builder("Tanh")
+def build_tanh(node: Any, ctx: Any) -> Run:
+    return lambda xs: np.tanh(xs[0])
+
+
+@builder("Erf")
+def build_erf(node: Any, ctx: Any) -> Run:
+    return lambda xs: erf_array(xs[0])
+
+
+@builder("Gelu")
+def build_gelu(node: Any, ctx: Any) -> Run:
+    if node.attr("approximate", "none") == "tanh":
+
+        def run(xs: list) -> np.ndarray:
+            x = xs[0]
+            inner = _SQRT_2_OVER_PI * (x + np.float32(0.044715) * x * x * x)
+            return np.float32(0.5) * x * (np.float32(1) + np.tanh(inner))
+
+        return run
+    return lambda xs: np.float32(0.5) * xs[0] * (np.float32(1) + erf_array(xs[0] * _SQRT_HALF))
+
+
+@builder("LayerNormalization")
+def build_layer_norm(node: Any, ctx: Any) -> Run:
+    rank = len(node.inputs[0].shape)
+    axis = int(node.attr("axis", -1))
+    axes = tuple(range(axis + rank if axis < 0 else axis, rank))
+    eps = np.float32(node.attr("epsilon", 1e-5))
+    has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
+
+    def run(xs: list) -> np.ndarray:
+        x = xs[0]
+        centred = x - x.mean(axis=axes, keepdims=True)
+        var = np.mean(np.square(centred), axis=axes, keepdims=True)
+        y = centred / np.sqrt(var + eps)
+        y *= xs[1]
+        if has_bias:
+            y += xs[2]
+        return y
+
+    return run
