@@ -281,9 +281,14 @@ def _compile_kernels(
 ) -> str | None:
     """A kernel-mode partition: its program, passes and planned memory; the reason it does not
     fit its device's budget, or None once ``p.program`` is set."""
-    program = Program(
-        p.graph, backend, tables[p.device], registry.schemas, check_kernels=out.check_kernels
-    )
+    try:  # the constants go to the device here
+        program = Program(
+            p.graph, backend, tables[p.device], registry.schemas, check_kernels=out.check_kernels
+        )
+    except OutOfMemoryError as e:
+        if must_fit:
+            raise
+        return f"partition {p.index}'s weights do not fit: {e}"[:400]
     if backend.passes:  # one manager: the graph is verified after every pass
         try:
             PassManager(backend.passes, max_iterations=1)(p.graph)

@@ -59,3 +59,25 @@ def test_close_gives_device_memory_back_at_once(device):
         np.testing.assert_allclose(again.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
         assert _in_use(device) > before
     assert _in_use(device) == before and again.closed
+
+
+def test_weights_that_do_not_fit_a_full_device_fall_back_at_load():
+    """Another user holds nearly all of the XPU's heap: the load places the MLP on the CPU
+    and says why, instead of failing (issue 18)."""
+    xpu = get_registry().backends["xpu"]
+    if not xpu.available()[0]:
+        pytest.skip("xpu unavailable here")
+    from anychip.backends.xpu_stub.driver import get_driver
+
+    drv = get_driver()
+    info = drv.mem_info()
+    hog = drv.malloc(info.capacity - info.used - (16 << 10))  # 16 KiB left; the weights are 48
+    try:
+        sess = anychip.load(_mlp(), devices=["xpu", "cpu"], cost_model=False)
+        assert sess.placement().by_device() == {"cpu": 3}
+        assert any("weights do not fit" in n for n in sess.compiled.memory_notes)
+        x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+        want = anychip.load(_mlp(), devices=["cpu"]).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+    finally:
+        drv.free(hog)
