@@ -214,7 +214,9 @@ def load_calibration(backend: Any) -> Calibration | None:
 def _save(backend: Any, cal: Calibration) -> None:
     path = _path(backend)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    # One temporary name per process and thread: ``calibrate`` may be called from threads
+    # directly (``calibration_for`` serializes its own callers with ``_lock``).
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(cal.to_json()), encoding="utf-8")
     os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
 

@@ -5,10 +5,15 @@ capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``
 from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
 (``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``. A configured copy gets its
 own device memory of the configured size.
+
+Threads: the device memory is created on first use under a lock (double-checked), so sessions
+loaded at once from several threads share one ``NpuMemory``; without it each thread could make
+its own and a session's inputs would land in another memory than its executable reads.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,6 +52,7 @@ class NpuBackend(Backend):
         self._capacity = memory
         self.precision = precision
         self._memory: NpuMemory | None = None
+        self._lock = threading.RLock()  # guards the lazy _capacity and _memory
 
     # -- options -------------------------------------------------------------------------------
     def _configure(self, **options: Any) -> None:
@@ -66,20 +72,29 @@ class NpuBackend(Backend):
                     f"got {options['precision']!r}"
                 )
             self.precision = precision
+        self._lock = threading.RLock()  # not shared with the backend it was copied from
         self._memory = None  # a configured copy owns its own device memory
 
     @property
     def capacity(self) -> int:
-        if self._capacity is None:
-            self._capacity = memory_from_env()
-        return self._capacity
+        capacity = self._capacity
+        if capacity is None:
+            with self._lock:
+                if self._capacity is None:
+                    self._capacity = memory_from_env()
+                capacity = self._capacity
+        return capacity
 
     @property
     def memory(self) -> NpuMemory:
-        """The device memory (created on first use)."""
-        if self._memory is None:
-            self._memory = NpuMemory(self.capacity, self.name, self.pool_factory)
-        return self._memory
+        """The device memory (created on first use, once, whichever thread comes first)."""
+        memory = self._memory
+        if memory is None:
+            with self._lock:
+                if self._memory is None:
+                    self._memory = NpuMemory(self.capacity, self.name, self.pool_factory)
+                memory = self._memory
+        return memory
 
     def memory_stats(self) -> MemoryStats:
         return self.memory.pool.stats()
