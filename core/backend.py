@@ -19,6 +19,7 @@ The base class validates and wraps errors, so the underscore methods stay small.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,10 @@ class DeviceModel:
         if cap is not None and (not isinstance(cap, (int, np.integer)) or cap < 0):
             out.append(f"memory_capacity={cap!r} (bytes as an int >= 0, or None)")
         return out
+
+
+#: Guards the backends' lazily created pools (one pool per backend, whatever the threads).
+_LAZY_LOCK = threading.Lock()
 
 
 def _finite(value: Any) -> bool:
@@ -223,23 +228,26 @@ class Backend:
         """The pool this device's tensors come from (created on first use): the factory a
         plugin registered for this kind (``anychip_register_memory_pools``), else a plain
         ``MemoryPool`` over this backend's raw allocator (``_alloc(nbytes)`` / ``_free``)."""
-        if self._pool is None:
-            factory = self.pool_factory
-            if factory is None:
-                if not callable(getattr(self, "_alloc", None)):
-                    raise DeviceError(
-                        f"backend {self.name!r} has no memory pool: define _alloc(nbytes) and "
-                        "_free(buffer) (raw device memory), or register a pool for kind "
-                        f"{self.kind!r}"
-                    )
-                from anychip.core.memory.pool import MemoryPool
-
-                self._pool = MemoryPool(
-                    self.name, capacity=self.device.memory_capacity, allocator=self
-                )
-            else:
-                self._pool = factory(self)
+        if self._pool is not None:
+            return self._pool
+        with _LAZY_LOCK:  # two threads' first allocations must share one pool
+            if self._pool is None:
+                self._pool = self._new_pool()
         return self._pool
+
+    def _new_pool(self) -> Any:
+        factory = self.pool_factory
+        if factory is not None:
+            return factory(self)
+        if not callable(getattr(self, "_alloc", None)):
+            raise DeviceError(
+                f"backend {self.name!r} has no memory pool: define _alloc(nbytes) and "
+                "_free(buffer) (raw device memory), or register a pool for kind "
+                f"{self.kind!r}"
+            )
+        from anychip.core.memory.pool import MemoryPool
+
+        return MemoryPool(self.name, capacity=self.device.memory_capacity, allocator=self)
 
     def allocate(self, nbytes: int) -> Any:
         """A ``Block`` of ``nbytes`` of device memory from ``memory_pool``; raises

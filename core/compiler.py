@@ -364,9 +364,10 @@ def _disk(copts: CompileOptions) -> DiskCache | None:
     if not copts.disk_cache:
         return None
     root = str(cache_root())
-    if root not in _DISKS:
-        _DISKS[root] = DiskCache()
-    return _DISKS[root]
+    disk = _DISKS.get(root)
+    if disk is None:  # setdefault: one per folder, whatever the threads
+        disk = _DISKS.setdefault(root, DiskCache())
+    return disk
 
 
 def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:

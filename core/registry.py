@@ -139,8 +139,8 @@ class Registry:
     # -- what the runtime reads ----------------------------------------------------------------
     def kernel_table(self, backend: str) -> KernelTable:
         table = self.kernels.get(backend)
-        if table is None:
-            table = self.kernels[backend] = KernelTable(backend)
+        if table is None:  # setdefault: two threads asking first get one table
+            table = self.kernels.setdefault(backend, KernelTable(backend))
         return table
 
     def passes_for(self, backend: str | None) -> list[PassEntry]:
