@@ -147,6 +147,7 @@ def load(
     background_compile: bool | None = None,
     failover: bool = True,
     placement_policy: str | None = None,
+    max_load_bytes: int | None = None,
     **options: Any,
 ) -> Session:
     """Compile a model for a set of devices; returns a ``Session`` (``sess.run(None, feeds)``).
@@ -173,12 +174,11 @@ def load(
             ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
             disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
             ``"off"``: the backends' declared figures.
-        compile_cache_size: executables kept per partition of a static-shape device (NPU),
-            one per input signature; background_compile: such devices compile in a thread
-            while runs go to the host (default True, or ``ANYCHIP_BACKGROUND_COMPILE=0``).
-        failover: a device failing during a run is marked unhealthy and the request re-runs
-            on the others (default True; never with ``strict``).
+        compile_cache_size: executables kept per input signature of a static-shape device;
+            background_compile: it compiles while runs go to the host (default True).
+        failover: a device failing in a run is marked unhealthy, the request re-run (no strict).
         placement_policy: ``latency`` (default), ``prefer-first``, ``min-copies``.
+        max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
     """
     if options:
         known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
@@ -187,7 +187,7 @@ def load(
 
     registry = get_registry()
     if not isinstance(model, Model):
-        model = import_model(model, custom_schemas=registry.schemas)
+        model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
     opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover

@@ -105,10 +105,36 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
             skeleton.graph.initializer[i].ClearField("raw_data")
     if _over_proto_limit(skeleton):
         return proto  # infer_shapes serialises the model; protobuf caps that at 2 GiB
+    # Data propagation materialises the values it propagates: a ConstantOfShape asked for 2**40
+    # elements grows a buffer in onnx's C++ until the host runs out of memory.
+    data_prop = not _grows_huge(proto.graph)
     try:
-        return onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=data_prop)
     except Exception:  # inference is best-effort: types stay unknown where it fails
         return proto
+
+
+#: Elements a constant-shaped ConstantOfShape/Expand/Tile may ask for before data propagation
+#: is turned off (what it propagates is shapes: a few elements, not millions).
+_PROP_ELEMENTS = 1 << 20
+
+
+def _grows_huge(graph: onnx.GraphProto) -> bool:
+    """Whether a ConstantOfShape, Expand or Tile reads a constant (initializer) shape or
+    repeats whose product exceeds ``_PROP_ELEMENTS``."""
+    inits = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type not in ("ConstantOfShape", "Expand", "Tile") or len(node.input) < 1:
+            continue
+        t = inits.get(node.input[0 if node.op_type == "ConstantOfShape" else -1])
+        if t is None or t.data_type != onnx.TensorProto.INT64 or _declared_nbytes(t) > 1024:
+            continue
+        product = 1
+        for d in onnx.numpy_helper.to_array(t).ravel().tolist():
+            product *= max(int(d), 1)
+        if product > _PROP_ELEMENTS:
+            return True
+    return False
 
 
 #: Initializers at least this large are not needed by shape inference's data propagation.

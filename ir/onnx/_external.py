@@ -18,7 +18,13 @@ import onnx
 
 from anychip.errors import ModelError
 
-__all__ = ["ExternalRef", "iter_tensors", "validate_external_data", "load_external_data"]
+__all__ = [
+    "ExternalRef",
+    "iter_tensors",
+    "validate_external_data",
+    "load_external_data",
+    "check_weight_budget",
+]
 
 
 @dataclass(frozen=True)
@@ -190,3 +196,37 @@ def load_external_data(refs: list[ExternalRef]) -> None:
         ref.tensor.raw_data = data
         del ref.tensor.external_data[:]
         ref.tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def check_weight_budget(model: onnx.ModelProto, max_bytes: int | None) -> None:
+    """Refuse a model whose tensors declare more than ``max_bytes`` in all (the ceiling of
+    one load), before any external byte is read or any array made. None: no ceiling, unless
+    ``ANYCHIP_MAX_LOAD_BYTES`` sets one."""
+    if max_bytes is None:
+        raw = os.environ.get("ANYCHIP_MAX_LOAD_BYTES", "").strip()
+        if not raw:
+            return
+        if not raw.isdigit():
+            raise ModelError(f"ANYCHIP_MAX_LOAD_BYTES must be a number of bytes, got {raw!r}")
+        max_bytes = int(raw)
+    sizes = [(_declared_nbytes(t), t.name) for t in iter_tensors(model)]
+    total = sum(n for n, _ in sizes)
+    if total > max_bytes:
+        largest = ", ".join(f"{name!r} {n} B" for n, name in sorted(sizes, reverse=True)[:3])
+        raise ModelError(
+            f"the model's tensors declare {total} bytes, over the load ceiling of {max_bytes} "
+            f"(max_load_bytes or ANYCHIP_MAX_LOAD_BYTES); the largest: {largest}. Raise the "
+            "ceiling if the model is trusted and the machine has the memory."
+        )
+
+
+def _declared_nbytes(t: onnx.TensorProto) -> int:
+    """The bytes ``t``'s dims and data type declare (0 for a type without a fixed size)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return 0
+    n = 1
+    for d in t.dims:
+        n *= max(int(d), 0)
+    return n * itemsize

@@ -35,7 +35,11 @@ from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.onnx._checks import check_model, infer_shapes, sanitize
 from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype
-from anychip.ir.onnx._external import load_external_data, validate_external_data
+from anychip.ir.onnx._external import (
+    check_weight_budget,
+    load_external_data,
+    validate_external_data,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -49,6 +53,7 @@ def import_model(
     *,
     base_dir: str | os.PathLike | None = None,
     custom_schemas: SchemaRegistry | None = None,
+    max_bytes: int | None = None,
 ) -> Model:
     """Read an ONNX model into the anychip IR.
 
@@ -57,6 +62,8 @@ def import_model(
         base_dir: the folder holding external data files; defaults to the model file's folder.
             Required for bytes or a proto that keep tensors in external files.
         custom_schemas: schemas of plugin domains; nodes in these domains are accepted.
+        max_bytes: the ceiling of one load: the bytes all tensors may declare, checked before
+            anything is read (default: ``ANYCHIP_MAX_LOAD_BYTES``, else none).
 
     Returns:
         The model, with ``model.path`` set for file sources and a verified graph.
@@ -81,6 +88,7 @@ def import_model(
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
     sanitize(proto)
     _check_domains(proto, custom_domains)
+    check_weight_budget(proto, max_bytes)
     refs = validate_external_data(proto, None if base_dir is None else os.fspath(base_dir))
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):

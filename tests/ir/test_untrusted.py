@@ -131,3 +131,56 @@ def test_a_declared_output_dtype_the_graph_does_not_produce_is_an_error():
         anychip.load(m.SerializeToString(), devices=["cpu"]).run(
             None, {"x": np.ones(4, np.float32)}
         )
+
+
+def _weighted(n: int = 256) -> bytes:
+    w = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_the_load_ceiling_refuses_a_model_before_reading_it(monkeypatch):
+    with pytest.raises(ModelError, match=r"declare 262144 bytes, over the load ceiling of 1000"):
+        anychip.load(_weighted(), devices=["cpu"], max_load_bytes=1000)
+    monkeypatch.setenv("ANYCHIP_MAX_LOAD_BYTES", "1000")
+    with pytest.raises(ModelError, match="'w' 262144 B"):
+        anychip.load(_weighted(), devices=["cpu"])
+    monkeypatch.setenv("ANYCHIP_MAX_LOAD_BYTES", "lots")
+    with pytest.raises(ModelError, match="must be a number of bytes"):
+        anychip.load(_weighted(), devices=["cpu"])
+    monkeypatch.setenv("ANYCHIP_MAX_LOAD_BYTES", str(1 << 20))
+    x = np.random.default_rng(1).standard_normal((1, 256)).astype(np.float32)
+    assert anychip.load(_weighted(), devices=["cpu"]).run(None, {"x": x})[0].shape == (1, 256)
+
+
+def test_a_huge_constant_of_shape_is_not_folded_and_fails_clearly():
+    """4 TiB asked for by a constant shape: neither shape inference's data propagation (it
+    grew a buffer in onnx's C++ until the host was killed) nor the fold tries to make it; the
+    load refuses the plan with the bytes it needs; the process lives. With the shape fed at
+    run time the kernel refuses instead."""
+    shape = numpy_helper.from_array(np.array([1 << 40], np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+            helper.make_node("Add", ["x", "big"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1 << 40])],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(anychip.OutOfMemoryError, match=r"needs 8796093022220 bytes"):
+        anychip.load(model.SerializeToString(), devices=["cpu"])
+    model.graph.initializer.pop()
+    model.graph.input.append(helper.make_tensor_value_info("shape", TensorProto.INT64, [1]))
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    sess = anychip.load(model.SerializeToString(), devices=["cpu"])
+    with pytest.raises(anychip.AnychipError, match="ConstantOfShape.*4.00 TiB"):
+        sess.run(None, {"x": np.ones(1, np.float32), "shape": np.array([1 << 40], np.int64)})
