@@ -23,6 +23,7 @@ import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.models import cnn, mlp  # noqa: E402
+from tests.models import transformer_layer  # noqa: E402
 
 
 def _models() -> dict[str, tuple[bytes, list[dict]]]:
@@ -34,7 +35,9 @@ def _models() -> dict[str, tuple[bytes, list[dict]]]:
         return [{name: rng.standard_normal(s).astype(np.float32)} for s in shapes]
 
     resnet = light_model("resnet50", seed=0).SerializeToString()
+    bert = transformer_layer(seq="S", hidden=256, heads=4, ffn=1024).SerializeToString()
     return {
+        "bert_like": (bert, feeds("x", [(1, 32, 256), (1, 64, 256), (1, 128, 256)])),
         "resnet50": (resnet, feeds("gpu_0/data_0", [(1, 3, 224, 224)] * 3)),
         "cnn_dynamic": (cnn(), feeds("x", [(1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64)])),
         "mlp": (mlp(batch=64), feeds("x", [(64, 1024)] * 3)),

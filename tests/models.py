@@ -10,11 +10,14 @@ __all__ = ["transformer_layer"]
 
 
 def transformer_layer(
-    seq: int = 64, hidden: int = 256, heads: int = 4, ffn: int = 1024, seed: int = 0
+    seq: int | str = 64, hidden: int = 256, heads: int = 4, ffn: int = 1024, seed: int = 0
 ) -> onnx.ModelProto:
-    """One BERT-style encoder layer (opset 17): attention, LayerNorm, GELU feed-forward."""
+    """One BERT-style encoder layer (opset 17): attention, LayerNorm, GELU feed-forward. A
+    string ``seq`` makes the sequence length a symbolic dimension of that name (the Reshapes
+    then copy it with 0)."""
     rng = np.random.default_rng(seed)
     head = hidden // heads
+    dim = 0 if isinstance(seq, str) else seq  # Reshape: 0 copies the input's dimension
 
     def w(name: str, *shape: int) -> onnx.TensorProto:
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name)
@@ -30,8 +33,8 @@ def transformer_layer(
         numpy_helper.from_array(np.zeros(hidden, np.float32), "b1"),
         numpy_helper.from_array(np.ones(hidden, np.float32), "g2"),
         numpy_helper.from_array(np.zeros(hidden, np.float32), "b2"),
-        numpy_helper.from_array(np.array([1, seq, heads, head], np.int64), "split_shape"),
-        numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "merge_shape"),
+        numpy_helper.from_array(np.array([1, dim, heads, head], np.int64), "split_shape"),
+        numpy_helper.from_array(np.array([1, dim, hidden], np.int64), "merge_shape"),
         numpy_helper.from_array(np.array(np.sqrt(head), np.float32), "scale"),
         numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "sqrt2"),
         numpy_helper.from_array(np.array(1.0, np.float32), "one"),

@@ -106,3 +106,21 @@ def test_a_signature_that_fails_to_compile_stays_on_the_host():
 def test_a_bad_compile_cache_size_is_an_anychip_error(bad):
     with pytest.raises(anychip.AnychipError, match="compile_cache_size"):
         anychip.load(_mlp(), devices=["npu", "cpu"], compile_cache_size=bad)
+
+
+def test_a_transformer_layer_with_a_symbolic_sequence_runs_on_the_npu():
+    """Issue 13's target on the BERT-like layer: every node on the NPU, one compile per
+    sequence length, hits after, results within tolerance of onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    from tests.models import transformer_layer
+
+    model = transformer_layer(seq="S", hidden=64, heads=4, ffn=128).SerializeToString()
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, background_compile=False)
+    assert sess.placement().by_device() == {"npu": 27}
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for n in (8, 16, 32, 8, 16, 32):
+        x = np.random.default_rng(n).standard_normal((1, n, 64)).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    t = _sp(sess).telemetry()
+    assert (t["compiles"], t["hits"], t["host_runs"]) == (3, 3, 3)
