@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import time
@@ -107,7 +108,8 @@ def main() -> None:
             rep = sess.placement()
             ratio = med[key] / single
             worst = max(worst, ratio)
-            took = rep.decision.split(":", 1)[0] if rep.decision.startswith("re-placed") else ""
+            took = re.search(r"re-placed to [^:]*", rep.decision)
+            took = took.group(0) if took else ""
             print(
                 f"{mname:<14} {key:<12} {med[key] * 1e3:9.2f} {ratio:14.2f} "
                 f"{rep.copy_count:>6} {rep.copy_bytes:>10}  {rep.by_device()} {took}"

@@ -5,21 +5,21 @@ Run 1 is a warm-up. Runs 2 to ``1 + TIMED_RUNS`` time every step (each partition
 copy). Then, per device, the *factor* measured / estimated time of its partitions, and per
 device link the same for its copies, corrects the cost model (``cost_search.Costs``), and the
 model is placed again with the corrected costs. When that placement differs and is predicted
-at least ``MARGIN`` faster than what the runs measured, the session switches to it, once
-(PaddlePaddle's elastic re-partition, inside one process).
+at least ``MARGIN`` faster than what the runs measured, it is tried first (below): a
+prediction is not kept until it is measured (PaddlePaddle's elastic re-partition, inside one
+process, measured).
 
 Estimates can be wrong in ways no factor corrects (a device fast on one op class and slow on
-another, copies that overlap), so when the corrected costs keep the placement, the other
-placements worth having are *measured* too, one after another, each over the requests that
-come next (a warm-up and ``TIMED_RUNS`` timed runs each, serving those requests): the host
-alone, and for each other device the most it can take (onnxruntime's PREFER_<device>). A
-placement identical to one measured is skipped; a trial that fails is dropped (its request is
-served by the current placement). The fastest measured wins if it is ``MARGIN`` faster than
-the placement's own runs: so a device added to the list can cost a few trial runs, never a
-slower steady state. Under a named policy (``prefer-first``, ``min-copies``) or ``strict`` the
-user said how to place, and nothing is tried. Either way the partitions' info and
-``Session.placement()`` say what was measured and decided. Outputs do not depend on which
-placement ran beyond the devices' floating-point differences.
+another, copies that overlap), so the other placements worth having are *measured* too, one
+after another, each over the requests that come next (a warm-up and ``TIMED_RUNS`` timed runs
+each, serving those requests): the host alone, and for each other device the most it can take
+(onnxruntime's PREFER_<device>). A placement identical to one measured is skipped; a trial that
+fails is dropped (its request is served by the current placement). The fastest measured wins if
+it is ``MARGIN`` faster than the placement's own runs: so a device added to the list can cost a
+few trial runs, never a slower steady state. Under a named policy (``prefer-first``,
+``min-copies``) or ``strict`` the user said how to place, and nothing is tried. Either way the
+partitions' info and ``Session.placement()`` say what was measured and decided. Outputs do not
+depend on which placement ran beyond the devices' floating-point differences.
 """
 
 from __future__ import annotations
@@ -86,10 +86,13 @@ class Feedback:
         self.measured = 0.0
         self.done = False
         self.decision = ""
-        #: The placements still to try, as (label, devices, policy), and the one being tried.
-        self.queue: list[tuple[str, list[str], str]] = []
+        #: The placements still to try, as (label, compiled or (factors, devices, policy) to
+        #: compile it), and the one being tried.
+        self.queue: list[tuple[str, Any]] = []
         self.trial: tuple[str, CompiledModel] | None = None
         self.trial_samples: list[float] = []
+        #: The placements measured or being measured (node -> device), not tried twice.
+        self.seen: list[dict[str, str]] = []
         #: The fastest measured so far: (seconds per run, label, compiled model).
         self.best: tuple[float, str, CompiledModel] | None = None
 
@@ -116,13 +119,15 @@ class Feedback:
         self.samples.append(times)
         if len(self.samples) < TIMED_RUNS:
             return outs, compiled
-        chosen = self._decide(compiled)
-        if chosen is compiled:
-            self.best = (self.measured, "the placement", compiled)
-            self.queue = _candidates(compiled) if self.trials else []
-            self._next_trial(compiled)
+        candidate = self._decide(compiled)
+        self.best = (self.measured, "the placement", compiled)
+        # The cost model's re-placement is measured before it is kept, like the others.
+        self.queue = [] if candidate is None else [("the corrected costs' placement", candidate)]
+        if self.trials:
+            self.queue += _candidates(compiled)
+        self._next_trial(compiled)
         self.done = self.trial is None
-        return outs, chosen
+        return self._finish(outs, compiled)
 
     def stop(self, why: str) -> None:
         """Measure no more (the session was placed again for another reason)."""
@@ -130,11 +135,12 @@ class Feedback:
 
     def _next_trial(self, compiled: CompiledModel) -> None:
         """Compile the next placement to try that differs from every one measured."""
-        seen = [_placement(compiled)]
+        seen = self.seen or [_placement(compiled)]
+        self.seen = seen
         while self.queue and self.trial is None:
-            label, devices, policy = self.queue.pop(0)
+            label, how = self.queue.pop(0)
             try:
-                candidate = self.recompile(dict(compiled.costs.factors), devices, policy)
+                candidate = how if not isinstance(how, tuple) else self.recompile(*how)
             except Exception as e:  # noqa: BLE001 - that one cannot be tried; say why
                 self.decision += f"; {label}: not tried ({type(e).__name__})"
                 continue
@@ -172,20 +178,21 @@ class Feedback:
             return outs, compiled
         took, label, best = self.best
         if best is compiled:
-            self.decision += ": kept"
+            self.decision = f"kept: {self.decision}"
             return outs, compiled
-        best.replaced = self.decision = (
-            f"re-placed to {label}: {self.decision.removeprefix('kept: ')}"
-        )
+        best.replaced = self.decision = f"re-placed to {label}: {self.decision}"
         log.info("anychip: %s", self.decision)
         return outs, best
 
-    def _decide(self, compiled: CompiledModel) -> CompiledModel:
+    def _decide(self, compiled: CompiledModel) -> CompiledModel | None:
+        """The placement the corrected costs predict ``MARGIN`` faster than measured (None:
+        the placement stays), with the figures in ``decision``."""
         steps = compiled.steps.steps
         best = [min(col) for col in zip(*self.samples)]
         # The whole run, not the sum of its steps' minima: that leaves out what lies between
         # the steps and flatters a placement of many small partitions.
-        self.measured = measured_total = min(self.totals)
+        self.measured = min(self.totals)
+        self.decision = f"measured {_ms(self.measured)} per run"
         factors = self._factors(compiled, steps, best)
         # Partitions and partition steps are in the same order.
         by_part = iter(t for s, t in zip(steps, best) if not s.is_copy)
@@ -194,22 +201,17 @@ class Feedback:
         try:
             candidate = self.recompile(factors)
         except Exception as e:  # noqa: BLE001 - the current placement stays; say why
-            self.decision = f"kept: re-placing failed ({type(e).__name__}: {e})"
-            return compiled
-        same = _placement(candidate) == _placement(compiled)
+            self.decision += f"; re-placing with the measured costs failed ({type(e).__name__})"
+            return None
         predicted = candidate.predicted
-        if same or predicted is None or predicted >= measured_total * (1 - MARGIN):
-            self.decision = (
-                f"kept: measured {_ms(measured_total)} per run; with the measured costs the "
-                + ("placement is unchanged" if same else f"alternative is {_ms(predicted)}")
-            )
-            return compiled
-        candidate.replaced = self.decision = (
-            f"re-placed: measured {_ms(measured_total)} per run, the placement with measured "
-            f"costs is predicted {_ms(predicted)}"
-        )
-        log.info("anychip: %s", self.decision)
-        return candidate
+        if _placement(candidate) == _placement(compiled):
+            self.decision += "; with the measured costs the placement is unchanged"
+        elif predicted is None or predicted >= self.measured * (1 - MARGIN):
+            self.decision += f"; with the measured costs another placement is {_ms(predicted)}"
+        else:
+            self.decision += f"; the measured costs predict {_ms(predicted)} for another"
+            return candidate
+        return None
 
     @staticmethod
     def _factors(compiled: CompiledModel, steps: list[Any], best: list[float]) -> dict:
@@ -238,13 +240,13 @@ class Feedback:
         return {k: measured[k] / estimated[k] for k in measured if estimated.get(k)}
 
 
-def _candidates(compiled: CompiledModel) -> list[tuple[str, list[str], str]]:
+def _candidates(compiled: CompiledModel) -> list[tuple[str, Any]]:
     """The placements worth measuring beside the cost model's: the host alone, and for each
     other device the most it can take (onnxruntime's PREFER_<device> policy)."""
-    host = compiled.backends[-1].name
-    out = [(f"{host} alone", [host], "prefer-first")]
+    host, factors = compiled.backends[-1].name, dict(compiled.costs.factors)
+    out: list[tuple[str, Any]] = [(f"{host} alone", (factors, [host], "prefer-first"))]
     for b in compiled.backends[:-1]:
-        out.append((f"{b.name} first", [b.name, host], "prefer-first"))
+        out.append((f"{b.name} first", (factors, [b.name, host], "prefer-first")))
     return out
 
 
