@@ -108,8 +108,11 @@ class SpecializedPartition:
                 trace = key not in self.pending and key not in self.failed
                 if trace:
                     self.pending.add(key)
-        if run is None and trace and self.disk is not None:
-            run = self._from_disk(key)  # compiled by an earlier process: no trace needed
+        if run is None and trace and self.disk is not None and not self.background:
+            # Compiled by an earlier process: no trace needed. In the background mode the
+            # host serves this run and the compile thread looks on disk first: loading and
+            # compiling the artifact here took 0.95 s on ResNet-50, the host run 60 ms.
+            run = self._from_disk(key)
         if run is not None:
             return list(run(inputs))
         return self._on_host(inputs, key, trace)
