@@ -26,7 +26,10 @@ def run_request(session: Any, arrays: list[Any]) -> list[Any]:
     error (see the module docstring)."""
     check_open(session)
     try:
-        return _run(session, arrays)
+        outs = _run(session, arrays)
+        for sp in session.compiled.specialized.values():
+            sp.start_compiles()  # after the request: a compile thread slows what it overlaps
+        return outs
     except Exception as e:
         device = getattr(e, "anychip_device", None)
         if not _fails_over(session, e, device):
