@@ -18,24 +18,13 @@ _SQRT_HALF = np.float32(0.7071067811865476)
 _SQRT_2_OVER_PI = np.float32(0.7978845608028654)
 
 
-@builder("Sub")
-def build_sub(node: Any, ctx: Any) -> Run:
-    return lambda xs: np.subtract(xs[0], xs[1])
+def _elementwise(fn: Any) -> Any:
+    """The builder of an op that is one numpy ufunc over its inputs."""
+    return lambda node, ctx: lambda xs: fn(*xs)
 
 
-@builder("Div")
-def build_div(node: Any, ctx: Any) -> Run:
-    return lambda xs: np.divide(xs[0], xs[1])
-
-
-@builder("Sqrt")
-def build_sqrt(node: Any, ctx: Any) -> Run:
-    return lambda xs: np.sqrt(xs[0])
-
-
-@builder("Tanh")
-def build_tanh(node: Any, ctx: Any) -> Run:
-    return lambda xs: np.tanh(xs[0])
+for _op, _fn in {"Sub": np.subtract, "Div": np.divide, "Sqrt": np.sqrt, "Tanh": np.tanh}.items():
+    builder(_op)(_elementwise(_fn))
 
 
 @builder("Erf")
