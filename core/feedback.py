@@ -11,11 +11,12 @@ process, measured).
 
 Estimates can be wrong in ways no factor corrects (a device fast on one op class and slow on
 another, copies that overlap), so the other placements worth having are *measured* too, one
-after another, each over the requests that come next (a warm-up and ``TIMED_RUNS`` timed runs
-each, serving those requests): the host alone, and for each other device the most it can take
+after another, each over the requests that come next (a warm-up, then ``TIMED_RUNS`` runs of
+it in turn with as many of the placement, so each pair is measured under the same conditions;
+all serving those requests): the host alone, and for each other device the most it can take
 (onnxruntime's PREFER_<device>). A placement identical to one measured is skipped; a trial that
-fails is dropped (its request is served by the current placement). The fastest measured wins if
-it is ``MARGIN`` faster than the placement's own runs: so a device added to the list can cost a
+fails is dropped (its request is served by the current placement). The fastest relative to the
+placement's paired runs wins if it is ``MARGIN`` faster: so a device added to the list can cost a
 few trial runs, never a slower steady state. Under a named policy (``prefer-first``,
 ``min-copies``) or ``strict`` the user said how to place, and nothing is tried. Either way the
 partitions' info and ``Session.placement()`` say what was measured and decided. Outputs do not
@@ -93,7 +94,9 @@ class Feedback:
         self.trial_samples: list[float] = []
         #: The placements measured or being measured (node -> device), not tried twice.
         self.seen: list[dict[str, str]] = []
-        #: The fastest measured so far: (seconds per run, label, compiled model).
+        #: The placement's own runs paired with the trial's (see ``_run_trial``).
+        self.paired_samples: list[float] = []
+        #: The fastest measured so far: (its time / the placement's, label, compiled model).
         self.best: tuple[float, str, CompiledModel] | None = None
 
     @classmethod
@@ -120,7 +123,7 @@ class Feedback:
         if len(self.samples) < TIMED_RUNS:
             return outs, compiled
         candidate = self._decide(compiled)
-        self.best = (self.measured, "the placement", compiled)
+        self.best = (1.0, "the placement", compiled)  # time relative to the placement's
         # The cost model's re-placement is measured before it is kept, like the others.
         self.queue = [] if candidate is None else [("the corrected costs' placement", candidate)]
         if self.trials:
@@ -150,27 +153,36 @@ class Feedback:
             self.trial, self.trial_samples = (label, candidate), []
 
     def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
+        """One request of a trial: its warm-up first, then the trial and the placement in
+        turn (a pair compares runs made under the same conditions: right after a load, the
+        first runs of every placement are slower than later ones, unequally)."""
         label, trial = self.trial
+        turn = len(self.trial_samples) + len(self.paired_samples)
         t0 = time.perf_counter()
-        try:
-            outs = trial.steps.run(arrays)
-        except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
-            self.decision += f"; {label}, tried, failed ({type(e).__name__})"
-            self.trial = None
-            self._next_trial(compiled)
-            self.done = self.trial is None
-            return self._finish(compiled.steps.run(arrays), compiled)
-        self.trial_samples.append(time.perf_counter() - t0)  # the first is its warm-up
-        if len(self.trial_samples) < 1 + TIMED_RUNS:
+        if turn == 0 or turn % 2 == 1:
+            try:
+                outs = trial.steps.run(arrays)
+            except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
+                self.decision += f"; {label}, tried, failed ({type(e).__name__})"
+                self._end_trial(compiled)
+                return self._finish(compiled.steps.run(arrays), compiled)
+            self.trial_samples.append(time.perf_counter() - t0)  # the first is its warm-up
+        else:
+            outs = compiled.steps.run(arrays)
+            self.paired_samples.append(time.perf_counter() - t0)
+        if len(self.paired_samples) < TIMED_RUNS or len(self.trial_samples) < 1 + TIMED_RUNS:
             return outs, compiled
-        took = min(self.trial_samples[1:])
-        self.decision += f"; {label}, tried, took {_ms(took)}"
-        if took < self.best[0] * (1 - MARGIN):
-            self.best = (took, label, trial)
-        self.trial = None
+        took, against = min(self.trial_samples[1:]), min(self.paired_samples)
+        self.decision += f"; {label}, tried, took {_ms(took)} against {_ms(against)}"
+        if took / against < self.best[0] * (1 - MARGIN):
+            self.best = (took / against, label, trial)
+        self._end_trial(compiled)
+        return self._finish(outs, compiled)
+
+    def _end_trial(self, compiled: CompiledModel) -> None:
+        self.trial, self.paired_samples = None, []
         self._next_trial(compiled)
         self.done = self.trial is None
-        return self._finish(outs, compiled)
 
     def _finish(self, outs: list[Any], compiled: CompiledModel) -> tuple[list[Any], Any]:
         """After the last trial: the fastest measured placement is the session's."""

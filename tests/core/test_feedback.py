@@ -102,7 +102,8 @@ def test_with_dynamic_shapes_the_host_alone_is_tried_and_kept_when_faster(chip):
     chip.mode = "slow"
     sess = anychip.load(_model("N"), devices=["badchip", "cpu"], calibration="off")
     assert sess.placement().by_device() == {"badchip": 2}  # no estimate: priority decides
-    for n in range(1, 3 + 2 * TIMED_RUNS):  # warm-up, timed runs, trial warm-up, trial runs
+    # Warm-up, timed runs; the trial's warm-up, then trial and placement in turn.
+    for n in range(1, 3 + 3 * TIMED_RUNS):
         x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
     report = sess.placement()
@@ -134,12 +135,12 @@ def test_other_placements_are_tried_and_the_fastest_measured_is_kept(chip):
     _run_until_done(sess)
     decision = sess.placement().decision
     assert "badchip first, tried, took" in decision, decision
-    ms = re.compile(r"([\d.]+) ms")
-    measured = float(ms.search(decision.split("measured", 1)[1]).group(1))
-    tried = float(ms.search(decision.split("badchip first, tried", 1)[1]).group(1))
+    found = re.search(r"badchip first, tried, took ([\d.]+) ms against ([\d.]+) ms", decision)
+    tried, against = float(found.group(1)), float(found.group(2))
     on_chip = sess.placement().by_device() == {"badchip": 2}
-    # The chip's placement is taken exactly when it measured 5% faster (MARGIN).
-    assert on_chip == (tried < measured * 0.95), decision
+    # Taken exactly when it measured 5% faster (MARGIN) than the placement's runs paired with
+    # it (shown to the microsecond: a tie at the margin cannot be told apart here).
+    assert on_chip == (tried < against * 0.95), decision
     assert decision.startswith("re-placed to badchip first") == on_chip
 
 
