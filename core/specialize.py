@@ -222,6 +222,17 @@ class SpecializedPartition:
             t.join(timeout)
         return not any(t.is_alive() for t in self._threads)
 
+    def close(self, timeout: float | None = 60) -> None:
+        """Start no more compiles, wait for the running ones, drop every executable (their
+        device memory goes back with them)."""
+        self._deferred.clear()
+        for t in list(self._threads):
+            if t.ident is not None:
+                t.join(timeout)
+        self._threads.clear()
+        with self._lock:
+            self.cache.clear()
+
     def _digest(self) -> str:
         """The symbolic partition graph's digest, computed once (it keys disk artifacts)."""
         from anychip.core.compile_cache import graph_digest

@@ -3,6 +3,8 @@ refuses to run or report, with an error that says what to do (issue 18)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -81,3 +83,15 @@ def test_weights_that_do_not_fit_a_full_device_fall_back_at_load():
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
     finally:
         drv.free(hog)
+
+
+def test_close_while_a_background_compile_runs_still_gives_the_memory_back():
+    npu = get_registry().backends["npu"]
+    before, others = npu.memory_stats().in_use, set(threading.enumerate())
+    sess = anychip.load(_mlp(), devices=["npu", "cpu"], cost_model=False, background_compile=True)
+    x = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    sess.run(None, {"x": x})  # served by the host; the compile starts after the request
+    sess.close()
+    # close waited for the compile: nothing can put an executable on the NPU after it
+    assert not [t for t in set(threading.enumerate()) - others if t.name == "anychip-compile"]
+    assert npu.memory_stats().in_use == before
