@@ -96,10 +96,22 @@ def _bert_like() -> bytes:
     return transformer_layer(seq=128, hidden=256, heads=4, ffn=1024).SerializeToString()
 
 
+def _gpt_like() -> bytes:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.models import transformer_layer
+
+    layer = transformer_layer(seq=128, hidden=256, heads=4, ffn=1024, seed=1, causal=True)
+    return layer.SerializeToString()
+
+
 #: name -> (model bytes factory, concrete input shape for a dynamic batch, or None)
 HELD_OUT = {
     "mlp": (mlp, None),
     "bert_like": (_bert_like, None),
+    "gpt_like": (_gpt_like, None),
     "lstm": (lstm, None),
     "cnn_dynamic": (cnn, {"x": (8, 3, 64, 64)}),
 }

@@ -10,11 +10,17 @@ __all__ = ["transformer_layer"]
 
 
 def transformer_layer(
-    seq: int | str = 64, hidden: int = 256, heads: int = 4, ffn: int = 1024, seed: int = 0
+    seq: int | str = 64,
+    hidden: int = 256,
+    heads: int = 4,
+    ffn: int = 1024,
+    seed: int = 0,
+    causal: bool = False,
 ) -> onnx.ModelProto:
     """One BERT-style encoder layer (opset 17): attention, LayerNorm, GELU feed-forward. A
-    string ``seq`` makes the sequence length a symbolic dimension of that name (the Reshapes
-    then copy it with 0)."""
+        string ``seq`` makes the sequence length a symbolic dimension of that name (the Reshapes
+        then copy it with 0). ``causal`` adds a GPT-style mask (a constant, -1e9 above the
+    diagonal, added to the scores before Softmax; needs an int ``seq``)."""
     rng = np.random.default_rng(seed)
     head = hidden // heads
     dim = 0 if isinstance(seq, str) else seq  # Reshape: 0 copies the input's dimension
@@ -53,7 +59,7 @@ def transformer_layer(
         n("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3], name="attn/v_t"),
         n("MatMul", ["qt", "kt"], ["s"], name="attn/scores"),
         n("Div", ["s", "scale"], ["ss"], name="attn/scale"),
-        n("Softmax", ["ss"], ["p"], axis=-1, name="attn/softmax"),
+        n("Softmax", ["ssm" if causal else "ss"], ["p"], axis=-1, name="attn/softmax"),
         n("MatMul", ["p", "vt"], ["ctx"], name="attn/context"),
         n("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3], name="attn/merge_t"),
         n("Reshape", ["ctxt", "merge_shape"], ["merged"], name="attn/merge"),
@@ -70,6 +76,11 @@ def transformer_layer(
         n("Add", ["f2", "h"], ["r2"], name="ffn/residual"),
         n("LayerNormalization", ["r2", "g2", "b2"], ["y"], axis=-1, name="ln2"),
     ]
+    if causal:
+        mask = np.triu(np.full((seq, seq), -1e9, np.float32), k=1)[None, None]
+        inits.append(numpy_helper.from_array(mask, "causal_mask"))
+        at = next(i for i, node in enumerate(nodes) if node.name == "attn/softmax")
+        nodes.insert(at, n("Add", ["ss", "causal_mask"], ["ssm"], name="attn/causal_mask"))
     g = helper.make_graph(
         nodes,
         "transformer_layer",

@@ -132,3 +132,16 @@ def test_device_model_figures():
         2e-5,
     )
     assert npu.priority == 20 and npu.graph_mode
+
+
+def test_a_gpt_like_layer_runs_whole_on_the_npu_like_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    from tests.models import transformer_layer
+
+    model = transformer_layer(seq=16, hidden=64, heads=4, ffn=128, causal=True)
+    data = model.SerializeToString()
+    x = np.random.default_rng(5).standard_normal((1, 16, 64)).astype(np.float32)
+    sess = anychip.load(data, devices=["npu", "cpu"], cost_model=False, background_compile=False)
+    assert sess.placement().by_device() == {"npu": 28}
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
