@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from math import prod
 
 import onnx
 import onnx.shape_inference
 
 from anychip.errors import ModelError
+from anychip.ir.onnx._external import declared_nbytes
 
 __all__ = ["check_model", "infer_shapes", "sanitize"]
 
@@ -142,12 +142,9 @@ _LEND_BYTES = 4096
 
 
 def _declared_nbytes(t: onnx.TensorProto) -> int:
-    """The bytes ``t``'s dims and type declare (reading ``raw_data`` would copy it)."""
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
-        return 0
-    return prod(t.dims) * itemsize
+    """The bytes ``t``'s dims and type declare, 0 when it has no fixed size (reading
+    ``raw_data`` would copy it)."""
+    return declared_nbytes(t) or 0
 
 
 def _over_proto_limit(proto: onnx.ModelProto) -> bool:

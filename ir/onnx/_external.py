@@ -24,6 +24,7 @@ __all__ = [
     "validate_external_data",
     "load_external_data",
     "check_weight_budget",
+    "declared_nbytes",
 ]
 
 
@@ -143,7 +144,7 @@ def _resolve(
     return ExternalRef(tensor, path, offset, length)
 
 
-def _declared_nbytes(t: onnx.TensorProto) -> int | None:
+def declared_nbytes(t: onnx.TensorProto) -> int | None:
     """The bytes ``t``'s dims and fixed-size type declare; None for strings and sub-byte types
     (whose packing the reader leaves to onnx)."""
     try:
@@ -176,7 +177,7 @@ def load_external_data(refs: list[ExternalRef]) -> None:
     for ref in refs:
         size = os.path.getsize(ref.path)
         want = size - ref.offset if ref.length is None else ref.length
-        declared = _declared_nbytes(ref.tensor)
+        declared = declared_nbytes(ref.tensor)
         if declared is not None and want != declared:
             # Checked before any read: a small tensor must not pull in a huge file.
             raise ModelError(
@@ -209,7 +210,7 @@ def check_weight_budget(model: onnx.ModelProto, max_bytes: int | None) -> None:
         if not raw.isdigit():
             raise ModelError(f"ANYCHIP_MAX_LOAD_BYTES must be a number of bytes, got {raw!r}")
         max_bytes = int(raw)
-    sizes = [(_declared_nbytes(t), t.name) for t in iter_tensors(model)]
+    sizes = [(declared_nbytes(t) or 0, t.name) for t in iter_tensors(model)]
     total = sum(n for n, _ in sizes)
     if total > max_bytes:
         largest = ", ".join(f"{name!r} {n} B" for n, name in sorted(sizes, reverse=True)[:3])
@@ -218,15 +219,3 @@ def check_weight_budget(model: onnx.ModelProto, max_bytes: int | None) -> None:
             f"(max_load_bytes or ANYCHIP_MAX_LOAD_BYTES); the largest: {largest}. Raise the "
             "ceiling if the model is trusted and the machine has the memory."
         )
-
-
-def _declared_nbytes(t: onnx.TensorProto) -> int:
-    """The bytes ``t``'s dims and data type declare (0 for a type without a fixed size)."""
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-    except (KeyError, ValueError, TypeError):
-        return 0
-    n = 1
-    for d in t.dims:
-        n *= max(int(d), 0)
-    return n * itemsize

@@ -184,3 +184,25 @@ def test_a_huge_constant_of_shape_is_not_folded_and_fails_clearly():
     sess = anychip.load(model.SerializeToString(), devices=["cpu"])
     with pytest.raises(anychip.AnychipError, match="ConstantOfShape.*4.00 TiB"):
         sess.run(None, {"x": np.ones(1, np.float32), "shape": np.array([1 << 40], np.int64)})
+
+
+def test_a_packed_uint4_tensor_in_external_data_is_read_not_refused(tmp_path):
+    """Sub-byte types pack two values per byte: 5 uint4 values are 3 bytes on disk. The size
+    check leaves their packing to onnx instead of expecting one byte per value."""
+    values = np.array([1, 2, 3, 4, 5], np.uint8)
+    (tmp_path / "w.bin").write_bytes(bytes([0x21, 0x43, 0x05]))
+    w = onnx.TensorProto(name="w", data_type=TensorProto.UINT4, dims=[5])
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value="w.bin")
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["w"], ["y"], to=TensorProto.FLOAT)],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])],
+        [w],
+    )
+    path = tmp_path / "m.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    path.write_bytes(model.SerializeToString())
+    (y,) = anychip.load(str(path), devices=["cpu"]).run(None, {})
+    np.testing.assert_array_equal(y, values.astype(np.float32))
