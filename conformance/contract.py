@@ -87,7 +87,7 @@ def check_copies(backend: Any, dtype: DType, seed: int = 0) -> ContractResult:
     name = f"copies/{dtype.short}"
     dt = _numpy_dtype(dtype)
     rng = np.random.default_rng(seed)
-    before = _in_use(backend)
+    before = in_use(backend)
     for label, shape in _shapes(dt.itemsize, backend.device.memory_capacity):
         host = _sample(dt, shape, rng)
         try:
@@ -109,7 +109,7 @@ def check_copies(backend: Any, dtype: DType, seed: int = 0) -> ContractResult:
             return ContractResult(
                 name, False, f"{label} {list(host.shape)}: {wrong} element(s) changed in transit"
             )
-    after = _in_use(backend)
+    after = in_use(backend)
     if before is not None and after != before:
         return ContractResult(
             name,
@@ -148,7 +148,8 @@ def check_capabilities(backend: Any, claims: list[OpClaim]) -> ContractResult:
     return ContractResult("capabilities", True, f"{len(claims)} claims")
 
 
-def _in_use(backend: Any) -> int | None:
+def in_use(backend: Any) -> int | None:
+    """The bytes the backend's pool says are in use (None: it keeps no statistics)."""
     stats = getattr(backend, "memory_stats", None)
     if not callable(stats):
         return None
@@ -159,7 +160,7 @@ def _in_use(backend: Any) -> int | None:
 def check_memory(backend: Any, in_use_before: int | None = None) -> ContractResult:
     """Device memory in use is back to ``in_use_before`` (every session dropped)."""
     gc.collect()
-    now = _in_use(backend)
+    now = in_use(backend)
     if backend.host_memory:
         return ContractResult("memory", True, "host memory: nothing to return")
     if now is None:

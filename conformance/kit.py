@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import logging
 import re
 import time
 import warnings
@@ -29,7 +28,7 @@ import numpy as np
 
 from anychip.conformance.cases import NodeCase, all_cases, load_case, max_error
 from anychip.conformance.claims import OpClaim, claims_of
-from anychip.conformance.contract import run_contract
+from anychip.conformance.contract import in_use, run_contract
 from anychip.conformance.report import (
     CRASH,
     FAIL,
@@ -39,6 +38,7 @@ from anychip.conformance.report import (
     CaseResult,
     KitReport,
 )
+from anychip.core.report import quiet_fallbacks
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
@@ -139,15 +139,9 @@ def claimed_cases(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """No fallback warnings or numpy warnings per case: the report carries the facts."""
-    logger = logging.getLogger("anychip")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+    with quiet_fallbacks(), warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _run(case: NodeCase, devices: list[str]) -> tuple[bool, float, str, Any]:
@@ -259,7 +253,7 @@ def run_kit(
     backend = _backend(device)
     claims = claims_of(backend)
     report = KitReport(device, strict=strict, claims=claims)
-    stats_before = _in_use(backend)
+    stats_before = in_use(backend)
     with _quiet():
         selected = list(claimed_cases(claims, ops, backend.device.dtypes))
         for i, (case, _model, claimed) in enumerate(selected, 1):
@@ -271,11 +265,3 @@ def run_kit(
         if contract:
             report.contract.extend(run_contract(backend, claims, in_use_before=stats_before))
     return report
-
-
-def _in_use(backend: Any) -> int | None:
-    stats = getattr(backend, "memory_stats", None)
-    if not callable(stats):
-        return None
-    st = stats()
-    return None if st is None else st.in_use

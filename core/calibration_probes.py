@@ -9,13 +9,12 @@ whole calibration takes a second or two on a CPU.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from anychip.core.report import quiet_fallbacks
 from anychip.errors import AnychipError
 
 __all__ = ["measure_class", "measure_link", "PROBES"]
@@ -69,18 +68,6 @@ PROBES = {
 }
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """No fallback warning from a probe the device cannot run (the probe is then skipped)."""
-    logger = logging.getLogger("anychip")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def measure_link(backend: Any, repeat: int) -> tuple[float, float]:
     """``(latency s, bandwidth B/s)`` of one host<->device copy, fitted to round trips of
     1 KiB, 256 KiB and 4 MiB."""
@@ -113,7 +100,7 @@ def measure_class(backend: Any, cls: str, repeat: int) -> list[tuple[float, floa
     for probe in PROBES[cls]:
         model, work = probe()
         try:
-            with _quiet():
+            with quiet_fallbacks():
                 sess = anychip.load(
                     model, devices=[backend.name], cost_model=False, check_kernels=False
                 )

@@ -248,7 +248,11 @@ class Program:
                 store(ins, call(ins, slots, views), slots)
                 for s in ins.frees:
                     if release is not None and slots[s] is not None:
-                        self._release_one(slots, s, ins)
+                        try:  # free when nothing raises: no call added to the per-node loop
+                            release(slots[s])
+                        except BaseException as e:  # noqa: BLE001 - named below
+                            slots[s] = None  # not released twice by _drop
+                            self._release_failed(ins, e)
                     slots[s] = None
                     if track:
                         forget(s)
@@ -295,18 +299,14 @@ class Program:
             self.declined += 1
         return results
 
-    def _release_one(self, slots: list[Any], s: int, ins: Instr) -> None:
-        """Give slot ``s``'s device tensor back; a failing ``release`` is a ``DeviceError``."""
-        try:
-            self._release(slots[s])
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - the plugin's error, named
-            slots[s] = None  # not released twice by _drop
-            raise DeviceError(
-                f"{self.backend.name}: release() of a tensor after node {ins.node.name!r} raised "
-                f"{type(e).__name__}: {e}"
-            ) from e
+    def _release_failed(self, ins: Instr, e: BaseException) -> None:
+        """A ``release`` that raised: a ``DeviceError`` naming the backend and node."""
+        if isinstance(e, KeyboardInterrupt):
+            raise e
+        raise DeviceError(
+            f"{self.backend.name}: release() of a tensor after node {ins.node.name!r} raised "
+            f"{type(e).__name__}: {e}"
+        ) from e
 
     def _drop(self, slots: list[Any]) -> None:
         """Release the device tensors a failed run made (host arrays are left to the GC)."""

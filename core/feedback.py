@@ -133,13 +133,14 @@ class Feedback:
         return self._finish(outs, compiled)
 
     def stop(self, why: str) -> None:
-        """Measure no more (the session was placed again for another reason)."""
+        """Measure no more (the session was placed again, or closed); hold no placement."""
         self.done, self.trial, self.queue, self.decision = True, None, [], why
+        self.best = None
 
     def _next_trial(self, compiled: CompiledModel) -> None:
         """Compile the next placement to try that differs from every one measured."""
-        seen = self.seen or [_placement(compiled)]
-        self.seen = seen
+        if not self.seen:
+            self.seen.append(_placement(compiled))
         while self.queue and self.trial is None:
             label, how = self.queue.pop(0)
             try:
@@ -147,9 +148,10 @@ class Feedback:
             except Exception as e:  # noqa: BLE001 - that one cannot be tried; say why
                 self.decision += f"; {label}: not tried ({type(e).__name__})"
                 continue
-            if _placement(candidate) in seen:
+            where = _placement(candidate)
+            if where in self.seen:
                 continue
-            seen.append(_placement(candidate))
+            self.seen.append(where)
             self.trial, self.trial_samples = (label, candidate), []
 
     def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:

@@ -14,16 +14,18 @@ from typing import Any
 
 from anychip.errors import AnychipError
 
-__all__ = ["Closable", "check_open"]
+__all__ = ["Closable", "check_open", "CLOSED"]
+
+CLOSED = (
+    "this session is closed (Session.close() or the end of its with-block); load the model "
+    "again with anychip.load to run it"
+)
 
 
 def check_open(session: Any) -> None:
     """Raise the closed-session error when ``session`` was closed."""
     if getattr(session, "_closed", False):
-        raise AnychipError(
-            "this session is closed (Session.close() or the end of its with-block); load the "
-            "model again with anychip.load to run it"
-        )
+        raise AnychipError(CLOSED)
 
 
 class Closable:
@@ -44,7 +46,6 @@ class Closable:
             self._closed = True
             if self.feedback is not None:  # type: ignore[attr-defined]
                 self.feedback.stop("closed")  # type: ignore[attr-defined]
-                self.feedback.best = None  # type: ignore[attr-defined]
             for sp in self.compiled.specialized.values():  # type: ignore[attr-defined]
                 sp.close()  # a compile still running would put an executable back
             self.compiled = self.model = None

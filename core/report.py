@@ -8,8 +8,10 @@ It is data first (records with attributes) and prints as a table::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from anychip.core.lifecycle import check_open
@@ -21,6 +23,7 @@ __all__ = [
     "PartitionRecord",
     "CopyInfo",
     "log_fallbacks",
+    "quiet_fallbacks",
 ]
 
 
@@ -239,6 +242,19 @@ def placement_report(session: Any) -> PlacementReport:
     report.decision = "; ".join(p for p in parts if p)
     report.unhealthy = dict(getattr(session, "unhealthy", {}))
     return report
+
+
+@contextlib.contextmanager
+def quiet_fallbacks() -> Iterator[None]:
+    """No fallback warnings from the sessions made inside (probes and conformance cases:
+    their caller reports the facts)."""
+    logger = logging.getLogger("anychip")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def log_fallbacks(graph: Any, devices: list[str]) -> None:

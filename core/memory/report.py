@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from anychip.core.lifecycle import CLOSED
 from anychip.core.memory.stats import _human
 from anychip.errors import AnychipError
 
@@ -128,7 +129,7 @@ def memory_report(compiled: Any) -> MemoryReport:
     """Memory figures per device of a ``core.compiler.CompiledModel``: plan, lower bound,
     peak, reserved, plan cache."""
     if compiled is None:
-        raise AnychipError("this session is closed; load the model again with anychip.load")
+        raise AnychipError(CLOSED)  # the session's compiled model is dropped by close()
     by_name = {b.name: b for b in compiled.backends}
     records = {
         b.name: DeviceMemory(b.name, capacity=b.device.memory_capacity) for b in compiled.backends
