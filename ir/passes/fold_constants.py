@@ -37,26 +37,6 @@ _NONDETERMINISTIC = frozenset(
 Evaluator = Callable[["Node", Sequence[Any]], Sequence[Any]]
 
 
-def _predicted_nbytes(node: Node, ins: list[Any]) -> int:
-    """The bytes of the result of the ops that grow tensors (ConstantOfShape, Expand, Tile),
-    from their constant inputs; 0 for other ops or when it cannot be told."""
-    try:
-        if node.op_type == "ConstantOfShape":
-            value = node.attr("value", None)
-            itemsize = np.asarray(value).dtype.itemsize if value is not None else 4
-            return int(np.prod(np.asarray(ins[0], dtype=np.float64))) * itemsize
-        if node.op_type == "Expand":
-            x, shape = np.asarray(ins[0]), [int(d) for d in np.asarray(ins[1]).ravel()]
-            dims = np.broadcast_shapes(x.shape, tuple(max(d, 1) for d in shape))
-            return int(np.prod(dims, dtype=np.float64)) * x.dtype.itemsize
-        if node.op_type == "Tile":
-            x, reps = np.asarray(ins[0]), np.asarray(ins[1], dtype=np.float64).ravel()
-            return int(x.nbytes * np.prod(reps))
-    except (ValueError, TypeError, IndexError, OverflowError):
-        return 0
-    return 0
-
-
 class FoldConstantsPass(Pass):
     """Replaces constant subexpressions with initializers."""
 
@@ -78,9 +58,11 @@ class FoldConstantsPass(Pass):
         for node in list(graph.nodes):
             if not self._foldable(node, overridable):
                 continue
+            # Checked before the allocation, not after, from the outputs' inferred shapes
+            # (ConstantOfShape, Expand, Tile: the ops that grow tensors from constants).
+            if any(v is not None and (v.nbytes or 0) > self.max_bytes for v in node.outputs):
+                continue
             ins = [None if v is None else v.const for v in node.inputs]
-            if _predicted_nbytes(node, ins) > self.max_bytes:
-                continue  # checked before the allocation, not after
             try:
                 outs = self.evaluate(node, ins)
             except Exception:  # noqa: BLE001 - leave it to fail (with a clear error) at run time
