@@ -2,7 +2,7 @@
 
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
-anychip demo                            light ResNet-50 on every available device
+anychip demo [--model NAME]             a light model (ResNet-50) on every available device
 anychip partition MODEL [--devices ...] [--strict] [--json]   the placement, without running
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+
+from anychip.zoo import LIGHT_MODELS
 
 __all__ = ["main", "random_feeds"]
 
@@ -165,10 +167,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from anychip.zoo import light_model
 
     # Seeded random weights: the shipped model's constant fills make every output the same.
-    model = light_model("resnet50", seed=0).SerializeToString()
+    model = light_model(args.model, seed=0).SerializeToString()
     usable = [d.name for d in anychip.devices() if d.available]
+    title = "ResNet-50" if args.model == "resnet50" else args.model
     print(
-        f"anychip {anychip.__version__}: light ResNet-50 (seeded random weights) on "
+        f"anychip {anychip.__version__}: light {title} (seeded random weights) on "
         f"{', '.join(usable)}"
     )
     ref, ref_name, feeds = None, "cpu", None
@@ -292,7 +295,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
-    sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
+    demo = sub.add_parser("demo", help="run a light model (ResNet-50) on every available device")
+    demo.add_argument(
+        "--model",
+        default="resnet50",
+        choices=LIGHT_MODELS,
+        help="which of onnx's light models to run, with seeded random weights",
+    )
     conformance_cli.add_parser(sub)
     nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
     nb.add_argument("name")

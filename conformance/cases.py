@@ -20,6 +20,8 @@ import onnx
 import onnx.backend.test.loader as loader
 from onnx import numpy_helper
 
+from anychip.conformance.case_cache import generated_node_cases
+
 __all__ = [
     "NodeCase",
     "all_cases",
@@ -63,7 +65,8 @@ class NodeCase:
 def all_cases(kind: str = "node") -> tuple[NodeCase, ...]:
     """Every bundled case of ``kind`` (``node``, ``simple``, ``pytorch-converted``...)."""
     out = []
-    for c in loader.load_model_tests(kind=kind):
+    tests = generated_node_cases() if kind == "node" else loader.load_model_tests(kind=kind)
+    for c in tests:
         if c.model_dir is None and c.model is None:
             continue
         out.append(NodeCase(c.name, c.model_dir, c.rtol, c.atol, c.model, c.data_sets))

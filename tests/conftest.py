@@ -24,6 +24,15 @@ os.environ.setdefault("ANYCHIP_BACKGROUND_COMPILE", "0")
 # turns the disk cache on in a temporary folder).
 os.environ.setdefault("ANYCHIP_COMPILE_CACHE", "0")
 
+# onnx generates its ~1,900 node cases in every process that asks (5-7 s: each xdist worker's
+# collection, each kit subprocess); anychip's case cache keeps them on disk, and onnx's loader
+# (BackendTest, the kernel tests) reads them from there too.
+import onnx.backend.test.loader as _onnx_loader  # noqa: E402
+
+from anychip.conformance.case_cache import generated_node_cases  # noqa: E402
+
+_onnx_loader.load_node_model_tests = generated_node_cases
+
 if "PYTEST_XDIST_WORKER" in os.environ:
     # Two workers on two cores: a BLAS pool per worker would oversubscribe them.
     for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -21,6 +21,7 @@ defective.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -68,10 +69,16 @@ def _backend_for(devices: str) -> type[AnychipBackend]:
 
         @classmethod
         def supports_device(cls, device: str) -> bool:
-            return super().supports_device(devices if device.upper() == "CPU" else device)
+            return _supports(devices if device.upper() == "CPU" else device)
 
     ConformanceBackend.__name__ = f"ConformanceBackend_{_suffix(devices)}"
     return ConformanceBackend
+
+
+@functools.cache
+def _supports(device: str) -> bool:
+    """Asked once per case and device (12,000 times at collection): answered once each."""
+    return AnychipBackend.supports_device(device)
 
 
 def _cuda_available() -> bool:
