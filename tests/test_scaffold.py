@@ -14,63 +14,36 @@ from anychip.errors import AnychipError
 from anychip.scaffold import new_backend
 
 
-def _pip_target(pkg, site) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(pkg),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
-@pytest.mark.parametrize("graph_mode", [False, True], ids=["kernels", "graph"])
-def test_the_skeleton_installs_and_passes_the_kit(tmp_path, graph_mode):
-    name = "gchip" if graph_mode else "kchip"
-    pkg = new_backend(name, graph_mode=graph_mode, out_dir=tmp_path)
+def test_the_skeletons_install_and_pass_the_kit(tmp_path):
+    """Both styles written, installed into one target folder by one pip call, listed by one
+    ``anychip devices`` and tested by one pytest run (each of the three costs a process)."""
+    pkgs = {
+        "kchip": new_backend("kchip", graph_mode=False, out_dir=tmp_path),
+        "gchip": new_backend("gchip", graph_mode=True, out_dir=tmp_path),
+    }
     site = tmp_path / "site"
-    _pip_target(pkg, site)
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    proc = _run(pip + ["--target", str(site), *map(str, pkgs.values())])
+    assert proc.returncode == 0, proc.stderr[-2000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site)] + sys.path)}
-    devices = subprocess.run(
-        [sys.executable, "-m", "anychip", "devices"],
+    devices = _run([sys.executable, "-m", "anychip", "devices"], env=env)
+    tests = _run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:xdist"]
+        + [str(p / "tests") for p in pkgs.values()],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    line = next(ln for ln in devices.stdout.splitlines() if ln.startswith(name))
-    assert " yes " in line, devices.stdout
-    tests = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:xdist",
-            str(pkg / "tests"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=pkg,
+        cwd=tmp_path,
     )
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-    assert "2 passed" in tests.stdout
+    assert "4 passed" in tests.stdout
+    passed = [ln for ln in tests.stdout.splitlines() if ln.startswith("PASSED")]
+    for name in pkgs:
+        line = next(ln for ln in devices.stdout.splitlines() if ln.startswith(name))
+        assert " yes " in line, devices.stdout
+        assert len([ln for ln in passed if f"test_{name}.py" in ln]) == 2, tests.stdout[-3000:]
 
 
 @pytest.mark.parametrize("bad", ["MyChip", "1chip", "my-chip", "class", "cpu", ""])
