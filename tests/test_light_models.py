@@ -1,5 +1,7 @@
 """The nine light CNNs bundled with onnx: against their expected ``*_output_0.pb`` files,
-against onnxruntime with seeded random weights (``anychip.zoo``), and the IR round trip.
+against onnxruntime with seeded random weights (``anychip.zoo``). (Their IR round trip through
+onnxruntime is in tests/ir/test_onnx_export.py; on ``xpu,cpu`` and ``npu,cpu`` they run again
+in tests/test_onnx_backend.py.)
 
 Why logits: the shipped models fill every weight with 0.02, so every class's score is the same
 number in exact arithmetic (about 1e10 on SqueezeNet) and the expected output is a uniform
@@ -18,7 +20,6 @@ import pytest
 from onnx import numpy_helper
 
 import anychip
-from anychip.ir.onnx import export_model, import_model
 from anychip.zoo import LIGHT_MODELS, light_model, light_model_path
 
 #: Logits are compared to 1e-5 of their largest magnitude: float32 accumulations over
@@ -115,26 +116,3 @@ def test_light_model_matches_onnxruntime(name):
         _assert_logits_close(got[1], want[1])
     # Random weights make the classes differ: a runtime that got them wrong cannot agree.
     assert np.ptp(want[-1]) > 1e-3
-
-
-@pytest.mark.parametrize("name", LIGHT_MODELS)
-def test_round_trip_runs_in_onnxruntime(name):
-    ort = pytest.importorskip("onnxruntime")
-    if name in _BIG:
-        # The shipped fills (computed at run time): exporting initializers is the same code
-        # for any size, and the full suite compares these models with random weights.
-        data = open(light_model_path(name), "rb").read()
-    else:
-        data = _random_weights(name).SerializeToString()
-    exported = export_model(import_model(data))
-    onnx.checker.check_model(exported)
-    original = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    again = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
-    info = original.get_inputs()[0]
-    x = np.random.default_rng(1).random(info.shape, dtype=np.float32)
-    np.testing.assert_allclose(
-        again.run(None, {info.name: x})[0],
-        original.run(None, {info.name: x})[0],
-        rtol=1e-5,
-        atol=1e-6,
-    )
