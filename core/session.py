@@ -20,6 +20,7 @@ from anychip.core.devices import resolve_devices
 from anychip.core.failover import run_request
 from anychip.core.feedback import Feedback
 from anychip.core.feeds import Feeds, IOInfo, detach
+from anychip.core.gcpause import gc_paused
 from anychip.core.lifecycle import Closable
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions, set_policy
@@ -94,8 +95,7 @@ class Session(Closable):
         return placement_report(self)
 
     def memory(self) -> MemoryReport:
-        """Memory figures per device: plan, lower bound, peak, reserved, plan cache (see
-        ``core/memory/report.py``)."""
+        """Memory per device: plan, lower bound, peak, reserved, plan cache (memory/report)."""
         return memory_report(self.compiled)
 
     def run(
@@ -113,8 +113,7 @@ class Session(Closable):
         return [detach(outs[i], feeds) for i in wanted]
 
     def replan(self) -> None:
-        """Place and compile again on the devices not marked unhealthy (a failed device is
-        marked by the run it failed; ``unhealthy`` maps it to the error)."""
+        """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
         if self._compile_with is None:
             raise AnychipError("a session on one device has nothing to re-place onto")
         keep = [d for d in self.devices if d not in self.unhealthy]
@@ -186,8 +185,6 @@ def load(
     from anychip.ir.onnx import import_model
 
     registry = get_registry()
-    if not isinstance(model, Model):
-        model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
     opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
@@ -197,4 +194,7 @@ def load(
     copts = CompileOptions(
         plan_cache_size, optimize, check_kernels, compile_cache_size, bool(background_compile)
     )
-    return Session(model, names, opts, device_options, copts)
+    with gc_paused():  # core/gcpause.py: a load's objects are all alive until it returns
+        if not isinstance(model, Model):
+            model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
+        return Session(model, names, opts, device_options, copts)
