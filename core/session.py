@@ -24,6 +24,7 @@ from anychip.core.lifecycle import Closable
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions, set_policy
 from anychip.core.plugins import get_registry
+from anychip.core.profile import Profile, profile_session
 from anychip.core.report import PlacementReport, log_fallbacks, placement_report
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
@@ -97,6 +98,17 @@ class Session(Closable):
         """Memory figures per device: plan, lower bound, peak, reserved, plan cache (see
         ``core/memory/report.py``)."""
         return memory_report(self.compiled)
+
+    def profile(self, feeds: Mapping[str, Any] | None = None, runs: int = 1) -> Profile:
+        """Time ``runs`` runs on ``feeds`` (default: random inputs of the declared shapes)
+        after one warm-up run: per node (kernel-mode partitions), per partition, per copy.
+        ``save_trace(path)`` writes a Perfetto trace, ``save_html(path)`` a timeline
+        (``core/profile.py``)."""
+        if feeds is None:
+            from anychip.cli import random_feeds
+
+            feeds = random_feeds(self)
+        return profile_session(self, feeds, runs)
 
     def run(
         self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None
