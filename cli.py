@@ -2,8 +2,10 @@
 
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
+                  [--profile prof.html] [--json]
 anychip demo                            light ResNet-50 on every available device
-anychip partition MODEL [--devices ...] [--strict] [--json]   the placement, without running
+anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
+anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
@@ -19,6 +21,9 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+
+from anychip.viz import commands as viz_commands
+from anychip.viz.terminal import render
 
 __all__ = ["main", "random_feeds"]
 
@@ -82,7 +87,6 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 def _cmd_claims(device: str, as_json: bool) -> int:
     """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
-    import json
 
     from anychip.conformance.claims import claims_of
     from anychip.core.plugins import get_registry
@@ -128,15 +132,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
+    if viz_commands.run_extras(args, sess, feeds, outs, times):
+        return 0  # --json
     print(f"devices: {','.join(sess.devices)}")
     for info, out in zip(sess.outputs, outs):
         shape = list(np.shape(out))
         print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
     print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
     if args.placement:
-        print(sess.placement())
+        render(sess.placement())
     if getattr(args, "memory", False) and hasattr(sess, "memory"):
-        print(sess.memory())
+        render(sess.memory())
     return 0
 
 
@@ -154,10 +160,7 @@ def _load(args: argparse.Namespace, **options: object) -> object:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    sess = _load(args, calibration=args.calibration)
-    report = sess.placement()
-    print(json.dumps(report.to_dict(), indent=1) if args.json else report)
-    return 0
+    return viz_commands.partition(args, _load(args, calibration=args.calibration))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -292,6 +295,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
+    viz_commands.add_arguments(sub, run, part)
     sub.add_parser("demo", help="run the bundled light ResNet-50 on every available device")
     conformance_cli.add_parser(sub)
     nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
@@ -307,7 +311,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anychip`` command; returns the exit status."""
     from anychip.conformance import cli as conformance_cli
+    from anychip.core.logsetup import configure_logging
     from anychip.errors import AnychipError
+    from anychip.viz.terminal import progress_bars
 
     args = _parser().parse_args(argv)
     handler = {
@@ -318,9 +324,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance": conformance_cli.command,
         "calibrate": _cmd_calibrate,
         "new-backend": _cmd_new_backend,
+        "inspect": viz_commands.inspect,
     }[args.cmd]
+    quiet = getattr(args, "quiet", False)
     try:
-        return handler(args)
+        configure_logging(quiet=quiet)
+        with progress_bars(enabled=not quiet and not getattr(args, "json", False)):
+            return handler(args)
     except AnychipError as e:
         print(f"anychip: error: {e}", file=sys.stderr)
         return 2

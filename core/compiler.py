@@ -31,6 +31,7 @@ from anychip.core.feedback import explain_partitions, predicted_time
 from anychip.core.memory.partition import PartitionMemory, default_pool
 from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
 from anychip.core.placement import PlacementOptions, place
+from anychip.core.progress import task
 from anychip.core.report import CopyInfo
 from anychip.core.runner import StepProgram, build_steps
 from anychip.core.specialize import SpecializedPartition
@@ -225,23 +226,27 @@ def _compile_partitions(
     last = out.backends[-1].name
     out.load_copies, out.part_memory, out.specialized = [], {}, {}
     retry = False
-    for p in out.partitions:
-        backend = by_name[p.device]
-        if backend.graph_mode and _specializes(backend, p.graph, copts):
-            p.program = out.specialized[p.index] = _specialized(out, p, backend, registry, copts)
-            continue
-        must_fit = options.strict or p.device == last
-        if backend.graph_mode:
-            why = _compile_graph(p, backend, registry, copts, must_fit)
-        else:
-            why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
-        if why is not None:
-            _exclude(out, p, why, excluded)
-            retry = True
-            continue
-        if not backend.host_memory:
-            for v in p.graph.initializers.values():
-                out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
+    with task("compiling partitions", len(out.partitions)) as advance:
+        for p in out.partitions:
+            advance(1)
+            backend = by_name[p.device]
+            if backend.graph_mode and _specializes(backend, p.graph, copts):
+                p.program = out.specialized[p.index] = _specialized(
+                    out, p, backend, registry, copts
+                )
+                continue
+            must_fit = options.strict or p.device == last
+            if backend.graph_mode:
+                why = _compile_graph(p, backend, registry, copts, must_fit)
+            else:
+                why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
+            if why is not None:
+                _exclude(out, p, why, excluded)
+                retry = True
+                continue
+            if not backend.host_memory:
+                for v in p.graph.initializers.values():
+                    out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
     return retry
 
 

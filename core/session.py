@@ -25,6 +25,7 @@ from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions, set_policy
 from anychip.core.plugins import get_registry
 from anychip.core.profile import Profile, profile_session
+from anychip.core.progress import task
 from anychip.core.report import PlacementReport, log_fallbacks, placement_report
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
@@ -199,7 +200,8 @@ def load(
 
     registry = get_registry()
     if not isinstance(model, Model):
-        model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
+        with task("loading the model"):
+            model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
     opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
