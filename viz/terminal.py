@@ -193,7 +193,14 @@ def progress_bars(enabled: bool = True) -> Iterator[None]:
         yield
         return
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from anychip.core.progress import reporting_to
 
@@ -201,7 +208,7 @@ def progress_bars(enabled: bool = True) -> Iterator[None]:
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        MofNCompleteColumn(),
         TimeElapsedColumn(),
     ]
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bars:
