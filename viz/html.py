@@ -26,10 +26,11 @@ FOLD_ABOVE = 60
 
 _CSS = """
 body{margin:0;font:13px system-ui,sans-serif;display:flex;height:100vh;color:#222}
-#side{width:360px;overflow:auto;padding:10px 12px;border-right:1px solid #ccc;background:#fafafa}
+#side{width:360px;overflow-y:auto;overflow-x:hidden;padding:10px 12px;
+ border-right:1px solid #ccc;background:#fafafa}
 #canvas{flex:1;position:relative}
 svg#graph{width:100%;height:100%;cursor:grab;background:#fff}
-h1{font-size:15px;margin:4px 0 8px}
+h1{font-size:15px;margin:4px 0 8px;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%;margin:6px 0 12px}
 td,th{border-bottom:1px solid #e3e3e3;padding:2px 4px;text-align:left;vertical-align:top}
 tr.lit{background:#fff3c4}
@@ -86,6 +87,12 @@ def _fold(view: PlacementView, u: Unit, k: int, colors: dict[str, str]) -> str:
     first = view.nodes[u.members[0]]
     pattern = "\u00b7".join(view.nodes[m].op for m in u.members[: u.period])
     color = colors.get(first.device, IO_COLOR)
+    devices = list(dict.fromkeys(view.nodes[m].device for m in u.members))
+    chips = "".join(  # a chip per device of the fold's nodes, at the right
+        f'<rect x="{u.w - 14 * (i + 1) - 6}" y="8" width="12" height="12" '
+        f'fill="{colors.get(d, IO_COLOR)}" stroke="#333"/>'
+        for i, d in enumerate(reversed(devices))
+    )
     box = (
         f'<g class="fold" id="f{k}" data-fold="{k}" data-count="{len(u.members)}" '
         f'transform="translate({u.x:.1f},{u.y:.1f})">'
@@ -94,7 +101,7 @@ def _fold(view: PlacementView, u: Unit, k: int, colors: dict[str, str]) -> str:
         f'<rect x="4" y="4" width="{u.w - 8}" height="{u.h - 8}" rx="6" fill="none" '
         'stroke="#333" stroke-dasharray="2 2"/>'
         f'<text x="10" y="20">{_e(_short(pattern, 30))} \u00d7{u.reps}</text>'
-        f'<text x="10" y="36">{len(u.members)} nodes on {_e(first.device)} (click)</text></g>'
+        f'<text x="10" y="36">{_e(_fold_where(view, u))} (click)</text>{chips}</g>'
     )
     gap = 10
     width = u.reps * (NODE_W + gap) + gap
@@ -111,6 +118,13 @@ def _fold(view: PlacementView, u: Unit, k: int, colors: dict[str, str]) -> str:
         parts.append(_node(n, x, y, colors.get(n.device, IO_COLOR)))
     parts.append("</g>")
     return box + "".join(parts)
+
+
+def _fold_where(view: PlacementView, u: Unit) -> str:
+    parts = sorted({view.nodes[m].partition for m in u.members})
+    devices = ",".join(dict.fromkeys(view.nodes[m].device for m in u.members))
+    where = f"#{parts[0]}" if len(parts) == 1 else f"#{parts[0]}-#{parts[-1]}"
+    return f"{len(u.members)} nodes, {devices}, {where}"
 
 
 def _edges(lay: Layout) -> list[str]:

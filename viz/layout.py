@@ -2,10 +2,13 @@
 
 The HTML page draws it without Graphviz. Steps:
 
-1. *Folding* (``find_folds``): a run of consecutive nodes (graph order) in one partition whose
-   op sequence repeats (the blocks of a ResNet stage, the layers of a transformer) becomes one
-   box, expandable on the page. Folding a contiguous stretch of a topological order cannot
-   make a cycle, so the folded graph is still a DAG.
+1. *Folding* (``find_folds``): in a run of consecutive nodes (in partition order) whose (op,
+   device) sequence repeats (the blocks of a ResNet stage, the layers of a transformer, with
+   their fallbacks), the first repeat is drawn in full and the others become one box,
+   expandable on the page. Folding a contiguous stretch of a
+   topological order cannot make a cycle, so the folded graph is still a DAG. A fold may span
+   partitions (a layer's fallback repeats in every layer); it takes its first partition's
+   band, and a partition wholly inside a fold has no box of its own.
 2. *Layers*: partitions run one after another, so each partition gets its own band of layers
    (a node's layer is one more than its deepest predecessor's, and at least its band's first);
    the bands never overlap and each partition is drawn as one box.
@@ -26,6 +29,7 @@ __all__ = ["Unit", "UnitEdge", "Layout", "find_folds", "layout"]
 
 NODE_W, NODE_H, FOLD_W, FOLD_H = 160, 46, 190, 50
 LAYER_GAP, COL_GAP, BAND_PAD = 80, 26, 14
+_MIN_FOLD = 6  # nodes
 
 
 @dataclass(slots=True)
@@ -46,7 +50,7 @@ class Unit:
 
     @property
     def is_fold(self) -> bool:
-        return len(self.members) > 1
+        return len(self.members) > 1 or self.reps > 1
 
 
 @dataclass(slots=True)
@@ -73,21 +77,19 @@ class Layout:
 
 
 def find_folds(
-    ops: list[str], parts: list[int], min_nodes: int = 6, max_period: int = 16
+    keys: list[object], min_nodes: int = 6, max_period: int = 64
 ) -> list[tuple[int, int, int]]:
-    """``(start, period, reps)`` of each repeated run in ``ops`` (one partition per run,
-    ``reps >= 2``, at least ``min_nodes`` nodes), found greedily from the left."""
-    folds, i, n = [], 0, len(ops)
+    """``(start, period, reps)`` of each run of ``keys`` (a node's op and device) that repeats
+    a ``period``-long pattern ``reps >= 2`` times and holds at least ``min_nodes`` nodes,
+    found greedily from the left (the longest cover at each start)."""
+    folds, i, n = [], 0, len(keys)
     while i < n:
         best = (0, 0, 0)  # covered, period, reps
         for k in range(1, min(max_period, (n - i) // 2) + 1):
-            if len(set(parts[i : i + k])) != 1:
-                break
             reps = 1
             while (
                 i + (reps + 1) * k <= n
-                and ops[i + reps * k : i + (reps + 1) * k] == ops[i : i + k]
-                and set(parts[i + reps * k : i + (reps + 1) * k]) == {parts[i]}
+                and keys[i + reps * k : i + (reps + 1) * k] == keys[i : i + k]
             ):
                 reps += 1
             if reps >= 2 and k * reps > best[0]:
@@ -104,8 +106,10 @@ def _units(view: PlacementView, fold: bool) -> tuple[list[Unit], dict[int, int]]
     # Partitions run in index order, so (partition, graph order) is a topological order in
     # which each partition's nodes are contiguous.
     graph = sorted(view.graph_nodes, key=lambda n: (n.partition, n.id))
-    folds = find_folds([n.op for n in graph], [n.partition for n in graph]) if fold else []
-    starts = {s: (k, r) for s, k, r in folds}
+    folds = find_folds([(n.op, n.device) for n in graph]) if fold else []
+    # The first repeat stays drawn in full (its structure and its copies are seen); the
+    # repeats after it are folded, when they hold enough nodes.
+    starts = {s + k: (k, r - 1) for s, k, r in folds if (r - 1) * k >= _MIN_FOLD}
     units: list[Unit] = []
     unit_of: dict[int, int] = {}
     inputs = [n for n in view.nodes if n.kind == "input"]
@@ -118,7 +122,7 @@ def _units(view: PlacementView, fold: bool) -> tuple[list[Unit], dict[int, int]]
         k, r = starts.get(i, (1, 1))
         members = [g.id for g in graph[i : i + k * r]]
         u = Unit(len(units), members, graph[i].partition, k, r)
-        if u.is_fold:
+        if len(members) > 1:
             u.w, u.h = FOLD_W, FOLD_H
         for m in members:
             unit_of[m] = u.id

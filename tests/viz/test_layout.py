@@ -7,14 +7,15 @@ from anychip.viz import placement_view
 from anychip.viz.layout import find_folds, layout
 
 
-def test_find_folds_takes_the_longest_repeated_run_in_one_partition() -> None:
+def test_find_folds_takes_the_longest_repeated_run() -> None:
     ops = ["Conv", "A", "B", "C", "A", "B", "C", "A", "B", "C", "Add"]
-    assert find_folds(ops, [0] * len(ops)) == [(1, 3, 3)]
-    # A partition boundary inside the run: only the part in one partition repeats.
-    assert find_folds(ops, [0] * 7 + [1] * 4) == [(1, 3, 2)]
-    assert find_folds(ops, [0] * len(ops), min_nodes=10) == []
-    assert find_folds(["A"] * 8, [0] * 8) == [(0, 1, 8)]
-    assert find_folds(list("ABCDEFGH"), [0] * 8) == []
+    assert find_folds(ops) == [(1, 3, 3)]
+    assert find_folds(ops, min_nodes=10) == []
+    assert find_folds(["A"] * 8) == [(0, 1, 8)]
+    assert find_folds(list("ABCDEFGH")) == []
+    # Keys are (op, device): the same ops on another device break the repeat.
+    keyed = [(op, "npu") for op in ops[:7]] + [(op, "cpu") for op in ops[7:]]
+    assert find_folds(keyed) == [(1, 3, 2)]
 
 
 def _overlap(a, b) -> bool:

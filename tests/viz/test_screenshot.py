@@ -4,6 +4,7 @@ is absent the test skips and says so."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,15 +19,15 @@ CHROMIUM = shutil.which("chromium") or (
 )
 
 
-def screenshot(page: Path, png: Path, profile: Path) -> None:
-    """The screenshot command of the issue: no network, no GPU, a throwaway profile."""
+def chromium(page: Path, profile: Path, *what: str) -> str:
+    """Headless Chromium as the issue runs it: no network, no GPU, a throwaway profile."""
     cmd = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={profile}", f"--screenshot={png}",
+        "--disable-sync", f"--user-data-dir={profile}", *what,
         "--window-size=1400,900", page.as_uri(),
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, timeout=180)
+    return subprocess.run(cmd, check=True, capture_output=True, timeout=180, text=True).stdout
 
 
 def _rgb(hex_color: str) -> tuple[int, int, int]:
@@ -39,7 +40,7 @@ def test_html_page_renders_in_headless_chromium(mixed, tmp_path) -> None:
 
     page = save_placement(mixed, tmp_path / "placement.html")
     png = tmp_path / "placement.png"
-    screenshot(page, png, tmp_path / "profile")
+    chromium(page, tmp_path / "profile", f"--screenshot={png}")
     image = Image.open(png).convert("RGB")
     assert image.size == (1400, 900)
     colours = image.getcolors(maxcolors=1 << 20)
@@ -47,3 +48,12 @@ def test_html_page_renders_in_headless_chromium(mixed, tmp_path) -> None:
     present = {c for _, c in colours}
     for device, hex_color in device_colors(mixed.devices).items():
         assert _rgb(hex_color) in present, f"no {device} node ({hex_color}) on screen"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
+def test_the_page_script_runs(mixed, tmp_path) -> None:
+    """The inline script ran to its end: it fitted the view (the viewport got a transform)."""
+    page = save_placement(mixed, tmp_path / "placement.html")
+    assert 'id="viewport">' in page.read_text()
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    assert re.search(r'id="viewport" transform="translate\([-\d.]+,[-\d.]+\) scale', dom), dom[:500]
