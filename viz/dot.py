@@ -145,6 +145,7 @@ def svg_bytes(view: PlacementView) -> bytes:
 
 
 def write_svg(view: PlacementView, path: str | Path) -> Path:
+    """Write the SVG Graphviz's ``dot`` draws (see ``svg_bytes``)."""
     path = Path(path)
     path.write_bytes(svg_bytes(view))
     return path

@@ -68,6 +68,8 @@ class UnitEdge:
 
 @dataclass(slots=True)
 class Layout:
+    """The boxes (``units``), the edges between them, each partition's band, the size."""
+
     units: list[Unit]
     edges: list[UnitEdge]
     bands: dict[int, tuple[float, float, float, float]]  # partition -> x, y, w, h

@@ -174,6 +174,7 @@ def profile_text(profile: Any, top: int = 15) -> str:
 
 
 def profile_rich(profile: Any, top: int = 15) -> Any:
+    """A ``Profile`` as rich renders it: the runs, time per device, the slowest nodes."""
     from rich.console import Group
     from rich.text import Text
 
