@@ -75,6 +75,19 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if getattr(args, "ops", None):
         return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
+    if args.json:
+        keys = (
+            "name",
+            "kind",
+            "available",
+            "reason",
+            "priority",
+            "plugin",
+            "kernels",
+            "graph_mode",
+        )
+        print(json.dumps([{k: getattr(d, k) for k in keys} for d in rows], indent=1))
+        return 0
     print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
         kernels = "graph" if d.graph_mode else str(d.kernels)
@@ -267,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     dev = sub.add_parser("devices", help="list backends, availability and why not")
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
-    dev.add_argument("--json", action="store_true", help="with --ops: as JSON")
+    dev.add_argument("--json", action="store_true", help="as JSON")
     run = sub.add_parser("run", help="run a model with random or given inputs")
     part = sub.add_parser("partition", help="place a model and print the placement, not run it")
     for p in (run, part):

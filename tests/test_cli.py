@@ -18,6 +18,13 @@ def test_devices_lists_every_backend(capsys) -> None:
         assert re.search(rf"^{name}\s", out, re.M), out
 
 
+def test_devices_as_json(capsys) -> None:
+    assert main(["devices", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} >= {"cpu", "xpu", "npu"}
+    assert all(isinstance(r["available"], bool) for r in rows)
+
+
 def test_run_prints_outputs_placement_and_memory(tmp_path, capsys) -> None:
     path = tmp_path / "three.onnx"
     path.write_bytes(three_nodes())

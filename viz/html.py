@@ -93,14 +93,15 @@ def _fold(view: PlacementView, u: Unit, k: int, colors: dict[str, str]) -> str:
         f'fill="{colors.get(d, IO_COLOR)}" stroke="#333"/>'
         for i, d in enumerate(reversed(devices))
     )
+    tip = f"{len(u.members)} nodes: {u.reps} more repeat(s) of {pattern}; click to open"
     box = (
         f'<g class="fold" id="f{k}" data-fold="{k}" data-count="{len(u.members)}" '
         f'transform="translate({u.x:.1f},{u.y:.1f})">'
-        f"<title>{_e(f'{len(u.members)} nodes: {pattern} x{u.reps}; click to open')}</title>"
+        f"<title>{_e(tip)}</title>"
         f'<rect width="{u.w}" height="{u.h}" rx="8" fill="{color}"/>'
         f'<rect x="4" y="4" width="{u.w - 8}" height="{u.h - 8}" rx="6" fill="none" '
         'stroke="#333" stroke-dasharray="2 2"/>'
-        f'<text x="10" y="20">{_e(_short(pattern, 30))} \u00d7{u.reps}</text>'
+        f'<text x="10" y="20">{_e(_short(f"{u.reps} more: {pattern}", 27))}</text>'
         f'<text x="10" y="36">{_e(_fold_where(view, u))} (click)</text>{chips}</g>'
     )
     gap = 10
