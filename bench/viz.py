@@ -97,7 +97,7 @@ def profiling(rounds: int) -> None:
     ort_prof, _ = _ort(model, feeds, True)
     for devices, opts in ((["xpu", "cpu"], {"cost_model": False}), (["npu", "cpu"], {})):
         with anychip.load(model, devices=devices, calibration="off", **opts) as sess:
-            for _ in range(3):
+            for _ in range(20):  # past the session's feedback runs and trials
                 sess.run(None, feeds)
             plain, prof, o_plain, o_prof = [], [], [], []
             for _ in range(rounds):

@@ -20,7 +20,7 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+@pytest.fixture(scope="package", params=sorted(CASES))
 def session(request: pytest.FixtureRequest) -> Iterator[Any]:
     make, devices, options = CASES[request.param]
     sess = anychip.load(make(), devices=devices, **options)
@@ -28,7 +28,7 @@ def session(request: pytest.FixtureRequest) -> Iterator[Any]:
     sess.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def mixed() -> Iterator[Any]:
     """The transformer on ``xpu,cpu`` with fallbacks and copies between partitions."""
     make, devices, options = CASES["transformer-xpu"]
