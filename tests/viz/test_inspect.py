@@ -72,3 +72,10 @@ def test_support_agrees_with_placement() -> None:
     cannot = {op for op, (can, total, _) in s.devices["xpu"].items() if can < total}
     assert cannot == fell == {"LayerNormalization"}
     assert "LayerNormalization" in str(s)
+
+
+def test_symbolic_shapes_are_listed_not_guessed() -> None:
+    s = inspect_model(transformer_layer(seq="n", hidden=32, ffn=64))
+    assert s.inputs[0][2] == [1, "n", 32]
+    assert "attn/q" in s.unknown_flops  # its output has the symbolic length
+    assert "not counted (shapes unknown)" in str(s)
