@@ -76,17 +76,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
         return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
     if args.json:
-        keys = (
-            "name",
-            "kind",
-            "available",
-            "reason",
-            "priority",
-            "plugin",
-            "kernels",
-            "graph_mode",
-        )
-        print(json.dumps([{k: getattr(d, k) for k in keys} for d in rows], indent=1))
+        print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
         return 0
     print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
@@ -100,7 +90,6 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 def _cmd_claims(device: str, as_json: bool) -> int:
     """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
-
     from anychip.conformance.claims import claims_of
     from anychip.core.plugins import get_registry
     from anychip.errors import DeviceError
