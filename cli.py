@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -329,8 +330,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "inspect": viz_commands.inspect,
     }[args.cmd]
     quiet = getattr(args, "quiet", False)
+    logger = configure_logging()
+    level = logger.level  # main() may run in a caller's process (tests): --quiet is per call
     try:
-        configure_logging(quiet=quiet)
+        if quiet:
+            logger.setLevel(logging.ERROR)
         with progress_bars(enabled=not quiet and not getattr(args, "json", False)):
             return handler(args)
     except AnychipError as e:
@@ -339,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"anychip: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        logger.setLevel(level)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,14 @@ def test_run_json_profile_and_quiet(tmp_path, capsys) -> None:
     trace = json.loads((tmp_path / "prof.json").read_text())
     assert any(e.get("cat") == "copy" for e in trace["traceEvents"])
     assert "<svg" in prof.read_text()
+
+
+def test_quiet_is_per_call(tmp_path) -> None:
+    import logging
+
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    logger = logging.getLogger("anychip")
+    before = logger.level
+    assert main(["partition", str(path), "--devices", "xpu,cpu", "--quiet", "--json"]) == 0
+    assert logger.level == before
