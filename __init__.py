@@ -28,6 +28,23 @@ from anychip.errors import (
 
 __version__ = "0.1.0"
 
+
+def _log_from_environment() -> None:
+    """``ANYCHIP_LOG_LEVEL`` set: the ``anychip`` logger at that level (``core/logsetup.py``)."""
+    import os
+    import warnings
+
+    if os.environ.get("ANYCHIP_LOG_LEVEL"):
+        from anychip.core.logsetup import configure_logging
+
+        try:
+            configure_logging()
+        except AnychipError as e:
+            warnings.warn(str(e), stacklevel=3)
+
+
+_log_from_environment()
+
 __all__ = [
     "load",
     "devices",

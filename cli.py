@@ -2,8 +2,10 @@
 
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
+                  [--profile prof.html] [--json]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
-anychip partition MODEL [--devices ...] [--strict] [--json]   the placement, without running
+anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
+anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
@@ -14,46 +16,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from anychip.core.feeds import random_feeds
+from anychip.viz import commands as viz_commands
+from anychip.viz.terminal import render
 from anychip.zoo import LIGHT_MODELS
 
 __all__ = ["main", "random_feeds"]
-
-
-def random_feeds(sess: object, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random inputs of the declared shapes (symbolic dimensions become 1)."""
-    from anychip.errors import InputError
-
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for info in sess.inputs:  # type: ignore[attr-defined]
-        if info.optional:
-            continue
-        if info.shape is None or not info.dtype:
-            raise InputError(
-                f"input {info.name!r} has no declared shape or type; give it "
-                "with --input name=file.npy"
-            )
-        shape = [d if isinstance(d, int) else 1 for d in info.shape]
-        dt = info.dtype.numpy
-        if dt.kind == "f" or dt.kind == "V":
-            arr = rng.random(shape, dtype=np.float32).astype(dt)
-        elif dt.kind in "iu":
-            arr = rng.integers(0, 10, size=shape).astype(dt)
-        elif dt.kind == "b":
-            arr = rng.random(shape) > 0.5
-        else:
-            raise InputError(
-                f"cannot make a random value for input {info.name!r} of type "
-                f"{info.type}; give it with --input name=file.npy"
-            )
-        feeds[info.name] = arr
-    return feeds
 
 
 def _checksum(arr: object) -> str:
@@ -72,6 +47,9 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if getattr(args, "ops", None):
         return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
+    if args.json:
+        print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
+        return 0
     print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
         kernels = "graph" if d.graph_mode else str(d.kernels)
@@ -84,8 +62,6 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 def _cmd_claims(device: str, as_json: bool) -> int:
     """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
-    import json
-
     from anychip.conformance.claims import claims_of
     from anychip.core.plugins import get_registry
     from anychip.errors import DeviceError
@@ -130,15 +106,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
+    if viz_commands.run_extras(args, sess, feeds, outs, times):
+        return 0  # --json
     print(f"devices: {','.join(sess.devices)}")
     for info, out in zip(sess.outputs, outs):
         shape = list(np.shape(out))
         print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
     print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
     if args.placement:
-        print(sess.placement())
+        render(sess.placement())
     if getattr(args, "memory", False) and hasattr(sess, "memory"):
-        print(sess.memory())
+        render(sess.memory())
     return 0
 
 
@@ -156,10 +134,7 @@ def _load(args: argparse.Namespace, **options: object) -> object:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    sess = _load(args, calibration=args.calibration)
-    report = sess.placement()
-    print(json.dumps(report.to_dict(), indent=1) if args.json else report)
-    return 0
+    return viz_commands.partition(args, _load(args, calibration=args.calibration))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -267,7 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     dev = sub.add_parser("devices", help="list backends, availability and why not")
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
-    dev.add_argument("--json", action="store_true", help="with --ops: as JSON")
+    dev.add_argument("--json", action="store_true", help="as JSON")
     run = sub.add_parser("run", help="run a model with random or given inputs")
     part = sub.add_parser("partition", help="place a model and print the placement, not run it")
     for p in (run, part):
@@ -295,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
+    viz_commands.add_arguments(sub, run, part)
     demo = sub.add_parser("demo", help="run a light model (ResNet-50) on every available device")
     demo.add_argument(
         "--model",
@@ -316,7 +292,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anychip`` command; returns the exit status."""
     from anychip.conformance import cli as conformance_cli
+    from anychip.core.logsetup import configure_logging
     from anychip.errors import AnychipError
+    from anychip.viz.terminal import progress_bars
 
     args = _parser().parse_args(argv)
     handler = {
@@ -327,15 +305,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance": conformance_cli.command,
         "calibrate": _cmd_calibrate,
         "new-backend": _cmd_new_backend,
+        "inspect": viz_commands.inspect,
     }[args.cmd]
+    quiet = getattr(args, "quiet", False)
+    logger = configure_logging()
+    level = logger.level  # main() may run in a caller's process (tests): --quiet is per call
     try:
-        return handler(args)
+        if quiet:
+            logger.setLevel(logging.ERROR)
+        with progress_bars(enabled=not quiet and not getattr(args, "json", False)):
+            return handler(args)
     except AnychipError as e:
         print(f"anychip: error: {e}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:
         print(f"anychip: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        logger.setLevel(level)
 
 
 if __name__ == "__main__":

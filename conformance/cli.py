@@ -42,9 +42,17 @@ def command(args: argparse.Namespace) -> int:
         elif not args.quiet and (done % 100 == 0 or done == total):
             print(f"[{done}/{total}] cases run", file=sys.stderr)
 
-    report = run_kit(
-        args.device, strict=args.strict, ops=ops, contract=not args.no_contract, progress=progress
-    )
+    from anychip.viz.terminal import kit_progress
+
+    with kit_progress(args.quiet) as bar:  # rich's bar in a terminal with rich installed
+        tty = tty and bar is None
+        report = run_kit(
+            args.device,
+            strict=args.strict,
+            ops=ops,
+            contract=not args.no_contract,
+            progress=bar or progress,
+        )
     if tty:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
     print(report)

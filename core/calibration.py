@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from anychip.core.progress import task
+
 __all__ = [
     "Calibration",
     "calibrate",
@@ -286,10 +288,12 @@ def calibrate(backend: Any, *, repeat: int = 5) -> Calibration:
 
     t0 = time.perf_counter()
     cal = Calibration(backend.name, cache_key(backend))
-    for cls in _CLASSES:
-        pts = measure_class(backend, cls, repeat)
-        if pts:
-            cal.points[cls] = pts
+    with task(f"calibrating {backend.name}", len(_CLASSES)) as advance:
+        for cls in _CLASSES:
+            pts = measure_class(backend, cls, repeat)
+            if pts:
+                cal.points[cls] = pts
+            advance(1)
     if not backend.host_memory:
         cal.link = measure_link(backend, repeat)
     cal.seconds = time.perf_counter() - t0

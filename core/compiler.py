@@ -31,6 +31,7 @@ from anychip.core.feedback import explain_partitions, predicted_time
 from anychip.core.memory.partition import PartitionMemory, default_pool
 from anychip.core.partition import HOST, CopyRecord, Partition, partition_graph
 from anychip.core.placement import PlacementOptions, place
+from anychip.core.progress import task
 from anychip.core.report import CopyInfo
 from anychip.core.runner import StepProgram, build_steps
 from anychip.core.specialize import SpecializedPartition
@@ -54,14 +55,15 @@ class CompileOptions:
     ``optimize``: the graph optimizations (BatchNorm folding); ``check_kernels``: kernel outputs
     checked against inference; ``compile_cache_size``: executables kept per partition of a
     static-shape device (one per input signature, LRU); ``background_compile``: such devices
-    compile in a background thread while runs go to the host (``core/specialize.py``).
+    compile in a background thread while runs go to the host (``core/specialize.py``; None:
+    ``ANYCHIP_BACKGROUND_COMPILE``, default on).
     """
 
     plan_cache_size: int = 8
     optimize: bool = True
     check_kernels: bool = True
     compile_cache_size: int = 8
-    background_compile: bool = True
+    background_compile: bool | None = True
     #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile_cache``);
     #: off with ``ANYCHIP_COMPILE_CACHE=0``.
     disk_cache: bool = field(
@@ -69,6 +71,10 @@ class CompileOptions:
     )
 
     def __post_init__(self) -> None:
+        if self.background_compile is None:
+            env = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1")
+            self.background_compile = env != "0"
+        self.background_compile = bool(self.background_compile)
         for name in ("plan_cache_size", "compile_cache_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -225,23 +231,27 @@ def _compile_partitions(
     last = out.backends[-1].name
     out.load_copies, out.part_memory, out.specialized = [], {}, {}
     retry = False
-    for p in out.partitions:
-        backend = by_name[p.device]
-        if backend.graph_mode and _specializes(backend, p.graph, copts):
-            p.program = out.specialized[p.index] = _specialized(out, p, backend, registry, copts)
-            continue
-        must_fit = options.strict or p.device == last
-        if backend.graph_mode:
-            why = _compile_graph(p, backend, registry, copts, must_fit)
-        else:
-            why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
-        if why is not None:
-            _exclude(out, p, why, excluded)
-            retry = True
-            continue
-        if not backend.host_memory:
-            for v in p.graph.initializers.values():
-                out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
+    with task("compiling partitions", len(out.partitions)) as advance:
+        for p in out.partitions:
+            advance(1)
+            backend = by_name[p.device]
+            if backend.graph_mode and _specializes(backend, p.graph, copts):
+                p.program = out.specialized[p.index] = _specialized(
+                    out, p, backend, registry, copts
+                )
+                continue
+            must_fit = options.strict or p.device == last
+            if backend.graph_mode:
+                why = _compile_graph(p, backend, registry, copts, must_fit)
+            else:
+                why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
+            if why is not None:
+                _exclude(out, p, why, excluded)
+                retry = True
+                continue
+            if not backend.host_memory:
+                for v in p.graph.initializers.values():
+                    out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
     return retry
 
 

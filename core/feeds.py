@@ -17,7 +17,7 @@ from anychip.errors import InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value, format_shape
 
-__all__ = ["IOInfo", "Feeds", "check_feed", "detach"]
+__all__ = ["IOInfo", "Feeds", "check_feed", "detach", "random_feeds"]
 
 
 class IOInfo:
@@ -140,3 +140,33 @@ def detach(out: Any, feeds: Mapping[str, Any]) -> Any:
     if isinstance(out, np.ndarray) and any(out is f for f in feeds.values()):
         return out.copy()
     return out
+
+
+def random_feeds(sess: object, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs of the declared shapes (symbolic dimensions become 1)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in sess.inputs:  # type: ignore[attr-defined]
+        if info.optional:
+            continue
+        if info.shape is None or not info.dtype:
+            raise InputError(
+                f"input {info.name!r} has no declared shape or type; give it "
+                "in the feeds (on the command line: --input name=file.npy)"
+            )
+        shape = [d if isinstance(d, int) else 1 for d in info.shape]
+        dt = info.dtype.numpy
+        if dt.kind == "f" or dt.kind == "V":
+            arr = rng.random(shape, dtype=np.float32).astype(dt)
+        elif dt.kind in "iu":
+            arr = rng.integers(0, 10, size=shape).astype(dt)
+        elif dt.kind == "b":
+            arr = rng.random(shape) > 0.5
+        else:
+            raise InputError(
+                f"cannot make a random value for input {info.name!r} of type "
+                f"{info.type}; give it in the feeds "
+                "(on the command line: --input name=file.npy)"
+            )
+        feeds[info.name] = arr
+    return feeds

@@ -212,6 +212,18 @@ class PlacementReport:
     def __repr__(self) -> str:
         return self.__str__()
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: tables with the devices' colours (``viz/notebook.py``)."""
+        from anychip.viz.notebook import placement_report_html
+
+        return placement_report_html(self)
+
+    def __rich__(self) -> Any:
+        """rich's view in a terminal (``viz/terminal.py``)."""
+        from anychip.viz.terminal import placement_rich
+
+        return placement_rich(self)
+
 
 def placement_report(session: Any) -> PlacementReport:
     """The ``PlacementReport`` of a session: its nodes, partitions, copies (with what the runs

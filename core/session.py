@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,26 +18,26 @@ from anychip.core.compiler import CompiledModel, CompileOptions, compile_model
 from anychip.core.devices import resolve_devices
 from anychip.core.failover import run_request
 from anychip.core.feedback import Feedback
-from anychip.core.feeds import Feeds, IOInfo, detach
+from anychip.core.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.gcpause import gc_paused
 from anychip.core.lifecycle import Closable
 from anychip.core.memory.report import MemoryReport, memory_report
 from anychip.core.placement import PlacementOptions, set_policy
 from anychip.core.plugins import get_registry
+from anychip.core.profile import Profile, profile_session
+from anychip.core.progress import task
 from anychip.core.report import PlacementReport, log_fallbacks, placement_report
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
+from anychip.ir.onnx import import_model
 
 __all__ = ["Session", "IOInfo", "load", "resolve_devices"]
 
 
 class Session(Closable):
-    """A model compiled for a list of devices. Use ``anychip.load`` to make one.
-
-    ``model`` is the compiled copy (placement marks on its nodes); the caller's model is
-    never modified. ``run`` is serialised by a lock (kernel contexts hold the running frame).
-    ``close()`` (or a with-block) gives device memory back at once (``core/lifecycle.py``).
-    """
+    """A model compiled for a list of devices (``anychip.load`` makes one). ``model`` is the
+    compiled copy (placement marks on its nodes); the caller's model is never modified. ``run``
+    is serialised by a lock; ``close()`` or a with-block frees device memory at once."""
 
     def __init__(
         self,
@@ -97,6 +96,10 @@ class Session(Closable):
     def memory(self) -> MemoryReport:
         """Memory per device: plan, lower bound, peak, reserved, plan cache (memory/report)."""
         return memory_report(self.compiled)
+
+    def profile(self, feeds: Mapping[str, Any] | None = None, runs: int = 1) -> Profile:
+        """Per node, partition and copy times over ``runs`` runs (core/profile.py)."""
+        return profile_session(self, random_feeds(self) if feeds is None else feeds, runs)
 
     def run(
         self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None
@@ -182,19 +185,15 @@ def load(
     if options:
         known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
         raise AnychipError(f"unknown load option(s) {sorted(options)}; known: {', '.join(known)}")
-    from anychip.ir.onnx import import_model
-
     registry = get_registry()
     names = resolve_devices(devices, strict=strict)
     opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
     opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
     set_policy(opts, placement_policy)
-    if background_compile is None:
-        background_compile = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1") != "0"
     copts = CompileOptions(
-        plan_cache_size, optimize, check_kernels, compile_cache_size, bool(background_compile)
+        plan_cache_size, optimize, check_kernels, compile_cache_size, background_compile
     )
-    with gc_paused():  # core/gcpause.py: a load's objects are all alive until it returns
+    with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):
             model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
         return Session(model, names, opts, device_options, copts)

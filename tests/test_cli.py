@@ -18,6 +18,13 @@ def test_devices_lists_every_backend(capsys) -> None:
         assert re.search(rf"^{name}\s", out, re.M), out
 
 
+def test_devices_as_json(capsys) -> None:
+    assert main(["devices", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} >= {"cpu", "xpu", "npu"}
+    assert all(isinstance(r["available"], bool) for r in rows)
+
+
 def test_run_prints_outputs_placement_and_memory(tmp_path, capsys) -> None:
     path = tmp_path / "three.onnx"
     path.write_bytes(three_nodes())
@@ -79,3 +86,60 @@ def test_bad_input_is_a_message_and_status_2_not_a_traceback(tmp_path, capsys) -
     assert "unknown device 'tpu'" in err and "Traceback" not in err
     assert main(["run", str(path), "--input", "x"]) == 2
     assert "name=file.npy" in capsys.readouterr().err
+
+
+def test_partition_draws_html_svg_and_dot(tmp_path, capsys) -> None:
+    import shutil
+
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    outs = [tmp_path / "p.html", tmp_path / "p.dot"]
+    if shutil.which("dot"):
+        outs.append(tmp_path / "p.svg")
+    args = ["partition", str(path), "--devices", "xpu,cpu", "--calibration", "off"]
+    assert main([*args, "--placement-policy", "prefer-first", *(f"-o{o}" for o in outs)]) == 0
+    captured = capsys.readouterr()
+    assert "fallback: xpu: no kernel for Sin" in captured.out  # the text table, always
+    for o in outs:
+        assert f"wrote {o}" in captured.err and o.stat().st_size > 500
+    assert main([*args, "-o", str(tmp_path / "p.pdf")]) == 2
+    assert "must end in" in capsys.readouterr().err
+
+
+def test_inspect_prints_text_and_json(tmp_path, capsys) -> None:
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "opsets: ai.onnx" in out and "FLOPs" in out and re.search(r"^Sin\s+1\s", out, re.M)
+    assert main(["inspect", str(path), "--json", "--devices", "xpu,cpu"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["devices"]["xpu"]["Sin"]["can"] == 0 and data["devices"]["cpu"]["Sin"]["can"] == 1
+    assert main(["inspect", str(path), "--devices", "tpu"]) == 2
+
+
+def test_run_json_profile_and_quiet(tmp_path, capsys) -> None:
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    prof = tmp_path / "prof.html"
+    args = ["run", str(path), "--devices", "xpu,cpu", "--repeat", "2", "--json", "--quiet"]
+    args += ["--placement-policy", "prefer-first"]
+    assert main([*args, "--profile", str(prof)]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["devices"] == ["xpu", "cpu"] and data["outputs"][0]["shape"] == [4, 8]
+    assert captured.err == ""  # --quiet: no notes, no fallback warning
+    trace = json.loads((tmp_path / "prof.json").read_text())
+    assert any(e.get("cat") == "copy" for e in trace["traceEvents"])
+    assert "<svg" in prof.read_text()
+
+
+def test_quiet_is_per_call(tmp_path) -> None:
+    import logging
+
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    logger = logging.getLogger("anychip")
+    before = logger.level
+    assert main(["partition", str(path), "--devices", "xpu,cpu", "--quiet", "--json"]) == 0
+    assert logger.level == before

@@ -26,6 +26,18 @@ PUBLIC_MODULES = [
     "anychip.core.registry",
     "anychip.core.memory",
     "anychip.ir.passes",
+    "anychip.core.profile",
+    "anychip.core.progress",
+    "anychip.core.logsetup",
+    "anychip.viz",
+    "anychip.viz.view",
+    "anychip.viz.layout",
+    "anychip.viz.html",
+    "anychip.viz.dot",
+    "anychip.viz.inspect",
+    "anychip.viz.timeline",
+    "anychip.viz.terminal",
+    "anychip.viz.notebook",
 ]
 
 

@@ -124,6 +124,18 @@ class MemoryReport:
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view (``viz/notebook.py``)."""
+        from anychip.viz.notebook import memory_html
+
+        return memory_html(self)
+
+    def __rich__(self) -> Any:
+        """rich's view in a terminal (``viz/terminal.py``)."""
+        from anychip.viz.terminal import memory_rich
+
+        return memory_rich(self)
+
 
 def memory_report(compiled: Any) -> MemoryReport:
     """Memory figures per device of a ``core.compiler.CompiledModel``: plan, lower bound,

@@ -1,0 +1,61 @@
+"""Logging: everything anychip says goes through the ``anychip`` logger (``logging``).
+
+A library adds no handler of its own (the application decides), with two exceptions that are
+asked for: ``ANYCHIP_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR`` (read when anychip is imported), and
+the ``anychip`` command. Both call ``configure_logging``, which sets the logger's level and,
+when nobody else handles its records (no handler on it or on the root logger), adds one that
+writes the messages to stderr (``rich``'s handler in a terminal when it is installed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+__all__ = ["configure_logging", "LEVELS"]
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_MARK = "_anychip_handler"
+
+
+def _level(value: str | int) -> int:
+    if isinstance(value, int):
+        return value
+    name = value.strip().upper()
+    if name not in LEVELS:
+        from anychip.errors import AnychipError
+
+        raise AnychipError(
+            f"ANYCHIP_LOG_LEVEL={value!r} is not a level; use one of {', '.join(LEVELS)}"
+        )
+    return getattr(logging, name)
+
+
+def configure_logging(level: str | int | None = None, *, quiet: bool = False) -> logging.Logger:
+    """Set the ``anychip`` logger's level (``level``, else ``ANYCHIP_LOG_LEVEL``, else as it
+    is; ``quiet``: errors only) and give it a stderr handler if nothing handles it."""
+    logger = logging.getLogger("anychip")
+    wanted = level if level is not None else os.environ.get("ANYCHIP_LOG_LEVEL") or None
+    if quiet:
+        logger.setLevel(logging.ERROR)
+    elif wanted is not None:
+        logger.setLevel(_level(wanted))
+    mine = [h for h in logger.handlers if getattr(h, _MARK, False)]
+    if not mine and not logger.handlers and not logging.getLogger().handlers:
+        handler = _handler()
+        setattr(handler, _MARK, True)
+        logger.addHandler(handler)
+    return logger
+
+
+def _handler() -> logging.Handler:
+    from anychip.viz.terminal import use_rich
+
+    if use_rich(sys.stderr):
+        from rich.logging import RichHandler
+
+        return RichHandler(show_path=False, show_time=False)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    return handler

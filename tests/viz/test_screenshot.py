@@ -1,0 +1,59 @@
+"""A headless Chromium screenshot of the HTML placement page: the page renders (not blank,
+the devices' colours on screen). Debian's ``chromium`` is installed by ``.ci/run``; where it
+is absent the test skips and says so."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from anychip.viz import save_placement
+from anychip.viz.view import device_colors
+
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
+)
+
+
+def chromium(page: Path, profile: Path, *what: str) -> str:
+    """Headless Chromium as the issue runs it: no network, no GPU, a throwaway profile."""
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}", *what,
+        "--window-size=1400,900", page.as_uri(),
+    ]  # fmt: skip
+    return subprocess.run(cmd, check=True, capture_output=True, timeout=180, text=True).stdout
+
+
+def _rgb(hex_color: str) -> tuple[int, int, int]:
+    return tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
+def test_html_page_renders_in_headless_chromium(mixed, tmp_path) -> None:
+    from PIL import Image
+
+    page = save_placement(mixed, tmp_path / "placement.html")
+    png = tmp_path / "placement.png"
+    chromium(page, tmp_path / "profile", f"--screenshot={png}")
+    image = Image.open(png).convert("RGB")
+    assert image.size == (1400, 900)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "a blank or nearly blank page"
+    present = {c for _, c in colours}
+    for device, hex_color in device_colors(mixed.devices).items():
+        assert _rgb(hex_color) in present, f"no {device} node ({hex_color}) on screen"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
+def test_the_page_script_runs(mixed, tmp_path) -> None:
+    """The inline script ran to its end: it fitted the view (the viewport got a transform)."""
+    page = save_placement(mixed, tmp_path / "placement.html")
+    assert 'id="viewport">' in page.read_text()
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    assert re.search(r'id="viewport" transform="translate\([-\d.]+,[-\d.]+\) scale', dom), dom[:500]

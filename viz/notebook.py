@@ -1,0 +1,127 @@
+"""HTML for Jupyter: what ``PlacementReport``, ``MemoryReport`` and ``Profile`` show through
+``_repr_html_``. Plain tables with the device colours of the placement pictures; no script,
+no external reference (notebooks are shared as files)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from anychip.core.memory.stats import _human
+from anychip.viz.view import device_colors
+
+__all__ = ["placement_report_html", "memory_html", "profile_html"]
+
+_STYLE = (
+    "<style>.anychip td,.anychip th{padding:1px 8px;text-align:left}"
+    ".anychip .sw{display:inline-block;width:10px;height:10px;margin-right:4px;"
+    "border:1px solid #555}</style>"
+)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="anychip"><tr>{head}</tr>{body}</table>'
+
+
+def _dev(device: str, colors: dict[str, str]) -> str:
+    color = colors.get(device, "#ccc")
+    return f'<span class="sw" style="background:{color}"></span>{_e(device)}'
+
+
+def placement_report_html(report: Any, max_nodes: int = 500) -> str:
+    """A ``PlacementReport``: summary, partitions, copies, then the nodes (the first
+    ``max_nodes``)."""
+    colors = device_colors(list(report.devices))
+    counts = ", ".join(f"{_dev(d, colors)} {c}" for d, c in report.by_device().items())
+    parts = _table(
+        ["#", "device", "nodes", "cost model"],
+        [
+            [
+                str(p.index),
+                _dev(p.device, colors),
+                str(len(p.nodes)),
+                _e(", ".join(f"{k}={v}" for k, v in p.info.items())),
+            ]
+            for p in report.partitions
+        ],
+    )
+    copies = _table(
+        ["tensor", "from", "to", "bytes"],
+        [
+            [_e(c.tensor), _e(c.src), _e(c.dst), "?" if c.size is None else str(c.size)]
+            for c in report.copies
+        ],
+    )
+    nodes = _table(
+        ["node", "op", "device", "part", "reason"],
+        [
+            [_e(n.name), _e(n.op_type), _dev(n.device, colors), str(n.partition), _e(n.reason)]
+            for n in report.nodes[:max_nodes]
+        ],
+    )
+    more = (
+        f"<p>... and {len(report.nodes) - max_nodes} more nodes</p>"
+        if len(report.nodes) > max_nodes
+        else ""
+    )
+    decision = f"<p>cost model: {_e(report.decision)}</p>" if report.decision else ""
+    return (
+        f"{_STYLE}<div><b>placement over {_e(', '.join(report.devices))}</b>: {counts}; "
+        f"{len(report.partitions)} partitions; {report.copy_count} copies/run "
+        f"({_human(report.copy_bytes)})</div>{decision}<h4>partitions</h4>{parts}"
+        f"<h4>copies per run</h4>{copies}<details><summary>nodes ({len(report.nodes)})"
+        f"</summary>{nodes}{more}</details>"
+    )
+
+
+def memory_html(report: Any) -> str:
+    """A ``MemoryReport`` as one table, then its notes."""
+    rows = [
+        [
+            _e(r.device),
+            str(r.partitions),
+            _human(r.planned),
+            _human(r.arena),
+            _human(r.lower_bound),
+            f"{r.ratio:.3f}",
+            _human(r.peak),
+            _human(r.reserved),
+            "unknown" if r.capacity is None else _human(r.capacity),
+        ]
+        for r in report
+    ]
+    heads = [
+        "device",
+        "parts",
+        "planned",
+        "arena",
+        "lower bound",
+        "ratio",
+        "peak",
+        "reserved",
+        "capacity",
+    ]
+    notes = "".join(f"<p>note: {_e(n)}</p>" for n in report.notes)
+    return _STYLE + _table(heads, rows) + notes
+
+
+def profile_html(profile: Any, top: int = 20) -> str:
+    """A ``Profile``: runs, time per device, the slowest nodes (``save_html`` has the
+    timeline)."""
+    colors = device_colors(list(profile.devices))
+    per = ", ".join(f"{_e(d)} {t * 1e3:.3f} ms" for d, t in profile.device_times().items())
+    runs = ", ".join(f"{t * 1e3:.3f}" for t in profile.run_seconds)
+    rows = [
+        [_e(n), _e(op), _dev(d, colors), f"{t * 1e3:.3f}"]
+        for n, op, d, t in profile.node_times()[:top]
+    ]
+    return (
+        f"{_STYLE}<div><b>profile</b>: {profile.runs} run(s), {runs} ms; per run: {per}</div>"
+        + _table(["node", "op", "device", "ms/run"], rows)
+    )
