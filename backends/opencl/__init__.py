@@ -26,6 +26,13 @@ def anychip_register_backends(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
+    from anychip.backends.opencl.backend import backends
     from anychip.backends.opencl.kernels import KERNELS
+    from anychip.core.kernels import KernelTable
 
     registry.add_kernels(KERNELS)
+    for b in backends():  # every alias runs the one table
+        if b.name != KERNELS.backend:
+            alias = KernelTable(b.name)
+            alias.merge(KERNELS)
+            registry.add_kernels(alias)

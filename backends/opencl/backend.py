@@ -23,7 +23,6 @@ from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
-    from anychip.core.kernels import KernelTable
     from anychip.ir.node import Node
 
 __all__ = ["OpenClBackend", "backends"]
@@ -60,11 +59,6 @@ class OpenClBackend(Backend):
         if self.name != "opencl" or not self.available()[0]:
             return False
         return self.info.type != "cpu"
-
-    @property
-    def kernels(self) -> KernelTable | None:
-        """Every alias runs the one ``opencl`` kernel table."""
-        return self.registry.kernel_table("opencl") if self.registry is not None else None
 
     def _cl(self) -> Any:
         from anychip.backends.opencl.driver import get_device

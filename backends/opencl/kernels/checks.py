@@ -23,6 +23,9 @@ def _rank(node: Node, i: int = 0) -> int | None:
 def check(node: Node) -> str | None:
     """None when the OpenCL kernels run ``node``, else why not."""
     op = node.op_type
+    for v in node.inputs:
+        if v is not None and not v.is_tensor:
+            return f"{op} of a non-tensor value {v.name!r} (the OpenCL kernels take tensors)"
     rank = _rank(node)
     if op == "Conv" and rank is not None and rank not in (3, 4):
         return f"Conv of rank {rank} (the OpenCL Conv takes 1-D and 2-D images)"

@@ -101,6 +101,8 @@ def reshape_to(x: ClTensor, shape: Sequence[int]) -> ClTensor:
     return x.view(tuple(int(s) for s in shape))
 
 
+# Identity-16 takes optionals and sequences, which an OpenCL device does not hold; the
+# identity-elimination pass removes most Identity nodes before placement anyway.
 @kernel("Identity", since=1, until=14)
 def identity(x: ClTensor) -> ClTensor:
     return x.view(x.shape)

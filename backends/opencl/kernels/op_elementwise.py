@@ -67,7 +67,7 @@ UNARY = {
     "GeluTanh": "(T)0.5 * v * ((T)1 + tanh((T)0.79788456080286535588 * "
     "(v + (T)0.044715 * v * v * v)))",
     "Scale": "v * (T)p0",
-    "Clip": "v < (T)p0 ? (T)p0 : (v > (T)p1 ? (T)p1 : v)",
+    "Clip": "isnan(v) ? v : fmin(fmax(v, (T)p0), (T)p1)",
 }
 
 #: op -> OpenCL C expression of ``a`` and ``b``
@@ -93,10 +93,15 @@ def _unary_source() -> str:
     return "\n".join(parts)
 
 
+#: integer exponent types Pow casts first -> their OpenCL C type
+_INTS = {"int64": "long", "int32": "int", "uint64": "ulong", "uint32": "uint"}
+
+
 def _binary_source() -> str:
     parts = [
-        "__kernel void k_cast_long(__global const long* x, __global T* y, int n) {"
+        f"__kernel void k_cast_{it}(__global const {it}* x, __global T* y, int n) {{"
         " int i = get_global_id(0); if (i < n) y[i] = (T)x[i]; }"
+        for it in _INTS.values()
     ]
     for op, expr in BINARY.items():
         parts.append(
@@ -139,12 +144,13 @@ def _bstrides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
 
 
 def _cast(x: ClTensor, dtype: np.dtype, op: str) -> ClTensor:
-    if x.dtype != np.int64:
+    it = _INTS.get(x.dtype.name)
+    if it is None:
         raise KernelError(f"{op}: cannot take {x.dtype} with {dtype} on OpenCL")
     d = dev(x)
     y = d.empty(x.shape, dtype)
     launch1d(
-        d, "binary", ctype(dtype, op), "k_cast_long", _binary_source, x.size, [x.buffer, y.buffer]
+        d, "binary", ctype(dtype, op), f"k_cast_{it}", _binary_source, x.size, [x.buffer, y.buffer]
     )
     return y
 

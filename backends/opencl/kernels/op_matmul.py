@@ -32,7 +32,7 @@ from anychip.errors import KernelError
 
 __all__ = ["gemm_packed", "pack", "source"]
 
-_ROWS = "\n".join(f"        c{r} += av.s{r} * bv;" for r in range(8))
+_ROWS = "\n".join(f"        c{r} += ak[{r}] * bv;" for r in range(8))
 _STORE = "\n".join(f"    store_row(cb, bias, c{r}, row0 + {r}, col0, ctx);" for r in range(8))
 
 
@@ -68,18 +68,18 @@ inline void store_row(__global T* cb, __global const T* bias, T8 v, int row, int
 }
 """
         + r"""
-__kernel void k_gemm(__global const T8* Ap, __global const T8* Bp, __global T* C,
+__kernel void k_gemm(__global const T* Ap, __global const T8* Bp, __global T* C,
                      __global const T* bias, int M, int N, int K, int M8, int N8,
                      int a_mod, int b_mod, int c_bs, int c_rs, T alpha, T beta, int has_bias,
                      int bias_bs, int bias_rs, int bias_cs, int act) {
     int j8 = get_global_id(0), i8 = get_global_id(1), b = get_global_id(2);
     if (j8 >= N8 || i8 >= M8) return;
-    __global const T8* a = Ap + ((long)(b % a_mod) * M8 + i8) * K;
+    __global const T* a = Ap + ((long)(b % a_mod) * M8 + i8) * K * 8;
     __global const T8* bp = Bp + ((long)(b % b_mod) * N8 + j8) * K;
     T8 c0 = (T8)0, c1 = (T8)0, c2 = (T8)0, c3 = (T8)0;
     T8 c4 = (T8)0, c5 = (T8)0, c6 = (T8)0, c7 = (T8)0;
     for (int k = 0; k < K; ++k) {
-        T8 av = a[k]; T8 bv = bp[k];
+        __global const T* ak = a + k * 8; T8 bv = bp[k];
 """
         + _ROWS
         + r"""
@@ -168,7 +168,7 @@ def gemm_packed(
     args += [np.int32(v) for v in (m, n, k, m8, n8, a_mod, b_mod, c_bs, c_rs)]
     args += [T(alpha), T(beta), np.int32(bias is not None)]
     args += [np.int32(v) for v in bias_strides] + [np.int32(relu)]
-    lx = min(n8, 4)
+    lx = min(n8, 8)  # work-items along N share their A panel in cache
     gx = -(-n8 // lx) * lx
     launch(d, "gemm", ct, "k_gemm", source, [gx, m8, batch], args, [lx, 1, 1])
 

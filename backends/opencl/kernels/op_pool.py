@@ -102,7 +102,7 @@ def pool(
 
 @kernel("MaxPool", since=8, dtypes=F, context=True)
 def max_pool(ctx, x, **attrs):  # noqa: ANN001, ANN003, ANN201
-    want = ctx.num_outputs > 1 and ctx.outputs_used()[1]
+    want = ctx.num_outputs > 1 and ctx.outputs_used[1]
     y, idx = pool(x, "MaxPool", indices=want, **attrs)
     return (y, idx) if want else y
 

@@ -22,7 +22,6 @@ from anychip.backends.opencl.kernels._common import (
     norm_axis,
 )
 from anychip.backends.opencl.kernels.table import F, kernel
-from anychip.errors import KernelError
 
 __all__ = ["reduce", "REDUCE"]
 
@@ -88,8 +87,6 @@ def reduce(op: str, x: ClTensor, axes: list[int] | None, keepdims: bool) -> ClTe
     rdims, (rst,) = collapse([x.shape[i] for i in red], [[st[i] for i in red]])
     meta = d.meta((len(kdims), *kdims, *kst, len(rdims), *rdims, *rst))
     args = [x.buffer, y.buffer, meta, np.int32(cnt)]
-    if cnt and x.buffer is None:
-        raise KernelError(f"{op}: empty input buffer")
     launch1d(d, "reduce", ct, f"k_{op}", _source, y.size, args)
     return y
 
