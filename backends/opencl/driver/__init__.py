@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -37,12 +38,14 @@ _LOCK = threading.Lock()
 class _Storage:
     """A pool block shared by a tensor and its views; freed when the last one is released."""
 
-    __slots__ = ("block", "refs", "lock")
+    __slots__ = ("block", "refs", "lock", "derived")
 
     def __init__(self, block: Block | None) -> None:
         self.block = block
         self.refs = 1
         self.lock = threading.Lock()
+        #: tensors computed from this one and kept with it (packed GEMM panels of weights)
+        self.derived: dict[Any, ClTensor] | None = None
 
 
 class ClTensor:
@@ -100,9 +103,35 @@ class ClTensor:
         with st.lock:
             st.refs -= 1
             last = st.refs == 0
-        if last and st.block is not None:
+        if not last:
+            return
+        derived, st.derived = st.derived, None
+        for t in (derived or {}).values():
+            t.release()
+        if st.block is not None:
             block, st.block = st.block, None
             block.pool.free(block)
+
+    def derived(self, key: Any, make: Callable[[], ClTensor]) -> ClTensor:
+        """A tensor computed from this one by ``make()``, kept until this storage is freed.
+
+        Tensors are never written after they are made, so a derived form (a weight's packed
+        panels) stays valid; the caller must not release what this returns.
+        """
+        st = self.storage
+        key = (self.shape, key)  # views of one storage may have other shapes
+        with st.lock:
+            have = st.derived.get(key) if st.derived else None
+        if have is not None:
+            return have
+        made = make()
+        with st.lock:
+            if st.derived is None:
+                st.derived = {}
+            have = st.derived.setdefault(key, made)
+        if have is not made:
+            made.release()
+        return have
 
     def __repr__(self) -> str:
         return f"ClTensor({self.dtype}{list(self.shape)} on opencl:{self.device.info.index})"

@@ -64,14 +64,13 @@ def conv(
     cols = d.empty((n * group, p8, k, 8), x.dtype)
     meta = d.meta((c, hw[0], hw[1], group, cg, kh, kw, ow, p, sh, sw, ph, pw, dh, dw, p8, k))
     launch1d(d, "gemm", ct, "k_im2col", source, cols.size, [x.buffer, cols.buffer, meta])
-    wp = pack(w, [group], [mg * k], mg, k, k, 1)
+    wp = w.derived(("conv", group), lambda: pack(w, [group], [mg * k], mg, k, k, 1))
     try:
         gemm_packed(
             d, wp, cols, y, mg, p, k, batch=n * group, a_mod=group, b_mod=n * group,
             c_bs=mg * p, c_rs=p, beta=1.0, bias=b, bias_strides=(mg, 1, 0), relu=relu,
         )  # fmt: skip
     finally:
-        wp.release()
         cols.release()
     return y
 

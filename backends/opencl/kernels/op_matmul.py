@@ -45,14 +45,16 @@ __kernel void k_pack(__global const T* x, __global T* p, __global const int* m, 
                      int K, int R8, int n) {
     /* p[b][R8][K][8] <- x[b, r, k] (rows >= `rows` are 0); m: nd, shape, strides of (b, r, k)
        collapsed over the batch axes only: m = [nb, bshape.., bstride.., rs, ks] */
-    int i = get_global_id(0); if (i >= n) return;
-    int l = i & 7; int t = i >> 3; int k = t % K; t /= K; int r8 = t % R8; int b = t / R8;
-    int r = r8 * 8 + l;
-    if (r >= rows) { p[i] = (T)0; return; }
+    int i = get_global_id(0); if (i >= n) return;   /* one (b, r8, k): 8 lanes */
+    int k = i % K; int t = i / K; int r8 = t % R8; int b = t / R8;
     int nb = m[0]; int off = 0; int q = b;
     for (int d = nb - 1; d >= 0; --d) { int s = m[1 + d]; off += (q % s) * m[1 + nb + d]; q /= s; }
-    off += r * m[1 + 2 * nb] + k * m[2 + 2 * nb];
-    p[i] = x[off];
+    int rs = m[1 + 2 * nb];
+    off += r8 * 8 * rs + k * m[2 + 2 * nb];
+    int lim = min(8, rows - r8 * 8);
+    T v[8];
+    for (int l = 0; l < 8; ++l) v[l] = l < lim ? x[off + l * rs] : (T)0;
+    vstore8(vload8(0, v), i, p);
 }
 inline void store_row(__global T* cb, __global const T* bias, T8 v, int row, int col0,
                       Ctx c) {
@@ -136,7 +138,7 @@ def pack(
     bdims, (bst,) = collapse(list(batch) or [1], [list(bstrides) or [0]])
     meta = d.meta((len(bdims), *bdims, *bst, rs, ks))
     args = [x.buffer, out.buffer, meta, np.int32(rows), np.int32(k), np.int32(r8)]
-    launch1d(d, "gemm", ct, "k_pack", source, out.size, args)
+    launch1d(d, "gemm", ct, "k_pack", source, out.size // 8, args)
     return out
 
 
@@ -213,12 +215,13 @@ def matmul(a: ClTensor, b: ClTensor) -> ClTensor:
     if k == 0:
         return _zeros(y)
     ap = pack(a, batch, _batch_strides(ash[:-2], batch, m * k), m, k, k, 1)
-    bp = pack(b, batch, _batch_strides(bsh[:-2], batch, k * n), n, k, 1, n)
+    # B is most often a weight: its panels are kept with it and packed once per session.
+    bst = _batch_strides(bsh[:-2], batch, k * n)
+    bp = b.derived(("B", tuple(batch), tuple(bst)), lambda: pack(b, batch, bst, n, k, 1, n))
     try:
         gemm_packed(d, ap, bp, y, m, n, k, batch=nb, a_mod=nb, b_mod=nb, c_bs=m * n, c_rs=n)
     finally:
         ap.release()
-        bp.release()
     return y
 
 
@@ -247,7 +250,8 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):  # noqa: ANN001, ANN202
             raise KernelError(f"{op}: C {list(c.shape)} does not broadcast to {[m, n]}") from None
     cst = _batch_strides(c.shape, [m, n], 1) if c is not None else [0, 0]
     ap = pack(a, [], [], m, k, *((1, m) if trans_a else (k, 1)))
-    bp = pack(b, [], [], n, k, *((k, 1) if trans_b else (1, n)))
+    strides = (k, 1) if trans_b else (1, n)
+    bp = b.derived(("B", strides), lambda: pack(b, [], [], n, k, *strides))
     try:
         gemm_packed(
             d, ap, bp, y, m, n, k, batch=1, a_mod=1, b_mod=1, c_bs=0, c_rs=n, alpha=alpha,
@@ -255,7 +259,6 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):  # noqa: ANN001, ANN202
         )  # fmt: skip
     finally:
         ap.release()
-        bp.release()
     return y
 
 
