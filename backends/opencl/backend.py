@@ -34,6 +34,10 @@ _MOVED = {
 }  # fmt: skip
 
 
+#: bumped when the kernels change speed enough that cached calibrations should be measured again
+_KERNELS_REVISION = 1
+
+
 class OpenClBackend(Backend):
     """One OpenCL device under one name (see the module docstring)."""
 
@@ -52,6 +56,12 @@ class OpenClBackend(Backend):
         if self.index is None or self.index >= len(devices):
             raise DeviceError(f"{self.name}: {why or 'no such OpenCL device'}")
         return devices[self.index]
+
+    @property
+    def version(self) -> str:
+        """In the calibration key: the kernels' revision and the device and driver measured."""
+        ok, _ = self.available()
+        return f"{_KERNELS_REVISION}-{self.info.key if ok else 'none'}"
 
     @property
     def auto_select(self) -> bool:

@@ -63,7 +63,7 @@ def conv(
     p8 = -(-p // 8)
     cols = d.empty((n * group, p8, k, 8), x.dtype)
     meta = d.meta((c, hw[0], hw[1], group, cg, kh, kw, ow, p, sh, sw, ph, pw, dh, dw, p8, k))
-    launch1d(d, "gemm", ct, "k_im2col", source, cols.size, [x.buffer, cols.buffer, meta])
+    launch1d(d, "gemm", ct, "k_im2col", source, cols.size // 8, [x.buffer, cols.buffer, meta])
     wp = w.derived(("conv", group), lambda: pack(w, [group], [mg * k], mg, k, k, 1))
     try:
         gemm_packed(

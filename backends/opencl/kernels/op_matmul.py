@@ -100,22 +100,26 @@ __kernel void k_gemm(__global const T* Ap, __global const T8* Bp, __global T* C,
 
 _IM2COL = r"""
 __kernel void k_im2col(__global const T* x, __global T* p, __global const int* m, int n) {
-    /* p[n*G + g][P8][K][8] <- the window element k of output pixel p of image n, group g.
+    /* p[n*G + g][P8][K][8] <- the window element k of output pixels 8*p8.. of image n, group
+       g; one work-item per (n*G + g, p8, k), 8 lanes.
        m = [C, H, W, G, Cg, KH, KW, OW, P, sh, sw, ph, pw, dh, dw, P8, K] */
     int i = get_global_id(0); if (i >= n) return;
     int K = m[16], P8 = m[15];
-    int l = i & 7; int t = i >> 3; int k = t % K; t /= K; int p8 = t % P8; int bb = t / P8;
-    int px = p8 * 8 + l;
-    if (px >= m[8]) { p[i] = (T)0; return; }
-    int G = m[3], Cg = m[4], KH = m[5], KW = m[6];
+    int k = i % K; int t = i / K; int p8 = t % P8; int bb = t / P8;
+    int G = m[3], KH = m[5], KW = m[6], OW = m[7], P = m[8], H = m[1], W = m[2];
     int nimg = bb / G, g = bb % G;
-    int kx = k % KW; int ky = (k / KW) % KH; int c = g * Cg + k / (KW * KH);
-    int oy = px / m[7], ox = px % m[7];
-    int iy = oy * m[9] - m[11] + ky * m[13];
-    int ix = ox * m[10] - m[12] + kx * m[14];
-    int H = m[1], W = m[2];
-    bool in = iy >= 0 && iy < H && ix >= 0 && ix < W;
-    p[i] = in ? x[(((long)nimg * m[0] + c) * H + iy) * W + ix] : (T)0;
+    int kx = k % KW; int ky = (k / KW) % KH; int c = g * m[4] + k / (KW * KH);
+    __global const T* xc = x + ((long)nimg * m[0] + c) * H * W;
+    int px = p8 * 8; int oy = px / OW, ox = px % OW;
+    int dy = ky * m[13] - m[11], dx = kx * m[14] - m[12];
+    T v[8];
+    for (int l = 0; l < 8; ++l) {
+        int iy = oy * m[9] + dy, ix = ox * m[10] + dx;
+        bool in = px + l < P && iy >= 0 && iy < H && ix >= 0 && ix < W;
+        v[l] = in ? xc[iy * W + ix] : (T)0;
+        if (++ox == OW) { ox = 0; ++oy; }
+    }
+    vstore8(vload8(0, v), i, p);
 }
 """
 
