@@ -118,3 +118,38 @@ def test_bad_shapes_are_kernel_errors(cl_device):
         op_data.reshape_to(a, [4, 2])
     a.release()
     b.release()
+
+
+_BUILD = """
+import numpy as np
+from anychip.backends.opencl.driver import get_device
+from anychip.backends.opencl.kernels.op_normalization import softmax
+d = get_device(0)
+x = np.random.default_rng(0).standard_normal((4, 33)).astype(np.float32)
+y = softmax(d.upload(x), -1).numpy()
+e = np.exp(x - x.max(-1, keepdims=True))
+assert np.allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+print("ok", d.programs.builds[0][0])
+"""
+
+
+def test_processes_share_an_empty_cache_dir(tmp_path):
+    """Two processes build the same program at once into one empty cache folder (PoCL's and
+    pyopencl's): both succeed, and a third one reads what they wrote."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, ANYCHIP_OPENCL_CACHE_DIR=str(tmp_path))
+    env["POCL_CACHE_DIR"] = str(tmp_path / "pocl")
+    cmd = [sys.executable, "-c", _BUILD]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        assert out.startswith("ok norm")
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert any((tmp_path / "pyopencl").rglob("*")) and any((tmp_path / "pocl").rglob("*"))
