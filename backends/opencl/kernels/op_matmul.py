@@ -177,6 +177,9 @@ def gemm_packed(
     # A 4x4 block of tiles per work-group: its 4 A and 4 B panels stay in cache while the
     # group runs (PoCL runs a group on one thread); 1-D groups of 8 were 5-30% slower.
     lx, ly = min(n8, 4), min(m8, 4)
+    while lx * ly > d.info.max_work_group and ly > 1:
+        ly //= 2
+    lx = max(1, min(lx, d.info.max_work_group // ly))
     gx = -(-n8 // lx) * lx
     gy = -(-m8 // ly) * ly
     launch(d, "gemm", ct, "k_gemm", source, [gx, gy, batch], args, [lx, ly, 1])

@@ -68,3 +68,32 @@ def test_heterogeneous_with_cpu():
     forced = anychip.load(model, devices=["opencl", "cpu"], cost_model=False)
     np.testing.assert_allclose(forced.run(None, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
     assert forced.placement().by_device().get("opencl", 0) == 27
+
+
+def test_two_threads_share_one_session():
+    """One session run from two threads at once (one queue, one pool, one program cache)."""
+    import threading
+
+    model = transformer_layer(seq=8, hidden=32, heads=2, ffn=64, seed=5)
+    sess = anychip.load(model, devices=["opencl"], strict=True)
+    rng = np.random.default_rng(7)
+    xs = [rng.standard_normal((1, 8, 32)).astype(np.float32) for _ in range(2)]
+    ref = ort.InferenceSession(model.SerializeToString())
+    want = [ref.run(None, {"x": x})[0] for x in xs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(5):
+                np.testing.assert_allclose(
+                    sess.run(None, {"x": xs[i]})[0], want[i], rtol=1e-4, atol=1e-4
+                )
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
