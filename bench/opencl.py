@@ -4,6 +4,12 @@ per-model table (``opencl``, ``opencl,cpu``, ``cpu``, onnxruntime).
 Run (numpy with its own OpenBLAS kernel choice)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/opencl.py [--rounds 7]
+        [--threads N] [--skip gemm builds models]
+
+``--threads N`` runs everything with N threads on both sides (``POCL_MAX_PTHREAD_COUNT`` for
+PoCL, ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` for numpy, onnxruntime and the CPU
+backend): with 1, the kernels are compared without the scheduler of a shared machine in the
+figures.
 
 Every figure is a median over rounds in which the contenders run interleaved (one sample of
 each per round), so load from other processes on a shared machine hits them alike; ratios are
@@ -156,7 +162,8 @@ def bench_models(rounds: int) -> None:
         for cfg in CONFIGS:
             sessions[",".join(cfg)], runners[",".join(cfg)] = _session_runner(model, feeds, cfg)
         so = ort.SessionOptions()
-        so.intra_op_num_threads = os.cpu_count() or 1
+        threads = os.environ.get("_ANYCHIP_BENCH_THREADS")
+        so.intra_op_num_threads = int(threads) if threads else (os.cpu_count() or 1)
         ort_sess = ort.InferenceSession(model.SerializeToString(), so)
         runners["onnxruntime"] = lambda s=ort_sess, f=feeds: s.run(None, f)
         t = _median_rounds(runners, rounds)
@@ -174,11 +181,24 @@ def bench_models(rounds: int) -> None:
             )
 
 
+def _with_threads(n: int) -> None:
+    """Run this script again with ``n`` threads everywhere (set before any library starts)."""
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=str(n), OPENBLAS_NUM_THREADS=str(n))
+    env.update(OMP_NUM_THREADS=str(n), _ANYCHIP_BENCH_THREADS=str(n))
+    argv = [a for a in sys.argv if a != "--threads" and a != str(n)]
+    raise SystemExit(subprocess.call([sys.executable, *argv], env=env))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "builds", "models"])
     args = ap.parse_args()
+    if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
+        _with_threads(args.threads)
+    if os.environ.get("_ANYCHIP_BENCH_THREADS"):
+        print(f"threads: {os.environ['_ANYCHIP_BENCH_THREADS']} (PoCL, OpenBLAS, OpenMP)")
     if "gemm" not in args.skip:
         bench_gemm(args.rounds * 2)
     if "builds" not in args.skip:
