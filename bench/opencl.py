@@ -15,8 +15,10 @@ backend): with 1, the kernels are compared without the scheduler of a shared mac
 figures.
 
 Every figure is a median over rounds in which the contenders run interleaved (one sample of
-each per round), so load from other processes on a shared machine hits them alike; ratios are
-the medians' ratios.
+each per round, after a pause of ``--cooldown`` seconds: OpenBLAS's, onnxruntime's and PoCL's
+idle threads spin for a while after a call and would take a core from the next contender), so
+load from other processes on a shared machine hits them alike; ratios are the medians'
+ratios.
 
 - GEMM: ``opencl`` is ``op_matmul.matmul`` on resident tensors (packing included) plus a queue
   ``finish``; numpy is ``a @ b``.
@@ -68,6 +70,8 @@ print(json.dumps(out))
 
 #: the clock of every timing (``--cpu-time``: the process's CPU time)
 CLOCK = time.perf_counter
+#: seconds of pause before each sample (``--cooldown``)
+COOLDOWN = 0.05
 
 
 def _median_rounds(fns: dict, rounds: int) -> dict[str, float]:
@@ -77,6 +81,7 @@ def _median_rounds(fns: dict, rounds: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            time.sleep(COOLDOWN)  # idle worker threads of the one before spin for a while
             t0 = CLOCK()
             fn()
             samples[name].append(CLOCK() - t0)
@@ -197,16 +202,18 @@ def _with_threads(n: int) -> None:
 
 
 def main() -> None:
+    global CLOCK, COOLDOWN
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--cpu-time", action="store_true")
+    ap.add_argument("--cooldown", type=float, default=0.05)
     ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "builds", "models"])
     args = ap.parse_args()
     if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
         _with_threads(args.threads)
+    COOLDOWN = args.cooldown
     if args.cpu_time:
-        global CLOCK
         CLOCK = time.process_time
         print("clock: process CPU time")
     if os.environ.get("_ANYCHIP_BENCH_THREADS"):
