@@ -15,7 +15,9 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
     """The device names a session uses, from the argument, ``ANYCHIP_DEVICES``, or all.
 
     Without an explicit list, every available backend is used, highest priority first, cpu
-    last. ``cpu`` is appended as the fallback unless ``strict`` or already listed.
+    last, except a backend whose ``auto_select`` is False (one that must be named: an alias of
+    another device, or an OpenCL CPU device sharing the host's cores). ``cpu`` is appended as
+    the fallback unless ``strict`` or already listed.
     """
     registry = get_registry()
     if devices is None:
@@ -23,7 +25,11 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
     if isinstance(devices, str):
         devices = [d.strip() for d in devices.split(",") if d.strip()]
     if devices is None:
-        avail = [b for b in registry.backends.values() if b.available()[0]]
+        avail = [
+            b
+            for b in registry.backends.values()
+            if b.available()[0] and getattr(b, "auto_select", True)
+        ]
         avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
         names = [b.name for b in avail]
     else:

@@ -1,0 +1,38 @@
+"""The OpenCL plugin: any vendor's OpenCL device through PyOpenCL; PoCL on every CI machine.
+
+Devices are registered as ``opencl`` (the first GPU or accelerator, else the first device),
+``opencl:<i>`` for every device the ICD loader lists, and ``opencl:gpu`` / ``opencl:cpu`` for
+the first device of each type. Without pyopencl, a platform or a device, ``opencl`` still
+registers and ``anychip devices`` says why it is unavailable.
+"""
+
+from __future__ import annotations
+
+from anychip.core.hookspecs import hookimpl
+from anychip.core.registry import Registry
+
+__all__ = ["ANYCHIP_API_VERSION"]
+
+ANYCHIP_API_VERSION = 1
+
+
+@hookimpl
+def anychip_register_backends(registry: Registry) -> None:
+    from anychip.backends.opencl.backend import backends
+
+    for b in backends():
+        registry.add_backend(b)
+
+
+@hookimpl
+def anychip_register_kernels(registry: Registry) -> None:
+    from anychip.backends.opencl.backend import backends
+    from anychip.backends.opencl.kernels import KERNELS
+    from anychip.core.kernels import KernelTable
+
+    registry.add_kernels(KERNELS)
+    for b in backends():  # every alias runs the one table
+        if b.name != KERNELS.backend:
+            alias = KernelTable(b.name)
+            alias.merge(KERNELS)
+            registry.add_kernels(alias)

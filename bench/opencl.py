@@ -1,0 +1,230 @@
+"""The OpenCL backend: GEMM GFLOP/s against numpy, program build times cold and warm, and a
+per-model table (``opencl``, ``opencl,cpu``, ``cpu``, onnxruntime).
+
+Run (numpy with its own OpenBLAS kernel choice)::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/opencl.py [--rounds 7]
+        [--threads N] [--skip gemm builds models]
+
+``--cpu-time`` times with the process's CPU time instead of the wall clock: on a machine
+shared with other work, with ``--threads 1``, it counts each contender's own work whatever
+the scheduler does (with more threads, OpenBLAS's and onnxruntime's spinning threads count
+too). ``--threads N`` runs everything with N threads on both sides (``POCL_MAX_PTHREAD_COUNT`` for
+PoCL, ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` for numpy, onnxruntime and the CPU
+backend): with 1, the kernels are compared without the scheduler of a shared machine in the
+figures.
+
+Every figure is a median over rounds in which the contenders run interleaved (one sample of
+each per round, after a pause of ``--cooldown`` seconds: OpenBLAS's, onnxruntime's and PoCL's
+idle threads spin for a while after a call and would take a core from the next contender), so
+load from other processes on a shared machine hits them alike; ratios are the medians'
+ratios.
+
+- GEMM: ``opencl`` is ``op_matmul.matmul`` on resident tensors (packing included) plus a queue
+  ``finish``; numpy is ``a @ b``.
+- Builds: every program family for float32, in a fresh process whose PoCL and pyopencl caches
+  point at an empty folder (cold), then again in another process on the same folder (warm).
+- Models: ``anychip.load(model, devices=...)`` with the measured cost model (calibration
+  cached per machine, then run-time feedback; the feedback's trial runs happen before timing),
+  and onnxruntime's CPU provider.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import anychip
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from tests.models import transformer_layer  # noqa: E402
+
+GEMM_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (64, 768, 3072)]
+CONFIGS = [["opencl"], ["opencl", "cpu"], ["cpu"]]
+
+_BUILD_ALL = """
+import json, time
+from anychip.backends.opencl.driver import get_device
+from anychip.backends.opencl.kernels import op_data, op_elementwise, op_matmul
+from anychip.backends.opencl.kernels import op_normalization, op_pool, op_reduce
+d = get_device(0)
+fams = {"unary": op_elementwise._unary_source, "binary": op_elementwise._binary_source,
+        "move": op_data._source, "reduce": op_reduce._source, "norm": op_normalization._source,
+        "pool": op_pool._source, "gemm": op_matmul.source}
+out = {}
+for fam, src in fams.items():
+    t = time.perf_counter()
+    d.programs.program(fam, "uchar" if fam == "move" else "float", src)
+    out[fam] = time.perf_counter() - t
+print(json.dumps(out))
+"""
+
+
+#: the clock of every timing (``--cpu-time``: the process's CPU time)
+CLOCK = time.perf_counter
+#: seconds of pause before each sample (``--cooldown``)
+COOLDOWN = 0.05
+
+
+def _median_rounds(fns: dict, rounds: int) -> dict[str, float]:
+    """Median seconds per contender, interleaved round by round (after one warm-up each)."""
+    for fn in fns.values():
+        fn()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            time.sleep(COOLDOWN)  # idle worker threads of the one before spin for a while
+            t0 = CLOCK()
+            fn()
+            samples[name].append(CLOCK() - t0)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def bench_gemm(rounds: int) -> None:
+    from anychip.backends.opencl.driver import get_device
+    from anychip.backends.opencl.kernels.op_matmul import matmul
+
+    d = get_device(get_registry_index())
+    print(f"GEMM float32 on {d.info.name} ({d.info.vendor}); medians of {rounds} rounds")
+    print(f"{'M x K x N':<18} {'opencl GF/s':>11} {'numpy GF/s':>11} {'opencl/numpy':>13}")
+    rng = np.random.default_rng(0)
+    for m, k, n in GEMM_SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        ta, tb = d.upload(a), d.upload(b)
+
+        def cl_run(ta=ta, tb=tb) -> None:  # noqa: ANN001
+            y = matmul(ta, tb)
+            d.finish()
+            y.release()
+
+        t = _median_rounds({"opencl": cl_run, "numpy": lambda a=a, b=b: a @ b}, rounds)
+        flops = 2.0 * m * k * n
+        g_cl, g_np = flops / t["opencl"] / 1e9, flops / t["numpy"] / 1e9
+        print(f"{f'{m}x{k}x{n}':<18} {g_cl:>11.1f} {g_np:>11.1f} {g_cl / g_np:>13.2f}")
+        ta.release()
+        tb.release()
+
+
+def get_registry_index() -> int:
+    from anychip.core.plugins import get_registry
+
+    return get_registry().backends["opencl"].index
+
+
+def bench_builds() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, POCL_CACHE_DIR=os.path.join(tmp, "pocl"))
+        env["ANYCHIP_OPENCL_CACHE_DIR"] = tmp
+        os.makedirs(env["POCL_CACHE_DIR"])
+        runs = []
+        for _ in ("cold", "warm"):
+            out = subprocess.run(
+                [sys.executable, "-c", _BUILD_ALL], env=env, capture_output=True, text=True
+            )
+            if out.returncode:
+                print("build benchmark failed:", out.stderr[-800:])
+                return
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print("\nprogram builds, float32 (s): family, cold (empty caches), warm (disk caches)")
+    for fam in runs[0]:
+        print(f"  {fam:<8} {runs[0][fam]:>7.3f} {runs[1][fam]:>7.3f}")
+    print(f"  {'total':<8} {sum(runs[0].values()):>7.3f} {sum(runs[1].values()):>7.3f}")
+
+
+def _models() -> dict:
+    from anychip.zoo import light_model
+
+    rng = np.random.default_rng(0)
+    resnet = light_model("resnet50")
+    shape = [d.dim_value for d in resnet.graph.input[0].type.tensor_type.shape.dim]
+    x_img = rng.standard_normal(shape).astype(np.float32)
+    x_seq = rng.standard_normal((1, 64, 256)).astype(np.float32)
+    return {
+        "resnet50-light": (resnet, {resnet.graph.input[0].name: x_img}),
+        "bert-layer": (transformer_layer(), {"x": x_seq}),
+        "gpt-layer": (transformer_layer(causal=True), {"x": x_seq}),
+    }
+
+
+def _session_runner(model, feeds: dict, cfg: list[str]):  # noqa: ANN001, ANN202
+    sess = anychip.load(model, devices=cfg, strict=True)
+    for _ in range(60):  # the feedback's runs and trials first: then the placement holds
+        sess.run(None, feeds)
+        if sess.feedback is None or sess.feedback.done:
+            break
+    return sess, (lambda: sess.run(None, feeds))
+
+
+def bench_models(rounds: int) -> None:
+    import onnxruntime as ort
+
+    print(f"\nmodels: median ms of {rounds} interleaved rounds; ratio = time / cpu's time")
+    print(f"{'model':<16} {'config':<12} {'ms':>9} {'vs cpu':>7} {'max|diff|':>10}  placement")
+    for name, (model, feeds) in _models().items():
+        runners, sessions = {}, {}
+        for cfg in CONFIGS:
+            sessions[",".join(cfg)], runners[",".join(cfg)] = _session_runner(model, feeds, cfg)
+        so = ort.SessionOptions()
+        threads = os.environ.get("_ANYCHIP_BENCH_THREADS")
+        so.intra_op_num_threads = int(threads) if threads else (os.cpu_count() or 1)
+        ort_sess = ort.InferenceSession(model.SerializeToString(), so)
+        runners["onnxruntime"] = lambda s=ort_sess, f=feeds: s.run(None, f)
+        t = _median_rounds(runners, rounds)
+        ref = ort_sess.run(None, feeds)[0]
+        for key, sec in t.items():
+            diff, where = "", ""
+            if key in sessions:
+                y = sessions[key].run(None, feeds)[0]
+                diff = f"{float(np.abs(y - ref).max()):.2e}"
+                where = ", ".join(
+                    f"{d} {n}" for d, n in sessions[key].placement().by_device().items()
+                )
+            print(
+                f"{name:<16} {key:<12} {sec * 1e3:>9.1f} {sec / t['cpu']:>7.2f} {diff:>10}  {where}"
+            )
+
+
+def _with_threads(n: int) -> None:
+    """Run this script again with ``n`` threads everywhere (set before any library starts)."""
+    env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=str(n), OPENBLAS_NUM_THREADS=str(n))
+    env.update(OMP_NUM_THREADS=str(n), _ANYCHIP_BENCH_THREADS=str(n))
+    argv = [a for a in sys.argv if a != "--threads" and a != str(n)]
+    raise SystemExit(subprocess.call([sys.executable, *argv], env=env))
+
+
+def main() -> None:
+    global CLOCK, COOLDOWN
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cpu-time", action="store_true")
+    ap.add_argument("--cooldown", type=float, default=0.05)
+    ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "builds", "models"])
+    args = ap.parse_args()
+    if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
+        _with_threads(args.threads)
+    COOLDOWN = args.cooldown
+    if args.cpu_time:
+        CLOCK = time.process_time
+        print("clock: process CPU time")
+    if os.environ.get("_ANYCHIP_BENCH_THREADS"):
+        print(f"threads: {os.environ['_ANYCHIP_BENCH_THREADS']} (PoCL, OpenBLAS, OpenMP)")
+    if "gemm" not in args.skip:
+        bench_gemm(args.rounds * 2)
+    if "builds" not in args.skip:
+        bench_builds()
+    if "models" not in args.skip:
+        bench_models(args.rounds)
+
+
+if __name__ == "__main__":
+    main()
