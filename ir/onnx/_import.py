@@ -41,7 +41,7 @@ from anychip.ir.onnx._external import (
     load_external_data,
     validate_external_data,
 )
-from anychip.ir.onnx._lenient import repair
+from anychip.ir.onnx._lenient import repair, typed_for_checker
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -96,7 +96,8 @@ def import_model(
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
-    check_model(proto, path, custom_domains)
+    with typed_for_checker(proto):
+        check_model(proto, path, custom_domains)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)

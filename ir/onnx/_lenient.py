@@ -23,11 +23,13 @@ folder) is not repaired: the later steps refuse it with a ``ModelError``.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 import onnx
 
-__all__ = ["repair"]
+__all__ = ["repair", "typed_for_checker"]
 
 _MS = "com.microsoft"
 
@@ -163,3 +165,32 @@ def _type_outputs(proto: onnx.ModelProto, infer: object, done: list[str]) -> Non
             fixed.append(vi.name)
     if fixed:
         done.append(f"graph output(s) {fixed} without a type (typed by shape inference)")
+
+
+@contextlib.contextmanager
+def typed_for_checker(proto: onnx.ModelProto) -> Iterator[None]:
+    """Placeholder types while ``onnx.checker`` runs, removed after it.
+
+    The checker requires a type with a shape field on graph inputs and outputs; onnxruntime
+    does not (it infers what is missing, including the outputs of its contrib ops, which
+    onnx's inference cannot type). A tensor type without a shape field gets an empty one, a
+    missing type a float placeholder; both are cleared again, so nothing is made up for the
+    conversion (the value stays of unknown shape or type).
+    """
+    no_type, no_shape = [], []
+    for graph, _ in _graphs(proto.graph, "graph"):
+        for vi in (*graph.input, *graph.output, *graph.value_info):
+            which = vi.type.WhichOneof("value")
+            if which is None or (which == "tensor_type" and not vi.type.tensor_type.elem_type):
+                vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+                no_type.append(vi)
+            if which in (None, "tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                vi.type.tensor_type.shape.SetInParent()
+                no_shape.append(vi)
+    try:
+        yield
+    finally:
+        for vi in no_shape:
+            vi.type.tensor_type.ClearField("shape")
+        for vi in no_type:
+            vi.ClearField("type")

@@ -5,7 +5,8 @@ computed in float32 (float64 for double). Masks follow onnxruntime's CPU kernels
 position gets ``mask_filter_value`` added to its score; ``unidirectional`` masks the future.
 Mask formats: ``[B]`` (valid key length per batch row, right padding), ``[2B]`` (end and
 start), ``[B, T]`` raw 0/1 masks, ``[B, S, T]`` and ``[B, 1, M, M]`` (a larger causal buffer
-cut to the shapes). Packed QKV/KV inputs of MultiHeadAttention are unpacked. Rotary
+cut to the shapes). Packed QKV/KV inputs of MultiHeadAttention are refused, as by
+onnxruntime's CPU kernel. Rotary
 embedding inside Attention (``do_rotary``) and beam-search cache indirection are refused.
 """
 
@@ -135,18 +136,15 @@ def _mha_inputs(
     w: np.dtype,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Q, K, V as ``[B, N, ., H]``; the flag says K/V came already in that layout."""
-    if key is None and query.ndim == 5:  # packed QKV [B, S, N, 3, H]
-        q, k, v = (np.moveaxis(query[:, :, :, i], 1, 2).astype(w) for i in range(3))
-        return q, k, v, False
-    if key is None or (value is None and key.ndim != 5):
-        raise KernelError("MultiHeadAttention: key and value are required unless QKV is packed")
+    if key is None or value is None or key.ndim == 5:
+        raise KernelError(
+            "MultiHeadAttention: packed QKV or KV inputs are not supported on the CPU (nor by "
+            "onnxruntime's CPU kernel); give query, key and value separately"
+        )
     q = query.astype(w)
     if bias is not None:
         d = q.shape[-1]
         q = q + bias[:d].astype(w)
-    if key.ndim == 5:  # packed KV [B, L, N, 2, H]
-        k, v = (np.moveaxis(key[:, :, :, i], 1, 2).astype(w) for i in range(2))
-        return _heads(q, n), k, v, False
     if key.ndim == 4:  # already [B, N, L, H] (cross attention with cached key/value)
         return _heads(q, n), key.astype(w), value.astype(w), True
     k, v = key.astype(w), value.astype(w)
