@@ -34,6 +34,12 @@ def anychip_run(model: onnx.ModelProto, feeds: dict[str, Any]) -> tuple[list[Any
 def assert_same(got: list[Any], want: list[Any], rtol: float = 1e-5, atol: float = 1e-5) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want):
+        if isinstance(w, list):  # a sequence of maps (ZipMap)
+            assert isinstance(g, list) and len(g) == len(w)
+            for gm, wm in zip(g, w):
+                assert list(gm) == list(wm)
+                np.testing.assert_allclose(list(gm.values()), list(wm.values()), rtol, atol)
+            continue
         g, w = np.asarray(g), np.asarray(w)
         assert g.shape == w.shape, (g.shape, w.shape)
         if w.dtype.kind in "OUS" or w.dtype == bool:

@@ -18,12 +18,8 @@ _ML = "ai.onnx.ml"
 for _op, _versions in (
     ("LabelEncoder", (1, 2, 4)),
     ("TreeEnsemble", (5,)),
-    ("TreeEnsembleClassifier", (1, 3)),
-    ("TreeEnsembleRegressor", (1, 3)),
     ("LinearClassifier", (1,)),
     ("LinearRegressor", (1,)),
-    ("SVMClassifier", (1,)),
-    ("SVMRegressor", (1,)),
     ("Scaler", (1,)),
     ("Normalizer", (1,)),
     ("Imputer", (1,)),
