@@ -80,6 +80,20 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
             ("activation_gamma", _A.FLOAT),
         ],
     ),
+    "FusedConv": (
+        ["X", "W", "B?", "Z?"],
+        ["Y"],
+        [
+            ("auto_pad", "NOTSET"),
+            ("dilations", _A.INTS),
+            ("group", 1),
+            ("kernel_shape", _A.INTS),
+            ("pads", _A.INTS),
+            ("strides", _A.INTS),
+            ("activation", _A.STRING),
+            ("activation_params", _A.FLOATS),
+        ],
+    ),
     "LayerNormalization": (["X", "Scale", "B?"], ["Y", "Mean?", "InvStdDev?"], _LN_ATTRS),
     "SimplifiedLayerNormalization": (["X", "scale"], ["Y", "inv_std_var?"], _LN_ATTRS),
     "SkipLayerNormalization": (

@@ -1,4 +1,6 @@
-"""A small BERT encoder written the way exporters write Hugging Face BERT (opset 17), so that
+"""Small models for the wild corpus, built with seeded random weights (no downloads).
+
+A small BERT encoder written the way exporters write Hugging Face BERT (opset 17), so that
 onnxruntime's transformer optimizer fuses it into ``com.microsoft`` ops (EmbedLayerNormalization,
 Attention, SkipLayerNormalization, BiasGelu/FastGelu)."""
 
@@ -10,7 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-__all__ = ["bert_encoder", "bert_feeds"]
+__all__ = ["bert_encoder", "bert_feeds", "small_cnn", "mlp"]
 
 
 def bert_encoder(
@@ -114,3 +116,63 @@ def bert_feeds(batch: int = 2, seq: int = 8, vocab: int = 50, seed: int = 1) -> 
         "token_type_ids": (np.arange(seq) >= seq // 2).astype(np.int64)[None].repeat(batch, 0),
         "attention_mask": mask,
     }
+
+
+def small_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """A CNN (opset 17, input ``x [batch, 3, size, size]``) using the ops onnxruntime's static
+    quantizer turns into QOperator ops: Conv, Add, Mul, Sigmoid, LeakyRelu, MaxPool,
+    AveragePool, Concat, GlobalAveragePool, Gemm, Softmax."""
+    rng = np.random.default_rng(seed)
+    inits: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+
+    def w(name: str, *shape: int) -> str:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        inits.append(nh.from_array(value.astype(np.float32), name))
+        return name
+
+    def node(op: str, ins: list[str], out: str, **attrs: object) -> str:
+        nodes.append(h.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    c1 = node("Conv", ["x", w("w1", 8, 3, 3, 3), w("b1", 8)], "c1", pads=[1, 1, 1, 1])
+    r1 = node("Relu", [c1], "r1")
+    c2 = node("Conv", [r1, w("w2", 8, 8, 3, 3), w("b2", 8)], "c2", pads=[1, 1, 1, 1])
+    s = node("Add", [c2, r1], "res")
+    g = node("Mul", [node("Sigmoid", [s], "sig"), s], "swish")
+    p = node("MaxPool", [g], "mp", kernel_shape=[2, 2], strides=[2, 2])
+    a = node("AveragePool", [p], "ap", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    c3 = node("Conv", [a, w("w3", 8, 8, 1, 1), w("b3", 8)], "c3")
+    cat = node("LeakyRelu", [node("Concat", [a, c3], "cat", axis=1)], "lrelu", alpha=0.1)
+    flat = node("Flatten", [node("GlobalAveragePool", [cat], "gap")], "flat")
+    fc = node("Gemm", [flat, w("wf", 10, 16), w("bf", 10)], "fc", transB=1)
+    node("Softmax", [fc], "probs", axis=-1)
+    x = h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, size, size])
+    y = h.make_tensor_value_info("probs", T.FLOAT, ["batch", 10])
+    graph = h.make_graph(nodes, "small_cnn", [x], [y], inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def mlp(seed: int = 0, width: int = 64) -> onnx.ModelProto:
+    """Three MatMul+Add+Relu layers (input ``x [batch, 32]``), for dynamic quantization."""
+    rng = np.random.default_rng(seed)
+    inits, nodes, src, n_in = [], [], "x", 32
+    for i, n_out in enumerate((width, width, 8)):
+        wt = (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        inits += [nh.from_array(wt, f"w{i}"), nh.from_array(np.zeros(n_out, np.float32), f"b{i}")]
+        nodes.append(h.make_node("MatMul", [src, f"w{i}"], [f"m{i}"]))
+        nodes.append(h.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]))
+        src, n_in = f"a{i}", n_out
+        if i < 2:
+            nodes.append(h.make_node("Relu", [src], [f"r{i}"]))
+            src = f"r{i}"
+    nodes.append(h.make_node("Identity", [src], ["y"]))
+    graph = h.make_graph(
+        nodes,
+        "mlp",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 32])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["batch", 8])],
+        inits,
+    )
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
