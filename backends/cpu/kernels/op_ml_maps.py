@@ -13,7 +13,9 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import ML
 from anychip.backends.cpu.table import kernel
+from anychip.core.kernel_call import KernelContext
 from anychip.errors import KernelError
+from anychip.ir.dtypes import DType
 
 __all__ = ["zip_map", "dict_vectorizer", "cast_map"]
 
@@ -37,8 +39,18 @@ def zip_map(
     return ([dict(zip(labels, row)) for row in rows.tolist()],)
 
 
-@kernel("DictVectorizer", domain=ML, since=1)
+def _value_dtype(ctx: KernelContext) -> np.dtype | None:
+    """The numpy type of the map's values, from the input's declared map type."""
+    tp = ctx.node.inputs[0].type_proto
+    if tp is None or tp.WhichOneof("value") != "map_type":
+        return None
+    elem = tp.map_type.value_type.tensor_type.elem_type
+    return DType(elem).numpy if elem and DType(elem) != DType.STRING else None
+
+
+@kernel("DictVectorizer", domain=ML, since=1, context=True)
 def dict_vectorizer(
+    ctx: KernelContext,
     x: dict,
     *,
     int64_vocabulary: list[int] | None = None,
@@ -51,8 +63,8 @@ def dict_vectorizer(
     if not all(isinstance(m, dict) for m in maps):
         raise KernelError(f"DictVectorizer: input must be a map (dict), got {type(x).__name__}")
     values = [v for m in maps for v in m.values()]
-    dtype = np.asarray(values).dtype if values else np.float32
-    if dtype.kind in "OUS":
+    dtype = _value_dtype(ctx) or (np.asarray(values).dtype if values else np.float32)
+    if np.dtype(dtype).kind in "OUS":
         dtype = np.dtype(object)
     position = {k: i for i, k in enumerate(vocab)}
     out = np.zeros((len(maps), len(vocab)), dtype=dtype)

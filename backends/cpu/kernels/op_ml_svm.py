@@ -5,7 +5,7 @@ as onnxruntime computes it). The classifier follows onnxruntime's CPU kernel, wh
 scikit-learn models are checked against: one-vs-one decision values and votes, the label is
 the class with the most votes; with ``prob_a``/``prob_b`` the pairwise Platt probabilities
 are coupled into class probabilities by libsvm's iterative method (Wu, Lin and Weng 2004),
-run here for all rows at once; without them, a binary model scores ``[-d, d]``. onnx's
+in C where a compiler is found (``native/svm.c``), else in numpy for all rows at once; without them, a binary model scores ``[-d, d]``. onnx's
 reference evaluator computes the probabilities differently (it differs from onnxruntime and
 scikit-learn by a few percent), so onnxruntime is the reference here.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu import native
 from anychip.backends.cpu.kernels._ml_common import ML, compiled, labels_of, post_transform
 from anychip.backends.cpu.table import kernel
 from anychip.core.kernel_call import KernelContext
@@ -25,17 +26,24 @@ __all__ = ["svm_classifier", "svm_regressor"]
 
 
 def _kernel_matrix(
-    x: np.ndarray, sv: np.ndarray, kind: str, params: list[float] | None
+    x: np.ndarray, sv_t: np.ndarray, kind: str, params: list[float] | None
 ) -> np.ndarray:
+    """``K(x, sv)`` for the support vectors given transposed and contiguous (``[F, n_sv]``:
+    OpenBLAS multiplies a transposed view many times slower on a busy machine)."""
     gamma, coef0, degree = (list(params or []) + [0.0, 0.0, 0.0])[:3]
     if kind == "LINEAR":
-        return x @ sv.T
+        return x @ sv_t
     if kind == "RBF":
-        d = (x * x).sum(1)[:, None] + (sv * sv).sum(1)[None, :] - 2 * (x @ sv.T)
+        d = (x * x).sum(1)[:, None] + (sv_t * sv_t).sum(0)[None, :] - 2 * (x @ sv_t)
         return np.exp(-np.float32(gamma) * np.maximum(d, 0))
-    dot = np.float32(gamma) * (x @ sv.T) + np.float32(coef0)
+    dot = np.float32(gamma) * (x @ sv_t) + np.float32(coef0)
     if kind == "POLY":
-        return dot ** int(degree)
+        if float(degree) != int(degree) or degree < 1:
+            return np.power(dot, np.float32(degree))
+        out = dot.copy()
+        for _ in range(int(degree) - 1):  # pow() per element is ~30x slower
+            out *= dot
+        return out
     if kind == "SIGMOID":
         return np.tanh(dot)
     raise KernelError(f"SVM: kernel_type {kind!r} is not LINEAR, POLY, RBF or SIGMOID")
@@ -60,24 +68,34 @@ class _Svc:
         self.prob_b = np.asarray(a.get("prob_b") or [], np.float32)
         n_sv = sum(self.per_class)
         if n_sv:
-            self.sv = np.asarray(a["support_vectors"], np.float32).reshape(n_sv, -1)
+            sv = np.asarray(a["support_vectors"], np.float32).reshape(n_sv, -1)
+            self.sv = np.ascontiguousarray(sv.T)
             self.coef = self.coef.reshape(self.n_classes - 1, n_sv)
         else:
             self.sv = None
-            self.coef = self.coef.reshape(self.n_classes, -1)
+            self.coef = np.ascontiguousarray(self.coef.reshape(self.n_classes, -1).T)
         self.start = np.concatenate([[0], np.cumsum(self.per_class)]).astype(int)
         self.pairs = [
             (i, j) for i in range(self.n_classes - 1) for j in range(i + 1, self.n_classes)
         ]
 
+        if self.sv is not None:
+            self.pair_weights = self._pair_weights()
+
+    def _pair_weights(self) -> np.ndarray:
+        """``[n_sv, pairs]``: the decision of pair (i, j) weighs class i's support vectors by
+        coefficient row j-1 and class j's by row i (libsvm's one-vs-one layout), so all
+        decisions are one matrix product."""
+        s = self.start
+        w = np.zeros((self.sv.shape[1], len(self.pairs)), np.float32)
+        for p, (i, j) in enumerate(self.pairs):
+            w[s[i] : s[i + 1], p] = self.coef[j - 1, s[i] : s[i + 1]]
+            w[s[j] : s[j + 1], p] = self.coef[i, s[j] : s[j + 1]]
+        return w
+
     def decisions(self, k: np.ndarray) -> np.ndarray:
         """``[N, pairs]`` one-vs-one decision values from the kernel matrix ``k``."""
-        out = np.empty((k.shape[0], len(self.pairs)), np.float32)
-        s = self.start
-        for p, (i, j) in enumerate(self.pairs):
-            si, sj = slice(s[i], s[i + 1]), slice(s[j], s[j + 1])
-            out[:, p] = k[:, si] @ self.coef[j - 1, si] + k[:, sj] @ self.coef[i, sj] + self.rho[p]
-        return out
+        return k @ self.pair_weights + self.rho[: len(self.pairs)]
 
 
 def _coupled(r: np.ndarray, k: int) -> np.ndarray:
@@ -117,7 +135,14 @@ def _probabilities(model: _Svc, dec: np.ndarray) -> np.ndarray:
         v = dec[:, p] * model.prob_a[p] + model.prob_b[p]
         prob = np.clip(1 - 1 / (1 + np.exp(-v)), 1e-7, 1 - 1e-7)  # 1 - logistic(v)
         r[:, i, j], r[:, j, i] = prob, 1 - prob
-    return _coupled(r, k)
+    lib = native.library()
+    if lib is None:
+        return _coupled(r, k)
+    ffi, r = native.ffi(), np.ascontiguousarray(r)
+    p = np.empty((r.shape[0], k), np.float32)
+    if lib.svm_couple(ffi.from_buffer("float[]", r), r.shape[0], k, ffi.from_buffer("float[]", p)):
+        raise KernelError("SVMClassifier: out of memory coupling the pairwise probabilities")
+    return p
 
 
 @kernel("SVMClassifier", domain=ML, since=1, context=True)
@@ -127,7 +152,7 @@ def svm_classifier(ctx: KernelContext, x: np.ndarray, **a: Any) -> tuple[np.ndar
     ints, strings = a.get("classlabels_ints"), a.get("classlabels_strings")
     transform = a.get("post_transform") or "NONE"
     if model.sv is None:  # liblinear mode: one weight row per class, rho[0] added to all
-        scores = x @ model.coef.T + model.rho[0]
+        scores = x @ model.coef + model.rho[0]
         return labels_of(scores.argmax(1), ints, strings, "SVMClassifier"), post_transform(
             scores, transform
         ).astype(np.float32)
@@ -160,7 +185,8 @@ def svm_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
     def build() -> tuple[np.ndarray | None, np.ndarray]:
         coef = np.asarray(a["coefficients"], np.float32)
         if n_sv:
-            return np.asarray(a["support_vectors"], np.float32).reshape(n_sv, -1), coef
+            sv = np.asarray(a["support_vectors"], np.float32).reshape(n_sv, -1)
+            return np.ascontiguousarray(sv.T), coef
         return None, coef
 
     sv, coef = compiled(ctx, build)

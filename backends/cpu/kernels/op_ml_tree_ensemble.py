@@ -4,7 +4,9 @@ The trees are compiled once per node into flat arrays (feature, threshold, rule,
 false child of every node, as global indices); then all rows walk all trees at once, one
 numpy step per tree level: ``idx`` of shape ``[rows, trees]`` moves to a child until every
 entry sits on a leaf. Leaves carry a dense ``[leaves, targets]`` weight table, so scores are
-one gather and a sum over trees. Semantics follow onnx's reference evaluator (and so
+one gather and a sum over trees. Where a C compiler is found, the walk and the sum run in C
+(``backends/cpu/native/tree_ensemble.c``: a loop per row and tree, as onnxruntime's), else
+in numpy. Semantics follow onnx's reference evaluator (and so
 onnxruntime): NaN goes the way ``nodes_missing_value_tracks_true`` says, the ``*_as_tensor``
 attributes (LightGBM exports, double thresholds) replace their float lists, base values are
 added after aggregation, and the binary classifier with one class column is completed.
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu import native
 from anychip.backends.cpu.kernels._ml_common import ML, compiled, labels_of, post_transform
 from anychip.backends.cpu.table import kernel
 from anychip.core.kernel_call import KernelContext
@@ -52,12 +55,16 @@ class _Forest:
         self.feature = np.asarray(a["nodes_featureids"], np.int64)
         missing = a.get("nodes_missing_value_tracks_true")
         self.missing = np.asarray(missing if missing else np.zeros(n), bool)
+        self.missing_u8 = self.missing.astype(np.uint8)
         leaf = self.rule == _LEAF
 
         def child(ids: str) -> np.ndarray:
             out = np.arange(n)
             for k in np.nonzero(~leaf)[0]:
-                out[k] = index[(int(tids[k]), int(a[ids][k]))]
+                target = (int(tids[k]), int(a[ids][k]))
+                if target not in index:
+                    raise KernelError(f"TreeEnsemble: node {target} is referenced but not defined")
+                out[k] = index[target]
             return out
 
         self.true, self.false = child("nodes_truenodeids"), child("nodes_falsenodeids")
@@ -83,6 +90,7 @@ class _Forest:
         self.leaf_of = leaf_of
         self.weights = np.asarray(weights, np.float64)
         self._table: tuple[np.ndarray, np.ndarray] | None = None
+        self._pointers: tuple | None = None
 
     def check(self, x: np.ndarray, op: str) -> None:
         if self.feature.size and self.feature.max() >= x.shape[1]:
@@ -103,6 +111,9 @@ class _Forest:
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """``[rows, trees]`` global indices of the leaf each row reaches in each tree."""
+        lib = native.library()
+        if lib is not None:
+            return self._native_leaves(lib, x)
         rows = np.arange(x.shape[0])[:, None]
         idx = np.broadcast_to(self.roots, (x.shape[0], len(self.roots))).copy()
         for _ in range(self.depth):
@@ -117,6 +128,27 @@ class _Forest:
             go = np.where(np.isnan(v), self.missing[idx], go)
             idx = np.where(r == _LEAF, idx, np.where(go, self.true[idx], self.false[idx]))
         return idx
+
+    def _native_leaves(self, lib: Any, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        out = np.empty((x.shape[0], len(self.roots)), np.int64)
+        ffi = native.ffi()
+        if self._pointers is None:  # the arrays live as long as the forest
+            arrays = (self.feature, self.threshold, self.rule, self.true, self.false)
+            arrays += (self.missing_u8, self.roots)
+            types = ("int64_t *", "double *", "int8_t *", "int64_t *", "int64_t *")
+            types += ("uint8_t *", "int64_t *")
+            self._pointers = tuple(_pointer(ffi, a, t) for a, t in zip(arrays, types))
+        f, th, rule, t, fa, miss, roots = self._pointers
+        walk = lib.tree_leaves_f64 if x.dtype == np.float64 else lib.tree_leaves_f32
+        ctype = "double[]" if x.dtype == np.float64 else "float[]"
+        xp, op = ffi.from_buffer(ctype, x), ffi.from_buffer("int64_t[]", out)
+        walk(xp, x.shape[0], x.shape[1], f, th, rule, t, fa, miss, roots, len(self.roots), op)
+        return out
+
+
+def _pointer(ffi: Any, a: np.ndarray, ctype: str) -> Any:
+    return ffi.cast(ctype, ffi.from_buffer(a))
 
 
 def _depth(true: np.ndarray, false: np.ndarray, leaf: np.ndarray, roots: np.ndarray) -> int:
@@ -141,6 +173,19 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 
 def _sum_scores(forest: _Forest, x: np.ndarray, table: np.ndarray) -> np.ndarray:
     out = np.empty((x.shape[0], table.shape[1]), np.float64)
+    lib = native.library()
+    if lib is not None:
+        ffi = native.ffi()
+        idx = forest.leaves(x)
+        lib.leaf_sum(
+            ffi.from_buffer("int64_t[]", idx),
+            idx.shape[0],
+            idx.shape[1],
+            ffi.from_buffer("double[]", table),
+            table.shape[1],
+            ffi.from_buffer("double[]", out),
+        )
+        return out
     for start in range(0, x.shape[0], _CHUNK):
         idx = forest.leaves(x[start : start + _CHUNK])
         out[start : start + _CHUNK] = table[idx].sum(axis=1)
