@@ -2,8 +2,8 @@
 
 Trees, SVMs, linear models, scalers, imputers, one-hot encoding and the map ops have native
 kernels (``op_ml_*.py``); what is left here are table lookups (LabelEncoder, CategoryMapper,
-the generic TreeEnsemble of opset 5) and FeatureVectorizer. They are wrapped (see ``_reference.py``) and the placement report names them "reference
-kernel".
+the generic TreeEnsemble of opset 5) and FeatureVectorizer. They are wrapped (see
+``_reference.py``) and the placement report names them "reference kernel".
 """
 
 from __future__ import annotations

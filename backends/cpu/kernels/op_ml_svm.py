@@ -5,9 +5,10 @@ as onnxruntime computes it). The classifier follows onnxruntime's CPU kernel, wh
 scikit-learn models are checked against: one-vs-one decision values and votes, the label is
 the class with the most votes; with ``prob_a``/``prob_b`` the pairwise Platt probabilities
 are coupled into class probabilities by libsvm's iterative method (Wu, Lin and Weng 2004),
-in C where a compiler is found (``native/svm.c``), else in numpy for all rows at once; without them, a binary model scores ``[-d, d]``. onnx's
-reference evaluator computes the probabilities differently (it differs from onnxruntime and
-scikit-learn by a few percent), so onnxruntime is the reference here.
+in C where a compiler is found (``native/svm.c``), else in numpy for all rows at once;
+without them, a binary model scores ``[-d, d]``. onnx's reference evaluator computes the
+probabilities differently (it differs from onnxruntime and scikit-learn by a few percent),
+so onnxruntime is the reference here.
 """
 
 from __future__ import annotations
