@@ -1,8 +1,8 @@
 """scikit-learn models converted by skl2onnx for the wild corpus (see wild_corpus.py).
 
 Each estimator is fitted on a seeded synthetic data set and converted with ai.onnx.ml opset 3
-(ai.onnx 17); the feeds are held-out rows. Float64 variants make skl2onnx write the
-``*_as_tensor`` tree attributes (as LightGBM exports do).
+(ai.onnx 17); the feeds are held-out rows. Two tree models are rewritten with the
+``*_as_tensor`` attributes LightGBM's exporter writes (``as_tensor``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-__all__ = ["sklearn_cases", "convert"]
+__all__ = ["sklearn_cases", "convert", "as_tensor"]
 
 _OPSETS = {"": 17, "ai.onnx.ml": 3}
 
@@ -100,14 +100,38 @@ def _estimators(full: bool) -> list[tuple[str, str, Callable[[], Any]]]:
         ("Pipeline imputer+scaler+PCA+SVC", "multi-nan", lambda: make(
             SimpleImputer(), pre.StandardScaler(), decomposition.PCA(6), svm.SVC(probability=True, **seed)  # noqa: E501
         )),
-        ("RandomForestRegressor float64 (as_tensor)", "regression-f64", lambda: ens.RandomForestRegressor(**trees)),  # noqa: E501
-        ("GradientBoostingClassifier float64 (as_tensor)", "multi-f64", lambda: ens.GradientBoostingClassifier(**trees)),  # noqa: E501
+        ("RandomForestRegressor *_as_tensor", "regression-tensor", lambda: ens.RandomForestRegressor(**trees)),  # noqa: E501
+        ("GradientBoostingClassifier *_as_tensor", "multi-tensor", lambda: ens.GradientBoostingClassifier(**trees)),  # noqa: E501
     ]  # fmt: skip
+
+
+def as_tensor(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its tree attributes ``nodes_values``, ``*_weights`` and ``base_values``
+    written as ``*_as_tensor`` tensors, as LightGBM's and XGBoost's exporters write them."""
+    from onnx import helper, numpy_helper
+
+    names = ("nodes_values", "target_weights", "class_weights", "base_values", "nodes_hitrates")
+    for node in model.graph.node:
+        if not node.op_type.startswith("TreeEnsemble"):
+            continue
+        kept = []
+        for a in node.attribute:
+            if a.name in names and a.floats:
+                t = numpy_helper.from_array(np.asarray(a.floats, np.float32))
+                kept.append(helper.make_attribute(a.name + "_as_tensor", t))
+            else:
+                kept.append(a)
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    for op in model.opset_import:
+        if op.domain == "ai.onnx.ml":
+            op.version = max(op.version, 3)  # the *_as_tensor attributes exist from 3
+    return model
 
 
 def _fit_case(kind: str, make: Callable[[], Any], rows: int) -> tuple[onnx.ModelProto, dict]:
     base = kind.split("-")[0]
-    dtype = np.float64 if kind.endswith("f64") else np.float32
+    dtype = np.float32
     x, y = _data("regression" if base == "regression" else base, rows, dtype)
     if kind.endswith("nan"):
         x = x.copy()
@@ -118,6 +142,8 @@ def _fit_case(kind: str, make: Callable[[], Any], rows: int) -> tuple[onnx.Model
     else:
         est.fit(np.nan_to_num(x[:200]) if not kind.endswith("nan") else x[:200], y[:200])
     model = convert(est, x[:1])
+    if kind.endswith("tensor"):
+        model = as_tensor(model)
     return model, {model.graph.input[0].name: x[200:]}
 
 

@@ -173,15 +173,22 @@ def typed_for_checker(proto: onnx.ModelProto) -> Iterator[None]:
 
     The checker requires a type with a shape field on graph inputs and outputs; onnxruntime
     does not (it infers what is missing, including the outputs of its contrib ops, which
-    onnx's inference cannot type). A tensor type without a shape field gets an empty one, a
-    missing type a float placeholder; both are cleared again, so nothing is made up for the
+    onnx's inference cannot type). A tensor type without a shape field gets an empty one, an
+    output's or value's missing type a float placeholder (an input's stays missing: feeding an
+    input of unknown type is refused); both are cleared again, so nothing is made up for the
     conversion (the value stays of unknown shape or type).
     """
     no_type, no_shape = [], []
     for graph, _ in _graphs(proto.graph, "graph"):
+        inputs = {id(vi) for vi in graph.input}
         for vi in (*graph.input, *graph.output, *graph.value_info):
             which = vi.type.WhichOneof("value")
-            if which is None or (which == "tensor_type" and not vi.type.tensor_type.elem_type):
+            untyped = which is None or (
+                which == "tensor_type" and not vi.type.tensor_type.elem_type
+            )
+            if untyped and id(vi) in inputs:
+                continue  # an input of unknown type is unsafe: the checker refuses it
+            if untyped:
                 vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
                 no_type.append(vi)
             if which in (None, "tensor_type") and not vi.type.tensor_type.HasField("shape"):

@@ -1,0 +1,42 @@
+"""A bounded subset of bench/wild_corpus.py (the full corpus: ``python bench/wild_corpus.py``):
+models made by onnxruntime's quantizer and optimizers, skl2onnx and old exporters pass, or are
+refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.wild_corpus import all_cases, run_case, table
+
+_SUBSET = {
+    "quantized": ("small_cnn qoperator u8s8 per-channel", "small_cnn qdq s8s8", "mlp dynamic s8"),
+    "contrib-transformer": (
+        "bert fused (Attention, BiasGelu)",
+        "cnn ort-extended (FusedConv)",
+        "mlp ort-extended (FusedGemm)",
+        "cnn ort-all (NCHWc layout)",
+    ),
+    "scikit-learn": ("GradientBoostingClassifier (multi)", "SVC rbf probability (multi)"),
+    "old-exporter": ("LayerNormalization at opset 13", "wrong declared output shape"),
+}
+_CASES = [c for c in all_cases() if c.name in _SUBSET.get(c.source, ())]
+
+
+def test_the_subset_is_in_the_corpus() -> None:
+    assert len(_CASES) == sum(len(v) for v in _SUBSET.values())
+
+
+@pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c.source}/{c.name}")
+def test_corpus_case(case) -> None:
+    result = run_case(case)
+    if "NCHWc" in case.name:
+        # onnxruntime's machine-specific layout ops (com.microsoft.nchwc) are refused, named.
+        assert result.status == "refused" and "com.microsoft.nchwc" in result.reason
+        return
+    assert result.status == "pass", result.reason
+
+
+def test_table_counts_by_source() -> None:
+    case = next(c for c in _CASES if c.source == "old-exporter")
+    text = table([run_case(case)])
+    assert "old-exporter" in text.splitlines()[1] and " 1 " in text.splitlines()[1]
