@@ -230,6 +230,14 @@ def skip_simplified_layer_normalization(
     return y.astype(x.dtype), mean, inv.astype(np.float32), s.astype(x.dtype)
 
 
+def _lookup(table: np.ndarray, idx: np.ndarray, name: str) -> np.ndarray:
+    if idx.size and (idx.min() < 0 or idx.max() >= table.shape[0]):
+        raise KernelError(
+            f"EmbedLayerNormalization: {name} has indices outside [0, {table.shape[0]})"
+        )
+    return table[idx]
+
+
 @kernel("EmbedLayerNormalization", domain=MS_DOMAIN, since=1)
 def embed_layer_normalization(
     input_ids: np.ndarray,
@@ -252,18 +260,13 @@ def embed_layer_normalization(
     """
     ids = input_ids.astype(np.int64)
     batch, seq = ids.shape
-    for name, table, idx in (("input_ids", word_embedding, ids),):
-        if idx.size and (idx.min() < 0 or idx.max() >= table.shape[0]):
-            raise KernelError(
-                f"EmbedLayerNormalization: {name} has indices outside [0, {table.shape[0]})"
-            )
     if position_ids is None:
         pos = np.broadcast_to(np.arange(seq), (batch, seq))
     else:
         pos = np.broadcast_to(position_ids.astype(np.int64), (batch, seq))
-    s = word_embedding[ids] + position_embedding[pos]
+    s = _lookup(word_embedding, ids, "input_ids") + _lookup(position_embedding, pos, "positions")
     if segment_embedding is not None and segment_ids is not None:
-        s = s + segment_embedding[segment_ids.astype(np.int64)]
+        s = s + _lookup(segment_embedding, segment_ids.astype(np.int64), "segment_ids")
     v = s.astype(_work(s))
     y, _, _ = _layer_norm_last(v, gamma, beta, epsilon)
     if mask is not None and mask_index_type == 1:
