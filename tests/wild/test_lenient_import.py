@@ -43,12 +43,16 @@ def test_repair_leaves_the_callers_proto_alone() -> None:
     assert model.graph.name == ""
 
 
+def _fields(node: onnx.NodeProto) -> dict:
+    return {"op_type": node.op_type, "input": list(node.input), "output": list(node.output)}
+
+
 @pytest.mark.parametrize(
     "breaks, says",
     [
         (lambda g: g.input[0].ClearField("type"), "x"),  # an input of unknown type
         (lambda g: g.node[0].input.__setitem__(0, "nowhere"), "nowhere"),  # no producer
-        (lambda g: g.node.extend(g.node), "twice"),  # a value defined twice
+        (lambda g: g.node.append(onnx.NodeProto(**_fields(g.node[0]))), "static"),  # 2 producers
     ],
 )
 def test_unsafe_models_stay_errors(breaks, says) -> None:
