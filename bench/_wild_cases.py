@@ -155,6 +155,21 @@ def _fused_bert(approximate: bool, **shape: int) -> onnx.ModelProto:
         return fused.model
 
 
+def _quantized_fused_bert() -> onnx.ModelProto:
+    """The fused BERT through quantize_dynamic: QAttention, QEmbedLayerNormalization."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = _fused_bert(False)
+    if not any(op.domain == "com.microsoft" for op in model.opset_import):
+        model.opset_import.append(h.make_opsetid("com.microsoft", 1))
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f.onnx"), os.path.join(d, "q.onnx")
+        onnx.save(model, src)
+        extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}  # contrib outputs have no type
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, extra_options=extra)
+        return onnx.load(dst)
+
+
 def transformer_cases(full: bool) -> Iterator[tuple[str, Build, tuple[float, float]]]:
     yield "bert fused (Attention, BiasGelu)", lambda: (_fused_bert(False), bert_feeds()), _TIGHT
     yield "bert fused (FastGelu)", lambda: (_fused_bert(True), bert_feeds()), _TIGHT
@@ -179,6 +194,11 @@ def transformer_cases(full: bool) -> Iterator[tuple[str, Build, tuple[float, flo
     yield (
         "cnn ort-all (NCHWc layout)",
         lambda: (ort_saved_optimized(small_cnn(), "all"), {"x": _images(4)}),
+        _TIGHT,
+    )
+    yield (
+        "bert fused + dynamic s8 (QAttention)",
+        lambda: (_quantized_fused_bert(), bert_feeds()),
         _TIGHT,
     )
     if full:

@@ -164,6 +164,28 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
             ("scale", 0.0),
         ],
     ),
+    "QAttention": (
+        ["input", "weight", "bias", "input_scale", "weight_scale", "mask_index?"]
+        + ["input_zero_point?", "weight_zero_point?", "past?"],
+        ["output", "present?"],
+        [
+            ("num_heads", _A.INT),
+            ("unidirectional", 0),
+            ("do_rotary", 0),
+            ("past_present_share_buffer", 0),
+            ("mask_filter_value", -10000.0),
+            ("scale", 0.0),
+        ],
+    ),
+    "QEmbedLayerNormalization": (
+        ["input_ids", "segment_ids?", "word_embedding_quant", "position_embedding_quant"]
+        + ["segment_embedding?", "gamma_quant", "beta_quant", "mask?", "word_embedding_scale"]
+        + ["position_embedding_scale", "segment_embedding_scale?", "gamma_scale", "beta_scale"]
+        + ["word_embedding_zero_point", "position_embedding_zero_point"]
+        + ["segment_embedding_zero_point?", "gamma_zero_point", "beta_zero_point"],
+        ["layernorm_out", "mask_index_out"],
+        [("epsilon", 1e-12)],
+    ),
     "QuantizeLinear": (["x", "y_scale", "y_zero_point?"], ["y"], [("axis", 1)]),
     "DequantizeLinear": (["x", "x_scale", "x_zero_point?"], ["y"], [("axis", 1)]),
     "QLinearAdd": (

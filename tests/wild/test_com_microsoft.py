@@ -266,3 +266,34 @@ def test_quantize_dequantize_linear_16_bit(dtype) -> None:
     _check("QuantizeLinear", {"x": x}, consts, ["x", "s", "z"], axis=1, atol=0)
     q = rng.integers(0, 100, (3, 4)).astype(dtype)
     _check("DequantizeLinear", {"q": q}, consts, ["q", "s", "z"], axis=1)
+
+
+@pytest.mark.parametrize("with_past", [False, True])
+def test_qattention(with_past) -> None:
+    # The "quantized attention with a past state" differed by up to 15%.
+    rng = np.random.default_rng(10)
+    b, s, d, heads = 2, 4, 16, 4
+    feeds = {"x": rng.integers(0, 256, (b, s, d), dtype=np.uint8)}
+    consts = {
+        "w": rng.integers(-127, 128, (d, 3 * d), dtype=np.int8),
+        "bias": _f(rng, 3 * d) * 0.1,
+        "sx": np.float32(0.02),
+        "sw": np.float32(0.01),
+        "zx": np.array(128, np.uint8),
+        "zw": np.array(0, np.int8),
+    }
+    inputs, n_out = ["x", "w", "bias", "sx", "sw", "", "zx", "zw"], 1
+    if with_past:
+        feeds["past"] = _f(rng, 2, b, heads, 3, d // heads)
+        inputs.append("past")
+        n_out = 2
+    _check(
+        "QAttention",
+        feeds,
+        consts,
+        inputs,
+        n_out=n_out,
+        atol=1e-4,
+        num_heads=heads,
+        unidirectional=int(with_past),
+    )

@@ -15,6 +15,7 @@ _SUBSET = {
         "cnn ort-extended (FusedConv)",
         "mlp ort-extended (FusedGemm)",
         "cnn ort-all (NCHWc layout)",
+        "bert fused + dynamic s8 (QAttention)",
     ),
     "scikit-learn": ("GradientBoostingClassifier (multi)", "SVC rbf probability (multi)"),
     "old-exporter": ("LayerNormalization at opset 13", "wrong declared output shape"),
