@@ -41,3 +41,14 @@ def test_table_counts_by_source() -> None:
     case = next(c for c in _CASES if c.source == "old-exporter")
     text = table([run_case(case)])
     assert "old-exporter" in text.splitlines()[1] and " 1 " in text.splitlines()[1]
+
+
+def test_a_label_may_differ_only_at_a_tie() -> None:
+    import numpy as np
+
+    from bench.wild_corpus import compare
+
+    scores = np.array([[0.5, 0.50000006], [0.2, 0.8]], np.float32)
+    want = [np.array([1, 1]), scores]
+    assert compare([np.array([0, 1]), scores], want, 1e-4, 1e-4) == ""
+    assert "differ" in compare([np.array([1, 0]), scores], want, 1e-4, 1e-4)

@@ -89,7 +89,7 @@ class _Forest:
         )
         self.leaf_of = leaf_of
         self.weights = np.asarray(weights, np.float64)
-        self._table: tuple[np.ndarray, np.ndarray] | None = None
+        self._tables: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pointers: tuple | None = None
 
     def check(self, x: np.ndarray, op: str) -> None:
@@ -99,15 +99,17 @@ class _Forest:
                 f"{x.shape[1]} features"
             )
 
-    def table(self, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """``[nodes, width]`` leaf weights and a mask of the entries a leaf sets (cached)."""
-        if self._table is None or self._table[0].shape[1] != width:
+    def table(self, width: int, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """``[nodes, width]`` leaf weights in ``dtype`` and a mask of the entries a leaf
+        sets (cached per width and type)."""
+        key = (width, np.dtype(dtype))
+        if key not in self._tables:
             n = len(self.rule)
             w, has = np.zeros((n, width)), np.zeros((n, width), bool)
             np.add.at(w, (self.leaf_of, self.targets), self.weights)
             has[self.leaf_of, self.targets] = True
-            self._table = (w, has)
-        return self._table
+            self._tables[key] = (np.ascontiguousarray(w, dtype=dtype), has)
+        return self._tables[key]
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """``[rows, trees]`` global indices of the leaf each row reaches in each tree."""
@@ -164,6 +166,10 @@ def _depth(true: np.ndarray, false: np.ndarray, leaf: np.ndarray, roots: np.ndar
         level = np.unique(np.concatenate([true[level], false[level]]))
 
 
+def _work(x: np.ndarray) -> type:
+    return np.float64 if x.dtype == np.float64 else np.float32
+
+
 def _as_rows(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64):
@@ -172,23 +178,30 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 
 
 def _sum_scores(forest: _Forest, x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    out = np.empty((x.shape[0], table.shape[1]), np.float64)
+    """Leaf weights summed over trees in tree order, in float32 for float32 input (as
+    onnxruntime: the order and precision decide exact ties between classes)."""
+    work = table.dtype.type
+    out = np.empty((x.shape[0], table.shape[1]), work)
     lib = native.library()
     if lib is not None:
-        ffi = native.ffi()
+        ffi, ctype = native.ffi(), "double[]" if work is np.float64 else "float[]"
         idx = forest.leaves(x)
-        lib.leaf_sum(
+        add = lib.leaf_sum_f64 if work is np.float64 else lib.leaf_sum_f32
+        add(
             ffi.from_buffer("int64_t[]", idx),
             idx.shape[0],
             idx.shape[1],
-            ffi.from_buffer("double[]", table),
+            ffi.from_buffer(ctype, table),
             table.shape[1],
-            ffi.from_buffer("double[]", out),
+            ffi.from_buffer(ctype, out),
         )
         return out
     for start in range(0, x.shape[0], _CHUNK):
         idx = forest.leaves(x[start : start + _CHUNK])
-        out[start : start + _CHUNK] = table[idx].sum(axis=1)
+        acc = np.zeros((idx.shape[0], table.shape[1]), work)
+        for t in range(idx.shape[1]):
+            acc += table[idx[:, t]]
+        out[start : start + _CHUNK] = acc
     return out
 
 
@@ -200,7 +213,7 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
     width = int(a.get("n_targets") or forest.n_out)
     agg = a.get("aggregate_function") or "SUM"
     if agg in ("SUM", "AVERAGE"):
-        table, _ = forest.table(width)
+        table, _ = forest.table(width, _work(x))
         res = _sum_scores(forest, x, table)
         if agg == "AVERAGE":
             res /= len(forest.trees)
@@ -231,7 +244,7 @@ def tree_ensemble_classifier(
     forest.check(x, "TreeEnsembleClassifier")
     ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
     n_classes = max(len(ints or []), len(strings or []))
-    table, _ = forest.table(max(n_classes, forest.n_out))
+    table, _ = forest.table(max(n_classes, forest.n_out), _work(x))
     res = _sum_scores(forest, x, table)[:, :n_classes]
     base = a.get("base_values_as_tensor")
     base = a.get("base_values") if base is None else base

@@ -43,15 +43,21 @@ static inline int go_true(double v, double t, int8_t rule, uint8_t missing) {
 WALK(tree_leaves_f32, float)
 WALK(tree_leaves_f64, double)
 
-/* out[r, c] = sum over trees of table[leaves[r, t], c] */
-EXPORT void leaf_sum(const int64_t *leaves, int64_t rows, int64_t trees, const double *table,
-                     int64_t width, double *out) {
-    for (int64_t r = 0; r < rows; r++) {
-        double *o = out + r * width;
-        for (int64_t c = 0; c < width; c++) o[c] = 0.0;
-        for (int64_t t = 0; t < trees; t++) {
-            const double *w = table + leaves[r * trees + t] * width;
-            for (int64_t c = 0; c < width; c++) o[c] += w[c];
-        }
+/* out[r, c] = sum over trees of table[leaves[r, t], c], added in tree order in TYPE (float
+ * for float input, as onnxruntime accumulates: in float64 an exact 0.5 tie picks the other
+ * label than onnxruntime's 0.50000006). */
+#define LEAF_SUM(NAME, TYPE)                                                                  \
+    EXPORT void NAME(const int64_t *leaves, int64_t rows, int64_t trees, const TYPE *table,   \
+                     int64_t width, TYPE *out) {                                              \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            TYPE *o = out + r * width;                                                        \
+            for (int64_t c = 0; c < width; c++) o[c] = 0;                                     \
+            for (int64_t t = 0; t < trees; t++) {                                             \
+                const TYPE *w = table + leaves[r * trees + t] * width;                        \
+                for (int64_t c = 0; c < width; c++) o[c] += w[c];                             \
+            }                                                                                 \
+        }                                                                                     \
     }
-}
+
+LEAF_SUM(leaf_sum_f32, float)
+LEAF_SUM(leaf_sum_f64, double)
