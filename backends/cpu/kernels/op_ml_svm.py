@@ -80,6 +80,7 @@ class _Svc:
             (i, j) for i in range(self.n_classes - 1) for j in range(i + 1, self.n_classes)
         ]
 
+        self.linear_weights: np.ndarray | None = None
         if self.sv is not None:
             self.pair_weights = self._pair_weights()
 
@@ -157,8 +158,13 @@ def svm_classifier(ctx: KernelContext, x: np.ndarray, **a: Any) -> tuple[np.ndar
         return labels_of(scores.argmax(1), ints, strings, "SVMClassifier"), post_transform(
             scores, transform
         ).astype(np.float32)
-    kmat = _kernel_matrix(x, model.sv, a.get("kernel_type") or "LINEAR", a.get("kernel_params"))
-    dec = model.decisions(kmat)
+    kind = a.get("kernel_type") or "LINEAR"
+    if kind == "LINEAR":  # K @ W = x @ (SV^T @ W): one product with the folded weights
+        if model.linear_weights is None:
+            model.linear_weights = model.sv @ model.pair_weights
+        dec = x @ model.linear_weights + model.rho[: len(model.pairs)]
+    else:
+        dec = model.decisions(_kernel_matrix(x, model.sv, kind, a.get("kernel_params")))
     votes = np.zeros((x.shape[0], model.n_classes), np.int64)
     rows = np.arange(x.shape[0])
     for p, (i, j) in enumerate(model.pairs):
@@ -183,10 +189,14 @@ def svm_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
     x = _rows(x)
     n_sv = int(a.get("n_supports") or 0)
 
+    kind = a.get("kernel_type") or "LINEAR"
+
     def build() -> tuple[np.ndarray | None, np.ndarray]:
         coef = np.asarray(a["coefficients"], np.float32)
         if n_sv:
             sv = np.asarray(a["support_vectors"], np.float32).reshape(n_sv, -1)
+            if kind == "LINEAR":  # sum_i c_i (x . sv_i) = x . (sum_i c_i sv_i)
+                return None, (coef @ sv).astype(np.float32)
             return np.ascontiguousarray(sv.T), coef
         return None, coef
 
@@ -195,8 +205,7 @@ def svm_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
     if sv is None:
         score = x @ coef + rho
     else:
-        kmat = _kernel_matrix(x, sv, a.get("kernel_type") or "LINEAR", a.get("kernel_params"))
-        score = kmat @ coef + rho
+        score = _kernel_matrix(x, sv, kind, a.get("kernel_params")) @ coef + rho
     if a.get("one_class"):
         score = np.where(score > 0, 1.0, -1.0).astype(np.float32)
     return post_transform(score.reshape(-1, 1), a.get("post_transform")).astype(np.float32)
