@@ -1,8 +1,8 @@
 """The ai.onnx.ml ops without a native kernel, through onnx's reference ops.
 
 Trees, SVMs, linear models, scalers, imputers, one-hot encoding and the map ops have native
-kernels (``op_ml_*.py``); what is left here are table lookups (LabelEncoder, CategoryMapper,
-the generic TreeEnsemble of opset 5) and FeatureVectorizer. They are wrapped (see
+kernels (``op_ml_*.py``); what is left here are CategoryMapper, the generic TreeEnsemble of opset
+5 and FeatureVectorizer. They are wrapped (see
 ``_reference.py``) and the placement report names them "reference kernel".
 """
 
@@ -15,7 +15,6 @@ __all__: list[str] = []
 _ML = "ai.onnx.ml"
 
 for _op, _versions in (
-    ("LabelEncoder", (1, 2, 4)),
     ("TreeEnsemble", (5,)),
     ("FeatureVectorizer", (1,)),
     ("CategoryMapper", (1,)),
