@@ -297,3 +297,15 @@ def test_qattention(with_past) -> None:
         num_heads=heads,
         unidirectional=int(with_past),
     )
+
+
+def test_bert_fused_by_onnxruntimes_optimizer() -> None:
+    from bench._wild_cases import _fused_bert
+    from bench._wild_models import bert_feeds
+
+    model = _fused_bert(True)
+    ops = {n.op_type for n in model.graph.node if n.domain == _MS}
+    assert ops == {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "FastGelu"}
+    feeds = bert_feeds()
+    got, _ = anychip_run(model, feeds)
+    assert_same(got, ort_run(model, feeds), rtol=1e-4, atol=1e-4)
