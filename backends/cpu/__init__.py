@@ -18,6 +18,15 @@ def anychip_register_backends(registry: Registry) -> None:
 
 
 @hookimpl
+def anychip_register_ops(registry: Registry) -> None:
+    # onnxruntime's contrib ops: the CPU backend has their kernels (kernels/op_contrib_*.py).
+    from anychip.opsets.com_microsoft import com_microsoft_schemas
+
+    for schema in com_microsoft_schemas():
+        registry.add_schema(schema)
+
+
+@hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
     from anychip.backends.cpu.kernels import load_all
     from anychip.backends.cpu.table import CPU_KERNELS

@@ -14,6 +14,7 @@ import onnx
 import onnx.shape_inference
 
 from anychip.errors import ModelError
+from anychip.ir.onnx import _declared
 from anychip.ir.onnx._external import declared_nbytes
 
 __all__ = ["check_model", "infer_shapes", "sanitize"]
@@ -90,28 +91,32 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     seconds on VGG-sized models (and capped by protobuf at 2 GiB). Inference needs only their
     types and shapes, so it runs on a copy whose large top-level initializers keep their dims
     and type but no data; small ones stay, for data propagation (Reshape's shape). The result
-    has those initializers empty: ``_Converter`` reads their data from ``proto``.
+    has those initializers empty: ``_Converter`` reads their data from ``proto``. Declared
+    shapes of the main graph's values are checked against inference (``_declared``).
     """
     large = [
         i
         for i, t in enumerate(proto.graph.initializer)
         if t.HasField("raw_data") and _declared_nbytes(t) >= _LEND_BYTES
     ]
-    skeleton = proto
-    if large:  # small models (most conformance cases) need no copy
-        skeleton = onnx.ModelProto()
-        skeleton.CopyFrom(proto)
-        for i in large:
-            skeleton.graph.initializer[i].ClearField("raw_data")
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(proto)  # declared shapes are stripped from it (see _declared)
+    for i in large:
+        skeleton.graph.initializer[i].ClearField("raw_data")
     if _over_proto_limit(skeleton):
         return proto  # infer_shapes serialises the model; protobuf caps that at 2 GiB
+    declared = _declared.strip(skeleton.graph)
     # Data propagation materialises the values it propagates: a ConstantOfShape asked for 2**40
     # elements grows a buffer in onnx's C++ until the host runs out of memory.
     data_prop = not _grows_huge(proto.graph)
     try:
-        return onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(
+            skeleton, strict_mode=False, data_prop=data_prop
+        )
     except Exception:  # inference is best-effort: types stay unknown where it fails
         return proto
+    _declared.merge(inferred.graph, declared)
+    return inferred
 
 
 #: Elements a constant-shaped ConstantOfShape/Expand/Tile may ask for before data propagation

@@ -6,7 +6,8 @@ The steps, in order (each one refuses bad input with a ``ModelError`` before the
 2. check that every node's domain is known (ONNX, a plugin's ``custom_schemas``, or a
    model-local function), else ``UnsupportedOpError``;
 3. validate every external data location, then read the data from inside the model's folder;
-4. order each graph's nodes topologically (some exporters write them unsorted);
+4. order each graph's nodes topologically (some exporters write them unsorted), after
+   repairing what onnxruntime tolerates and the checker refuses (``_lenient``, with a warning);
 5. ``onnx.checker.check_model`` (complaints about plugin domains are forgiven);
 6. inline model-local functions;
 7. best-effort shape inference (``strict_mode=False, data_prop=True``) for intermediate types;
@@ -40,6 +41,7 @@ from anychip.ir.onnx._external import (
     load_external_data,
     validate_external_data,
 )
+from anychip.ir.onnx._lenient import repair, typed_for_checker
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -87,13 +89,15 @@ def import_model(
         base_dir = os.path.dirname(os.path.abspath(path))
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
     sanitize(proto)
+    repair(proto, infer_shapes)
     _check_domains(proto, custom_domains)
     check_weight_budget(proto, max_bytes)
     refs = validate_external_data(proto, None if base_dir is None else os.fspath(base_dir))
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
-    check_model(proto, path, custom_domains)
+    with typed_for_checker(proto):
+        check_model(proto, path, custom_domains)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)

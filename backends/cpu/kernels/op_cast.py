@@ -24,7 +24,10 @@ def _to_string(x: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "f" or x.dtype.kind == "V" or x.dtype.kind not in "biuO":
         out = [_float_str(float(v)) for v in flat.astype(np.float64)]
     elif x.dtype.kind == "b":
-        out = [str(bool(v)) for v in flat]
+        # '1'/'0' as onnxruntime writes them: the spec casts bool to numbers as {1, 0} and
+        # reads only numeric strings back, so a bool -> string -> float round trip holds
+        # (onnx's reference evaluator writes 'True'/'False', which no Cast reads back).
+        out = ["1" if v else "0" for v in flat.tolist()]
     else:
         out = [str(v) for v in flat.tolist()]
     return np.array(out, dtype=object).reshape(x.shape)

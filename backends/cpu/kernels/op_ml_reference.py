@@ -1,10 +1,9 @@
-"""ai.onnx.ml models (trees, linear models, SVMs, encoders) through onnx's reference ops.
+"""The ai.onnx.ml ops without a native kernel, through onnx's reference ops.
 
-These operators are table-driven interpreters of their attributes; a native kernel would
-repeat onnx's reference implementation line for line, so they are wrapped (see
-``_reference.py``) and the placement report names them "reference kernel". ZipMap,
-DictVectorizer and CastMap are left out: they consume or produce maps, which anychip's
-runtime does not carry.
+Trees, SVMs, linear models, scalers, imputers, one-hot encoding and the map ops have native
+kernels (``op_ml_*.py``); what is left here are CategoryMapper, the generic TreeEnsemble of opset
+5 and FeatureVectorizer. They are wrapped (see
+``_reference.py``) and the placement report names them "reference kernel".
 """
 
 from __future__ import annotations
@@ -16,18 +15,7 @@ __all__: list[str] = []
 _ML = "ai.onnx.ml"
 
 for _op, _versions in (
-    ("LabelEncoder", (1, 2, 4)),
     ("TreeEnsemble", (5,)),
-    ("TreeEnsembleClassifier", (1, 3)),
-    ("TreeEnsembleRegressor", (1, 3)),
-    ("LinearClassifier", (1,)),
-    ("LinearRegressor", (1,)),
-    ("SVMClassifier", (1,)),
-    ("SVMRegressor", (1,)),
-    ("Scaler", (1,)),
-    ("Normalizer", (1,)),
-    ("Imputer", (1,)),
-    ("OneHotEncoder", (1,)),
     ("FeatureVectorizer", (1,)),
     ("CategoryMapper", (1,)),
 ):

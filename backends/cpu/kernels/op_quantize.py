@@ -139,14 +139,16 @@ def dequantize_linear(
 
 @kernel("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    qmin, qmax = 0.0, 255.0
-    xf = x.astype(np.float32)
-    lo = min(0.0, float(xf.min())) if xf.size else 0.0
-    hi = max(0.0, float(xf.max())) if xf.size else 0.0
-    scale = np.float32((hi - lo) / (qmax - qmin))
+    """Scale and zero point computed in float32, as the spec's formula, onnx's reference and
+    onnxruntime do (in float64 a few elements land one step apart)."""
+    f32 = np.float32
+    xf = x.astype(f32)
+    lo = np.minimum(f32(0), xf.min()) if xf.size else f32(0)
+    hi = np.maximum(f32(0), xf.max()) if xf.size else f32(0)
+    scale = f32(hi - lo) / f32(255)
     if scale == 0:
         # All zeros: any scale reproduces them; zero point 0 keeps y exact.
-        return (np.zeros(x.shape, np.uint8), np.array(scale, np.float32), np.array(0, np.uint8))
-    zp = np.rint(np.clip(qmin - lo / scale, qmin, qmax))
-    y = np.clip(np.rint(xf / scale) + zp, qmin, qmax).astype(np.uint8)
-    return y, np.array(scale, np.float32), np.array(zp, np.uint8)
+        return (np.zeros(x.shape, np.uint8), np.array(scale, f32), np.array(0, np.uint8))
+    zp = np.rint(np.clip(f32(0) - lo / scale, f32(0), f32(255)))
+    y = np.clip(np.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
+    return y, np.array(scale, f32), np.array(zp, np.uint8)

@@ -1,0 +1,250 @@
+"""``com.microsoft`` quantized ops: the QOperator ops of onnxruntime's static quantizer.
+
+Each is "dequantize the inputs, run the float op, quantize the result" (round half to even,
+saturate), which is how onnxruntime's specs define them; onnxruntime's integer kernels may
+land one quantization step apart on a few elements (they round intermediate sums in other
+ways), so tests compare within one step. Unary ops on 8-bit inputs go through a 256-entry
+lookup table as onnxruntime's do. QuantizeLinear/DequantizeLinear here are the ONNX ops with
+16-bit and 4-bit types, as onnxruntime offered them before ONNX opset 21.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.kernels.op_pool import average_pool
+from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize_linear
+from anychip.backends.cpu.table import kernel
+from anychip.errors import KernelError
+from anychip.opsets.com_microsoft import MS_DOMAIN
+
+__all__ = [
+    "ms_quantize_linear",
+    "ms_dequantize_linear",
+    "qlinear_add",
+    "qlinear_mul",
+    "qlinear_sigmoid",
+    "qlinear_leaky_relu",
+    "qlinear_softmax",
+    "qlinear_average_pool",
+    "qlinear_global_average_pool",
+    "qlinear_concat",
+    "qgemm",
+]
+
+
+def _zero(zp: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+    return np.zeros((), like.dtype) if zp is None else zp
+
+
+def _deq(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    return (x.astype(np.float32) - _zero(zp, x).astype(np.float32)) * scale.astype(np.float32)
+
+
+def _q(v: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, like: np.ndarray) -> np.ndarray:
+    """Quantize to ``zp``'s type (``like``'s when there is no zero point)."""
+    z = _zero(zp, like)
+    info = np.iinfo(z.dtype)
+    q = np.rint(v / scale.astype(np.float32)) + z.astype(np.float32)
+    return np.clip(q, info.min, info.max).astype(z.dtype)
+
+
+@kernel("QuantizeLinear", domain=MS_DOMAIN, since=1)
+def ms_quantize_linear(
+    x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None, *, axis: int = 1
+) -> np.ndarray:
+    return quantize_linear(x, y_scale, y_zero_point, axis=axis)
+
+
+@kernel("DequantizeLinear", domain=MS_DOMAIN, since=1)
+def ms_dequantize_linear(
+    x: np.ndarray, x_scale: np.ndarray, x_zero_point: np.ndarray | None = None, *, axis: int = 1
+) -> np.ndarray:
+    return dequantize_linear(x, x_scale, x_zero_point, axis=axis)
+
+
+def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:  # noqa: ANN001
+    return _q(fn(_deq(a, a_s, a_zp), _deq(b, b_s, b_zp)), c_s, c_zp, a)
+
+
+@kernel("QLinearAdd", domain=MS_DOMAIN, since=1)
+def qlinear_add(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray | None,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray | None,
+    c_scale: np.ndarray,
+    c_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    return _binary(
+        np.add, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point
+    )
+
+
+@kernel("QLinearMul", domain=MS_DOMAIN, since=1)
+def qlinear_mul(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray | None,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray | None,
+    c_scale: np.ndarray,
+    c_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    return _binary(
+        np.multiply, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point
+    )
+
+
+def _unary(fn, x, x_s, x_zp, y_s, y_zp) -> np.ndarray:  # noqa: ANN001
+    """``fn`` on dequantized values, through a lookup table for 8-bit inputs."""
+    if x.dtype.itemsize == 1:
+        info = np.iinfo(x.dtype)
+        codes = np.arange(info.min, info.max + 1).astype(x.dtype)
+        table = _q(fn(_deq(codes, x_s, x_zp)), y_s, y_zp, x)
+        return table[x.astype(np.int64) - info.min]
+    return _q(fn(_deq(x, x_s, x_zp)), y_s, y_zp, x)
+
+
+@kernel("QLinearSigmoid", domain=MS_DOMAIN, since=1)
+def qlinear_sigmoid(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+) -> np.ndarray:
+    return _unary(lambda v: 1 / (1 + np.exp(-v)), x, x_scale, x_zero_point, y_scale, y_zero_point)
+
+
+@kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1)
+def qlinear_leaky_relu(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    alpha: float = 0.01,
+) -> np.ndarray:
+    fn = lambda v: np.where(v >= 0, v, v * np.float32(alpha))  # noqa: E731
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point)
+
+
+@kernel("QLinearSoftmax", domain=MS_DOMAIN, since=1)
+def qlinear_softmax(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    opset: int = 13,
+) -> np.ndarray:
+    """Softmax of the dequantized input; before opset 13 over the flattened axes from
+    ``axis`` on (the old Softmax's 2-D semantics)."""
+    v = _deq(x, x_scale, x_zero_point)
+    a = axis + v.ndim if axis < 0 else axis
+    flat = v.reshape(*v.shape[:a], -1) if opset < 13 else np.moveaxis(v, a, -1)
+    e = np.exp(flat - flat.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    p = p.reshape(v.shape) if opset < 13 else np.moveaxis(p, -1, a)
+    return _q(p, y_scale, y_zero_point, x)
+
+
+def _channels_first(x: np.ndarray, channels_last: int) -> np.ndarray:
+    return np.moveaxis(x, -1, 1) if channels_last else x
+
+
+@kernel("QLinearAveragePool", domain=MS_DOMAIN, since=1)
+def qlinear_average_pool(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    channels_last: int = 0,
+    count_include_pad: int = 0,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> np.ndarray:
+    v = _channels_first(_deq(x, x_scale, x_zero_point), channels_last)
+    y = average_pool(
+        v,
+        auto_pad=auto_pad,
+        ceil_mode=ceil_mode,
+        count_include_pad=count_include_pad,
+        kernel_shape=kernel_shape,
+        pads=pads,
+        strides=strides,
+    )
+    y = np.moveaxis(y, 1, -1) if channels_last else y
+    return _q(y, y_scale, y_zero_point, x)
+
+
+@kernel("QLinearGlobalAveragePool", domain=MS_DOMAIN, since=1)
+def qlinear_global_average_pool(
+    x: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    channels_last: int = 0,
+) -> np.ndarray:
+    v = _deq(x, x_scale, x_zero_point)
+    axes = tuple(range(1, v.ndim - 1)) if channels_last else tuple(range(2, v.ndim))
+    return _q(v.mean(axis=axes, keepdims=True), y_scale, y_zero_point, x)
+
+
+@kernel("QLinearConcat", domain=MS_DOMAIN, since=1)
+def qlinear_concat(
+    y_scale: np.ndarray, y_zero_point: np.ndarray, *inputs: np.ndarray, axis: int
+) -> np.ndarray:
+    """Inputs come in (tensor, scale, zero point) triples."""
+    if len(inputs) % 3:
+        raise KernelError(
+            f"QLinearConcat: {len(inputs)} inputs after Y_scale and Y_zero_point; they must "
+            "come in (tensor, scale, zero point) triples"
+        )
+    parts = [_deq(*inputs[i : i + 3]) for i in range(0, len(inputs), 3)]
+    return _q(np.concatenate(parts, axis=axis), y_scale, y_zero_point, inputs[0])
+
+
+@kernel("QGemm", domain=MS_DOMAIN, since=1)
+def qgemm(
+    a: np.ndarray,
+    a_scale: np.ndarray,
+    a_zero_point: np.ndarray,
+    b: np.ndarray,
+    b_scale: np.ndarray,
+    b_zero_point: np.ndarray,
+    c: np.ndarray | None = None,
+    y_scale: np.ndarray | None = None,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+) -> np.ndarray:
+    """Integer GEMM: ``alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C)``; B may be
+    quantized per output column. A float result without ``y_scale``, else quantized."""
+    ai = a.astype(np.int64) - a_zero_point.astype(np.int64)
+    bi = b.astype(np.int64)
+    bi = (bi.T if transB else bi) - np.asarray(b_zero_point).astype(np.int64).reshape(1, -1)
+    acc = (ai.T if transA else ai) @ bi
+    if c is not None:
+        acc = acc + c.astype(np.int64)
+    scale = np.float32(alpha) * a_scale.astype(np.float32) * b_scale.astype(np.float32)
+    y = acc.astype(np.float32) * scale.reshape(1, -1)
+    if y_scale is None:
+        return y
+    return _q(y, y_scale, y_zero_point, a)

@@ -1,0 +1,81 @@
+"""LinearClassifier and LinearRegressor (ai.onnx.ml): one matrix product each, with the
+binary and post-transform rules of onnx's reference evaluator (which onnxruntime matches)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._ml_common import ML, labels_of, post_transform
+from anychip.backends.cpu.table import kernel
+from anychip.errors import KernelError
+
+__all__ = ["linear_classifier", "linear_regressor"]
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    x = x if x.dtype == np.float64 else x.astype(np.float32)
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def _weights(coefficients: list[float], width: int, x: np.ndarray, op: str) -> np.ndarray:
+    c = np.asarray(coefficients, x.dtype)
+    if c.size % width:
+        raise KernelError(f"{op}: {c.size} coefficients do not divide into rows of {width}")
+    return c.reshape(-1, width).T
+
+
+@kernel("LinearClassifier", domain=ML, since=1)
+def linear_classifier(
+    x: np.ndarray,
+    *,
+    coefficients: list[float],
+    intercepts: list[float] | None = None,
+    classlabels_ints: list[int] | None = None,
+    classlabels_strings: list[str] | None = None,
+    multi_class: int = 0,
+    post_transform: str = "NONE",
+) -> tuple[np.ndarray, np.ndarray]:
+    x = _rows(x)
+    scores = x @ _weights(coefficients, x.shape[1], x, "LinearClassifier")
+    if intercepts:
+        scores = scores + np.asarray(intercepts, x.dtype)
+    n_classes = max(len(classlabels_ints or []), len(classlabels_strings or []))
+    if scores.shape[1] == 1 and n_classes == 2:
+        scores = np.concatenate([-scores, scores], axis=1)
+    scores = post_transform_(scores, post_transform)
+    if scores.shape[1] > 1:
+        best = scores.argmax(axis=1)
+        if classlabels_ints is None and classlabels_strings is None:
+            return best.astype(np.int64), scores
+        return labels_of(best, classlabels_ints, classlabels_strings, "LinearClassifier"), scores
+    positive = scores[:, 0] >= (0 if post_transform == "NONE" else 0.5)
+    if classlabels_ints:
+        return np.where(positive, classlabels_ints[0], 0).astype(np.int64), scores
+    return positive.astype(np.int64), scores
+
+
+def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
+    out = post_transform(scores, name)
+    return out.astype(np.float32) if scores.dtype != np.float64 else out
+
+
+@kernel("LinearRegressor", domain=ML, since=1)
+def linear_regressor(
+    x: np.ndarray,
+    *,
+    coefficients: list[float],
+    intercepts: list[float] | None = None,
+    targets: int = 1,
+    post_transform: str = "NONE",
+) -> np.ndarray:
+    x = _rows(x)
+    w = np.asarray(coefficients, x.dtype).reshape(targets, -1).T
+    if w.shape[0] != x.shape[1]:
+        raise KernelError(
+            f"LinearRegressor: {w.shape[0]} coefficients per target, {x.shape[1]} features"
+        )
+    score = x @ w
+    if intercepts:
+        score = score + np.asarray(intercepts, x.dtype)
+    return post_transform_(score, post_transform)

@@ -1,0 +1,63 @@
+/* Tree-ensemble walks for the CPU backend's TreeEnsemble kernels (op_ml_tree_ensemble.py).
+ *
+ * The trees arrive compiled into flat arrays indexed by a global node index; the Python side
+ * has checked that every child index is valid, every feature index is inside a row and that
+ * no tree has a cycle, so every walk ends on a leaf. Rules: 0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ,
+ * 5 NEQ, 6 LEAF; a NaN feature goes the way `missing` says. */
+#include <math.h>
+#include <stdint.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static inline int go_true(double v, double t, int8_t rule, uint8_t missing) {
+    if (isnan(v)) return missing;
+    switch (rule) {
+        case 0: return v <= t;
+        case 1: return v < t;
+        case 2: return v >= t;
+        case 3: return v > t;
+        case 4: return v == t;
+        default: return v != t;
+    }
+}
+
+#define WALK(NAME, TYPE)                                                                      \
+    EXPORT void NAME(const TYPE *x, int64_t rows, int64_t cols, const int64_t *feature,       \
+                     const double *threshold, const int8_t *rule, const int64_t *true_child,  \
+                     const int64_t *false_child, const uint8_t *missing, const int64_t *roots, \
+                     int64_t trees, int64_t *leaves) {                                        \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            const TYPE *row = x + r * cols;                                                   \
+            for (int64_t t = 0; t < trees; t++) {                                             \
+                int64_t k = roots[t];                                                         \
+                while (rule[k] != 6) {                                                        \
+                    double v = (double)row[feature[k]];                                       \
+                    k = go_true(v, threshold[k], rule[k], missing[k]) ? true_child[k]         \
+                                                                      : false_child[k];       \
+                }                                                                             \
+                leaves[r * trees + t] = k;                                                    \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+WALK(tree_leaves_f32, float)
+WALK(tree_leaves_f64, double)
+
+/* out[r, c] = sum over trees of table[leaves[r, t], c], added in tree order in TYPE (float
+ * for float input, as onnxruntime accumulates: in float64 an exact 0.5 tie picks the other
+ * label than onnxruntime's 0.50000006). */
+#define LEAF_SUM(NAME, TYPE)                                                                  \
+    EXPORT void NAME(const int64_t *leaves, int64_t rows, int64_t trees, const TYPE *table,   \
+                     int64_t width, TYPE *out) {                                              \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            TYPE *o = out + r * width;                                                        \
+            for (int64_t c = 0; c < width; c++) o[c] = 0;                                     \
+            for (int64_t t = 0; t < trees; t++) {                                             \
+                const TYPE *w = table + leaves[r * trees + t] * width;                        \
+                for (int64_t c = 0; c < width; c++) o[c] += w[c];                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+LEAF_SUM(leaf_sum_f32, float)
+LEAF_SUM(leaf_sum_f64, double)

@@ -1,0 +1,74 @@
+"""Declared intermediate and output shapes are hints, not facts: inference decides.
+
+An exporter may declare a wrong shape in ``value_info`` or on a graph output (onnxruntime
+warns and runs the model). onnx's non-strict shape inference keeps a declared shape over the
+one it infers, so a wrong declaration of ``[100000, 100000, 64]`` made the memory planner
+"need" terabytes at load. Shape inference therefore runs on a copy without the declared shapes
+(``strip``); ``merge`` then puts back each declaration inference has nothing for (after an op
+it cannot infer, say) and fills dimensions inference left unknown, but where both know a
+dimension and they disagree, the inferred shape wins and one warning names the values.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import onnx
+
+__all__ = ["strip", "merge"]
+
+Declared = dict[str, onnx.TypeProto]
+
+
+def strip(graph: onnx.GraphProto) -> Declared:
+    """Remove the declared tensor shapes of ``graph``'s value_info and outputs (a copy the
+    caller owns); returns them by value name."""
+    saved: Declared = {}
+    for vi in (*graph.value_info, *graph.output):
+        tp = vi.type
+        if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.HasField("shape"):
+            keep = onnx.TypeProto()
+            keep.CopyFrom(tp)
+            saved[vi.name] = keep
+            tp.tensor_type.ClearField("shape")
+    declared_only = [vi for vi in graph.value_info if vi.name in saved]
+    for vi in declared_only:
+        graph.value_info.remove(vi)
+    return saved
+
+
+def merge(graph: onnx.GraphProto, saved: Declared) -> None:
+    """Put the declarations of ``saved`` back into the inferred ``graph``, in place."""
+    inferred = {vi.name: vi for vi in (*graph.value_info, *graph.output)}
+    conflicts: list[str] = []
+    for name, declared in saved.items():
+        vi = inferred.get(name)
+        if vi is None:
+            graph.value_info.append(onnx.helper.make_value_info(name, declared))
+            continue
+        tt = vi.type.tensor_type
+        if vi.type.WhichOneof("value") != "tensor_type" or not tt.HasField("shape"):
+            vi.type.CopyFrom(declared)
+            continue
+        dims, want = tt.shape.dim, declared.tensor_type.shape.dim
+        if len(dims) != len(want) or any(
+            d.HasField("dim_value") and w.HasField("dim_value") and d.dim_value != w.dim_value
+            for d, w in zip(dims, want)
+        ):
+            conflicts.append(f"{name!r} declared {_text(want)}, inferred {_text(dims)}")
+            continue
+        for d, w in zip(dims, want):
+            if not d.HasField("dim_value") and (w.HasField("dim_value") or w.dim_param):
+                d.CopyFrom(w)
+    if conflicts:
+        warnings.warn(
+            "declared shapes that disagree with shape inference are ignored (onnxruntime "
+            f"also runs with the actual shapes): {'; '.join(conflicts[:4])}"
+            + (f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else ""),
+            UserWarning,
+            stacklevel=4,
+        )
+
+
+def _text(dims) -> str:  # noqa: ANN001 - a repeated Dimension field
+    return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims) + "]"

@@ -1,0 +1,54 @@
+"""A bounded subset of bench/wild_corpus.py (the full corpus: ``python bench/wild_corpus.py``):
+models made by onnxruntime's quantizer and optimizers, skl2onnx and old exporters pass, or are
+refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.wild_corpus import all_cases, run_case, table
+
+_SUBSET = {
+    "quantized": ("small_cnn qoperator u8s8 per-channel", "small_cnn qdq s8s8", "mlp dynamic s8"),
+    "contrib-transformer": (
+        "bert fused (Attention, BiasGelu)",
+        "cnn ort-extended (FusedConv)",
+        "mlp ort-extended (FusedGemm)",
+        "cnn ort-all (NCHWc layout)",
+        "bert fused + dynamic s8 (QAttention)",
+    ),
+    "scikit-learn": ("GradientBoostingClassifier (multi)", "SVC rbf probability (multi)"),
+    "old-exporter": ("LayerNormalization at opset 13", "wrong declared output shape"),
+}
+_CASES = [c for c in all_cases() if c.name in _SUBSET.get(c.source, ())]
+
+
+def test_the_subset_is_in_the_corpus() -> None:
+    assert len(_CASES) == sum(len(v) for v in _SUBSET.values())
+
+
+@pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c.source}/{c.name}")
+def test_corpus_case(case) -> None:
+    result = run_case(case)
+    if "NCHWc" in case.name:
+        # onnxruntime's machine-specific layout ops (com.microsoft.nchwc) are refused, named.
+        assert result.status == "refused" and "com.microsoft.nchwc" in result.reason
+        return
+    assert result.status == "pass", result.reason
+
+
+def test_table_counts_by_source() -> None:
+    case = next(c for c in _CASES if c.source == "old-exporter")
+    text = table([run_case(case)])
+    assert "old-exporter" in text.splitlines()[1] and " 1 " in text.splitlines()[1]
+
+
+def test_a_label_may_differ_only_at_a_tie() -> None:
+    import numpy as np
+
+    from bench.wild_corpus import compare
+
+    scores = np.array([[0.5, 0.50000006], [0.2, 0.8]], np.float32)
+    want = [np.array([1, 1]), scores]
+    assert compare([np.array([0, 1]), scores], want, 1e-4, 1e-4) == ""
+    assert "differ" in compare([np.array([1, 0]), scores], want, 1e-4, 1e-4)
