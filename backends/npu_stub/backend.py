@@ -21,7 +21,7 @@ import numpy as np
 from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor, memory_from_env, parse_size
 from anychip.backends.npu_stub.kernels.support import check_node
 from anychip.core.backend import Backend, CompiledGraph, DeviceModel
-from anychip.errors import DeviceError
+from anychip.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -52,16 +52,26 @@ class NpuBackend(Backend):
         self._capacity = memory
         self.precision = precision
         self._memory: NpuMemory | None = None
+        #: Bucketed dimensions (``core/bucketing.py``): symbol -> "pow2" or sizes, or None.
+        self.buckets: dict[str, Any] | None = None
         self._lock = threading.RLock()  # guards the lazy _capacity and _memory
 
     # -- options -------------------------------------------------------------------------------
     def _configure(self, **options: Any) -> None:
-        unknown = sorted(set(options) - {"memory", "precision"})
+        unknown = sorted(set(options) - {"memory", "precision", "buckets"})
         if unknown:
             raise DeviceError(
                 f"npu: unknown device option(s) {unknown}; known: memory (bytes, e.g. 64 << 20 "
-                "or '64M'), precision ('fp32' or 'fp16')"
+                "or '64M'), precision ('fp32' or 'fp16'), buckets ({'S': 'pow2'} or "
+                "{'S': [32, 64, 128]})"
             )
+        if "buckets" in options:
+            from anychip.core.bucketing import parse_buckets
+
+            try:
+                self.buckets = parse_buckets(options["buckets"], "npu option buckets")
+            except AnychipError as e:
+                raise DeviceError(str(e)) from None
         if "memory" in options:
             self._capacity = parse_size(options["memory"], "npu option memory")
         if "precision" in options:
