@@ -115,7 +115,8 @@ class NpuBackend(Backend):
             "npu",
             "npu",
             memory_capacity=self.capacity,
-            dtypes=frozenset({DType.FLOAT, DType.FLOAT16}),
+            # float compute; int64/int32/bool on the index datapath (``kernels/op_index.py``)
+            dtypes=frozenset({DType.FLOAT, DType.FLOAT16, DType.INT64, DType.INT32, DType.BOOL}),
             flops=2e11,
             mem_bandwidth=5e10,
             host_link=8e9,
