@@ -3,7 +3,9 @@
 Top to bottom: options, device model, transfers (real byte copies into the device array),
 capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``). Options come
 from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
-(``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``. A configured copy gets its
+(``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``; ``buckets`` (e.g.
+``{"S": "pow2"}`` or ``{"S": [32, 64, 128]}``) pads symbolic dimension ``S`` up to a bucket
+where ``core/bucketing.py`` proves the partition safe to pad. A configured copy gets its
 own device memory of the configured size.
 
 Threads: the device memory is created on first use under a lock (double-checked), so sessions

@@ -169,3 +169,24 @@ def test_bucket_sizes_and_bad_options():
             anychip.load(
                 _token_ffn(), devices=["npu", "cpu"], device_options={"npu": {"buckets": bad}}
             )
+
+
+def test_bucketing_with_the_background_compile_switches_over_with_equal_results():
+    model = _token_ffn(seed=5)
+    sess = anychip.load(
+        model,
+        devices=["npu", "cpu"],
+        cost_model=False,
+        background_compile=True,
+        device_options={"npu": {"buckets": {"S": "pow2"}}},
+    )
+    first = sess.run(None, {"x": _x(6)})[0]  # on the host, traced at the bucket (8)
+    sp = _sp(sess)
+    assert sp.wait(60)
+    second = sess.run(None, {"x": _x(7)})[0]  # the same bucket: compiled, a hit
+    t = sp.telemetry()
+    assert (t["compiles"], t["hits"], t["host_runs"], t["bucketed_runs"]) == (1, 1, 1, 2), t
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(first, ref.run(None, {"x": _x(6)})[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(second, ref.run(None, {"x": _x(7)})[0], rtol=1e-4, atol=1e-5)
+    assert "bucketing=S->pow2" in str(sess.placement())
