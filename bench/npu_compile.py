@@ -81,7 +81,7 @@ def main() -> None:
     os.environ["ANYCHIP_COMPILE_CACHE"] = "0"  # every round compiles: no artifacts from disk
     print(
         f"{'model':<12} {'npu nodes':>9} {'compiles':>8} {'hits':>5} {'cpu first':>10} "
-        f"{'bg first':>9} {'sync first':>10} {'npu steady':>10} {'cpu steady':>10}"
+        f"{'bg first':>9} {'bg/cpu':>6} {'sync first':>10} {'npu steady':>10} {'cpu steady':>10}"
     )
     for name, (model, feeds) in _models().items():
         if only and name not in only:
@@ -106,6 +106,7 @@ def main() -> None:
         print(
             f"{name:<12} {on_npu:>4}/{total:<4} {compiles:>8} "
             f"{sum(t['hits'] for t in tel):>5} {med['cf']:9.1f}ms {med['bf']:8.1f}ms "
+            f"{med['bf'] / med['cf']:5.2f}x "
             f"{med['sf']:9.1f}ms {med['ns']:9.1f}ms {med['cs']:9.1f}ms"
         )
 
