@@ -93,3 +93,23 @@ def test_a_second_process_loads_the_hf_export_from_disk(name, tmp_path):
     for t in second["telemetry"]:
         assert (t["compiles"], t["disk_hits"], t["host_runs"], t["hits"]) == (0, 3, 0, 3), t
     assert second["outs"] == first["outs"]  # the same executables (first: runs 4 to 6)
+
+
+def test_bucketing_refuses_the_hf_export_and_says_why():
+    """Its attention reads the sequence length (Shape) and normalizes over the keys: padding
+    is not proven safe, so each length compiles on its own and the results stay exact."""
+    path = str(MODELS["gpt2"])
+    sess = anychip.load(
+        path,
+        devices=["npu", "cpu"],
+        cost_model=False,
+        background_compile=False,
+        device_options={"npu": {"buckets": {"S": "pow2"}}},
+    )
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for s in (5, 6):
+        got = sess.run(None, feeds("gpt2", s))[0]
+        np.testing.assert_allclose(got, ref.run(None, feeds("gpt2", s))[0], rtol=1e-4, atol=1e-5)
+    (sp,) = sess.compiled.specialized.values()
+    assert sp.info["bucketing"].startswith("refused: Shape node"), sp.info
+    assert sp.telemetry()["compiles"] == 2 and sp.telemetry()["bucketed_runs"] == 0
