@@ -3,7 +3,10 @@ compiles and cache hits over three input shapes, and the first-run and steady-st
 with the background compile on (runs go to the CPU while the NPU compiles) and off, against
 the CPU placement's first run. Interleaved rounds, medians.
 
-    python bench/npu_compile.py [--rounds 3]
+    python bench/npu_compile.py [--rounds 3] [--only hf_bert,hf_gpt2]
+
+The Hugging Face BERT and GPT-2 exports are the tiny ones of tests/data (bench/hf_exports.py)
+at sequence lengths 16, 32 and 64.
 
 (``*``: compiled at load: static shapes with the background compile off.)
 """
@@ -23,6 +26,8 @@ import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench.models import cnn, mlp  # noqa: E402
+from tests.backends.npu_stub.test_hf_models import MODELS as HF  # noqa: E402
+from tests.backends.npu_stub.test_hf_models import feeds as hf_feeds  # noqa: E402
 from tests.models import transformer_layer  # noqa: E402
 
 
@@ -38,6 +43,8 @@ def _models() -> dict[str, tuple[bytes, list[dict]]]:
     bert = transformer_layer(seq="S", hidden=256, heads=4, ffn=1024).SerializeToString()
     return {
         "bert_like": (bert, feeds("x", [(1, 32, 256), (1, 64, 256), (1, 128, 256)])),
+        "hf_bert": (HF["bert"].read_bytes(), [hf_feeds("bert", s) for s in (16, 32, 64)]),
+        "hf_gpt2": (HF["gpt2"].read_bytes(), [hf_feeds("gpt2", s) for s in (16, 32, 64)]),
         "resnet50": (resnet, feeds("gpu_0/data_0", [(1, 3, 224, 224)] * 3)),
         "cnn_dynamic": (cnn(), feeds("x", [(1, 3, 64, 64), (4, 3, 64, 64), (8, 3, 64, 64)])),
         "mlp": (mlp(batch=64), feeds("x", [(64, 1024)] * 3)),
@@ -68,13 +75,17 @@ def _timed(sess: anychip.Session, feeds: dict) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated model names")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     os.environ["ANYCHIP_COMPILE_CACHE"] = "0"  # every round compiles: no artifacts from disk
     print(
         f"{'model':<12} {'npu nodes':>9} {'compiles':>8} {'hits':>5} {'cpu first':>10} "
-        f"{'bg first':>9} {'sync first':>10} {'npu steady':>10} {'cpu steady':>10}"
+        f"{'bg first':>9} {'bg/cpu':>6} {'sync first':>10} {'npu steady':>10} {'cpu steady':>10}"
     )
     for name, (model, feeds) in _models().items():
+        if only and name not in only:
+            continue
         rows: dict[str, list[float]] = {k: [] for k in ("cf", "bf", "sf", "ns", "cs")}
         for _ in range(args.rounds):
             cf, cs, _ = _first_and_steady(model, ["cpu"], feeds)
@@ -95,6 +106,7 @@ def main() -> None:
         print(
             f"{name:<12} {on_npu:>4}/{total:<4} {compiles:>8} "
             f"{sum(t['hits'] for t in tel):>5} {med['cf']:9.1f}ms {med['bf']:8.1f}ms "
+            f"{med['bf'] / med['cf']:5.2f}x "
             f"{med['sf']:9.1f}ms {med['ns']:9.1f}ms {med['cs']:9.1f}ms"
         )
 

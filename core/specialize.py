@@ -17,6 +17,12 @@ static from the start is compiled at load the same way. A compile that fails (ou
 memory, a pass or the compiler raising) leaves that signature on the host, with the reason in
 the partition's info. Outputs agree with the device's within float32 rounding: the host and
 the device compute the same ops, in different kernels.
+
+Bucketing (``backend.buckets``, e.g. ``device_options={"npu": {"buckets": {"S": "pow2"}}}``):
+when ``core/bucketing.analyse`` proves the partition safe to pad along those symbols, a run's
+inputs are padded with zeros up to the bucket (through the host), the bucket's executable
+runs, and its outputs are sliced back; one compile per bucket instead of per length. A graph
+not proven safe runs per exact signature, with the reason in its info (``bucketing``).
 """
 
 from __future__ import annotations
@@ -91,13 +97,56 @@ class SpecializedPartition:
             "evictions": 0,
             "host_runs": 0,
         }
+        self.stats["bucketed_runs"] = 0
         self.compile_seconds = 0.0
+        self.bucketing = self._bucket_plan(getattr(backend, "buckets", None))
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._deferred: list[threading.Thread] = []
 
+    def _bucket_plan(self, rules: Any) -> Any:
+        """The bucketing plan of this partition, or None (with why in the info)."""
+        if not rules:
+            return None
+        from anychip.core.bucketing import analyse
+
+        plan = analyse(self.graph, rules)
+        if isinstance(plan, str):
+            self.info["bucketing"] = f"refused: {plan}"[:300]
+            log.info("anychip: %s: no bucketing: %s", self.backend.name, plan)
+            return None
+        self.info["bucketing"] = plan.describe()
+        return plan
+
     # -- the run -------------------------------------------------------------------------------
     def __call__(self, inputs: Sequence[Any]) -> list[Any]:
+        plan = self.bucketing
+        if plan is not None:
+            targets = plan.targets([tuple(t.shape) for t in inputs])
+            if targets and any(n != b for n, b in targets.values()):
+                return self._bucketed(inputs, plan, targets)
+        return self._run(inputs)
+
+    def _bucketed(self, inputs: Sequence[Any], plan: Any, targets: dict) -> list[Any]:
+        """Pad the inputs to their bucket (through the host), run, slice the outputs back."""
+        be = self.backend
+        padded = plan.pad([be.to_host(t) for t in inputs], targets)
+        fresh = [be.to_device(a) if axes else None for a, axes in zip(padded, plan.inputs)]
+        try:
+            outs = self._run([f if f is not None else t for f, t in zip(fresh, inputs)])
+        finally:
+            for f in fresh:
+                if f is not None:
+                    be.release(f)
+        host = [be.to_host(o) for o in outs]
+        for o, axes in zip(outs, plan.outputs):
+            if axes:
+                be.release(o)
+        self.stats["bucketed_runs"] += 1
+        cut = plan.slice(host, targets)
+        return [be.to_device(c) if axes else o for c, o, axes in zip(cut, outs, plan.outputs)]
+
+    def _run(self, inputs: Sequence[Any]) -> list[Any]:
         key = signature(inputs)
         with self._lock:
             run = self.cache.get(key)

@@ -3,7 +3,9 @@
 Top to bottom: options, device model, transfers (real byte copies into the device array),
 capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``). Options come
 from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
-(``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``. A configured copy gets its
+(``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``; ``buckets`` (e.g.
+``{"S": "pow2"}`` or ``{"S": [32, 64, 128]}``) pads symbolic dimension ``S`` up to a bucket
+where ``core/bucketing.py`` proves the partition safe to pad. A configured copy gets its
 own device memory of the configured size.
 
 Threads: the device memory is created on first use under a lock (double-checked), so sessions
@@ -21,7 +23,7 @@ import numpy as np
 from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor, memory_from_env, parse_size
 from anychip.backends.npu_stub.kernels.support import check_node
 from anychip.core.backend import Backend, CompiledGraph, DeviceModel
-from anychip.errors import DeviceError
+from anychip.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -52,16 +54,26 @@ class NpuBackend(Backend):
         self._capacity = memory
         self.precision = precision
         self._memory: NpuMemory | None = None
+        #: Bucketed dimensions (``core/bucketing.py``): symbol -> "pow2" or sizes, or None.
+        self.buckets: dict[str, Any] | None = None
         self._lock = threading.RLock()  # guards the lazy _capacity and _memory
 
     # -- options -------------------------------------------------------------------------------
     def _configure(self, **options: Any) -> None:
-        unknown = sorted(set(options) - {"memory", "precision"})
+        unknown = sorted(set(options) - {"memory", "precision", "buckets"})
         if unknown:
             raise DeviceError(
                 f"npu: unknown device option(s) {unknown}; known: memory (bytes, e.g. 64 << 20 "
-                "or '64M'), precision ('fp32' or 'fp16')"
+                "or '64M'), precision ('fp32' or 'fp16'), buckets ({'S': 'pow2'} or "
+                "{'S': [32, 64, 128]})"
             )
+        if "buckets" in options:
+            from anychip.core.bucketing import parse_buckets
+
+            try:
+                self.buckets = parse_buckets(options["buckets"], "npu option buckets")
+            except AnychipError as e:
+                raise DeviceError(str(e)) from None
         if "memory" in options:
             self._capacity = parse_size(options["memory"], "npu option memory")
         if "precision" in options:
@@ -105,7 +117,8 @@ class NpuBackend(Backend):
             "npu",
             "npu",
             memory_capacity=self.capacity,
-            dtypes=frozenset({DType.FLOAT, DType.FLOAT16}),
+            # float compute; int64/int32/bool on the index datapath (``kernels/op_index.py``)
+            dtypes=frozenset({DType.FLOAT, DType.FLOAT16, DType.INT64, DType.INT32, DType.BOOL}),
             flops=2e11,
             mem_bandwidth=5e10,
             host_link=8e9,

@@ -97,12 +97,16 @@ class _Context:
 
 
 class _Op:
-    __slots__ = ("run", "ins", "out", "node")
+    """One node: its kernel, input slots, output slot (``outs``: every output's, for a
+    multi-output kernel such as Split, whose run returns one array per output)."""
 
-    def __init__(self, run: Any, ins: list[int | None], out: int, node: Node) -> None:
+    __slots__ = ("run", "ins", "out", "outs", "node")
+
+    def __init__(self, run: Any, ins: list[int | None], outs: list[int], node: Node) -> None:
         self.run = run
         self.ins = ins
-        self.out = out
+        self.out = outs[0]
+        self.outs = outs
         self.node = node
 
 
@@ -117,11 +121,13 @@ class NpuExecutable:
         ctx = _Context(fp16)
         slot: dict[int, int] = {}
         shapes: list[tuple[int, ...]] = []
+        dtypes: list[np.dtype] = []
         weight_slots: dict[int, WeightRef] = {}
 
         def new_slot(v: Value) -> int:
             slot[id(v)] = len(shapes)
             shapes.append(tuple(v.shape))
+            dtypes.append(np.dtype(v.const.dtype if v.const is not None else v.dtype.numpy))
             return slot[id(v)]
 
         self._inputs = [new_slot(v) for v in graph.inputs]
@@ -135,24 +141,31 @@ class NpuExecutable:
                 )
             ctx.claimed = set()
             run = BUILDERS[(node.domain, node.op_type)](node, ctx)
-            ins: list[int | None] = []
+            claimed = set(ctx.claimed)  # by the builder (not the placements below: a value
+            ins: list[int | None] = []  # may feed several inputs, as Slice's ends and axes)
             for v in node.inputs:
-                if v is None or id(v) in ctx.claimed:
+                if v is None or id(v) in claimed:
                     ins.append(None)
                     continue
                 if id(v) not in slot:  # a constant the kernel reads as it is
                     weight_slots[new_slot(v)] = ctx.weight(v)
                 ins.append(slot[id(v)])
-            self._ops.append(_Op(run, ins, new_slot(node.outputs[0]), node))
+            outs = [new_slot(v) for v in node.outputs if v is not None]
+            self._ops.append(_Op(run, ins, outs, node))
         self._outputs = [slot[id(v)] for v in graph.outputs]
-        self._shapes = shapes
+        self._shapes, self._dtypes = shapes, dtypes
         self.nodes = len(graph.nodes)
         self._plan_and_place(ctx, weight_slots)
 
     def _plan_and_place(self, ctx: _Context, weight_slots: dict[int, WeightRef]) -> None:
         fixed = set(self._inputs) | set(weight_slots)
-        steps = [Step(tuple(i for i in op.ins if i is not None), (op.out,)) for op in self._ops]
-        sizes = {i: int(np.prod(s, dtype=np.int64)) * 4 for i, s in enumerate(self._shapes)}
+        steps = [
+            Step(tuple(i for i in op.ins if i is not None), tuple(op.outs)) for op in self._ops
+        ]
+        sizes = {
+            i: int(np.prod(s, dtype=np.int64)) * self._dtypes[i].itemsize
+            for i, s in enumerate(self._shapes)
+        }
         inplace = {
             op.out: op.ins[0]
             for op in self._ops
@@ -160,6 +173,7 @@ class NpuExecutable:
             and op.ins[0] is not None
             and op.ins[0] not in fixed
             and self._shapes[op.ins[0]] == self._shapes[op.out]
+            and self._dtypes[op.ins[0]] == self._dtypes[op.out]
         }
         tensors = lifetimes(steps, sizes, inputs=fixed, outputs=self._outputs)
         plan = plan_memory(tensors, inplace=inplace, alignment=_ALIGN)
@@ -202,7 +216,9 @@ class NpuExecutable:
             ref.host = None  # the device copy is the only one the kernels read
         self._fixed: list[np.ndarray | None] = [None] * len(self._shapes)
         for i, off in plan.offsets.items():
-            self._fixed[i] = self.memory.view(act_block.offset + off, self._shapes[i], np.float32)
+            self._fixed[i] = self.memory.view(
+                act_block.offset + off, self._shapes[i], self._dtypes[i]
+            )
         self._weight_slots = weight_slots
         self._finalizer = weakref.finalize(self, _free_blocks, pool, blocks)
 
@@ -219,16 +235,17 @@ class NpuExecutable:
                 views[i] = ref.array
             for i, t in zip(self._inputs, inputs):
                 arr = mem.tensor_view(t)
-                if arr.shape != self._shapes[i] or arr.dtype != np.float32:
+                if arr.shape != self._shapes[i] or arr.dtype != self._dtypes[i]:
                     raise DeviceError(
-                        f"npu: {self.name!r} was compiled for f32{list(self._shapes[i])}, "
+                        f"npu: {self.name!r} was compiled for "
+                        f"{self._dtypes[i]}{list(self._shapes[i])}, "
                         f"got {arr.dtype}{list(arr.shape)}"
                     )
                 views[i] = arr
             outs: list[NpuTensor] = []
             try:
                 for i in self._outputs:
-                    outs.append(mem.alloc_tensor(self._shapes[i], np.float32))
+                    outs.append(mem.alloc_tensor(self._shapes[i], self._dtypes[i]))
                     views[i] = mem.tensor_view(outs[-1])
                 for op in self._ops:
                     self._step(op, views)
@@ -242,7 +259,11 @@ class NpuExecutable:
     def _step(op: _Op, views: list) -> None:
         try:
             result = op.run([None if i is None else views[i] for i in op.ins])
-            np.copyto(views[op.out], result)
+            if len(op.outs) == 1:
+                np.copyto(views[op.out], result)
+            else:
+                for i, r in zip(op.outs, result, strict=True):
+                    np.copyto(views[i], r)
         except AnychipError:
             raise
         except Exception as e:  # noqa: BLE001 - a kernel bug must name its node

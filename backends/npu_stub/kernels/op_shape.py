@@ -20,8 +20,8 @@ def build_concat(node: Any, ctx: Any) -> Run:
 
 @builder("Reshape", "Flatten")
 def build_reshape(node: Any, ctx: Any) -> Run:
-    if node.op_type == "Reshape":
-        ctx.const(node.inputs[1])  # shape inference already applied it to the output's shape
+    if node.op_type == "Reshape" and node.inputs[1].const is not None:
+        ctx.const(node.inputs[1])  # the output's shape is concrete: never placed on the device
     shape = tuple(node.outputs[0].shape)
     return lambda xs: xs[0].reshape(shape)
 

@@ -18,7 +18,14 @@ from anychip.opsets.schemas import ANYCHIP_DOMAIN
 if TYPE_CHECKING:
     from anychip.ir.node import Node
 
-__all__ = ["NPU_OPS", "NPU_CUSTOM_OPS", "COMPILE_TIME_INPUTS", "check_node", "opset_of"]
+__all__ = [
+    "NPU_OPS",
+    "NPU_CUSTOM_OPS",
+    "INDEX_OPS",
+    "COMPILE_TIME_INPUTS",
+    "check_node",
+    "opset_of",
+]
 
 #: ai.onnx operators the NPU compiles.
 NPU_OPS = frozenset(
@@ -49,12 +56,29 @@ NPU_OPS = frozenset(
         "Erf",
         "Gelu",
         "LayerNormalization",
+        *(
+            "Shape Gather GatherElements Unsqueeze Squeeze Expand Cast Where Range And Or Not "
+            "Equal Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg "
+            "ConstantOfShape GatherND CumSum Split Pow"
+        ).split(),
     }
 )
+#: Ops that also run on the NPU's index datapath (int64, int32, bool): the shape and mask
+#: arithmetic of transformer exports. Under the static shape policy their shapes are concrete
+#: when compiled (the runtime traces each signature), so e.g. Reshape reads its output shape,
+#: not its shape input.
+INDEX_OPS = frozenset(
+    (
+        "Shape Gather GatherElements Unsqueeze Squeeze Expand Cast Where Range And Or Not Equal "
+        "Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg ConstantOfShape "
+        "Concat Reshape Flatten Transpose Add Sub Mul GatherND CumSum Split"
+    ).split()
+)
+_INDEX_DTYPES = frozenset({DType.INT64, DType.INT32, DType.BOOL})
 #: Operators of the anychip domain that the NPU's own passes create.
 NPU_CUSTOM_OPS = frozenset({"NpuConv", "NpuPool"})
 #: Inputs read at compile time, by op: they must be constants and may be integers.
-COMPILE_TIME_INPUTS = {"Reshape": (1,), "Clip": (1, 2)}
+COMPILE_TIME_INPUTS = {"Clip": (1, 2)}
 
 _SPATIAL_2D = {"Conv", "NpuConv", "MaxPool", "AveragePool", "GlobalAveragePool", "NpuPool"}
 
@@ -79,25 +103,27 @@ def check_node(node: Node) -> str | None:
             if v.const is None:
                 return f"{node.op_type} input {i} ({v.name}) must be a constant on the NPU"
             continue
-        why = _check_tensor(v, f"input {i}")
+        why = _check_tensor(v, f"input {i}", node.op_type)
         if why:
             return why
     for i, v in enumerate(node.outputs):
         if v is None:
             continue
-        why = _check_tensor(v, f"output {i}")
+        why = _check_tensor(v, f"output {i}", node.op_type)
         if why:
             return why
     return _check_attributes(node)
 
 
-def _check_tensor(v, where: str) -> str | None:
+def _check_tensor(v, where: str, op: str) -> str | None:
     if not v.is_tensor:
         return f"{where} is not a tensor ({v.type_str()})"
     if v.shape is None:
         # Symbolic dimensions are fine: the NPU's shape policy is "static", so the runtime
         # compiles each partition per concrete input signature (core/specialize.py).
         return f"unknown rank: {where} is {v.type_str()}"
+    if v.dtype in _INDEX_DTYPES and op in INDEX_OPS:
+        return None
     if v.dtype != DType.FLOAT:
         return f"dtype {v.dtype.name.lower()} not supported ({where}; the NPU computes float32)"
     return None
@@ -117,6 +143,10 @@ def _check_attributes(node: Node) -> str | None:
             return "LayerNormalization's Mean and InvStdDev outputs not supported"
         if node.attr("stash_type", 1) != 1:
             return "LayerNormalization with stash_type other than 1 (float32) not supported"
+    if op in ("Add", "Sub", "Mul", "Neg") and node.outputs[0].dtype == DType.BOOL:
+        return f"{op} over bool not supported"
+    if op == "GatherND" and node.attr("batch_dims", 0):
+        return "GatherND with batch_dims > 0 not supported"
     if op == "AveragePool" and node.attr("ceil_mode", 0):
         return "attribute ceil_mode=1 of AveragePool not supported"
     if op == "BatchNormalization":

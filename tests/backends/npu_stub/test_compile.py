@@ -148,7 +148,10 @@ def test_check_node_reasons():
     assert NpuBackend().check_node(node).startswith("dtype int64 not supported")
 
 
-def test_reshape_shape_must_be_constant():
+def test_reshape_takes_a_runtime_shape_clip_bounds_must_be_constant():
+    """Under the static shape policy a compiled Reshape knows its output shape (the runtime
+    traced it), so its shape input may be computed (transformer exports compute it); Clip's
+    bounds are still read at compile time."""
     g = h.make_graph(
         [h.make_node("Reshape", ["x", "s"], ["y"])],
         "g",
@@ -159,7 +162,18 @@ def test_reshape_shape_must_be_constant():
         [h.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
     )
     node = ir_graph(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])).nodes[0]
-    assert NpuBackend().check_node(node) == "Reshape input 1 (s) must be a constant on the NPU"
+    assert NpuBackend().check_node(node) is None
+    g = h.make_graph(
+        [h.make_node("Clip", ["x", "lo"], ["y"])],
+        "g",
+        [
+            h.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+            h.make_tensor_value_info("lo", TensorProto.FLOAT, []),
+        ],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    node = ir_graph(h.make_model(g, opset_imports=[h.make_opsetid("", 17)])).nodes[0]
+    assert NpuBackend().check_node(node) == "Clip input 1 (lo) must be a constant on the NPU"
 
 
 def test_run_on_npu_helper_matches_numpy():

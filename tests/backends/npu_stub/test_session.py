@@ -124,7 +124,7 @@ def test_device_model_figures():
     npu = NpuBackend(memory=1 << 20)
     dm = npu.device_model()
     assert (dm.name, dm.kind, dm.memory_capacity) == ("npu", "npu", 1 << 20)
-    assert dm.dtypes == {DType.FLOAT, DType.FLOAT16}
+    assert dm.dtypes == {DType.FLOAT, DType.FLOAT16, DType.INT64, DType.INT32, DType.BOOL}
     assert (dm.flops, dm.mem_bandwidth, dm.host_link, dm.launch_overhead) == (
         2e11,
         5e10,
