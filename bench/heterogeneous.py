@@ -16,7 +16,7 @@ import onnx
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import best_of  # noqa: E402
+from bench._timing import bars, best_of, progress  # noqa: E402
 from tests.models import transformer_layer  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -39,7 +39,7 @@ def main() -> None:
         f"{'model':<12} {'devices':<12} {'ms':>9} {'vs cpu':>7} {'parts':>5} "
         f"{'copies/run':>10} {'bytes/run':>10} {'max|diff|':>10}  nodes"
     )
-    for mname, (model, feeds) in models.items():
+    for mname, (model, feeds) in progress(models.items(), "models", len(models)):
         base_t = base_y = None
         for cfg in CONFIGS:
             if not set(cfg) <= available:
@@ -66,4 +66,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with bars():
+        main()

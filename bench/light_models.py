@@ -17,7 +17,7 @@ import onnx
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import best_of  # noqa: E402
+from bench._timing import bars, best_of, progress  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -33,7 +33,7 @@ def main() -> None:
     so.intra_op_num_threads = args.threads
     print(f"{'model':<14} {'anychip ms':>11} {'ort ms':>9} {'ratio':>7} {'max|diff|':>10}")
     ratios = []
-    for path in sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx"))):
+    for path in progress(sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx"))), "models"):
         name = os.path.basename(path)[6:-5]
         sess = anychip.load(path, devices=["cpu"])
         info = next(i for i in sess.inputs if not i.optional)
@@ -51,4 +51,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with bars():
+        main()

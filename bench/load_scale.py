@@ -12,10 +12,15 @@ target (issue 18): 20,000 nodes within 5x onnxruntime's time, 100,000 in under 3
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench._timing import bars, progress  # noqa: E402
 
 
 def chain(n: int, seed: int = 0) -> bytes:
@@ -69,7 +74,9 @@ def main() -> None:
     for n in (int(s) for s in args.sizes.split(",")):
         data = chain(n)
         ours, theirs = [], []
-        for _ in range(args.repeat):  # interleaved: anychip, onnxruntime, anychip, ...
+        for _ in progress(
+            range(args.repeat), f"{n} nodes"
+        ):  # interleaved: anychip, onnxruntime, anychip, ...
             t, sess = _time(lambda d=data: anychip.load(d, devices=devices))
             ours.append(t)
             t, ref = _time(lambda d=data: ort.InferenceSession(d, providers=CPU))
@@ -83,4 +90,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with bars():
+        main()

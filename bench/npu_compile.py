@@ -25,6 +25,7 @@ import numpy as np
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench._timing import bars, progress  # noqa: E402
 from bench.models import cnn, mlp  # noqa: E402
 from tests.backends.npu_stub.test_hf_models import MODELS as HF  # noqa: E402
 from tests.backends.npu_stub.test_hf_models import feeds as hf_feeds  # noqa: E402
@@ -87,7 +88,7 @@ def main() -> None:
         if only and name not in only:
             continue
         rows: dict[str, list[float]] = {k: [] for k in ("cf", "bf", "sf", "ns", "cs")}
-        for _ in range(args.rounds):
+        for _ in progress(range(args.rounds), f"{name}: rounds"):
             cf, cs, _ = _first_and_steady(model, ["cpu"], feeds)
             gc.collect()  # the NPU's memory back from the last round's sessions
             bf, _, _ = _first_and_steady(model, ["npu", "cpu"], feeds, background_compile=True)
@@ -112,4 +113,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with bars():
+        main()

@@ -25,6 +25,7 @@ import numpy as np
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench._timing import bars, progress  # noqa: E402
 from bench.models import HELD_OUT  # noqa: E402
 
 SETS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
@@ -89,7 +90,7 @@ def main() -> None:
                 if n >= 4 and (sess.feedback is None or sess.feedback.done):
                     break
         times: dict[str, list[float]] = {k: [] for k in sessions}
-        for _ in range(args.rounds):
+        for _ in progress(range(args.rounds), f"{mname}: rounds"):
             for key, sess in sessions.items():
                 best = float("inf")
                 for _ in range(args.runs):
@@ -120,4 +121,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with bars():
+        main()
