@@ -24,6 +24,18 @@ __all__: list[str] = []
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "ANYCHIP_XPU_THREADS")
 
 
+def import_ray() -> Any:
+    """``ray`` with Ray Data, or an ``AnychipError`` saying which extra to install."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 (Dataset.map_batches and ActorPoolStrategy)
+    except ImportError as e:
+        raise AnychipError(
+            f"anychip.integrations.ray needs Ray Data ({e}); pip install 'anychip[ray]'"
+        ) from e
+    return ray
+
+
 class StatsSink:
     """A named actor the predictors report to; the driver reads it (``BatchInference.stats``)."""
 
@@ -35,7 +47,9 @@ class StatsSink:
         self._failures.append((kind, message))
 
     def failures(self) -> list[tuple[str, str]]:
-        return list(self._failures)
+        """The failures reported since the last call (a job may run again after one)."""
+        out, self._failures = self._failures, []
+        return out
 
     def record(self, actor: str, first: ActorStats | None, delta: dict[str, Any]) -> None:
         if first is not None:
@@ -43,7 +57,7 @@ class StatsSink:
             return
         s = self._stats[actor]
         for key, value in delta.items():
-            if key in ("started", "finished"):
+            if key in ("started", "finished", "placement"):
                 setattr(s, key, value)
             else:
                 setattr(s, key, getattr(s, key) + value)
@@ -52,10 +66,12 @@ class StatsSink:
         return list(self._stats.values())
 
 
-def limit_threads(threads: int | None) -> None:
+def limit_threads(threads: int | None) -> int:
+    """Cap this process's BLAS/OpenMP pools at ``threads``; returns the largest pool's size."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
     if not threads:
-        return
-    from threadpoolctl import threadpool_limits
+        return max((p["num_threads"] for p in threadpool_info()), default=0)
 
     # The pools are sized at the process's first BLAS call from the environment (set by the
     # actor's runtime_env); this also caps a pool a library already started.
@@ -66,10 +82,11 @@ def limit_threads(threads: int | None) -> None:
         from anychip.backends.xpu_stub.driver import set_num_threads
 
         set_num_threads(threads)
+    return max((p["num_threads"] for p in threadpool_info()), default=0)
 
 
 def whereabouts() -> dict[str, Any]:
-    import ray
+    ray = import_ray()
 
     ctx = ray.get_runtime_context()
     actor = ctx.get_actor_id() if ray.is_initialized() else None
@@ -85,7 +102,7 @@ def whereabouts() -> dict[str, Any]:
 def tell(sink: Any, kind: str, message: str) -> None:
     """Report a failure and wait for it to land, so the driver finds it when Ray raises."""
     if sink is not None:
-        import ray
+        ray = import_ray()
 
         with contextlib.suppress(Exception):
             ray.get(sink.failed.remote(kind, message), timeout=10)
@@ -94,7 +111,7 @@ def tell(sink: Any, kind: str, message: str) -> None:
 def find_sink(name: str | None) -> Any:
     if name is None:
         return None
-    import ray
+    ray = import_ray()
 
     return ray.get_actor(name)
 
@@ -139,7 +156,7 @@ def validate(model: str | bytes, devices: Any, options: dict[str, Any], how: str
 
 
 def check_cluster(resources: dict[str, Any], actors: int) -> None:
-    import ray
+    ray = import_ray()
 
     if not ray.is_initialized():
         return  # Ray Data starts a local cluster on first use; it has no custom resources

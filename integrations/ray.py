@@ -47,6 +47,10 @@ __all__ = [
 ]
 
 
+#: Batches after which an actor's placement is read again (the feedback's trials are over).
+_PLACEMENT_BATCHES = 4
+
+
 class BatchError(AnychipError):
     """One batch failed on one actor; the message names the batch, its rows and the actor."""
 
@@ -89,6 +93,7 @@ class ActorStats:
     devices: list[str]
     placement: dict[str, int]
     load_seconds: float
+    blas_threads: int = 0  # the size of the actor's BLAS pool after its limit (threadpoolctl)
     batches: int = 0
     rows: int = 0
     run_seconds: float = 0.0  # inside Session.run
@@ -129,7 +134,7 @@ class Predictor:
         load_options: Mapping[str, Any] | None = None,
         stats_sink: str | None = None,
     ) -> None:
-        support.limit_threads(threads)
+        self._blas_threads = support.limit_threads(threads)
         self._id_column = id_column
         self._sink = support.find_sink(stats_sink)
         self._where = support.whereabouts()
@@ -150,6 +155,7 @@ class Predictor:
             devices=list(self._session.devices),
             placement=self._session.placement().by_device(),
             load_seconds=time.perf_counter() - start,
+            blas_threads=self._blas_threads,
             **self._where,
         )
         self._report({})
@@ -179,6 +185,8 @@ class Predictor:
         self._stats.busy_seconds += busy
         self._stats.started = self._stats.started or wall
         self._stats.finished = wall + busy
+        if index < _PLACEMENT_BATCHES:  # the session's feedback may re-place its first runs
+            self._stats.placement = self._session.placement().by_device()
         self._report(
             {
                 "batches": 1,
@@ -187,6 +195,7 @@ class Predictor:
                 "busy_seconds": busy,
                 "started": self._stats.started,
                 "finished": self._stats.finished,
+                "placement": self._stats.placement,
             }
         )
         return result
@@ -276,7 +285,7 @@ class BatchInference:
 
     def map_batches_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``ds.map_batches(Predictor, **kwargs)`` for this job."""
-        import ray.data
+        ray = support.import_ray()
 
         kwargs = {**self.predictor_kwargs, "stats_sink": self._sink_name()}
         env = {var: str(self.threads) for var in support.THREAD_VARS}
@@ -318,7 +327,7 @@ class BatchInference:
         """The first failure an actor reported, else one found in the exception or its text."""
         kinds = {"BatchError": BatchError, "ActorLoadError": ActorLoadError}
         if self._sink is not None:
-            import ray
+            ray = support.import_ray()
 
             failures = ray.get(self._sink.failures.remote())
             if failures:
@@ -335,7 +344,7 @@ class BatchInference:
         """Every actor's ``ActorStats`` so far (empty without ``collect_stats``)."""
         if self._sink is None:
             return []
-        import ray
+        ray = support.import_ray()
 
         return ray.get(self._sink.stats.remote())
 
@@ -345,7 +354,8 @@ class BatchInference:
         for s in self.stats():
             lines.append(
                 f"actor {s.actor[:12]} {s.host} pid {s.pid} devices {','.join(s.devices)} "
-                f"nodes {s.placement} load {s.load_seconds:.2f}s: {s.batches} batches, "
+                f"nodes {s.placement} BLAS threads {s.blas_threads} load {s.load_seconds:.2f}s: "
+                f"{s.batches} batches, "
                 f"{s.rows} rows, {s.rows_per_second:.1f} rows/s busy"
                 + (f", {len(s.errors)} failed" if s.errors else "")
             )
@@ -355,7 +365,7 @@ class BatchInference:
         if not self._collect:
             return None
         if self._sink is None:
-            import ray
+            ray = support.import_ray()
 
             self._sink_id = f"anychip-stats-{uuid.uuid4().hex[:12]}"
             self._sink = (

@@ -3,9 +3,11 @@
 Every prediction of a Ray job is compared with a single-process anychip run of the same model
 on the same rows, and with onnxruntime. The models are small (a seeded random MLP with a
 symbolic batch, a BERT-like layer of sequence 8 with a fixed batch of 1), so the module costs
-Ray's start-up and a few actor starts. All Ray tests share one cluster, started once per module
-and shut down after; ``xdist_group`` keeps them in one pytest-xdist worker (``--dist
-loadgroup`` in pyproject's addopts), so a parallel run starts one cluster, not one per worker.
+Ray's start-up and a few actor starts. The checks that need a cluster run in one test
+(``test_on_one_local_ray_cluster``) on one cluster started by a module fixture and shut down
+after, so the parallel suite (pytest-xdist, ``-n auto``) starts one cluster in one worker, not
+one per worker (``xdist_group`` with ``--dist loadgroup`` did not group them with pytest 9.2
+and pytest-xdist 3.8 here).
 """
 
 from __future__ import annotations
@@ -32,14 +34,22 @@ from tests.models import transformer_layer
 
 ray = pytest.importorskip("ray")  # in the test extra: CI runs these
 
-pytestmark = [
-    pytest.mark.xdist_group("ray"),
-    # two one-CPU actors on two CPUs: the warning is for pipelines that read files (these
-    # data sets are in memory)
-    pytest.mark.filterwarnings("ignore:the 2 actors ask for 2"),
-]
+# two one-CPU actors on two CPUs: the warning is for pipelines that read files (these data
+# sets are in memory)
+pytestmark = pytest.mark.filterwarnings("ignore:the 2 actors ask for 2")
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_on_one_local_ray_cluster(cluster: object, tmp_path: Path) -> None:
+    """Every check that needs the cluster, in one test: one cluster in one pytest-xdist worker
+    (the suite runs with -n auto, and Ray's start-up is the cost)."""
+    check_the_example_runs_as_written(tmp_path)  # first: its one actor needs a CPU free
+    check_two_actors_match_one_process_on_every_row()
+    check_per_row_tensors_on_the_npu_resource()
+    check_a_failing_batch_names_the_batch_rows_and_actor()
+    check_a_model_an_actor_cannot_load_fails_with_the_anychip_error()
+    check_a_missing_chip_resource_is_named_before_the_job_starts()
 
 
 def mlp(seed: int = 0, features: int = 16) -> onnx.ModelProto:
@@ -95,7 +105,7 @@ def _rows(ds_out: object, column: str) -> tuple[np.ndarray, np.ndarray]:
     return ids[order], ys[order]
 
 
-def test_two_actors_match_one_process_on_every_row(cluster: object) -> None:
+def check_two_actors_match_one_process_on_every_row() -> None:
     model = mlp()
     x = np.random.default_rng(1).standard_normal((3000, 16)).astype(np.float32)
     ds = ray.data.from_items([{"id": i, "x": x[i]} for i in range(len(x))], override_num_blocks=12)
@@ -119,11 +129,12 @@ def test_two_actors_match_one_process_on_every_row(cluster: object) -> None:
     stats = job.stats()
     assert len(stats) == 2 and all(s.rows > 0 for s in stats), job.summary()
     assert sum(s.rows for s in stats) == len(x)
+    assert all(s.blas_threads == 1 for s in stats), job.summary()
     assert {s.actor for s in stats} and all(s.placement == {"cpu": 4} for s in stats)
     assert "rows/s" in job.summary()
 
 
-def test_per_row_tensors_on_the_npu_resource(cluster: object) -> None:
+def check_per_row_tensors_on_the_npu_resource() -> None:
     """A fixed-batch transformer (one row per run) over rows stored as arrays, on actors that
     ask for the ``anychip_npu`` resource and place the layer on the (simulated) NPU."""
     model = transformer_layer(seq=8, hidden=32, heads=2, ffn=64, seed=3)
@@ -143,7 +154,7 @@ def test_per_row_tensors_on_the_npu_resource(cluster: object) -> None:
     assert all(s.placement.get("npu", 0) > 0 for s in job.stats()), job.summary()
 
 
-def test_a_failing_batch_names_the_batch_rows_and_actor(cluster: object) -> None:
+def check_a_failing_batch_names_the_batch_rows_and_actor() -> None:
     rows = [{"id": i, "x": np.ones(15 if i == 130 else 16, np.float32)} for i in range(200)]
     ds = ray.data.from_items(rows, override_num_blocks=4)
     job = BatchInference(mlp(), ["cpu"], concurrency=1, batch_size=50, id_column="id")
@@ -154,7 +165,7 @@ def test_a_failing_batch_names_the_batch_rows_and_actor(cluster: object) -> None
     assert "of actor " in message and "different shapes" in message, message
 
 
-def test_a_model_an_actor_cannot_load_fails_with_the_anychip_error(cluster: object) -> None:
+def check_a_model_an_actor_cannot_load_fails_with_the_anychip_error() -> None:
     # strict npu: the Erf-free graph below has an op the NPU lacks (validate=None lets it by)
     graph = helper.make_graph(
         [helper.make_node("Sin", ["x"], ["y"])],
@@ -171,13 +182,13 @@ def test_a_model_an_actor_cannot_load_fails_with_the_anychip_error(cluster: obje
         BatchInference(model, ["npu"], load_options={"strict": True})
 
 
-def test_a_missing_chip_resource_is_named_before_the_job_starts(cluster: object) -> None:
+def check_a_missing_chip_resource_is_named_before_the_job_starts() -> None:
     job = BatchInference(mlp(), ["xpu", "cpu"])
     with pytest.raises(AnychipError, match="anychip_xpu.*ray start --resources"):
         job.map(ray.data.from_items([{"x": np.ones(16, np.float32)}]))
 
 
-def test_the_example_runs_as_written(cluster: object, tmp_path: Path) -> None:
+def check_the_example_runs_as_written(tmp_path: Path) -> None:
     # On this module's cluster (2 CPUs: one actor, one CPU left for the parquet reads and
     # writes); run alone, the example starts its own local cluster.
     address = ray.get_runtime_context().gcs_address
@@ -218,3 +229,11 @@ def test_the_public_names_are_documented() -> None:
     assert module.__doc__
     for name in module.__all__:
         assert getattr(module, name).__doc__, name
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from anychip.integrations import _ray_support
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(AnychipError, match=r"pip install 'anychip\[ray\]'"):
+        _ray_support.import_ray()
