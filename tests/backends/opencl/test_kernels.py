@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from anychip.tests.backends.opencl._util import check, check_op, rand
+from tests.backends.opencl._util import check, check_op, rand
 
 pytestmark = pytest.mark.usefixtures("cl_device")
 

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 import anychip
-from anychip.tests.models import transformer_layer
 from anychip.zoo import light_model
+from tests.models import transformer_layer
 
 pytestmark = pytest.mark.usefixtures("cl_device")
 
@@ -40,7 +40,7 @@ def _compare(model, devices, rtol: float, atol: float) -> anychip.Session:
 def test_light_resnet50_strict(cl_device):
     model = light_model("resnet50")
     # The model ends in Softmax: compare its logits too (the probabilities hide errors).
-    from anychip.tests.test_light_models import _with_logits
+    from tests.test_light_models import _with_logits
 
     model, _ = _with_logits(model, "resnet50")
     before = cl_device.pool.stats().in_use
