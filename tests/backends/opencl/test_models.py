@@ -43,6 +43,7 @@ def test_light_resnet50_strict(cl_device):
     from tests.test_light_models import _with_logits
 
     model, _ = _with_logits(model, "resnet50")
+    gc.collect()  # an earlier test's session may still hold device memory until collected
     before = cl_device.pool.stats().in_use
     sess = _compare(model, ["opencl"], rtol=1e-4, atol=1e-4)
     by = sess.placement().by_device()
