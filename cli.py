@@ -144,6 +144,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     # Seeded random weights: the shipped model's constant fills make every output the same.
     model = light_model(args.model, seed=0).SerializeToString()
     usable = [d.name for d in anychip.devices() if d.available]
+    # One run per device: "opencl:0" and "opencl:cpu" name the device "opencl" names.
+    usable = [n for n in usable if ":" not in n or n.split(":")[0] not in usable]
     title = "ResNet-50" if args.model == "resnet50" else args.model
     print(
         f"anychip {anychip.__version__}: light {title} (seeded random weights) on "
