@@ -135,6 +135,13 @@ def model_payload(model: Any, ship_bytes: bool) -> str | bytes:
     )
 
 
+def fetch_model(model: Any) -> Any:
+    """The model an actor was given: a Ray object reference is read from the object store."""
+    if type(model).__name__ == "ObjectRef":
+        return import_ray().get(model)
+    return model
+
+
 def validate(model: str | bytes, devices: Any, options: dict[str, Any], how: str) -> None:
     import anychip
     from anychip.ir.onnx import import_model

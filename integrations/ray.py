@@ -139,6 +139,7 @@ class Predictor:
         self._sink = support.find_sink(stats_sink)
         self._where = support.whereabouts()
         start = time.perf_counter()
+        model = support.fetch_model(model)  # BatchInference ships the bytes once, by reference
         try:
             import anychip
 
@@ -282,6 +283,17 @@ class BatchInference:
             support.validate(self.model, devices, self.load_options, validate)
         self._collect = collect_stats
         self._sink: Any = None
+        self._ref: Any = None  # the model bytes in Ray's object store, once put there
+
+    def _model_ref(self) -> Any:
+        """The model for the actors: bytes go to Ray's object store once (``ray.put``) and
+        every actor reads them from there; otherwise each actor's constructor arguments carry
+        a copy (Ray warned of a 372 MiB UDF for the light ResNet-50)."""
+        if not isinstance(self.model, bytes):
+            return self.model
+        if self._ref is None:
+            self._ref = support.import_ray().put(self.model)
+        return self._ref
 
     def map_batches_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``ds.map_batches(Predictor, **kwargs)`` for this job."""
@@ -293,7 +305,7 @@ class BatchInference:
             "compute": ray.data.ActorPoolStrategy(size=self.concurrency),
             "batch_size": self.batch_size,
             "batch_format": "numpy",
-            "fn_constructor_args": (self.model,),
+            "fn_constructor_args": (self._model_ref(),),
             "fn_constructor_kwargs": kwargs,
             "runtime_env": {"env_vars": env},
             **resources_for(self.devices, self.threads),
