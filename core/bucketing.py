@@ -122,6 +122,9 @@ class BucketPlan:
         """The inputs padded with zeros up to their buckets."""
         out = []
         for a, axes in zip(arrays, self.inputs):
+            if not axes:  # not carried: passed as it is (it may be a device tensor)
+                out.append(a)
+                continue
             widths = [(0, 0)] * np.ndim(a)
             for axis, sym in axes.items():
                 n, b = targets[sym]
@@ -133,10 +136,13 @@ class BucketPlan:
         """The outputs cut back to the actual sizes."""
         out = []
         for a, axes in zip(arrays, self.outputs):
+            if not axes:  # not carried: passed as it is (it may be a device tensor)
+                out.append(a)
+                continue
             index = [slice(None)] * np.ndim(a)
             for axis, sym in axes.items():
                 index[axis] = slice(0, targets[sym][0])
-            out.append(np.ascontiguousarray(a[tuple(index)]) if axes else a)
+            out.append(np.ascontiguousarray(a[tuple(index)]))
         return out
 
 

@@ -96,8 +96,8 @@ class SpecializedPartition:
             "misses": 0,
             "evictions": 0,
             "host_runs": 0,
+            "bucketed_runs": 0,
         }
-        self.stats["bucketed_runs"] = 0
         self.compile_seconds = 0.0
         self.bucketing = self._bucket_plan(getattr(backend, "buckets", None))
         self._lock = threading.Lock()
@@ -128,23 +128,25 @@ class SpecializedPartition:
         return self._run(inputs)
 
     def _bucketed(self, inputs: Sequence[Any], plan: Any, targets: dict) -> list[Any]:
-        """Pad the inputs to their bucket (through the host), run, slice the outputs back."""
+        """Pad the inputs to their bucket (through the host), run, slice the outputs back.
+        Only the tensors that carry a bucketed dimension make the trip."""
         be = self.backend
-        padded = plan.pad([be.to_host(t) for t in inputs], targets)
-        fresh = [be.to_device(a) if axes else None for a, axes in zip(padded, plan.inputs)]
+        host = [be.to_host(t) if axes else t for t, axes in zip(inputs, plan.inputs)]
+        padded = plan.pad(host, targets)
+        fresh = [be.to_device(a) if axes else a for a, axes in zip(padded, plan.inputs)]
         try:
-            outs = self._run([f if f is not None else t for f, t in zip(fresh, inputs)])
+            outs = self._run(fresh)
         finally:
-            for f in fresh:
-                if f is not None:
+            for f, axes in zip(fresh, plan.inputs):
+                if axes:
                     be.release(f)
-        host = [be.to_host(o) for o in outs]
+        back = [be.to_host(o) if axes else o for o, axes in zip(outs, plan.outputs)]
         for o, axes in zip(outs, plan.outputs):
             if axes:
                 be.release(o)
         self.stats["bucketed_runs"] += 1
-        cut = plan.slice(host, targets)
-        return [be.to_device(c) if axes else o for c, o, axes in zip(cut, outs, plan.outputs)]
+        cut = plan.slice(back, targets)
+        return [be.to_device(c) if axes else c for c, axes in zip(cut, plan.outputs)]
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         key = signature(inputs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels.op_pool import average_pool
 from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize_linear
+from anychip.backends.cpu.kernels.op_softmax import softmax, softmax_2d
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -148,11 +149,7 @@ def qlinear_softmax(
     """Softmax of the dequantized input; before opset 13 over the flattened axes from
     ``axis`` on (the old Softmax's 2-D semantics)."""
     v = _deq(x, x_scale, x_zero_point)
-    a = axis + v.ndim if axis < 0 else axis
-    flat = v.reshape(*v.shape[:a], -1) if opset < 13 else np.moveaxis(v, a, -1)
-    e = np.exp(flat - flat.max(axis=-1, keepdims=True))
-    p = e / e.sum(axis=-1, keepdims=True)
-    p = p.reshape(v.shape) if opset < 13 else np.moveaxis(p, -1, a)
+    p = softmax_2d(v, axis=axis) if opset < 13 else softmax(v, axis=axis)
     return _q(p, y_scale, y_zero_point, x)
 
 
