@@ -208,6 +208,9 @@ def test_qlinear_binary_and_unary(dtype) -> None:
     unary = {"sa": sa, "za": za, "sc": np.float32(1 / 256), "zc": np.array(info.min, dtype)}
     _check("QLinearSigmoid", {"a": a}, unary, ["a", "sa", "za", "sc", "zc"], atol=1)
     _check("QLinearLeakyRelu", {"a": a}, consts, ["a", "sa", "za", "sc", "zc"], alpha=0.1, atol=1)
+    for opset, axis in ((13, -1), (12, 1)):
+        _check("QLinearSoftmax", {"a": a}, unary, ["a", "sa", "za", "sc", "zc"], atol=1,
+               opset=opset, axis=axis)  # fmt: skip
     pool = rng.integers(info.min, info.max + 1, (1, 3, 6, 6), dtype=dtype)
     _check("QLinearGlobalAveragePool", {"a": pool}, consts, ["a", "sa", "za", "sc", "zc"], atol=1)
     _check(
