@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.kernels.op_conv import conv
+from anychip.backends.cpu.kernels.op_rnn import make_activation
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -13,25 +14,18 @@ from anychip.opsets.com_microsoft import MS_DOMAIN
 __all__ = ["fused_conv"]
 
 
+_ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "LeakyRelu", "Clip", "HardSigmoid")
+
+
 def _activation(y: np.ndarray, name: str, params: list[float]) -> np.ndarray:
+    """FusedConv's activation: Clip's bounds, or the recurrent ops' table for the rest
+    (``op_rnn.make_activation``)."""
     p = list(params) + [None, None]
-    if name == "Relu":
-        return np.maximum(y, 0)
-    if name == "Tanh":
-        return np.tanh(y)
-    if name == "Sigmoid":
-        return 1 / (1 + np.exp(-y))
-    if name == "LeakyRelu":
-        return np.where(y >= 0, y, y * np.asarray(0.01 if p[0] is None else p[0], y.dtype))
+    if name not in _ACTIVATIONS:
+        raise KernelError(f"FusedConv: activation {name!r} is not one of {', '.join(_ACTIVATIONS)}")
     if name == "Clip":
         return np.clip(y, p[0], p[1])
-    if name == "HardSigmoid":
-        alpha, beta = (0.2 if p[0] is None else p[0]), (0.5 if p[1] is None else p[1])
-        return np.clip(y * np.asarray(alpha, y.dtype) + np.asarray(beta, y.dtype), 0, 1)
-    raise KernelError(
-        f"FusedConv: activation {name!r} is not one of Relu, Tanh, Sigmoid, LeakyRelu, Clip, "
-        "HardSigmoid"
-    )
+    return make_activation(name, p[0], p[1])(y)
 
 
 @kernel("FusedConv", domain=MS_DOMAIN, since=1)

@@ -13,6 +13,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels.op_activations import gelu
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
+from anychip.backends.cpu.kernels.op_rnn import make_activation
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -97,27 +98,16 @@ def fused_matmul(
     return y.astype(a.dtype, copy=False)
 
 
-_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Softsign")
+_ACTIVATIONS = ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Elu", "Softsign")
 
 
 def _activate(y: np.ndarray, name: str, a: float | None, b: float | None) -> np.ndarray:
-    if name == "Relu":
-        return np.maximum(y, 0)
-    if name == "Sigmoid":
-        return 1.0 / (1.0 + np.exp(-y))
-    if name == "Tanh":
-        return np.tanh(y)
-    if name == "LeakyRelu":
-        return np.where(y >= 0, y, y * (0.01 if a is None else a))
-    if name == "HardSigmoid":
-        return np.clip(y * (0.2 if a is None else a) + (0.5 if b is None else b), 0, 1)
-    if name == "Elu":
-        return np.where(y > 0, y, (1.0 if a is None else a) * np.expm1(np.minimum(y, 0)))
-    if name == "Softsign":
-        return y / (1 + np.abs(y))
-    raise KernelError(
-        f"FusedGemm: activation {name!r} is not supported (supported: {list(_ACTIVATIONS)})"
-    )
+    """A fused op's activation: the recurrent ops' table (``op_rnn.make_activation``)."""
+    if name not in _ACTIVATIONS:
+        raise KernelError(
+            f"FusedGemm: activation {name!r} is not supported (supported: {list(_ACTIVATIONS)})"
+        )
+    return make_activation(name, a, b)(y)
 
 
 @kernel("FusedGemm", domain=MS_DOMAIN, since=1)

@@ -18,7 +18,7 @@ from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import DType
 
-__all__ = ["rnn", "lstm", "gru"]
+__all__ = ["rnn", "lstm", "gru", "make_activation"]
 
 _TYPES = frozenset({DType.FLOAT16, DType.FLOAT, DType.DOUBLE, DType.BFLOAT16})
 Act = Callable[[np.ndarray], np.ndarray]
@@ -34,7 +34,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _make_activation(name: str, alpha: float | None, beta: float | None) -> Act:
+def make_activation(name: str, alpha: float | None, beta: float | None) -> Act:
+    """The activation function ``name`` (the ONNX recurrent ops' list; also what onnxruntime's
+    fused contrib ops take), with its alpha/beta defaults."""
     n = name.lower()
     if n == "relu":
         return lambda x: np.maximum(x, 0)
@@ -95,7 +97,7 @@ def _activations(
     for name in names:
         a = alphas.pop(0) if name.lower() in _USES_ALPHA and alphas else None
         b = betas.pop(0) if name.lower() in _USES_BETA and betas else None
-        fns.append(_make_activation(name, a, b))
+        fns.append(make_activation(name, a, b))
     k = len(defaults)
     return [fns[d * k : (d + 1) * k] for d in range(num_dir)]
 
