@@ -81,34 +81,10 @@ def placement_report_html(report: Any, max_nodes: int = 500) -> str:
 
 
 def memory_html(report: Any) -> str:
-    """A ``MemoryReport`` as one table, then its notes."""
-    rows = [
-        [
-            _e(r.device),
-            str(r.partitions),
-            _human(r.planned),
-            _human(r.arena),
-            _human(r.lower_bound),
-            f"{r.ratio:.3f}",
-            _human(r.peak),
-            _human(r.reserved),
-            "unknown" if r.capacity is None else _human(r.capacity),
-        ]
-        for r in report
-    ]
-    heads = [
-        "device",
-        "parts",
-        "planned",
-        "arena",
-        "lower bound",
-        "ratio",
-        "peak",
-        "reserved",
-        "capacity",
-    ]
-    notes = "".join(f"<p>note: {_e(n)}</p>" for n in report.notes)
-    return _STYLE + _table(heads, rows) + notes
+    """A ``MemoryReport`` as one table (its ``rows()``), then its notes."""
+    rows = [[_e(c) for c in row] for row in report.rows()]
+    notes = "".join(f"<p>note: {_e(n)}</p>" for n in report.all_notes())
+    return _STYLE + _table(list(report.HEAD), rows) + notes
 
 
 def profile_html(profile: Any, top: int = 20) -> str:

@@ -122,30 +122,12 @@ def placement_rich(report: Any) -> Any:
 
 
 def memory_rich(report: Any) -> Any:
-    """A ``MemoryReport`` as a rich table."""
+    """A ``MemoryReport`` as a rich table (its ``rows()``), then its notes."""
     from rich.console import Group
     from rich.text import Text
 
-    rows = []
-    for r in report:
-        cache = f"{r.hits}/{r.misses}/{r.replans}" if r.dynamic_partitions else "static"
-        rows.append(
-            [
-                r.device,
-                str(r.partitions),
-                _human(r.planned),
-                _human(r.arena),
-                _human(r.lower_bound),
-                f"{r.ratio:.3f}",
-                _human(r.peak),
-                _human(r.reserved),
-                "unknown" if r.capacity is None else _human(r.capacity),
-                cache,
-            ]
-        )
-    heads = ["device", "parts", "planned", "arena", "lower bound", "ratio", "peak", "reserved"]
-    table = _table("memory", heads + ["capacity", "plans hit/miss/replan"], rows)
-    return Group(table, *(Text(f"note: {n}") for n in report.notes))
+    table = _table("memory", list(report.HEAD), [list(row) for row in report.rows()])
+    return Group(table, *(Text(f"note: {n}") for n in report.all_notes()))
 
 
 def profile_text(profile: Any, top: int = 15) -> str:

@@ -82,23 +82,27 @@ class MemoryReport:
     def __len__(self) -> int:
         return len(self.records)
 
-    def __str__(self) -> str:
-        head = (
-            "device",
-            "parts",
-            "planned",
-            "arena",
-            "lower bound",
-            "ratio",
-            "peak",
-            "reserved",
-            "capacity",
-            "plans hit/miss/replan",
-        )
-        rows = [head]
+    #: The table's columns; ``rows()`` gives its cells as text.
+    HEAD = (
+        "device",
+        "parts",
+        "planned",
+        "arena",
+        "lower bound",
+        "ratio",
+        "peak",
+        "reserved",
+        "capacity",
+        "plans hit/miss/replan",
+    )
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """One row of text cells per device (``HEAD``'s columns): the plain text, rich
+        (``viz/terminal.py``) and HTML (``viz/notebook.py``) views all draw these."""
+        out = []
         for r in self:
             cache = f"{r.hits}/{r.misses}/{r.replans}" if r.dynamic_partitions else "static"
-            rows.append(
+            out.append(
                 (
                     r.device,
                     str(r.partitions),
@@ -112,16 +116,24 @@ class MemoryReport:
                     cache,
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        lines.extend(
-            f"note: {r.device}: kernels declined {r.declined} planned out= views (they "
+        return out
+
+    def all_notes(self) -> list[str]:
+        """The notes under the table: kernels that declined planned views, then ``notes``."""
+        declined = [
+            f"{r.device}: kernels declined {r.declined} planned out= views (they "
             "allocated their output instead)"
             for r in self
             if r.declined
-        )
-        lines.extend(f"note: {n}" for n in self.notes)
+        ]
+        return declined + list(self.notes)
+
+    def __str__(self) -> str:
+        rows = [self.HEAD, *self.rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(self.HEAD))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines.extend(f"note: {n}" for n in self.all_notes())
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
