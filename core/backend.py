@@ -133,6 +133,9 @@ class Backend:
     #: for concrete shapes only, so the runtime specializes each partition per input
     #: signature and caches the executables (graph-mode devices; ``core/specialize.py``).
     shape_policy: str = "symbolic"
+    #: False: used only when named, never in a session with no device list (an alias of
+    #: another device, or a device sharing the host's cores; ``core/devices.py``).
+    auto_select: bool = True
     #: The registry this backend was added to (``Registry.add_backend`` sets it).
     registry: Any = None
 

@@ -25,11 +25,7 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
     if isinstance(devices, str):
         devices = [d.strip() for d in devices.split(",") if d.strip()]
     if devices is None:
-        avail = [
-            b
-            for b in registry.backends.values()
-            if b.available()[0] and getattr(b, "auto_select", True)
-        ]
+        avail = [b for b in registry.backends.values() if b.available()[0] and b.auto_select]
         avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
         names = [b.name for b in avail]
     else:
