@@ -255,6 +255,7 @@ def _can_build_wheels() -> bool:
     return importlib.util.find_spec("wheel") is not None
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_toychip_installs_and_is_found_by_its_entry_point(tmp_path: Path) -> None:
     if not _can_build_wheels():
         pytest.skip("building needs setuptools>=70.1 (the test extra) or the wheel package")

@@ -132,6 +132,10 @@ def _suite(devices: str) -> dict[str, Any]:
                 delattr(case, attr)  # no cuda device here: 2,000 items per set, all skips
             elif attr.endswith("_cpu") and attr[: -len("_cpu")] in same_as_cpu:
                 delattr(case, attr)
+            elif name == "OnnxBackendRealModelTest" and devices.lower() != "cpu":
+                # whole CNNs (VGG-19, DenseNet-121, ...) through an accelerator: seconds each,
+                # the slow tier (the cpu set runs them in the default one)
+                setattr(case, attr, pytest.mark.slow(getattr(case, attr)))
         renamed = f"{name}_{_suffix(devices)}"
         case.__name__ = case.__qualname__ = renamed
         cases[renamed] = case

@@ -18,6 +18,7 @@ def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_the_skeletons_install_and_pass_the_kit(tmp_path):
     """Both styles written, installed into one target folder by one pip call, listed by one
     ``anychip devices`` and tested by one pytest run (each of the three costs a process)."""

@@ -95,6 +95,7 @@ def _race_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("devices", ["npu,cpu", "xpu,cpu"])
 def test_racing_first_use_in_fresh_processes(devices: str) -> None:
     _session(devices)  # skips when the accelerator is missing (and builds the XPU driver once)
@@ -112,6 +113,7 @@ def test_racing_first_use_in_fresh_processes(devices: str) -> None:
     assert not failed, f"{len(failed)} of {PROCESSES} fresh processes failed:\n" + "\n".join(failed)
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_racing_first_build_of_the_xpu_driver(tmp_path: Path) -> None:
     """An empty driver cache: racing threads in processes started together build the C driver
     (once per process under a lock, renamed into place across processes) and all succeed."""

@@ -108,6 +108,7 @@ def test_cli_writes_json_and_sets_the_exit_status(tmp_path, capsys):
     assert main(["conformance", "--device", "no-such-chip"]) == 2
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_the_pytest_plugin_runs_the_kit(tmp_path):
     import subprocess
 

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:the 2 actors ask for 2")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_on_one_local_ray_cluster(cluster: object, tmp_path: Path) -> None:
     """Every check that needs the cluster, in one test: one cluster in one pytest-xdist worker
     (the suite runs with -n auto, and Ray's start-up is the cost)."""

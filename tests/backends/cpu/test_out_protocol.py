@@ -185,9 +185,9 @@ def test_dynamic_batch_cnn_plans_each_shape_and_writes_into_it():
     (data,) = [i for i in model.graph.input if i.name == name]
     data.type.tensor_type.shape.dim[0].dim_param = "N"
     dynamic = anychip.load(model, devices=["cpu"])
-    x = np.random.default_rng(2).standard_normal((3, 3, 224, 224)).astype(np.float32)
-    rows = [static.run(None, {name: x[i : i + 1]})[0] for i in range(3)]
-    for n in (2, 3, 2, 3):
+    x = np.random.default_rng(2).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    rows = [static.run(None, {name: x[i : i + 1]})[0] for i in range(2)]
+    for n in (2, 1, 2, 1):
         (got,) = dynamic.run(None, {name: x[:n]})
         np.testing.assert_allclose(got, np.concatenate(rows[:n]), rtol=1e-5, atol=1e-6)
     rec = dynamic.memory()["cpu"]

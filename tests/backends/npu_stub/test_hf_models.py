@@ -85,6 +85,7 @@ def _process(name: str, cache: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_a_second_process_loads_the_hf_export_from_disk(name, tmp_path):
     first = _process(name, tmp_path / "cache")

@@ -133,6 +133,7 @@ print("ok", d.programs.builds[0][0])
 """
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_processes_share_an_empty_cache_dir(tmp_path):
     """Two processes build the same program at once into one empty cache folder (PoCL's and
     pyopencl's): both succeed, and a third one reads what they wrote."""

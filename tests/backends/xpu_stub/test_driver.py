@@ -596,6 +596,7 @@ def test_compile_error_reports_command_and_stderr(monkeypatch, tmp_path):
     assert leftovers == []  # the failed build left no half-written library behind
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_build_is_cached_and_atomic(monkeypatch, tmp_path):
     monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
     path = build_library()

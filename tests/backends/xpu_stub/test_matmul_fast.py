@@ -263,6 +263,7 @@ _PATH_CHECK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("march", ["haswell", "x86-64"])
 def test_other_instruction_set_paths(tmp_path, march):
     """-march=haswell builds the AVX2+FMA 6x16 kernel, -march=x86-64 the scalar one (this
