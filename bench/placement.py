@@ -1,7 +1,8 @@
 """Placement that pays: every model on every device set, against the fastest single device.
 
-For each model (the nine light CNNs with seeded random weights, and the held-out models of
-``bench/models.py``) and each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``, ``npu,xpu,cpu``,
+For each model (the nine light CNNs with seeded random weights, the held-out models of
+``bench/models.py``, and the Hugging Face BERT and GPT-2 exports of ``tests/data`` at batch 8,
+sequence 128) and each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``, ``npu,xpu,cpu``,
 those available here), the session is loaded with measured costs (``calibration="auto"``),
 warmed up through its feedback runs, then timed; each device alone (``strict``, where it can
 run the whole model) is timed in the same interleaved rounds. Printed per row: median ms, ratio
@@ -41,15 +42,27 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
     for name, (make, shapes) in HELD_OUT.items():
         if names is None or name in names:
             out[name] = (make(), shapes)
+    # Hugging Face BERT and GPT-2 exports (tiny configs, torch.onnx dynamo; tests/data/README.md)
+    data = os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+    for name in ("hf_bert_tiny", "hf_gpt2_tiny"):
+        if names is None or name in names:
+            with open(os.path.join(data, f"{name}.onnx"), "rb") as f:
+                out[name] = (f.read(), {"B": 8, "S": 128})
     return out
 
 
 def _feeds(sess: anychip.Session, shapes: dict | None) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     feeds = {}
+    dims = shapes or {}
     for i in sess.inputs:
-        shape = (shapes or {}).get(i.name) or [d if isinstance(d, int) else 1 for d in i.shape]
-        feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+        shape = dims.get(i.name) or [d if isinstance(d, int) else dims.get(d, 1) for d in i.shape]
+        if i.dtype.numpy.kind in "iu":  # token ids, attention masks
+            feeds[i.name] = rng.integers(0, 2 if "mask" in i.name else 100, shape).astype(
+                i.dtype.numpy
+            )
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
 
 
