@@ -128,7 +128,10 @@ class ArrayAPIBackend(Backend):
     def _copy_in(self, array: np.ndarray) -> XTensor:
         s = self.space
         host = np.array(array, copy=True) if array.size <= SMALL else None
-        return s.wrap(s.from_numpy(array), host)
+        if s.scope is None:
+            return s.wrap(s.from_numpy(array), host)
+        with s.scope():
+            return s.wrap(s.from_numpy(array), host)
 
     def _copy_out(self, tensor: XTensor) -> np.ndarray:
         return tensor.numpy()

@@ -56,12 +56,18 @@ class Space:
         device: Any = None,
         *,
         to_numpy: Callable[[Any], np.ndarray] | None = None,
+        from_numpy: Callable[[np.ndarray], Any] | None = None,
+        scope: Callable[[], Any] | None = None,
         capacity: int | None = None,
     ) -> None:
         self.name = name
         self.xp = xp
         self.device = device
         self._to_numpy = to_numpy
+        self._from_numpy = from_numpy
+        #: a context manager factory every kernel and copy runs in (CUDA: the device, CuPy's
+        #: allocator); None: nothing to enter
+        self.scope = scope
         self.capacity = capacity
         self.to_np: dict[Any, np.dtype] = {}
         self.from_np: dict[np.dtype, Any] = {}
@@ -100,6 +106,8 @@ class Space:
     def from_numpy(self, host: np.ndarray) -> Any:
         """A copy of a host array on this space's device."""
         xdt = self.xdtype(host.dtype)
+        if self._from_numpy is not None:
+            return self._from_numpy(host)
         return self.xp.asarray(host, dtype=xdt, device=self.device, copy=True)
 
     # -- tensors and the byte counter ---------------------------------------------------------

@@ -60,7 +60,11 @@ def kernel(
             lead, rest = (args[:1], args[1:]) if context else ((), args)
             s = _space(rest)
             _hosts.tensors = rest
-            out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
+            if s.scope is None:
+                out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
+            else:
+                with s.scope():
+                    out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
             if isinstance(out, tuple):
                 return tuple(s.wrap(o) for o in out)
             return s.wrap(out)
