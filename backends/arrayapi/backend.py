@@ -25,6 +25,7 @@ from anychip.backends.arrayapi.tensor import SMALL, Space, XTensor
 from anychip.core.backend import Backend, DeviceModel
 from anychip.core.hookspecs import hookimpl
 from anychip.core.kernels import KernelTable
+from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -132,6 +133,40 @@ class ArrayAPIBackend(Backend):
             return s.wrap(s.from_numpy(array), host)
         with s.scope():
             return s.wrap(s.from_numpy(array), host)
+
+    def to_device(self, array: Any) -> Any:
+        """A host array's copy; a device tensor of this device (an adopted feed) as it is."""
+        if isinstance(array, XTensor) and array.space is self.space:
+            return self.space.wrap(array.array, array.host)
+        return super().to_device(array)
+
+    def adopt(self, x: Any) -> XTensor | None:
+        """``x`` as a device tensor of this device without a copy, or None when ``x`` is not
+        an array of this namespace on this device (``core/dlpack.py``). Not counted: the
+        caller owns the array."""
+        if isinstance(x, XTensor):
+            return x if x.space is self.space else None
+        if not self.available()[0]:
+            return None
+        import array_api_compat
+
+        s = self.space
+        try:
+            if array_api_compat.array_namespace(x) is not s.xp:
+                return None
+            if s.device is not None and array_api_compat.device(x) != s.device:
+                return None
+            return XTensor(s, x)
+        except (TypeError, KernelError):
+            return None
+
+    def to_native(self, host: np.ndarray) -> Any:
+        """A copy of a host array as this namespace's array on this device (not counted)."""
+        s = self.space
+        if s.scope is None:
+            return s.from_numpy(np.ascontiguousarray(host))
+        with s.scope():
+            return s.from_numpy(np.ascontiguousarray(host))
 
     def _copy_out(self, tensor: XTensor) -> np.ndarray:
         return tensor.numpy()

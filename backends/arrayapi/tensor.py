@@ -90,6 +90,10 @@ class Space:
     def ndtype(self, xdtype: Any) -> np.dtype:
         """The numpy dtype of a namespace dtype."""
         found = self.to_np.get(xdtype)
+        if found is None:  # NumPy's arrays carry np.dtype('float32'), its namespace np.float32
+            found = next((v for k, v in list(self.to_np.items()) if k == xdtype), None)
+            if found is not None:
+                self.to_np[xdtype] = found
         if found is None:
             raise KernelError(f"{self.name}: no numpy dtype for the namespace's {xdtype}")
         return found

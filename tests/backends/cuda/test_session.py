@@ -19,9 +19,11 @@ def _model() -> tuple[bytes, np.ndarray]:
     w = onnx.numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w")
     g = h.make_graph(
         [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Gelu", ["y"], ["z"])],
-        "g", [h.make_tensor_value_info("x", T.FLOAT, [3, 8])],
-        [h.make_tensor_value_info("z", T.FLOAT, [3, 5])], [w],
-    )  # fmt: skip
+        "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [3, 8])],
+        [h.make_tensor_value_info("z", T.FLOAT, [3, 5])],
+        [w],
+    )
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
     return m.SerializeToString(), rng.standard_normal((3, 8)).astype(np.float32)
 
