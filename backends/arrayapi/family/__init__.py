@@ -8,6 +8,7 @@ into a table under its own name (``ArrayAPIBackend.kernel_table``).
 from __future__ import annotations
 
 from anychip.backends.arrayapi.family import (  # noqa: F401 - imported for registration
+    op_attention,
     op_conv,
     op_data,
     op_elementwise,

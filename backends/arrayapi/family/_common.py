@@ -66,7 +66,7 @@ def kernel(
                 with s.scope():
                     out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
             if isinstance(out, tuple):
-                return tuple(s.wrap(o) for o in out)
+                return tuple(None if o is None else s.wrap(o) for o in out)
             return s.wrap(out)
 
         FAMILY.register(op, since=since, until=until, dtypes=dtypes, **kw)(run)

@@ -185,7 +185,9 @@ def layer_normalization(
     if bias is not None:
         y = y + bias
     outs = (y, mean, inv)[: ctx.num_outputs]  # Mean and InvStdDev in float32 (stash_type)
-    return outs if len(outs) > 1 else outs[0]
+    if len(outs) == 1:
+        return outs[0]
+    return tuple(o if used else None for o, used in zip(outs, ctx.outputs_used))
 
 
 @kernel("BatchNormalization", since=9, until=15, context=True)

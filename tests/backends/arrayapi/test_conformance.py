@@ -17,6 +17,7 @@ MODEL_OPS = [
     "Conv", "MatMul", "Gemm", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Sum",
     "Add", "Mul", "Div", "Erf", "Gelu", "Softmax", "LayerNormalization", "BatchNormalization",
     "Transpose", "Reshape", "Flatten", "Gather", "Slice", "Concat", "Unsqueeze", "Where", "Cast",
+    "Attention",
 ]  # fmt: skip
 
 
