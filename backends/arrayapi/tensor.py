@@ -103,8 +103,10 @@ class Space:
         """A fresh host copy of ``array``: the backend's own reader, else DLPack."""
         if self._to_numpy is not None:
             out = self._to_numpy(array)
-        else:
+        elif hasattr(array, "__dlpack__"):
             out = np.from_dlpack(array)
+        else:  # NumPy's namespace gives numpy scalars for 0-d results
+            out = np.asarray(array)
         return np.array(out, copy=True)
 
     def from_numpy(self, host: np.ndarray) -> Any:

@@ -156,3 +156,44 @@ def test_model_runs_on_the_device_like_onnxruntime(build, device, strict, numpy_
     del sess
     gc.collect()
     assert backend.memory_stats().in_use == before  # every device tensor released
+
+
+def _block(dtype: int, np_dtype: type) -> bytes:
+    """MatMul + Add + LayerNormalization + Gelu + Softmax in ``dtype``, weights seeded."""
+    rng = np.random.default_rng(5)
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(
+            (rng.standard_normal(shape) * 0.3).astype(np.float16).astype(np_dtype), name
+        )
+
+    nodes = [
+        h.make_node("MatMul", ["x", "w"], ["a"]),
+        h.make_node("Add", ["a", "b"], ["c"]),
+        h.make_node("LayerNormalization", ["c", "g", "be"], ["n"], axis=-1),
+        h.make_node("Gelu", ["n"], ["e"]),
+        h.make_node("Softmax", ["e"], ["y"], axis=-1),
+    ]
+    g = h.make_graph(
+        nodes,
+        "blk",
+        [h.make_tensor_value_info("x", dtype, [4, 8])],
+        [h.make_tensor_value_info("y", dtype, [4, 16])],
+        [w("w", 8, 16), w("b", 16), w("g", 16), w("be", 16)],
+    )
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 20)]).SerializeToString()
+
+
+def test_float16_block_on_numpys_namespace(numpy_backend):
+    """float16 end to end (array-api-strict has no float16; NumPy's namespace has), against
+    onnxruntime on the same weights in float32, within float16's precision."""
+    x = np.random.default_rng(6).standard_normal((4, 8)).astype(np.float32)
+    sess = anychip.load(
+        _block(T.FLOAT16, np.float16), devices=[numpy_backend, "cpu"], cost_model=False
+    )
+    assert sess.placement().by_device() == {numpy_backend: 5}
+    (got,) = sess.run(None, {"x": x.astype(np.float16)})
+    ref = ort.InferenceSession(_block(T.FLOAT, np.float32), providers=["CPUExecutionProvider"])
+    (want,) = ref.run(None, {"x": x.astype(np.float16).astype(np.float32)})
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-3)
