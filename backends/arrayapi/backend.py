@@ -45,6 +45,11 @@ def standard_namespace(xp: Any) -> Any:
     return array_api_compat.array_namespace(xp.asarray(0.0))
 
 
+def _same_device(found: Any, wanted: Any) -> bool:
+    """Whether an array's device is the backend's (PyTorch reports ``mps:0`` for ``mps``)."""
+    return bool(found == wanted) or str(found) in (str(wanted), f"{wanted}:0")
+
+
 class ArrayAPIBackend(Backend):
     """One array-API namespace on one device (see the module docstring).
 
@@ -154,7 +159,7 @@ class ArrayAPIBackend(Backend):
         try:
             if array_api_compat.array_namespace(x) is not s.xp:
                 return None
-            if s.device is not None and array_api_compat.device(x) != s.device:
+            if s.device is not None and not _same_device(array_api_compat.device(x), s.device):
                 return None
             return XTensor(s, x)
         except (TypeError, KernelError):

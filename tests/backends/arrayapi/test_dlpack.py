@@ -105,3 +105,10 @@ def test_bad_output_device_and_bad_feed_are_named(strict):
         sess.run(None, {"x": xps.asarray(X[:2])})
     with pytest.raises(anychip.InputError, match="expects dtype"):
         sess.run(None, {"x": xps.asarray(X.astype(np.float64))})
+
+
+def test_device_names_match_like_pytorchs():
+    from anychip.backends.arrayapi.backend import _same_device
+
+    assert _same_device("mps:0", "mps") and _same_device("cuda:1", "cuda:1")
+    assert not _same_device("cuda:1", "cuda") and not _same_device("cpu", "mps")
