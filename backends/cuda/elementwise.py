@@ -26,7 +26,9 @@ from typing import Any
 
 from anychip.errors import KernelError
 
-__all__ = ["Step", "Chain", "OPS", "elementwise_parts", "raw_source", "FusedElementwise"]
+__all__ = [
+    "Step", "Chain", "OPS", "body_lines", "elementwise_parts", "raw_source", "FusedElementwise",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,10 @@ def _expr(st: Step, names: list[str]) -> str:
     return "".join(out)
 
 
-def _body(chain: Chain, loads: list[str], stores: list[str]) -> list[str]:
-    """Lines computing every step in the compute type ``C`` and storing the outputs."""
+def body_lines(chain: Chain, loads: list[str], stores: list[str]) -> list[str]:
+    """Lines computing every step in the compute type ``C`` (a typedef the caller gives) from
+    the ``loads`` expressions and assigning the outputs to ``stores`` (converted to ``T``).
+    Plain C++ with <cmath>: the tests compile it on the host to check its arithmetic."""
     names = [f"v{i}" for i in range(chain.n_inputs)]
     lines = [f"C v{i} = (C)({src});" for i, src in enumerate(loads)]
     for j, st in enumerate(chain.steps):
@@ -131,7 +135,7 @@ def elementwise_parts(chain: Chain) -> tuple[str, str, str]:
     ins = ", ".join(f"T x{i}" for i in range(chain.n_inputs))
     outs = ", ".join(f"T y{k}" for k in range(len(chain.outputs)))
     lines = [f"typedef {_ctype(chain.dtype)} C;"]
-    lines += _body(
+    lines += body_lines(
         chain,
         [f"x{i}" for i in range(chain.n_inputs)],
         [f"y{k}" for k in range(len(chain.outputs))],
@@ -149,7 +153,7 @@ def raw_source(chain: Chain, name: str = "fused") -> str:
     params = [f"const T* __restrict__ x{i}" for i in range(chain.n_inputs)]
     params += [f"T* __restrict__ y{k}" for k in range(len(chain.outputs))]
     params.append("const long long n")
-    body = _body(
+    body = body_lines(
         chain,
         [f"x{i}[i]" for i in range(chain.n_inputs)],
         [f"y{k}[i]" for k in range(len(chain.outputs))],
