@@ -134,8 +134,9 @@ def encoder() -> tuple[bytes, dict[str, np.ndarray]]:
 
 @pytest.fixture(scope="module")
 def numpy_backend():
-    """NumPy's namespace as a backend, in the one line the docs show."""
-    name = register_backend(ArrayAPIBackend("np-xp", np, host_link=1e10), name="test-np-xp")
+    """NumPy's namespace as a backend (used only when named, so no other test sees it)."""
+    backend = ArrayAPIBackend("np-xp", np, host_link=1e10, auto_select=False)
+    name = register_backend(backend, name="test-np-xp")
     yield "np-xp"
     unregister_plugin(name)
 
