@@ -136,6 +136,10 @@ class Backend:
     #: False: used only when named, never in a session with no device list (an alias of
     #: another device, or a device sharing the host's cores; ``core/devices.py``).
     auto_select: bool = True
+    #: True: named in ``devices=[...]`` while unavailable, it stays in the session, refuses
+    #: every node with the reason, and placement goes on with the others (``cuda`` without a
+    #: GPU); False: naming it is an error (``core/devices.py``).
+    kept_when_unavailable: bool = False
     #: The registry this backend was added to (``Registry.add_backend`` sets it).
     registry: Any = None
 

@@ -258,7 +258,7 @@ def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None
 
     with _lock:
         cal = load_calibration(backend)
-        if cal is None and measure:
+        if cal is None and measure and backend.available()[0]:  # an unavailable one: no try
             try:
                 cal = calibrate(backend)
             except (AnychipError, OSError) as e:

@@ -41,7 +41,7 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
                     "device may be missing."
                 )
             ok, why = b.available()
-            if not ok:
+            if not ok and not b.kept_when_unavailable:
                 raise DeviceError(f"device {name!r} is not available here: {why}")
             if name not in names:
                 names.append(name)

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from anychip.core import dlpack
 from anychip.core.calibration import resolve_calibration_mode
 from anychip.core.compiler import CompiledModel, CompileOptions, compile_model
 from anychip.core.devices import resolve_devices
@@ -102,14 +103,14 @@ class Session(Closable):
         return profile_session(self, random_feeds(self) if feeds is None else feeds, runs)
 
     def run(
-        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None
-    ) -> list[Any]:
-        """Run the model: ``feeds`` maps input names to arrays; returns the outputs as numpy.
-
-        Raises:
-            InputError: a feed is missing, unknown, or of the wrong dtype, rank or shape.
-            KernelError: a kernel failed (the message names the node and device).
-        """
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None,
+        *, output_device: str | None = None,
+    ) -> list[Any]:  # fmt: skip
+        """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
+        on its device); numpy outputs, or ``output_device``'s arrays (core/dlpack.py). Raises
+        ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
+        if dlpack.involved(feeds, output_device):
+            return dlpack.run(self, output_names, feeds, output_device)
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
         with self._lock:
             outs = run_request(self, arrays)  # feedback runs, failover (core/failover.py)

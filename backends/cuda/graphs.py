@@ -1,0 +1,64 @@
+"""CUDA-graph capture and replay of a static-shape partition (written for a GPU; this code path
+has never run on one: no machine of this project has a GPU, see README's device table).
+
+``CapturedPartition(program, state, examples)`` runs ``program`` (a kernel-mode partition's
+callable over device tensors) once to warm CuPy's caches, then once more inside
+``stream.begin_capture()``/``end_capture()`` on static input buffers, and keeps the resulting
+``cupy.cuda.Graph``. Each call copies the new inputs into the static buffers, launches the
+graph (one launch for the whole partition instead of one per kernel) and returns copies of the
+static outputs (the next replay overwrites them). Every block allocated during the capture is
+kept alive (``CupyPool.hold``): its address is baked into the graph, so the pool must never
+hand it out again. Shapes must not change: a call with other shapes raises, and the caller
+runs the partition normally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anychip.errors import KernelError
+
+__all__ = ["CapturedPartition", "signature"]
+
+
+def signature(tensors: Sequence[Any]) -> tuple:
+    """What a capture is valid for: each input's shape and dtype."""
+    return tuple((tuple(t.shape), str(t.dtype)) for t in tensors)
+
+
+class CapturedPartition:
+    """A partition's kernels captured as one CUDA graph (see the module docstring)."""
+
+    def __init__(
+        self, program: Callable[[list[Any]], list[Any]], state: Any, examples: list[Any]
+    ) -> None:
+        cp = state.cupy
+        self.state = state
+        self.program = program
+        self.key = signature(examples)
+        with state.scope():
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            self.inputs = [state.space.wrap(cp.array(t.array, copy=True)) for t in examples]
+            for t in program(self.inputs):  # warm-up: kernels compiled, pool blocks cached
+                t.release()
+            with state.pool.hold() as self._held, self.stream:
+                self.stream.begin_capture()
+                try:
+                    self.outputs = program(self.inputs)
+                finally:
+                    self.graph = self.stream.end_capture()
+
+    def __call__(self, tensors: list[Any]) -> list[Any]:
+        if signature(tensors) != self.key:
+            raise KernelError(
+                f"a CUDA graph captured for {self.key} called with {signature(tensors)}"
+            )
+        s = self.state
+        with s.scope(), self.stream:
+            for static, new in zip(self.inputs, tensors):
+                static.array[...] = new.array
+            self.graph.launch(self.stream)
+            outs = [s.space.wrap(o.array.copy()) for o in self.outputs]
+            self.stream.synchronize()
+        return outs
