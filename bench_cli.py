@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import math
@@ -80,6 +81,7 @@ def _stderr_line(text: str) -> None:
 
 
 # -- models -------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def _model_set() -> Any | None:
     """``bench/cpu_models.py`` of the repository anychip runs from, or None (a wheel)."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "cpu_models.py")
