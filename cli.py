@@ -7,6 +7,7 @@ anychip demo [--model NAME]             a light model (ResNet-50) on every avail
 anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
 anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
 anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
+anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json F]   side by side
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
 """
@@ -238,6 +239,7 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
 
 def _parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
+    from anychip import bench_cli
     from anychip.conformance import cli as conformance_cli
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
@@ -281,6 +283,7 @@ def _parser() -> argparse.ArgumentParser:
         help="which of onnx's light models to run, with seeded random weights",
     )
     conformance_cli.add_parser(sub)
+    bench_cli.add_parser(sub)
     nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
     nb.add_argument("name")
     nb.add_argument("--graph-mode", action="store_true", help="a compile()-style backend")
@@ -293,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anychip`` command; returns the exit status."""
+    from anychip import bench_cli
     from anychip.conformance import cli as conformance_cli
     from anychip.core.logsetup import configure_logging
     from anychip.errors import AnychipError
@@ -305,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "partition": _cmd_partition,
         "demo": _cmd_demo,
         "conformance": conformance_cli.command,
+        "bench": bench_cli.command,
         "calibrate": _cmd_calibrate,
         "new-backend": _cmd_new_backend,
         "inspect": viz_commands.inspect,

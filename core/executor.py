@@ -2,8 +2,9 @@
 
 ``Program`` is an interpreter over one graph on one kernel-mode backend (torch.fx's
 Interpreter is the model). Compilation turns every node into an instruction
-``(kernel, input slots, output slots, attributes, slots to free)`` so the per-node loop does no
-lookups. A subclass may override:
+``(kernel, input slots, output slots, attributes, slots to free)``, sealed for the flat per-node
+loop of ``core/dispatch.py`` (no lookups, parsing or checks beyond one comparison per node).
+A subclass may override:
 
     * ``on_error(instr, args, exc)``: how a failure is reported (default: ``KernelError``
       with the node's text, device, and input types; ``OutOfMemoryError`` for a raw
@@ -38,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.checks import check_result, expectations, mismatch
+from anychip.core.checks import expectations
+from anychip.core.dispatch import Run, run_instrs
 from anychip.core.kernel_call import (
     Arena,
     Instr,
@@ -149,6 +151,8 @@ class Program:
         self.output_slots = [self._read_slot(v, parent) for v in g.outputs]
         self._plan_frees()
         self.nslots = len(self.slot_of)
+        for instr in self.instrs:
+            instr.seal(self.nslots)
 
     def _lookup(self, node: Node) -> Kernel:
         kernel, why = find_kernel(self.table, node)
@@ -239,23 +243,9 @@ class Program:
                 (the sizes a plan for these input shapes needs).
         """
         slots = self._frame(inputs, outer)
-        run = _Run(self, arena, record)
-        # Bound once: this loop is the per-node dispatch path.
-        release, call, store, forget = self._release, self._call, run.store, run.forget
-        views, track = run.views, run.track
+        run = Run(self, arena, record)
         try:
-            for ins in self.instrs:
-                store(ins, call(ins, slots, views), slots)
-                for s in ins.frees:
-                    if release is not None and slots[s] is not None:
-                        try:  # free when nothing raises: no call added to the per-node loop
-                            release(slots[s])
-                        except BaseException as e:  # noqa: BLE001 - named below
-                            slots[s] = None  # not released twice by _drop
-                            self._release_failed(ins, e)
-                    slots[s] = None
-                    if track:
-                        forget(s)
+            run_instrs(self, slots, run)
         except BaseException:
             self._drop(slots)
             raise
@@ -269,7 +259,7 @@ class Program:
 
     def _frame(self, inputs: Sequence[Any], outer: list[Any] | None) -> list[Any]:
         """The slots of one run: constants, captured outer values, then the inputs."""
-        slots: list[Any] = [None] * self.nslots
+        slots: list[Any] = [None] * (self.nslots + 1)  # the last: omitted inputs' None
         for s, t in self.consts:
             slots[s] = t
         for ps, s in self.captures:
@@ -277,27 +267,6 @@ class Program:
         for s, t in zip(self.input_slots, inputs):
             slots[s] = t
         return slots
-
-    def _call(self, ins: Instr, slots: list[Any], views: list[Any] | None) -> Sequence[Any]:
-        """Call one instruction's kernel (with its planned ``out`` view); its results."""
-        args = [slots[i] if i >= 0 else None for i in ins.ins]
-        if ins.ctx is not None:
-            ins.ctx._frame = slots
-            args.insert(0, ins.ctx)
-        out = views[ins.outs[0]] if views is not None and ins.takes_out else None
-        try:
-            if out is not None:
-                res = ins.fn(*args, out=out, **ins.attrs)
-            else:
-                res = ins.fn(*args, **ins.attrs)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - re-raised with the node's text (SystemExit too)
-            self.on_error(ins, args, e)
-        results = res if type(res) is tuple or type(res) is list else (res,)
-        if out is not None and (not results or results[0] is not out):
-            self.declined += 1
-        return results
 
     def _release_failed(self, ins: Instr, e: BaseException) -> None:
         """A ``release`` that raised: a ``DeviceError`` naming the backend and node."""
@@ -345,100 +314,6 @@ class Program:
             f"{type(exc).__name__}: {exc}\n  node: {format_node(ins.node).strip()}\n"
             f"  inputs: {describe_args(shown)}"
         ) from exc
-
-
-class _Run:
-    """The bookkeeping of one ``Program.run``: the arena's views, and (top-level programs)
-    the bytes held per slot, live and at peak."""
-
-    __slots__ = (
-        "views",
-        "base",
-        "aliases",
-        "track",
-        "held",
-        "live",
-        "peak",
-        "record",
-        "device",
-        "host",
-        "release",
-    )
-
-    def __init__(self, program: Program, arena: Arena | None, record: dict | None) -> None:
-        self.views = self.base = None
-        self.live = self.peak = 0
-        if arena is not None:
-            self.views, self.base, self.live = arena.views, arena.base, arena.nbytes
-        self.aliases = program.alias_slots
-        self.track = program.track
-        self.held = [0] * program.nslots if self.track else None
-        self.record = record
-        self.device = program.backend.name
-        self.host = program.backend.host_memory
-        self.release = program.backend.release
-
-    def store(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
-        """Put an instruction's results in their slots (checked against ``ins.expect``)."""
-        base, views, expect = self.base, self.views, ins.expect
-        for i, (s, r) in enumerate(zip(ins.outs, results)):
-            if s < 0:
-                continue
-            if isinstance(r, np.generic):
-                r = np.asarray(r)
-            if expect is not None:
-                want = expect[i]
-                if want is not None and (
-                    (r.dtype is not want[0] or r.shape != want[2])
-                    if type(r) is np.ndarray and want[2] is not None
-                    else mismatch(r, want)
-                ):
-                    self._reject(ins, i, r, want, results)
-            if (
-                base is not None
-                and type(r) is np.ndarray
-                and r is not views[s]
-                and r.base is base
-                and s not in self.aliases
-            ):
-                # A view of planned memory the plan did not expect: its bytes may be reused
-                # while it lives, so it gets its own.
-                r = r.copy()
-            slots[s] = r
-            if self.track:
-                nb = _owned_bytes(r)
-                self.held[s] = nb
-                self.live += nb
-            if self.record is not None and type(r) is np.ndarray:
-                self.record[s] = (r.shape, r.dtype)
-        if self.live > self.peak:
-            self.peak = self.live
-
-    def _reject(self, ins: Instr, i: int, r: Any, want: Any, results: Sequence[Any]) -> None:
-        """Raise the kernel's mismatch; the results not yet in a slot (this one and those
-        after it) are released first, since nothing else holds them."""
-        try:
-            check_result(self.device, ins.node, ins.fn, i, r, want)
-        except Exception:
-            if not self.host:
-                release_quietly(self.release, [t for t in results[i:] if t is not None])
-            raise
-
-    def forget(self, s: int) -> None:
-        """Slot ``s`` was freed."""
-        if self.track:
-            self.live -= self.held[s]
-            self.held[s] = 0
-
-
-def _owned_bytes(t: Any) -> int:
-    """Bytes ``t`` holds of its own: a numpy view or a device view holds none."""
-    if type(t) is np.ndarray:
-        return t.nbytes if t.base is None else 0
-    if getattr(t, "is_view", False):
-        return 0
-    nb = getattr(t, "nbytes", 0)
-    return nb if type(nb) is int else 0
 
 
 def _reads_inside(g: Graph, v: Value) -> bool:

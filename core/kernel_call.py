@@ -90,6 +90,9 @@ class Instr:
         "inplace",
         "alias",
         "expect",
+        "args",
+        "out0",
+        "want",
     )
 
     def __init__(
@@ -116,8 +119,21 @@ class Instr:
         self.node = node
         self.ctx = ctx
         self.reads: tuple[int, ...] = tuple(i for i in ins if i >= 0)
-        # Only single-output kernels are handed an ``out`` view.
-        self.takes_out = len(outs) == 1 and outs[0] >= 0 and _takes_out(fn)
+        # Only single-output kernels are handed an ``out`` view, and not for small outputs.
+        self.takes_out = (
+            len(outs) == 1 and outs[0] >= 0 and _takes_out(fn) and not _small_output(node)
+        )
+        self.seal(-1)
+
+    def seal(self, none_slot: int) -> None:
+        """Resolve what the dispatch loop (``core/dispatch.py``) reads: ``args``, the argument
+        slots (an omitted input reads ``none_slot``, a slot that stays None); ``out0``, the
+        output slot of a node with exactly one (else -1); ``want``, output 0's declared
+        ``(dtype, shape or None, rank)`` (None: nothing to check). Called once compiled."""
+        self.args = tuple(none_slot if i < 0 else i for i in self.ins)
+        self.out0 = self.outs[0] if len(self.outs) == 1 else -1
+        want = self.expect[0] if self.expect is not None and len(self.outs) == 1 else None
+        self.want = None if want is None else (want[0], want[2], want[3])
 
 
 class Arena:
@@ -132,7 +148,19 @@ class Arena:
         self.nbytes = nbytes
 
 
+#: Outputs of fewer bytes than this (static shapes) are not handed a planned ``out`` view:
+#: there the out protocol's checks cost more than numpy's own small allocation (measured on the
+#: CPU kernels, 16 B to 1 KiB: Add 2.0 against 0.6 µs, Relu 1.3 against 0.95 µs), and the
+#: arena gains nothing. They are still in the memory plan's figures and counted when held.
+MIN_OUT_BYTES = 1024
+
 _TAKES_OUT: dict[Any, bool] = {}
+
+
+def _small_output(node: Node) -> bool:
+    v = node.outputs[0] if node.outputs else None
+    nbytes = v.nbytes if v is not None else None
+    return nbytes is not None and nbytes < MIN_OUT_BYTES
 
 
 def _takes_out(fn: Any) -> bool:

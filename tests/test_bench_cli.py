@@ -1,0 +1,96 @@
+"""``anychip bench`` (``bench_cli.py``), the CPU model set (``bench/cpu_models.py``) and the
+dispatch benchmark (``bench/dispatch.py``), on small models with few runs: outputs compared
+with onnxruntime and OpenVINO, no timing asserted."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from anychip.cli import main
+from bench import cpu_models
+from bench.dispatch import chain_model, measure
+
+
+def test_bench_against_both_peers_writes_json(tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(chain_model(30).SerializeToString())
+    out = tmp_path / "r.json"
+    argv = ["bench", str(path), "hf_bert_tiny", "--against", "onnxruntime", "openvino"]
+    argv += ["--runs", "2", "--warmup", "1", "--threads", "1", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "onnxruntime ms" in text and "openvino ms" in text and "geomean" in text
+    result = json.loads(out.read_text())
+    assert [r["model"] for r in result["models"]] == ["chain.onnx", "hf_bert_tiny"]
+    assert result["threads"] == 1 and result["runs"] == 2
+    for row in result["models"]:
+        assert set(row["ms"]) == {"anychip", "onnxruntime", "openvino"}
+        assert all(v > 0 for v in row["ms"].values())
+        for peer in ("onnxruntime", "openvino"):
+            assert row["ratio"][peer] == pytest.approx(row["ms"]["anychip"] / row["ms"][peer])
+            assert row["max_abs_diff"][peer] < 1e-4
+    assert set(result["geomean_ratio"]) == {"onnxruntime", "openvino"}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "no_such_model"], "unknown model 'no_such_model'"),
+        (["bench", "missing/file.onnx"], "no model file"),
+        (["bench", "mlp", "--runs", "0"], "--runs must be >= 1"),
+        (["bench", "mlp", "--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "build, size",
+    [
+        (cpu_models.mobilenet_like, 32),
+        (cpu_models.resnet_like, 32),
+        (cpu_models.shufflenet_like, 64),
+        (cpu_models.densenet_like, 32),
+    ],
+)
+def test_model_set_cnns_match_onnxruntime(build, size):
+    import anychip
+
+    model = build(size=size, seed=1)
+    x = np.random.default_rng(2).standard_normal((1, 3, size, size)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"x": x})[0]
+    got = anychip.load(model, devices=["cpu"]).run(None, {"x": x})[0]
+    assert got.shape == want.shape == (1, 1000)
+    assert np.std(want) > 1e-3  # logits that differ from class to class
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_model_set_names_build_with_their_inputs():
+    assert len(cpu_models.MODELS) == 19
+    model, feeds = cpu_models.build("hf_gpt2_tiny")
+    assert feeds["input_ids"].dtype == np.int64 and feeds["input_ids"].max() < 128
+
+
+def test_dispatch_benchmark_runs_and_agrees():
+    r = measure(nodes=20, rounds=2, warmup=1)
+    assert r["max_abs_diff"] == 0.0
+    assert set(r["us_per_node"]) == {"anychip", "ort_no_opt", "ort_all_opt"}
+
+
+def test_devices_reach_anychip(tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(chain_model(10).SerializeToString())
+    out = tmp_path / "r.json"
+    argv = ["bench", str(path), "--devices", "xpu,cpu", "--runs", "1", "--warmup", "0"]
+    assert main(argv + ["--json", str(out), "--quiet"]) == 0
+    result = json.loads(out.read_text())
+    assert result["devices"] == ["xpu", "cpu"] and result["peers"] == ["onnxruntime"]
+    assert result["models"][0]["max_abs_diff"]["onnxruntime"] < 1e-6
+    assert "anychip devices: xpu,cpu" in capsys.readouterr().out
