@@ -1,0 +1,101 @@
+"""``anychip::FusedElementwise``: a fused element-wise chain (``backends/cpu/passes``) run as
+generated C (``anychip.codegen``), or with numpy when no C compiler is present.
+
+The numpy path (``evaluate``) computes each primitive with the same formula as the CPU's own
+kernels (erf through ``op_elementwise.erf_array``), so a fused chain without a compiler gives
+what the unfused nodes give. The C path reads each input by its broadcast class
+(``codegen/program.classify``); an input no class fits is broadcast to the full shape first.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from anychip.backends.cpu.kernels.op_elementwise import erf_array
+from anychip.backends.cpu.table import kernel
+from anychip.codegen import KernelSpec, c_kernel, classify, parse
+from anychip.codegen.expr import Expr
+from anychip.codegen.program import linearize
+from anychip.errors import KernelError
+from anychip.ir.dtypes import DType
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+__all__ = ["fused_elementwise", "evaluate"]
+
+_UNARY = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "erf": erf_array,
+    "recip": np.reciprocal,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+}
+
+
+def evaluate(expr: Expr, inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """``expr`` over ``inputs`` with numpy, in ``dtype`` (the numpy fallback)."""
+    vals: list = []
+    one = dtype.type(1)
+    with np.errstate(all="ignore"):
+        for s in linearize(expr):
+            a = [vals[i] for i in s.args]
+            if s.op == "in":
+                vals.append(inputs[int(s.value)])
+            elif s.op == "const":
+                vals.append(dtype.type(s.value))
+            elif s.op == "select":
+                vals.append(np.where(a[0], a[1], a[2]))
+            elif s.op == "sigmoid":
+                vals.append(one / (one + np.exp(-a[0])))
+            elif s.op in _UNARY:
+                vals.append(_UNARY[s.op](a[0]))
+            else:
+                vals.append(_BINARY[s.op](a[0], a[1]))
+    out = np.broadcast_to(vals[-1], np.broadcast_shapes(*(x.shape for x in inputs)))
+    return np.array(out, dtype=dtype)
+
+
+@lru_cache(maxsize=1024)
+def _parsed(text: str) -> Expr:
+    return parse(text)
+
+
+@kernel("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
+def fused_elementwise(*xs: np.ndarray, expr: str) -> np.ndarray:
+    """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
+    e = _parsed(expr)
+    dtype = xs[0].dtype
+    if any(x.dtype != dtype for x in xs):
+        raise KernelError(f"FusedElementwise: inputs of mixed types {[str(x.dtype) for x in xs]}")
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    layout = classify([x.shape for x in xs], shape)
+    spec = KernelSpec(e, dtype.name, tuple("F" if c == "X" else c for c in layout.classes))
+    fn = c_kernel(spec)
+    if fn is None:
+        return evaluate(e, list(xs), dtype)
+    arrays = [
+        np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
+        for x, c in zip(xs, layout.classes)
+    ]
+    out = np.empty(shape, dtype)
+    if out.size:
+        fn(layout, arrays, out)
+    return out

@@ -1,0 +1,27 @@
+"""Graph passes the CPU registers for its own partitions (``add_pass(..., backend="cpu")``).
+
+They run per CPU partition, after placement, in this order: pattern fusions into single
+kernels first (so the element-wise fusion does not swallow their parts), then the
+element-wise chains. Each pass fires only where the rewrite is provably the same computation
+(intermediates with one reader and not graph outputs, constants where the kernel needs them)
+and counts its firings in ``graph.meta["fusions"]``, which the placement report shows per
+partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu":
+{"disabled_passes": ["fuse_elementwise"]}})``, ``{"fusion": False}`` for all of them, or
+``ANYCHIP_DISABLED_PASSES=fuse_gelu,fuse_elementwise`` (``all`` for every one).
+"""
+
+from __future__ import annotations
+
+from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
+from anychip.ir.passes import Pass
+
+__all__ = ["FuseElementwisePass", "cpu_passes", "PASS_NAMES"]
+
+
+def cpu_passes() -> list[Pass]:
+    """The CPU's passes, in the order they must run."""
+    return [FuseElementwisePass()]
+
+
+#: The names ``disabled_passes`` accepts.
+PASS_NAMES = tuple(p.name for p in cpu_passes())
