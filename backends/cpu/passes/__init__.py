@@ -12,15 +12,33 @@ partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu"
 
 from __future__ import annotations
 
+from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
+from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
+from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
+from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.ir.passes import Pass
 
-__all__ = ["FuseElementwisePass", "cpu_passes", "PASS_NAMES"]
+__all__ = [
+    "EliminateTransposeReshapePass",
+    "FoldPadIntoConvPass",
+    "FuseConvPass",
+    "FuseElementwisePass",
+    "FuseLayerNormPass",
+    "cpu_passes",
+    "PASS_NAMES",
+]
 
 
 def cpu_passes() -> list[Pass]:
     """The CPU's passes, in the order they must run."""
-    return [FuseElementwisePass()]
+    return [
+        FoldPadIntoConvPass(),
+        EliminateTransposeReshapePass(),
+        FuseLayerNormPass(),
+        FuseConvPass(),
+        FuseElementwisePass(),
+    ]
 
 
 #: The names ``disabled_passes`` accepts.
