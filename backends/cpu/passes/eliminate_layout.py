@@ -74,6 +74,12 @@ class EliminateTransposeReshapePass(Pass):
         if p1 is None or p2 is None or len(p1) != len(p2):
             return 0
         composed = [p1[i] for i in p2]
+        if composed == list(range(len(composed))) and node.outputs[0] not in graph.outputs:
+            for user, i in list(node.outputs[0].uses):  # they cancel
+                user.replace_input(i, inner.inputs[0])
+            graph.remove(node)
+            graph.remove(inner)
+            return 1
         index = graph.nodes.index(node)
         fused = fused_node(node, "Transpose", [inner.inputs[0]], [node.outputs[0]], {})
         fused.attributes.update(attrs(perm=composed))
