@@ -1,9 +1,13 @@
 """Building generated C: gcc (or ``$CC``) into a shared object, loaded through cffi's ABI mode.
 
-* **Flags** ``-O3 -march=native -fno-math-errno -ffp-contract=off``, never ``-ffast-math``:
-  NaN/Inf semantics stay IEEE (the ONNX conformance suite runs through fused chains).
-  ``-fno-math-errno`` only stops ``sqrtf`` from setting ``errno`` (nothing reads it), which
-  lets gcc vectorize it; ``-ffp-contract=off`` keeps ``a * b + c`` rounded as numpy rounds it.
+* **Flags** ``-O3 -march=native -fno-math-errno -fno-trapping-math -ffp-contract=off``,
+  never ``-ffast-math``: results stay IEEE (NaN, infinities, signed zeros, denormals; the ONNX
+  conformance suite runs through fused chains). ``-fno-math-errno`` only stops ``sqrtf``
+  from setting ``errno`` and ``-fno-trapping-math`` only drops the floating-point exception
+  *flags* (nothing reads either): together they let gcc inline ``floorf`` and turn the
+  selects of ``ac_expf`` into vector blends (without the second, the loop of
+  ``x * sigmoid(x)`` was not vectorized: 130 ms for 4M floats against numpy's 105);
+  ``-ffp-contract=off`` keeps ``a * b + c`` rounded as numpy rounds it.
 * **ABI mode** (``ffi.dlopen``): gcc alone builds the ``.so`` in 0.1-0.3 s; cffi's API mode
   goes through setuptools (0.4-1.1 s measured).
 * **Cache**: ``<anychip cache>/codegen/<key>.so``; the key hashes the source, the flags, the
@@ -32,7 +36,15 @@ from typing import Any
 
 __all__ = ["FLAGS", "compiler", "cache_dir", "load", "status", "builds"]
 
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-shared", "-fPIC")
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-ffp-contract=off",
+    "-shared",
+    "-fPIC",
+)
 log = logging.getLogger("anychip")
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}

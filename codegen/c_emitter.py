@@ -5,8 +5,8 @@ IEEE semantics. gcc vectorizes glibc's ``expf`` only under fast-math, so float32
 ``sigmoid`` and ``tanh`` call the inline ``ac_expf``/``ac_tanhf`` below instead: Cephes'
 range reduction and polynomials (about 1 ulp) written as branch-free selects that gcc turns
 into vector blends, with NaN, overflow to +inf, underflow through the denormals to 0 and
-+-inf handled explicitly. ``erf``, ``log`` and ``pow`` stay glibc's (exact, scalar); float64
-uses glibc throughout.
++-inf handled explicitly; float32 ``erf`` is the CPU Erf kernel's formula over ``ac_expf``.
+``log`` and ``pow`` stay glibc's (exact, scalar); float64 uses glibc throughout.
 """
 
 from __future__ import annotations
@@ -64,6 +64,21 @@ static inline float ac_tanhf(float x) {
     float r = a < 0.625f ? s : big;
     return x != x ? x : r;
 }
+
+/* erf for float32: Abramowitz & Stegun 7.1.26 (absolute error 1.5e-7), the formula of the
+   CPU's Erf kernel, so a fused chain computes what the unfused one does. */
+static inline float ac_erff(float x) {
+    float s = x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+    float a = x < 0.0f ? -x : x;
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float p = 1.061405429f;
+    p = -1.453152027f + t * p;
+    p = 1.421413741f + t * p;
+    p = -0.284496736f + t * p;
+    p = 0.254829592f + t * p;
+    p = t * p;
+    return s * (1.0f - p * ac_expf(-a * a));
+}
 """
 
 
@@ -74,10 +89,11 @@ class CEmitter(Emitter):
     name = "c"
 
     def unary(self, op: str, a: str, ctype: str) -> str:
-        if ctype == "float" and op in ("exp", "tanh", "sigmoid"):
+        if ctype == "float" and op in ("exp", "tanh", "sigmoid", "erf"):
             return {
                 "exp": f"ac_expf({a})",
                 "tanh": f"ac_tanhf({a})",
+                "erf": f"ac_erff({a})",
                 "sigmoid": f"(1.0f / (1.0f + ac_expf(-{a})))",
             }[op]
         return super().unary(op, a, ctype)

@@ -5,6 +5,7 @@ The numpy path (``evaluate``) computes each primitive with the same formula as t
 kernels (erf through ``op_elementwise.erf_array``), so a fused chain without a compiler gives
 what the unfused nodes give. The C path reads each input by its broadcast class
 (``codegen/program.classify``); an input no class fits is broadcast to the full shape first.
+The result goes into the planned ``out`` when the executor hands one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_elementwise import erf_array
 from anychip.backends.cpu.table import kernel
 from anychip.codegen import KernelSpec, c_kernel, classify, parse
@@ -79,7 +81,7 @@ def _parsed(text: str) -> Expr:
 
 
 @kernel("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
-def fused_elementwise(*xs: np.ndarray, expr: str) -> np.ndarray:
+def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
     """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
     e = _parsed(expr)
     dtype = xs[0].dtype
@@ -95,7 +97,8 @@ def fused_elementwise(*xs: np.ndarray, expr: str) -> np.ndarray:
         np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
         for x, c in zip(xs, layout.classes)
     ]
-    out = np.empty(shape, dtype)
+    if not fits(out, shape, dtype) or any(np.may_share_memory(out, x) for x in arrays):
+        out = np.empty(shape, dtype)
     if out.size:
         fn(layout, arrays, out)
     return out
