@@ -33,15 +33,13 @@ class CFunction:
 
     def __init__(self, spec: KernelSpec, ffi: Any, fn: Any) -> None:
         self.spec, self.ffi, self.fn = spec, ffi, fn
-        self.ptr = f"{_EMITTER.ctypes[spec.dtype]} *"
+        self.ptr = f"{_EMITTER.ctypes[spec.dtype]}[]"
 
     def __call__(self, layout: Layout, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
-        cast, ptr = self.ffi.cast, self.ptr
-        args: list[Any] = [layout.outer, layout.inner]
-        args += [cast(ptr, a.ctypes.data) for a in arrays]
-        args += [m for m, c in zip(layout.mods, layout.classes) if c == "R"]
-        args.append(cast(ptr, out.ctypes.data))
-        self.fn(*args)
+        buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
+        mods = [m for m, c in zip(layout.mods, layout.classes) if c == "R"]
+        ptrs = [buf(ptr, a) for a in arrays]
+        self.fn(layout.outer, layout.inner, *ptrs, *mods, buf(ptr, out, require_writable=True))
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:

@@ -10,6 +10,7 @@ The result goes into the planned ``out`` when the executor hands one.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import numpy as np
@@ -75,22 +76,25 @@ def evaluate(expr: Expr, inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarra
     return np.array(out, dtype=dtype)
 
 
-@lru_cache(maxsize=1024)
-def _parsed(text: str) -> Expr:
-    return parse(text)
+@lru_cache(maxsize=4096)
+def _plan(expr: str, dtype: np.dtype, shapes: tuple, cc: str) -> tuple:
+    """What a call of ``expr`` on inputs of ``shapes`` needs, worked out once: the output
+    shape, the layout, and the built C (None: numpy). ``cc``: ``$CC``, which tests point at a
+    missing program to hide the compiler."""
+    e = parse(expr)
+    shape = np.broadcast_shapes(*shapes)
+    layout = classify(list(shapes), shape)
+    spec = KernelSpec(e, dtype.name, tuple("F" if c == "X" else c for c in layout.classes))
+    return e, shape, layout, c_kernel(spec)
 
 
 @kernel("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
 def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
     """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
-    e = _parsed(expr)
     dtype = xs[0].dtype
     if any(x.dtype != dtype for x in xs):
         raise KernelError(f"FusedElementwise: inputs of mixed types {[str(x.dtype) for x in xs]}")
-    shape = np.broadcast_shapes(*(x.shape for x in xs))
-    layout = classify([x.shape for x in xs], shape)
-    spec = KernelSpec(e, dtype.name, tuple("F" if c == "X" else c for c in layout.classes))
-    fn = c_kernel(spec)
+    e, shape, layout, fn = _plan(expr, dtype, tuple(x.shape for x in xs), os.environ.get("CC", ""))
     if fn is None:
         return evaluate(e, list(xs), dtype)
     arrays = [

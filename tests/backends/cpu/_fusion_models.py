@@ -60,3 +60,10 @@ def ops(m: onnx.ModelProto, **device_options) -> list[str]:
     """The op types of the compiled CPU partition."""
     s = anychip.load(m.SerializeToString(), "cpu", device_options={"cpu": device_options} or None)
     return [n.op_type for p in s.partitions for n in p.graph.nodes]
+
+
+def force_fuse_conv(monkeypatch) -> None:
+    """FusedConv fusion on even with the numpy FusedConv kernel (``require_fast_kernel``)."""
+    from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
+
+    monkeypatch.setattr(FuseConvPass, "require_fast_kernel", False)

@@ -9,6 +9,7 @@ import pytest
 
 import anychip
 from anychip.zoo import light_model
+from tests.backends.cpu._fusion_models import force_fuse_conv
 
 
 @pytest.mark.parametrize(
@@ -19,7 +20,8 @@ from anychip.zoo import light_model
         ("inception_v2", "fuse_elementwise"),
     ],
 )
-def test_light_model_fused_equals_unfused_and_onnxruntime(name, fired):
+def test_light_model_fused_equals_unfused_and_onnxruntime(name, fired, monkeypatch):
+    force_fuse_conv(monkeypatch)
     data = light_model(name).SerializeToString()
     fused = anychip.load(data, "cpu")
     plain = anychip.load(data, "cpu", device_options={"cpu": {"fusion": False}})

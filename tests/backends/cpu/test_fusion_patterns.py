@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from tests.backends.cpu._fusion_models import check, model, ops, rand
+from anychip.backends.cpu.passes.fuse_conv import fast_fused_conv
+from tests.backends.cpu._fusion_models import check, force_fuse_conv, model, ops, rand
 
 N = helper.make_node
 XS = [("x", [1, 3, 8, 8])]
@@ -25,7 +26,8 @@ def _conv(*after, bias=True, inits=(), outputs=Y, inputs=XS):
     "act, attrs",
     [("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("HardSigmoid", {})],
 )
-def test_conv_bias_activation(act, attrs):
+def test_conv_bias_activation(act, attrs, monkeypatch):
+    force_fuse_conv(monkeypatch)
     m = _conv(
         N("Add", ["c", "b"], ["cb2"]),
         N(act, ["cb2"], ["y"], **attrs),
@@ -36,7 +38,8 @@ def test_conv_bias_activation(act, attrs):
     assert check(m) == {"fuse_conv": 1}
 
 
-def test_conv_residual_and_clip_with_constant_bounds():
+def test_conv_residual_and_clip_with_constant_bounds(monkeypatch):
+    force_fuse_conv(monkeypatch)
     m = _conv(
         N("Add", ["c", "z"], ["s"]),
         N("Clip", ["s", "lo", "hi"], ["y"]),
@@ -47,7 +50,13 @@ def test_conv_residual_and_clip_with_constant_bounds():
     assert check(m) == {"fuse_conv": 1}
 
 
-def test_conv_not_fused():
+def test_conv_not_fused_with_the_numpy_kernel():
+    m = _conv(N("Relu", ["c"], ["y"]))
+    assert ("FusedConv" in ops(m)) == fast_fused_conv()
+
+
+def test_conv_not_fused(monkeypatch):
+    force_fuse_conv(monkeypatch)
     # the conv output is also a graph output
     m = _conv(N("Relu", ["c"], ["y"]), outputs=Y + [("c", [1, 4, 8, 8])])
     assert "FusedConv" not in ops(m)
