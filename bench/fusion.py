@@ -168,7 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--models",
         nargs="*",
-        default=["squeezenet", "resnet50", "shufflenet", "inception_v1", "densenet121"],
+        default=[
+            "squeezenet",
+            "resnet50",
+            "shufflenet",
+            "inception_v1",
+            "inception_v2",
+            "densenet121",
+        ],
     )
     ap.add_argument("--skip", nargs="*", default=[], choices=["chains", "models"])
     ap.add_argument("--json", default="")

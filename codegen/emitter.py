@@ -40,9 +40,13 @@ class Emitter:
         text = repr(float(value))
         return f"{text}f" if ctype == "float" else text
 
+    def suffix(self, ctype: str) -> str:
+        """The math functions' suffix for ``ctype`` (C: ``expf``; OpenCL's are overloaded)."""
+        return "f" if ctype == "float" else ""
+
     def unary(self, op: str, a: str, ctype: str) -> str:
         """A unary primitive applied to ``a``."""
-        f = "f" if ctype == "float" else ""
+        f = self.suffix(ctype)
         one = self.literal(1.0, ctype)
         table = {
             "neg": f"(-{a})",
@@ -59,7 +63,7 @@ class Emitter:
 
     def binary(self, op: str, a: str, b: str, ctype: str) -> str:
         """A binary primitive; ``max``/``min`` propagate NaN from either side."""
-        f = "f" if ctype == "float" else ""
+        f = self.suffix(ctype)
         table = {
             "add": f"({a} + {b})",
             "sub": f"({a} - {b})",
