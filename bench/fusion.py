@@ -8,7 +8,9 @@ Run::
 
 Every figure is a median over rounds in which the contenders run interleaved (one sample of
 each per round), so load from other processes hits them alike; ratios are the medians'
-ratios. ``--threads`` sets ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS`` (numpy's BLAS and
+ratios. ``--cpu-time`` times with the process's CPU time instead of the wall clock: with one
+thread on every side it counts each contender's own work whatever the scheduler of a shared
+machine does. ``--threads`` sets ``OMP_NUM_THREADS``/``OPENBLAS_NUM_THREADS`` (numpy's BLAS and
 onnxruntime's intra-op pool; the generated C is single-threaded) before anything loads.
 
 - Chains, one kernel: ``FusedElementwise``'s generated C against the numpy fallback
@@ -62,16 +64,20 @@ def _chain_model(name: str, n: int) -> object:
     return m
 
 
+CLOCK = time.perf_counter
+
+
 def _interleaved(contenders: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds per contender over ``rounds`` interleaved rounds (one warm-up each)."""
+    """Median seconds per contender over ``rounds`` interleaved rounds (one warm-up each), on
+    ``CLOCK`` (wall, or the process's CPU time with ``--cpu-time``)."""
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for fn in contenders.values():
         fn()
     for _ in range(rounds):
         for k, fn in contenders.items():
-            t0 = time.perf_counter()
+            t0 = CLOCK()
             fn()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(CLOCK() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -82,7 +88,9 @@ def _sessions(data: bytes, feeds: dict) -> dict[str, Callable[[], object]]:
 
     fused = anychip.load(data, "cpu")
     plain = anychip.load(data, "cpu", device_options={"cpu": {"fusion": False}})
-    peer = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    peer = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     return {
         "fused": lambda: fused.run(None, feeds),
         "unfused": lambda: plain.run(None, feeds),
@@ -179,11 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--skip", nargs="*", default=[], choices=["chains", "models"])
     ap.add_argument("--json", default="")
+    ap.add_argument("--cpu-time", action="store_true", help="time with the process's CPU time")
     args = ap.parse_args(argv)
+    global CLOCK
+    if args.cpu_time:
+        CLOCK = time.process_time
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(args.threads)
     out: dict = {"threads": args.threads, "rounds": args.rounds, "load": os.getloadavg()}
-    print(f"threads {args.threads}, rounds {args.rounds}, load average {out['load']}")
+    clock = "process CPU time" if args.cpu_time else "wall clock"
+    print(f"threads {args.threads}, rounds {args.rounds}, {clock}, load average {out['load']}")
     if "chains" not in args.skip:
         out["chains"] = bench_chains(args.elements, args.rounds)
     if "models" not in args.skip:

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
+from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
+from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.ir.passes import Pass
 
 __all__ = [
     "EliminateTransposeReshapePass",
+    "FuseAttentionPass",
+    "FuseGeluPass",
+    "FuseSoftmaxPass",
     "FoldPadIntoConvPass",
     "FuseConvPass",
     "FuseElementwisePass",
@@ -36,6 +41,9 @@ def cpu_passes() -> list[Pass]:
         FoldPadIntoConvPass(),
         EliminateTransposeReshapePass(),
         FuseLayerNormPass(),
+        FuseSoftmaxPass(),
+        FuseAttentionPass(),
+        FuseGeluPass(),
         FuseConvPass(),
         FuseElementwisePass(),
     ]
