@@ -5,7 +5,8 @@ A group grows backwards from its last node: a producer joins when it is element-
 of ``codegen.onnx_ops.ELEMENTWISE_OPS``), of the same float type, and every reader of its
 output is already in the group (and the output is not a graph output), so no intermediate is
 needed outside. One-element float constants become literals; other inputs become the fused
-node's inputs. Groups of one node are left alone.
+node's inputs. A group of one node is fused only when it lowers to three primitives or more
+(Gelu, HardSwish, HardSigmoid, LeakyRelu: numpy makes one pass over memory per primitive).
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ class FuseElementwisePass(Pass):
                 continue
             group = _group(root, graph, taken)
             taken |= set(group)
-            built = _expression(group) if len(group) > 1 else None
-            if built is None or not built[1]:
+            built = _expression(group)
+            if built is None or not built[1] or (len(group) == 1 and built[0].size() < 3):
                 continue
             expr, leaves = built
             index = graph.nodes.index(root)

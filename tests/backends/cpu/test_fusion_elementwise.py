@@ -82,6 +82,12 @@ def test_values_read_outside_the_chain_are_kept():
     assert check(m) == {}  # a is a graph output
 
 
+def test_one_node_is_fused_when_it_is_three_primitives_or_more():
+    y = [("y", [2, 4, 3, 5])]
+    assert ops(model([N("HardSwish", ["x"], ["y"])], X, y)) == ["FusedElementwise"]
+    assert ops(model([N("Sigmoid", ["x"], ["y"])], X, y)) == ["Sigmoid"]
+
+
 def test_what_cannot_be_expressed_is_not_fused():
     m = model([N("Pow", ["x", "x"], ["p"]), N("Relu", ["p"], ["y"])], X, [("y", [2, 4, 3, 5])])
     assert ops(m) == ["Pow", "Relu"]
