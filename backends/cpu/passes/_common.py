@@ -40,7 +40,9 @@ def scalar_const(v: Value | None) -> float | None:
     return float(v.const.reshape(-1)[0])
 
 
-def fused_node(like: Node, op_type: str, inputs: list, outputs: list, attributes: dict, **kw: Any):
+def fused_node(
+    like: Node, op_type: str, inputs: list, outputs: list, attributes: dict, **kw: Any
+) -> Node:
     """``rewrite.new_node`` without the kernel placement resolved for ``like`` (the executor
     looks the new op's kernel up)."""
     node = new_node(like, op_type, inputs, outputs, attributes, **kw)
