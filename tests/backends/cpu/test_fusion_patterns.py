@@ -151,3 +151,13 @@ def test_pad_folded_into_conv(pads, mode, fold):
     m = model([pad, conv], XS, [("y", [1, 4, *out])], [w, ("pads", np.array(pads, np.int64))])
     assert ("Pad" not in ops(m)) == fold
     assert check(m).get("fold_pad_into_conv", 0) == int(fold)
+
+
+def test_a_kernel_that_says_it_is_fast_turns_the_conv_fusion_on(monkeypatch):
+    from anychip.backends.cpu.kernels import op_contrib_conv
+
+    m = _conv(N("Relu", ["c"], ["y"]))
+    monkeypatch.setattr(op_contrib_conv.fused_conv, "fast", lambda: True, raising=False)
+    assert ops(m) == ["FusedConv"]
+    monkeypatch.setattr(op_contrib_conv.fused_conv, "fast", False, raising=False)
+    assert "FusedConv" not in ops(m)
