@@ -1,9 +1,12 @@
-"""``FoldPadIntoConvPass``: a zero Pad in front of a Conv becomes the Conv's own padding.
+"""``FoldPadIntoConvPass``: a zero Pad in front of a Conv or an AveragePool becomes its own
+padding.
 
 Fires when the Pad is ``constant`` mode with value 0 (absent or a constant), its pads are
 constant, non-negative and zero on the batch and channel axes, its output is read only by
-the Conv (as ``X``), and the Conv has ``auto_pad=NOTSET``. The Conv's ``pads`` (begins then
-ends, spatial axes) grow by the Pad's.
+the Conv or AveragePool (as ``X``), and that has ``auto_pad=NOTSET``. Its ``pads`` (begins
+then ends, spatial axes) grow by the Pad's. An AveragePool then counts the padding
+(``count_include_pad=1``, as the zeros were counted), so it must have counted its own or had
+none. MaxPool is left alone: it pads with -inf, not zeros.
 """
 
 from __future__ import annotations
@@ -34,15 +37,23 @@ def _pad_amounts(pad: Node) -> list[int] | None:
 
 
 class FoldPadIntoConvPass(Pass):
-    """Fold a zero Pad into the Conv that reads it."""
+    """Fold a zero Pad into the Conv or AveragePool that reads it."""
 
     name = "fold_pad_into_conv"
+
+    @staticmethod
+    def _counts_pads(node: Node) -> bool:
+        if node.op_type == "Conv":
+            return True
+        return node.attr("count_include_pad", 0) == 1 or not any(node.attr("pads", None) or [])
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
         fired = 0
         for conv in list(graph.nodes):
-            if conv.graph is not graph or conv.domain or conv.op_type != "Conv":
+            if conv.graph is not graph or conv.domain:
+                continue
+            if conv.op_type not in ("Conv", "AveragePool") or not self._counts_pads(conv):
                 continue
             pad = producer(conv.inputs[0], graph, "Pad")
             if pad is None or not single_use(pad.outputs[0], graph):
@@ -61,6 +72,8 @@ class FoldPadIntoConvPass(Pass):
             new = [old[i] + begins[2 + i] for i in range(spatial)]
             new += [old[spatial + i] + ends[2 + i] for i in range(spatial)]
             conv.attributes.update(attrs(pads=new))
+            if conv.op_type == "AveragePool":
+                conv.attributes.update(attrs(count_include_pad=1))
             conv.replace_input(0, pad.inputs[0])
             graph.remove(pad)
             fired += 1

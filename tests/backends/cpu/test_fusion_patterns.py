@@ -161,3 +161,23 @@ def test_a_kernel_that_says_it_is_fast_turns_the_conv_fusion_on(monkeypatch):
     assert ops(m) == ["FusedConv"]
     monkeypatch.setattr(op_contrib_conv.fused_conv, "fast", False, raising=False)
     assert "FusedConv" not in ops(m)
+
+
+@pytest.mark.parametrize(
+    "op, attrs, fold",
+    [
+        ("AveragePool", {}, True),
+        ("AveragePool", {"pads": [1, 1, 1, 1]}, False),  # its own padding not counted
+        ("AveragePool", {"pads": [1, 1, 1, 1], "count_include_pad": 1}, True),
+        ("MaxPool", {}, False),
+    ],
+)
+def test_pad_folded_into_average_pool(op, attrs, fold):
+    pad = N("Pad", ["x", "pads"], ["p"])
+    pool = N(op, ["p"], ["y"], kernel_shape=[3, 3], **attrs)
+    extra = 2 if "pads" in attrs else 0
+    out = [1, 3, 8 + 2 - 2 + extra, 8 + 2 - 2 + extra]
+    pads = np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)
+    m = model([pad, pool], XS, [("y", out)], [("pads", pads)])
+    assert ("Pad" not in ops(m)) == fold
+    assert check(m).get("fold_pad_into_conv", 0) == int(fold)
