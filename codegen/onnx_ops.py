@@ -43,7 +43,6 @@ _OTHER = (
     "Pow",
     "Max",
     "Min",
-    "Identity",
 )
 #: The ONNX (default-domain) ops the element-wise fusion takes.
 ELEMENTWISE_OPS = frozenset(_UNARY) | frozenset(_BINARY) | frozenset(_OTHER)
@@ -105,8 +104,6 @@ def lower(op_type: str, args: list[Expr | None], attributes: dict[str, Any]) -> 
         return call(_UNARY[op_type], args[0])
     if op_type in _BINARY:
         return call(_BINARY[op_type], args[0], args[1])
-    if op_type == "Identity":
-        return args[0]
     if op_type in ("Max", "Min"):
         return _fold(op_type.lower(), list(args)) if all(x is not None for x in args) else None
     x = args[0]

@@ -5,7 +5,9 @@ The numpy path (``evaluate``) computes each primitive with the same formula as t
 kernels (erf through ``op_elementwise.erf_array``), so a fused chain without a compiler gives
 what the unfused nodes give. The C path reads each input by its broadcast class
 (``codegen/program.classify``); an input no class fits is broadcast to the full shape first.
-The result goes into the planned ``out`` when the executor hands one.
+The result goes into the planned ``out`` when the executor hands one, which may be the first
+input's own memory (registered ``inplace``: element i of the output reads element i of a
+full-shape first input only; the C takes no ``restrict`` on that pair).
 """
 
 from __future__ import annotations
@@ -76,6 +78,15 @@ def evaluate(expr: Expr, inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarra
     return np.array(out, dtype=dtype)
 
 
+def _may_write(out: np.ndarray, arrays: list[np.ndarray], classes: tuple[str, ...]) -> bool:
+    """Whether the kernel may write ``out``: it overlaps no input, or it is exactly the
+    first input (read at the same element before it is written: the in-place hint)."""
+    first = arrays[0]
+    if classes[0] == "F" and first.shape == out.shape and first.ctypes.data == out.ctypes.data:
+        return not any(np.may_share_memory(out, x) for x in arrays[1:])
+    return not any(np.may_share_memory(out, x) for x in arrays)
+
+
 @lru_cache(maxsize=4096)
 def _plan(expr: str, dtype: np.dtype, shapes: tuple, cc: str) -> tuple:
     """What a call of ``expr`` on inputs of ``shapes`` needs, worked out once: the output
@@ -88,7 +99,13 @@ def _plan(expr: str, dtype: np.dtype, shapes: tuple, cc: str) -> tuple:
     return e, shape, layout, c_kernel(spec)
 
 
-@kernel("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
+@kernel(
+    "FusedElementwise",
+    domain=ANYCHIP_DOMAIN,
+    since=1,
+    dtypes=(DType.FLOAT, DType.DOUBLE),
+    inplace=True,
+)
 def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
     """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
     dtype = xs[0].dtype
@@ -101,7 +118,7 @@ def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None)
         np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
         for x, c in zip(xs, layout.classes)
     ]
-    if not fits(out, shape, dtype) or any(np.may_share_memory(out, x) for x in arrays):
+    if not fits(out, shape, dtype) or not _may_write(out, arrays, layout.classes):
         out = np.empty(shape, dtype)
     if out.size:
         fn(layout, arrays, out)

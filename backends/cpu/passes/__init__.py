@@ -17,6 +17,7 @@ from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
+from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.ir.passes import Pass
@@ -29,6 +30,7 @@ __all__ = [
     "FoldPadIntoConvPass",
     "FuseConvPass",
     "FuseElementwisePass",
+    "FuseGemmPass",
     "FuseLayerNormPass",
     "cpu_passes",
     "PASS_NAMES",
@@ -45,6 +47,7 @@ def cpu_passes() -> list[Pass]:
         FuseAttentionPass(),
         FuseGeluPass(),
         FuseConvPass(),
+        FuseGemmPass(),
         FuseElementwisePass(),
     ]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes.rewrite import new_node
 from anychip.ir.value import Value
 
-__all__ = ["record", "producer", "scalar_const", "fused_node", "FLOATS"]
+__all__ = ["record", "producer", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
 
 #: The element types the fused kernels compute (float32, float64).
 FLOATS = (1, 11)
@@ -48,3 +49,18 @@ def fused_node(
     node = new_node(like, op_type, inputs, outputs, attributes, **kw)
     node.meta.pop("kernel", None)
     return node
+
+
+def fast_kernel(domain: str, op_type: str, numpy_fn: Any) -> bool:
+    """Whether the CPU's float32 kernel of ``domain::op_type`` is fast: its function says so
+    with an attribute ``fast`` (a bool, or a callable answering at compile time, e.g. "oneDNN
+    loaded"), else whether it is another function than ``numpy_fn``."""
+    from anychip.core.plugins import get_registry
+
+    found = get_registry().kernel_table("cpu").lookup(domain, op_type, 1, DType.FLOAT)
+    if found.kernel is None:
+        return False
+    fast = getattr(found.kernel.fn, "fast", None)
+    if fast is not None:
+        return bool(fast() if callable(fast) else fast)
+    return found.kernel.fn is not numpy_fn

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, record, scalar_const
-from anychip.ir.dtypes import DType
+from anychip.backends.cpu.passes._common import fast_kernel, fused_node, record, scalar_const
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -91,19 +90,10 @@ def _residual(add: Node, y: Value) -> Value | None:
 
 
 def fast_fused_conv() -> bool:
-    """Whether the CPU's FusedConv kernel is fast: its function says so with an attribute
-    ``fast`` (a bool, or a callable answering at compile time, e.g. "oneDNN loaded"), else
-    whether it is another function than the numpy one."""
+    """Whether the CPU's FusedConv kernel is fast (``_common.fast_kernel``)."""
     from anychip.backends.cpu.kernels import op_contrib_conv
-    from anychip.core.plugins import get_registry
 
-    found = get_registry().kernel_table("cpu").lookup(MS_DOMAIN, "FusedConv", 1, DType.FLOAT)
-    if found.kernel is None:
-        return False
-    fast = getattr(found.kernel.fn, "fast", None)
-    if fast is not None:
-        return bool(fast() if callable(fast) else fast)
-    return found.kernel.fn is not op_contrib_conv.fused_conv
+    return fast_kernel(MS_DOMAIN, "FusedConv", op_contrib_conv.fused_conv)
 
 
 class FuseConvPass(Pass):

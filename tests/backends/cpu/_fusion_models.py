@@ -67,3 +67,10 @@ def force_fuse_conv(monkeypatch) -> None:
     from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 
     monkeypatch.setattr(FuseConvPass, "require_fast_kernel", False)
+
+
+def force_fuse_gemm(monkeypatch) -> None:
+    """FusedGemm fusion on even with the numpy FusedGemm kernel (``require_fast_kernel``)."""
+    from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
+
+    monkeypatch.setattr(FuseGemmPass, "require_fast_kernel", False)

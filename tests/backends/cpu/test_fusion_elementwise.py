@@ -116,3 +116,26 @@ def test_fallback_without_a_compiler_gives_the_same_result(monkeypatch):
     with_cc = check(m, seed=5)
     monkeypatch.setenv("CC", "/nonexistent/anychip-no-cc")
     assert check(m, seed=5) == with_cc
+
+
+def test_the_fused_kernel_writes_over_its_dying_first_input():
+    m = model(
+        [
+            N("MatMul", ["x", "w"], ["h"]),
+            N("Add", ["h", "b"], ["a"]),
+            N("Sigmoid", ["a"], ["s"]),
+            N("Mul", ["a", "s"], ["y"]),
+            N("MatMul", ["y", "w2"], ["z"]),
+        ],
+        [("x", [8, 16])],
+        [("z", [8, 4])],
+        [("w", rand(1, 16, 32)), ("b", rand(2, 32)), ("w2", rand(3, 32, 4))],
+    )
+    s = anychip.load(m.SerializeToString(), "cpu")
+    (pm,) = s.compiled.part_memory.values()
+    fused = next(i for i in pm.program.instrs if i.node.op_type == "FusedElementwise")
+    assert check(m) == {"fuse_elementwise": 1}
+    s.run(None, {"x": rand(4, 8, 16)})
+    plan = pm.current.plan
+    assert plan.inplace.get(fused.outs[0]) == fused.ins[0]  # h's memory reused for y
+    assert pm.current.arena.offsets[fused.outs[0]] == pm.current.arena.offsets[fused.ins[0]]

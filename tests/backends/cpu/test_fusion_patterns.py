@@ -181,3 +181,33 @@ def test_pad_folded_into_average_pool(op, attrs, fold):
     m = model([pad, pool], XS, [("y", out)], [("pads", pads)])
     assert ("Pad" not in ops(m)) == fold
     assert check(m).get("fold_pad_into_conv", 0) == int(fold)
+
+
+def _gemm(*after, bias_shape=(6,), a_shape=(5, 4), out_shape=(5, 6)):
+    mm = N("MatMul", ["a", "w"], ["m"])
+    add = N("Add", ["m", "bias"], ["y" if not after else "s"])
+    inits = [("w", rand(20, 4, 6)), ("bias", rand(21, *bias_shape))]
+    return model([mm, add, *after], [("a", list(a_shape))], [("y", list(out_shape))], inits)
+
+
+@pytest.mark.parametrize("after", [[], [N("Relu", ["s"], ["y"])], [N("LeakyRelu", ["s"], ["y"])]])
+def test_matmul_bias_activation_becomes_fused_gemm(after, monkeypatch):
+    from tests.backends.cpu._fusion_models import force_fuse_gemm
+
+    force_fuse_gemm(monkeypatch)
+    m = _gemm(*after)
+    assert ops(m) == ["FusedGemm"]
+    assert check(m) == {"fuse_gemm": 1}
+
+
+def test_matmul_not_fused_gemm(monkeypatch):
+    from anychip.backends.cpu.passes.fuse_gemm import fast_fused_gemm
+    from tests.backends.cpu._fusion_models import force_fuse_gemm
+
+    assert ("FusedGemm" in ops(_gemm())) == fast_fused_gemm()  # numpy kernel: left alone
+    force_fuse_gemm(monkeypatch)
+    m = _gemm(bias_shape=(5, 1))  # a bias along the rows
+    assert "FusedGemm" not in ops(m)
+    m = _gemm(a_shape=(2, 5, 4), out_shape=(2, 5, 6))  # not 2-D: not a Gemm
+    assert "FusedGemm" not in ops(m)
+    check(m)
