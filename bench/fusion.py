@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             "inception_v1",
             "inception_v2",
             "densenet121",
+            "bert_like",
+            "gpt_like",
         ],
     )
     ap.add_argument("--skip", nargs="*", default=[], choices=["chains", "models"])
