@@ -291,9 +291,11 @@ def _compile_kernels(
 ) -> str | None:
     """A kernel-mode partition: its program, passes and planned memory; the reason it does not
     fit its device's budget, or None once ``p.program`` is set."""
-    if backend.passes:  # one manager: the graph is verified after every pass
+    # optimize=False keeps the nodes as written: passes marked optimization=True are left out
+    passes = [x for x in backend.passes if copts.optimize or not getattr(x, "optimization", 0)]
+    if passes:  # one manager: the graph is verified after every pass
         try:  # before the program: it is built from the rewritten graph
-            PassManager(backend.passes, max_iterations=1)(p.graph)
+            PassManager(passes, max_iterations=1)(p.graph)
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # noqa: BLE001 - a pass's failure means fallback, with why

@@ -7,7 +7,8 @@ element-wise chains. Each pass fires only where the rewrite is provably the same
 and counts its firings in ``graph.meta["fusions"]``, which the placement report shows per
 partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu":
 {"disabled_passes": ["fuse_elementwise"]}})``, ``{"fusion": False}`` for all of them, or
-``ANYCHIP_DISABLED_PASSES=fuse_gelu,fuse_elementwise`` (``all`` for every one).
+``ANYCHIP_DISABLED_PASSES=fuse_gelu,fuse_elementwise`` (``all`` for every one), and
+``anychip.load(..., optimize=False)`` runs none of them.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ __all__ = [
 
 
 def cpu_passes() -> list[Pass]:
-    """The CPU's passes, in the order they must run."""
-    return [
+    """The CPU's passes, in the order they must run; each is an optimization
+    (``anychip.load(..., optimize=False)`` leaves them out)."""
+    passes = [
         FoldPadIntoConvPass(),
         EliminateTransposeReshapePass(),
         FuseLayerNormPass(),
@@ -50,6 +52,9 @@ def cpu_passes() -> list[Pass]:
         FuseGemmPass(),
         FuseElementwisePass(),
     ]
+    for p in passes:
+        p.optimization = True
+    return passes
 
 
 #: The names ``disabled_passes`` accepts.

@@ -139,3 +139,8 @@ def test_the_fused_kernel_writes_over_its_dying_first_input():
     plan = pm.current.plan
     assert plan.inplace.get(fused.outs[0]) == fused.ins[0]  # h's memory reused for y
     assert pm.current.arena.offsets[fused.outs[0]] == pm.current.arena.offsets[fused.ins[0]]
+
+
+def test_optimize_false_keeps_the_nodes_as_written():
+    s = anychip.load(_silu_chain().SerializeToString(), "cpu", optimize=False)
+    assert [n.op_type for n in s.partitions[0].graph.nodes][:3] == ["Add", "Sigmoid", "Mul"]
