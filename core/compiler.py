@@ -291,6 +291,17 @@ def _compile_kernels(
 ) -> str | None:
     """A kernel-mode partition: its program, passes and planned memory; the reason it does not
     fit its device's budget, or None once ``p.program`` is set."""
+    # optimize=False keeps the nodes as written: passes marked optimization=True are left out
+    passes = [x for x in backend.passes if copts.optimize or not getattr(x, "optimization", 0)]
+    if passes:  # one manager: the graph is verified after every pass
+        try:  # before the program: it is built from the rewritten graph
+            PassManager(passes, max_iterations=1)(p.graph)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - a pass's failure means fallback, with why
+            return _failed(p, "a graph pass", e, must_fit)
+        if p.graph.meta.get("fusions"):  # what each fusion pass rewrote, for the report
+            p.info["fusions"] = dict(p.graph.meta["fusions"])
     try:  # the constants go to the device here
         program = Program(
             p.graph, backend, tables[p.device], registry.schemas, check_kernels=out.check_kernels
@@ -299,13 +310,6 @@ def _compile_kernels(
         if must_fit:
             raise
         return f"partition {p.index}'s weights do not fit: {e}"[:400]
-    if backend.passes:  # one manager: the graph is verified after every pass
-        try:
-            PassManager(backend.passes, max_iterations=1)(p.graph)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - a pass's failure means fallback, with why
-            return _failed(p, "a graph pass", e, must_fit)
     pool = _pool_for(out, backend, registry.pools.get(backend.kind))
     pm = PartitionMemory(program, pool, copts.plan_cache_size)
     why = _over_budget(p, backend, pm)

@@ -20,10 +20,20 @@ def anychip_register_backends(registry: Registry) -> None:
 @hookimpl
 def anychip_register_ops(registry: Registry) -> None:
     # onnxruntime's contrib ops: the CPU backend has their kernels (kernels/op_contrib_*.py).
+    from anychip.opsets.anychip_ops import anychip_schemas
     from anychip.opsets.com_microsoft import com_microsoft_schemas
 
-    for schema in com_microsoft_schemas():
+    for schema in com_microsoft_schemas() + anychip_schemas():
         registry.add_schema(schema)
+
+
+@hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    # Fusions (backends/cpu/passes), run on each CPU partition after placement.
+    from anychip.backends.cpu.passes import cpu_passes
+
+    for p in cpu_passes():
+        registry.add_pass(p, backend="cpu")
 
 
 @hookimpl

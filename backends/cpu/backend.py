@@ -4,10 +4,12 @@ against, and the fallback for every node no other device claims."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
 from anychip.core.backend import Backend, DeviceModel
+from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
 __all__ = ["CpuBackend"]
@@ -27,6 +29,8 @@ class CpuBackend(Backend):
     kind = "cpu"
     priority = 0
     host_memory = True
+    #: Fusion passes switched off for this session (``device_options={"cpu": ...}``).
+    disabled_passes: frozenset[str] = frozenset()
 
     def device_model(self) -> DeviceModel:
         # Rough figures for a few cores running BLAS: only their ratio to other devices matters.
@@ -46,3 +50,26 @@ class CpuBackend(Backend):
 
     def _copy_out(self, tensor: np.ndarray) -> np.ndarray:
         return tensor
+
+    # -- fusion passes (backends/cpu/passes) ----------------------------------------------
+    def _configure(self, **options: Any) -> None:
+        from anychip.backends.cpu.passes import PASS_NAMES
+
+        unknown = sorted(set(options) - {"disabled_passes", "fusion"})
+        if unknown:
+            raise DeviceError(f"cpu takes the options disabled_passes and fusion, not {unknown}")
+        names = set(options.get("disabled_passes") or ())
+        if bad := sorted(names - set(PASS_NAMES) - {"all"}):
+            raise DeviceError(f"cpu: no pass named {bad}; its passes are {', '.join(PASS_NAMES)}")
+        if options.get("fusion", True) is False:
+            names.add("all")
+        self.disabled_passes = frozenset(names)
+
+    @property
+    def passes(self) -> list[Any]:
+        """The registered passes minus those disabled here or by ``ANYCHIP_DISABLED_PASSES``."""
+        env = {s.strip() for s in os.environ.get("ANYCHIP_DISABLED_PASSES", "").split(",")}
+        off = self.disabled_passes | env
+        if "all" in off:
+            return []
+        return [p for p in super().passes if p.name not in off]

@@ -56,8 +56,9 @@ def test_report_prints_a_table_and_peak_is_measured():
     report = sess.memory()
     assert isinstance(report, MemoryReport) and len(report) == 1
     rec = report["cpu"]
-    # Live at once at least: one [1, 64, 1024] feed-forward activation and its GELU.
-    assert rec.peak >= 2 * 64 * 1024 * 4
+    # Live at once at least one [1, 64, 1024] feed-forward activation (and its GELU, unless
+    # the CPU's fusion computes the GELU in place over it: backends/cpu/passes).
+    assert rec.peak >= 64 * 1024 * 4
     text = str(report)
     assert text.splitlines()[0].split()[:4] == ["device", "parts", "planned", "arena"]
     assert "cpu" in text and "static" in text

@@ -1,0 +1,46 @@
+"""``anychip::FusedAttention`` (``backends/cpu/passes/fuse_attention.py``):
+``softmax(Q @ Kt (/ or *) scale [+ mask], last axis) @ V``, the unfused nodes' operations in
+their order, in one scores buffer (scaled, masked and normalized in place)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels.op_softmax import _softmax
+from anychip.backends.cpu.table import kernel
+from anychip.ir.dtypes import DType
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+__all__ = ["fused_attention"]
+
+
+@kernel("FusedAttention", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
+def fused_attention(
+    q: np.ndarray,
+    kt: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    *,
+    scale: float,
+    divide: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Scaled dot-product attention; ``divide``: the scores are divided by ``scale`` (else
+    multiplied)."""
+    s = np.matmul(q, kt)
+    c = s.dtype.type(scale)
+    if divide:
+        np.divide(s, c, out=s)
+    else:
+        np.multiply(s, c, out=s)
+    if mask is not None:
+        if np.broadcast_shapes(s.shape, mask.shape) == s.shape:
+            np.add(s, mask, out=s)
+        else:
+            s = s + mask
+    s = _softmax(s, -1, out=s)
+    shape = np.broadcast_shapes(s.shape[:-2], v.shape[:-2]) + (s.shape[-2], v.shape[-1])
+    if fits(out, shape, s.dtype):
+        return np.matmul(s, v, out=out)
+    return np.matmul(s, v)

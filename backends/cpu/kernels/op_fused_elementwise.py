@@ -1,0 +1,125 @@
+"""``anychip::FusedElementwise``: a fused element-wise chain (``backends/cpu/passes``) run as
+generated C (``anychip.codegen``), or with numpy when no C compiler is present.
+
+The numpy path (``evaluate``) computes each primitive with the same formula as the CPU's own
+kernels (erf through ``op_elementwise.erf_array``), so a fused chain without a compiler gives
+what the unfused nodes give. The C path reads each input by its broadcast class
+(``codegen/program.classify``); an input no class fits is broadcast to the full shape first.
+The result goes into the planned ``out`` when the executor hands one, which may be the first
+input's own memory (registered ``inplace``: element i of the output reads element i of a
+full-shape first input only; the C takes no ``restrict`` on that pair).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels.op_elementwise import erf_array
+from anychip.backends.cpu.table import kernel
+from anychip.codegen import KernelSpec, c_kernel, classify, parse
+from anychip.codegen.expr import Expr
+from anychip.codegen.program import linearize
+from anychip.errors import KernelError
+from anychip.ir.dtypes import DType
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+__all__ = ["fused_elementwise", "evaluate"]
+
+_UNARY = {
+    "neg": np.negative,
+    "abs": np.abs,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "erf": erf_array,
+    "recip": np.reciprocal,
+}
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "max": np.maximum,
+    "min": np.minimum,
+    "pow": np.power,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "eq": np.equal,
+}
+
+
+def evaluate(expr: Expr, inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """``expr`` over ``inputs`` with numpy, in ``dtype`` (the numpy fallback)."""
+    vals: list = []
+    one = dtype.type(1)
+    with np.errstate(all="ignore"):
+        for s in linearize(expr):
+            a = [vals[i] for i in s.args]
+            if s.op == "in":
+                vals.append(inputs[int(s.value)])
+            elif s.op == "const":
+                vals.append(dtype.type(s.value))
+            elif s.op == "select":
+                vals.append(np.where(a[0], a[1], a[2]))
+            elif s.op == "sigmoid":
+                vals.append(one / (one + np.exp(-a[0])))
+            elif s.op in _UNARY:
+                vals.append(_UNARY[s.op](a[0]))
+            else:
+                vals.append(_BINARY[s.op](a[0], a[1]))
+    out = np.broadcast_to(vals[-1], np.broadcast_shapes(*(x.shape for x in inputs)))
+    return np.array(out, dtype=dtype)
+
+
+def _may_write(out: np.ndarray, arrays: list[np.ndarray], classes: tuple[str, ...]) -> bool:
+    """Whether the kernel may write ``out``: it overlaps no input, or it is exactly the
+    first input (read at the same element before it is written: the in-place hint)."""
+    first = arrays[0]
+    if classes[0] == "F" and first.shape == out.shape and first.ctypes.data == out.ctypes.data:
+        return not any(np.may_share_memory(out, x) for x in arrays[1:])
+    return not any(np.may_share_memory(out, x) for x in arrays)
+
+
+@lru_cache(maxsize=4096)
+def _plan(expr: str, dtype: np.dtype, shapes: tuple, cc: str) -> tuple:
+    """What a call of ``expr`` on inputs of ``shapes`` needs, worked out once: the output
+    shape, the layout, and the built C (None: numpy). ``cc``: ``$CC``, which tests point at a
+    missing program to hide the compiler."""
+    e = parse(expr)
+    shape = np.broadcast_shapes(*shapes)
+    layout = classify(list(shapes), shape)
+    spec = KernelSpec(e, dtype.name, tuple("F" if c == "X" else c for c in layout.classes))
+    return e, shape, layout, c_kernel(spec)
+
+
+@kernel(
+    "FusedElementwise",
+    domain=ANYCHIP_DOMAIN,
+    since=1,
+    dtypes=(DType.FLOAT, DType.DOUBLE),
+    inplace=True,
+)
+def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
+    """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
+    dtype = xs[0].dtype
+    if any(x.dtype != dtype for x in xs):
+        raise KernelError(f"FusedElementwise: inputs of mixed types {[str(x.dtype) for x in xs]}")
+    e, shape, layout, fn = _plan(expr, dtype, tuple(x.shape for x in xs), os.environ.get("CC", ""))
+    if fn is None:
+        return evaluate(e, list(xs), dtype)
+    arrays = [
+        np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
+        for x, c in zip(xs, layout.classes)
+    ]
+    if not fits(out, shape, dtype) or not _may_write(out, arrays, layout.classes):
+        out = np.empty(shape, dtype)
+    if out.size:
+        fn(layout, arrays, out)
+    return out

@@ -1,0 +1,61 @@
+"""Graph passes the CPU registers for its own partitions (``add_pass(..., backend="cpu")``).
+
+They run per CPU partition, after placement, in this order: pattern fusions into single
+kernels first (so the element-wise fusion does not swallow their parts), then the
+element-wise chains. Each pass fires only where the rewrite is provably the same computation
+(intermediates with one reader and not graph outputs, constants where the kernel needs them)
+and counts its firings in ``graph.meta["fusions"]``, which the placement report shows per
+partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu":
+{"disabled_passes": ["fuse_elementwise"]}})``, ``{"fusion": False}`` for all of them, or
+``ANYCHIP_DISABLED_PASSES=fuse_gelu,fuse_elementwise`` (``all`` for every one), and
+``anychip.load(..., optimize=False)`` runs none of them.
+"""
+
+from __future__ import annotations
+
+from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
+from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
+from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
+from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
+from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
+from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
+from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
+from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
+from anychip.ir.passes import Pass
+
+__all__ = [
+    "EliminateTransposeReshapePass",
+    "FuseAttentionPass",
+    "FuseGeluPass",
+    "FuseSoftmaxPass",
+    "FoldPadIntoConvPass",
+    "FuseConvPass",
+    "FuseElementwisePass",
+    "FuseGemmPass",
+    "FuseLayerNormPass",
+    "cpu_passes",
+    "PASS_NAMES",
+]
+
+
+def cpu_passes() -> list[Pass]:
+    """The CPU's passes, in the order they must run; each is an optimization
+    (``anychip.load(..., optimize=False)`` leaves them out)."""
+    passes = [
+        FoldPadIntoConvPass(),
+        EliminateTransposeReshapePass(),
+        FuseLayerNormPass(),
+        FuseSoftmaxPass(),
+        FuseAttentionPass(),
+        FuseGeluPass(),
+        FuseConvPass(),
+        FuseGemmPass(),
+        FuseElementwisePass(),
+    ]
+    for p in passes:
+        p.optimization = True
+    return passes
+
+
+#: The names ``disabled_passes`` accepts.
+PASS_NAMES = tuple(p.name for p in cpu_passes())

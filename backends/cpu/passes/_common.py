@@ -1,0 +1,66 @@
+"""What the CPU's fusion passes share: the fired-count record and small graph checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anychip.ir.dtypes import DType
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes.rewrite import new_node
+from anychip.ir.value import Value
+
+__all__ = ["record", "producer", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
+
+#: The element types the fused kernels compute (float32, float64).
+FLOATS = (1, 11)
+
+
+def record(graph: Graph, name: str, count: int) -> None:
+    """Add ``count`` firings of pass ``name`` to ``graph.meta["fusions"]`` (the partition's
+    report shows it)."""
+    if count:
+        fusions = graph.meta.setdefault("fusions", {})
+        fusions[name] = fusions.get(name, 0) + count
+
+
+def producer(v: Value | None, graph: Graph, op_type: str | None = None) -> Node | None:
+    """The default-domain node of ``graph`` producing ``v`` (of ``op_type`` when given)."""
+    if v is None or v.producer is None or v.producer.graph is not graph:
+        return None
+    node = v.producer
+    if node.domain or (op_type is not None and node.op_type != op_type):
+        return None
+    return node
+
+
+def scalar_const(v: Value | None) -> float | None:
+    """The float value of a one-element constant, else None."""
+    if v is None or v.const is None or v.const.size != 1 or v.const.dtype.kind != "f":
+        return None
+    return float(v.const.reshape(-1)[0])
+
+
+def fused_node(
+    like: Node, op_type: str, inputs: list, outputs: list, attributes: dict, **kw: Any
+) -> Node:
+    """``rewrite.new_node`` without the kernel placement resolved for ``like`` (the executor
+    looks the new op's kernel up)."""
+    node = new_node(like, op_type, inputs, outputs, attributes, **kw)
+    node.meta.pop("kernel", None)
+    return node
+
+
+def fast_kernel(domain: str, op_type: str, numpy_fn: Any) -> bool:
+    """Whether the CPU's float32 kernel of ``domain::op_type`` is fast: its function says so
+    with an attribute ``fast`` (a bool, or a callable answering at compile time, e.g. "oneDNN
+    loaded"), else whether it is another function than ``numpy_fn``."""
+    from anychip.core.plugins import get_registry
+
+    found = get_registry().kernel_table("cpu").lookup(domain, op_type, 1, DType.FLOAT)
+    if found.kernel is None:
+        return False
+    fast = getattr(found.kernel.fn, "fast", None)
+    if fast is not None:
+        return bool(fast() if callable(fast) else fast)
+    return found.kernel.fn is not numpy_fn

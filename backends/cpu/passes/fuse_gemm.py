@@ -1,0 +1,88 @@
+"""``FuseGemmPass``: MatMul of a 2-D input by a constant 2-D matrix, + a bias Add [+ an
+activation] becomes ``com.microsoft::FusedGemm(A, B, C)`` with ``activation`` (and
+``activation_alpha``/``activation_beta``), onnxruntime's signature.
+
+Fires when the bias is a float32 constant of ``N`` elements (``[N]`` or ``[1, N]``), each
+intermediate has one reader and is not a graph output, the activation is one FusedGemm
+computes (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid), and, as for FusedConv, the CPU's
+FusedGemm kernel is a fast one (``require_fast_kernel``): the numpy kernel allocates the
+product, the scaled sum and the activation where the unfused MatMul writes into planned
+memory and the element-wise fusion does the bias and activation in one generated kernel.
+"""
+
+from __future__ import annotations
+
+from anychip.backends.cpu.passes._common import fast_kernel, fused_node, record
+from anychip.backends.cpu.passes.fuse_conv import activation_of
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import attrs, single_use
+from anychip.opsets.com_microsoft import MS_DOMAIN
+
+__all__ = ["FuseGemmPass", "fast_fused_gemm"]
+
+
+def fast_fused_gemm() -> bool:
+    """Whether the CPU's FusedGemm kernel is fast (``_common.fast_kernel``)."""
+    from anychip.backends.cpu.kernels import op_contrib_transformer
+
+    return fast_kernel(MS_DOMAIN, "FusedGemm", op_contrib_transformer.fused_gemm)
+
+
+def _reader(node: Node, graph: Graph) -> Node | None:
+    v = node.outputs[0]
+    if not single_use(v, graph):
+        return None
+    user = v.uses[0][0]
+    return user if user.graph is graph and not user.domain else None
+
+
+class FuseGemmPass(Pass):
+    """Fuse MatMul + bias Add [+ activation] into FusedGemm."""
+
+    name = "fuse_gemm"
+    #: Fire only when ``fast_fused_gemm()`` (the tests set it False to test the rewrite).
+    require_fast_kernel = True
+
+    def call(self, graph: Graph) -> PassResult:
+        """Rewrite ``graph`` in place."""
+        if self.require_fast_kernel and not fast_fused_gemm():
+            return PassResult(graph, False)
+        fired = 0
+        for mm in list(graph.nodes):
+            if mm.graph is graph and mm.op_type == "MatMul" and not mm.domain:
+                fired += self._fuse(mm, graph)
+        record(graph, self.name, fired)
+        return PassResult(graph, fired > 0)
+
+    def _fuse(self, mm: Node, graph: Graph) -> int:
+        a, b = mm.inputs
+        if len(a.shape or ()) != 2 or b.const is None or b.const.ndim != 2 or a.dtype != 1:
+            return 0
+        add = _reader(mm, graph)
+        if add is None or add.op_type != "Add":
+            return 0
+        c = add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
+        width = b.const.shape[1]
+        if c is None or c.const is None or c.dtype != 1 or c.const.size != width:
+            return 0
+        if c.const.shape not in ((width,), (1, width)):
+            return 0
+        chain, tail, extra = [mm, add], add.outputs[0], {}
+        act = _reader(add, graph)
+        found = activation_of(act) if act is not None else None
+        if found is not None and found[0] != "Clip":
+            chain.append(act)
+            tail = act.outputs[0]
+            extra = {"activation": found[0]}
+            for name, value in zip(("activation_alpha", "activation_beta"), found[1]):
+                extra[name] = float(value)
+        index = graph.nodes.index(chain[-1])
+        fused = fused_node(
+            mm, "FusedGemm", [a, b, c], [tail], attrs(**extra), domain=MS_DOMAIN, version=1
+        )
+        for n in reversed(chain):
+            graph.remove(n)
+        graph.insert(index - len(chain) + 1, fused)
+        return 1

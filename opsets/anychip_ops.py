@@ -1,0 +1,69 @@
+"""Operators of the ``anychip`` domain the CPU's fusion passes create
+(``backends/cpu/passes``), registered through the CPU plugin's ``anychip_register_ops``:
+
+* ``FusedElementwise``: a chain of element-wise ops as one kernel; ``expr`` is the expression
+  in ``anychip.codegen.expr``'s text form over inputs ``in0, in1, ...`` (numpy broadcasting);
+  the output has the inputs' float type and their broadcast shape.
+* ``FusedAttention``: ``softmax(Q @ Kt / scale [+ mask]) @ V`` over the last axis (``divide=0``:
+  ``* scale``); ``Kt`` is K already transposed, as the MatMul it replaces read it.
+"""
+
+from __future__ import annotations
+
+from onnx import helper
+from onnx.defs import OpSchema
+
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+__all__ = ["anychip_schemas"]
+
+_T = [("T", ["tensor(float)", "tensor(double)"], "float tensors")]
+
+
+def _fused_elementwise() -> OpSchema:
+    return OpSchema(
+        "FusedElementwise",
+        ANYCHIP_DOMAIN,
+        1,
+        "A fused chain of element-wise ops (anychip.codegen): Y = expr(X...).",
+        inputs=[
+            OpSchema.FormalParameter(
+                "X",
+                "T",
+                "inputs in0, in1, ...",
+                param_option=OpSchema.FormalParameterOption.Variadic,
+            )
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "T", "the broadcast result")],
+        type_constraints=_T,
+        attributes=[OpSchema.Attribute("expr", OpSchema.AttrType.STRING, "the expression")],
+    )
+
+
+def _fused_attention() -> OpSchema:
+    opt = OpSchema.FormalParameterOption.Optional
+    return OpSchema(
+        "FusedAttention",
+        ANYCHIP_DOMAIN,
+        1,
+        "Scaled dot-product attention: softmax(Q @ Kt / scale + mask) @ V (last axis).",
+        inputs=[
+            OpSchema.FormalParameter("Q", "T", "queries [..., S, D]"),
+            OpSchema.FormalParameter("Kt", "T", "keys, transposed [..., D, S_kv]"),
+            OpSchema.FormalParameter("V", "T", "values [..., S_kv, D_v]"),
+            OpSchema.FormalParameter("mask", "T", "added to the scores", param_option=opt),
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "T", "[..., S, D_v]")],
+        type_constraints=_T,
+        attributes=[
+            OpSchema.Attribute("scale", OpSchema.AttrType.FLOAT, "the scores' divisor"),
+            OpSchema.Attribute(
+                "divide", helper.make_attribute("divide", 1), "0: multiply by scale instead"
+            ),
+        ],
+    )
+
+
+def anychip_schemas() -> list[OpSchema]:
+    """The schemas the CPU plugin adds."""
+    return [_fused_elementwise(), _fused_attention()]

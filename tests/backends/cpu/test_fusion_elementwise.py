@@ -1,0 +1,146 @@
+"""FuseElementwisePass: chains fused (and equal to the unfused graph and onnxruntime), and the
+cases it must leave alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import anychip
+from anychip.errors import DeviceError
+from tests.backends.cpu._fusion_models import check, model, ops, rand
+
+N = helper.make_node
+X = [("x", [2, 4, 3, 5])]
+
+
+def _silu_chain():
+    return model(
+        [
+            N("Add", ["x", "b"], ["a"]),
+            N("Sigmoid", ["a"], ["s"]),
+            N("Mul", ["a", "s"], ["m"]),
+            N("Clip", ["m", "lo", ""], ["c"]),
+            N("LeakyRelu", ["c"], ["y"], alpha=0.3),
+        ],
+        X,
+        [("y", [2, 4, 3, 5])],
+        [("b", rand(1, 4, 1, 1)), ("lo", np.array(-0.2, np.float32))],
+    )
+
+
+def test_a_chain_becomes_one_node():
+    m = _silu_chain()
+    assert ops(m) == ["FusedElementwise"]
+    assert check(m) == {"fuse_elementwise": 1}
+
+
+@pytest.mark.parametrize(
+    "op, attrs, extra",
+    [
+        ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []),
+        ("HardSwish", {}, []),
+        ("Tanh", {}, []),
+        ("Erf", {}, []),
+        ("Exp", {}, []),
+        ("Abs", {}, []),
+        ("Neg", {}, []),
+        ("Reciprocal", {}, []),
+        ("Sqrt", {}, []),  # of |x| below
+        ("Gelu", {}, []),
+        ("Gelu", {"approximate": "tanh"}, []),
+        ("Max", {}, ["x"]),
+        ("Min", {}, ["x"]),
+        ("Pow", {}, ["three"]),
+        ("Div", {}, ["x"]),
+        ("Sub", {}, ["x"]),
+    ],
+)
+def test_each_op_fused_equals_onnxruntime(op, attrs, extra):
+    opset = 20 if op == "Gelu" else 17
+    nodes = [N("Abs", ["x"], ["ax"]), N("Add", ["ax", "half"], ["h"])]
+    nodes.append(N(op, ["h", *extra], ["o"], **attrs))
+    nodes.append(N("Mul", ["o", "x"], ["y"]))
+    inits = [("half", np.array(0.5, np.float32)), ("three", np.array(3.0, np.float32))]
+    m = model(nodes, X, [("y", [2, 4, 3, 5])], inits, opset=opset)
+    assert check(m, seed=3) == {"fuse_elementwise": 1}
+
+
+def test_values_read_outside_the_chain_are_kept():
+    m = model(
+        [N("Add", ["x", "x"], ["a"]), N("Relu", ["a"], ["r"]), N("Exp", ["a"], ["e"])],
+        X,
+        [("r", [2, 4, 3, 5]), ("e", [2, 4, 3, 5])],
+    )
+    assert check(m) == {}  # a has two readers and each group is one node
+    m = model(
+        [N("Add", ["x", "x"], ["a"]), N("Relu", ["a"], ["y"])],
+        X,
+        [("a", [2, 4, 3, 5]), ("y", [2, 4, 3, 5])],
+    )
+    assert check(m) == {}  # a is a graph output
+
+
+def test_one_node_is_fused_when_it_is_three_primitives_or_more():
+    y = [("y", [2, 4, 3, 5])]
+    assert ops(model([N("HardSwish", ["x"], ["y"])], X, y)) == ["FusedElementwise"]
+    assert ops(model([N("Sigmoid", ["x"], ["y"])], X, y)) == ["Sigmoid"]
+
+
+def test_what_cannot_be_expressed_is_not_fused():
+    m = model([N("Pow", ["x", "x"], ["p"]), N("Relu", ["p"], ["y"])], X, [("y", [2, 4, 3, 5])])
+    assert ops(m) == ["Pow", "Relu"]
+    m = model([N("Softmax", ["x"], ["s"]), N("Relu", ["s"], ["y"])], X, [("y", [2, 4, 3, 5])])
+    assert ops(m) == ["Softmax", "Relu"]
+
+
+def test_disabled_by_name_by_switch_and_by_environment(monkeypatch):
+    m = _silu_chain()
+    assert "FusedElementwise" not in ops(m, disabled_passes=["fuse_elementwise"])
+    assert "FusedElementwise" not in ops(m, fusion=False)
+    monkeypatch.setenv("ANYCHIP_DISABLED_PASSES", "fuse_elementwise")
+    assert "FusedElementwise" not in ops(m)
+    monkeypatch.setenv("ANYCHIP_DISABLED_PASSES", "")
+    with pytest.raises(DeviceError, match="no pass named"):
+        ops(m, disabled_passes=["fuse_everything"])
+
+
+def test_the_report_lists_the_fusions():
+    s = anychip.load(_silu_chain().SerializeToString(), "cpu")
+    assert "fusions={'fuse_elementwise': 1}" in str(s.placement())
+
+
+def test_fallback_without_a_compiler_gives_the_same_result(monkeypatch):
+    m = _silu_chain()
+    with_cc = check(m, seed=5)
+    monkeypatch.setenv("CC", "/nonexistent/anychip-no-cc")
+    assert check(m, seed=5) == with_cc
+
+
+def test_the_fused_kernel_writes_over_its_dying_first_input():
+    m = model(
+        [
+            N("MatMul", ["x", "w"], ["h"]),
+            N("Add", ["h", "b"], ["a"]),
+            N("Sigmoid", ["a"], ["s"]),
+            N("Mul", ["a", "s"], ["y"]),
+            N("MatMul", ["y", "w2"], ["z"]),
+        ],
+        [("x", [8, 16])],
+        [("z", [8, 4])],
+        [("w", rand(1, 16, 32)), ("b", rand(2, 32)), ("w2", rand(3, 32, 4))],
+    )
+    s = anychip.load(m.SerializeToString(), "cpu")
+    (pm,) = s.compiled.part_memory.values()
+    fused = next(i for i in pm.program.instrs if i.node.op_type == "FusedElementwise")
+    assert check(m) == {"fuse_elementwise": 1}
+    s.run(None, {"x": rand(4, 8, 16)})
+    plan = pm.current.plan
+    assert plan.inplace.get(fused.outs[0]) == fused.ins[0]  # h's memory reused for y
+    assert pm.current.arena.offsets[fused.outs[0]] == pm.current.arena.offsets[fused.ins[0]]
+
+
+def test_optimize_false_keeps_the_nodes_as_written():
+    s = anychip.load(_silu_chain().SerializeToString(), "cpu", optimize=False)
+    assert [n.op_type for n in s.partitions[0].graph.nodes][:3] == ["Add", "Sigmoid", "Mul"]
