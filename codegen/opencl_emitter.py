@@ -11,7 +11,7 @@ is the flat output index); arguments are the C kernel's, as ``__global`` buffers
 from __future__ import annotations
 
 from anychip.codegen.emitter import Emitter
-from anychip.codegen.program import KernelSpec
+from anychip.codegen.program import KernelSpec, Step
 
 __all__ = ["OpenCLEmitter"]
 
@@ -24,6 +24,14 @@ class OpenCLEmitter(Emitter):
 
     def suffix(self, ctype: str) -> str:
         return ""
+
+    def step(self, step: Step, spec: KernelSpec, ctype: str) -> str:
+        # A comparison's result is kept as a 0/1 of the element type, and OpenCL C (unlike
+        # C) takes no floating-point value as the condition of ``?:``.
+        if step.op == "select":
+            c, a, b = (f"t{i}" for i in step.args)
+            return f"({c} != ({ctype})0 ? {a} : {b})"
+        return super().step(step, spec, ctype)
 
     def source(self, spec: KernelSpec) -> str:
         ctype = self.ctypes[spec.dtype]

@@ -36,3 +36,15 @@ def anychip_register_kernels(registry: Registry) -> None:
             alias = KernelTable(b.name)
             alias.merge(KERNELS)
             registry.add_kernels(alias)
+
+
+@hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    # The element-wise fusion of the CPU's passes: a chain becomes one launch (op_fused).
+    from anychip.backends.cpu.passes import FuseElementwisePass
+    from anychip.backends.opencl.backend import backends
+
+    for b in backends():
+        p = FuseElementwisePass()
+        p.optimization = True
+        registry.add_pass(p, backend=b.name)

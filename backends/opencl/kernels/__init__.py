@@ -10,6 +10,7 @@ from anychip.backends.opencl.kernels import (  # noqa: F401 - imported for regis
     op_conv,
     op_data,
     op_elementwise,
+    op_fused,
     op_matmul,
     op_normalization,
     op_pool,
