@@ -136,3 +136,29 @@ def test_printer_text() -> None:
         "  %y = Neg(%a) {alpha=0.5}   # neg_0",
         "}",
     ]
+
+
+def test_a_pass_is_verified_when_it_changes_the_graph_or_its_node_count() -> None:
+    """A pass that reports a change is verified; one that reports none but changed the node
+    count is verified too; one that did nothing is not verified again."""
+    from anychip.ir.passes import Pass, PassResult
+
+    class Breaks(Pass):
+        def __init__(self, report: bool, add: bool) -> None:
+            self.report, self.add = report, add
+
+        def call(self, graph: Graph) -> PassResult:
+            neg = graph.nodes[1]
+            neg.replace_input(0, Value("stranger", DType.FLOAT, [2]))
+            if self.add:
+                graph.append(Node("Relu", [graph.inputs[0]], [Value("extra")], name="extra"))
+            return PassResult(graph, self.report)
+
+    for report, add in [(True, False), (False, True)]:
+        g, *_ = _chain()
+        with pytest.raises(GraphError, match="stranger"):
+            Breaks(report, add)(g)
+    g, *_ = _chain()
+    Breaks(False, False)(g)  # lied about changing nothing: its own contract, not re-checked
+    with pytest.raises(GraphError, match="stranger"):
+        g.verify()
