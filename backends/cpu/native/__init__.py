@@ -32,6 +32,12 @@ void tree_leaves_f64(const double*, int64_t, int64_t, const int64_t*, const doub
                      const int64_t*, int64_t, int64_t*);
 void leaf_sum_f32(const int64_t*, int64_t, int64_t, const float*, int64_t, float*);
 void leaf_sum_f64(const int64_t*, int64_t, int64_t, const double*, int64_t, double*);
+void tree_sum_f32(const float*, int64_t, int64_t, const int64_t*, const double*,
+                  const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
+                  const int64_t*, int64_t, const float*, int64_t, float*);
+void tree_sum_f64(const double*, int64_t, int64_t, const int64_t*, const double*,
+                  const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
+                  const int64_t*, int64_t, const double*, int64_t, double*);
 int svm_couple(const float*, int64_t, int64_t, float*);
 """
 _LOCK = threading.Lock()

@@ -61,3 +61,31 @@ WALK(tree_leaves_f64, double)
 
 LEAF_SUM(leaf_sum_f32, float)
 LEAF_SUM(leaf_sum_f64, double)
+
+/* The walk and the sum in one pass (no [rows, trees] leaf array): out[r, c] = sum over trees,
+ * in tree order, of table[leaf reached by row r in tree t, c], accumulated in TYPE exactly as
+ * leaf_sum_* does. */
+#define WALK_SUM(NAME, TYPE)                                                                  \
+    EXPORT void NAME(const TYPE *x, int64_t rows, int64_t cols, const int64_t *feature,       \
+                     const double *threshold, const int8_t *rule, const int64_t *true_child,  \
+                     const int64_t *false_child, const uint8_t *missing, const int64_t *roots, \
+                     int64_t trees, const TYPE *table, int64_t width, TYPE *out) {            \
+        for (int64_t r = 0; r < rows; r++) {                                                  \
+            const TYPE *row = x + r * cols;                                                   \
+            TYPE *o = out + r * width;                                                        \
+            for (int64_t c = 0; c < width; c++) o[c] = 0;                                     \
+            for (int64_t t = 0; t < trees; t++) {                                             \
+                int64_t k = roots[t];                                                         \
+                while (rule[k] != 6) {                                                        \
+                    double v = (double)row[feature[k]];                                       \
+                    k = go_true(v, threshold[k], rule[k], missing[k]) ? true_child[k]         \
+                                                                      : false_child[k];       \
+                }                                                                             \
+                const TYPE *w = table + k * width;                                            \
+                for (int64_t c = 0; c < width; c++) o[c] += w[c];                             \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+WALK_SUM(tree_sum_f32, float)
+WALK_SUM(tree_sum_f64, double)
