@@ -29,6 +29,12 @@ __all__ = ["tree_ensemble_classifier", "tree_ensemble_regressor"]
 _RULES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4}
 _RULES["BRANCH_NEQ"] = 5
 _LEAF = 6
+#: numpy's image of native/tree_ensemble.c's ``packed_node`` (aligned: 24 bytes).
+_PACKED = np.dtype(
+    [("threshold", "f8"), ("feature", "i4"), ("true", "i4"), ("false", "i4")]
+    + [("rule", "i1"), ("missing", "u1")],
+    align=True,
+)
 #: Rows walked at once: bounds the ``[rows, trees]`` temporaries.
 _CHUNK = 4096
 
@@ -92,6 +98,7 @@ class _Forest:
         self._tables: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pointers: tuple | None = None
         self._table_pointers: dict[tuple, Any] = {}
+        self._packed: tuple | None = None
         self.max_feature = int(self.feature.max()) if self.feature.size else -1
         self.base: np.ndarray | None = None  # set by the kernel once
 
@@ -144,8 +151,20 @@ class _Forest:
             self._pointers = tuple(_pointer(ffi, a, t) for a, t in zip(arrays, types))
         return self._pointers
 
+    def packed(self, ffi: Any) -> tuple[Any, int]:
+        """The nodes as one packed record each (``tree_packed_sum_*``'s ``packed_node``) and
+        whether every branch is BRANCH_LEQ; made once."""
+        if self._packed is None:
+            nodes = np.zeros(len(self.rule), _PACKED)
+            nodes["threshold"], nodes["feature"] = self.threshold, self.feature
+            nodes["true"], nodes["false"] = self.true, self.false
+            nodes["rule"], nodes["missing"] = self.rule, self.missing_u8
+            all_leq = int(bool(np.all((self.rule == 0) | (self.rule == _LEAF))))
+            self._packed = (nodes, ffi.cast("packed_node *", ffi.from_buffer(nodes)), all_leq)
+        return self._packed[1], self._packed[2]
+
     def native_sum(self, lib: Any, x: np.ndarray, table: np.ndarray) -> np.ndarray:
-        """Walk and sum in one C pass (``tree_sum_*``): ``[rows, width]`` in the table's type."""
+        """Walk and sum in one C pass: ``[rows, width]`` in the table's type."""
         ffi, work = native.ffi(), table.dtype.type
         f32 = work is np.float32
         x = np.ascontiguousarray(x, dtype=work)
@@ -154,12 +173,17 @@ class _Forest:
         if tp is None:
             tp = self._table_pointers[key] = _pointer(ffi, table, "float *" if f32 else "double *")
         out = np.empty((x.shape[0], table.shape[1]), work)
-        walk = lib.tree_sum_f32 if f32 else lib.tree_sum_f64
         xp = ffi.from_buffer("float[]" if f32 else "double[]", x)
         op = ffi.from_buffer("float[]" if f32 else "double[]", out)
-        walk(
-            xp, x.shape[0], x.shape[1], *self.pointers(ffi), len(self.roots), tp, table.shape[1], op
-        )
+        rows, cols, trees = x.shape[0], x.shape[1], len(self.roots)
+        if len(self.rule) < 2**31 and self.max_feature < 2**31:
+            nodes, all_leq = self.packed(ffi)
+            walk = lib.tree_packed_sum_f32 if f32 else lib.tree_packed_sum_f64
+            roots = self.pointers(ffi)[-1]
+            walk(xp, rows, cols, nodes, roots, trees, all_leq, tp, table.shape[1], op)
+        else:
+            walk = lib.tree_sum_f32 if f32 else lib.tree_sum_f64
+            walk(xp, rows, cols, *self.pointers(ffi), trees, tp, table.shape[1], op)
         return out
 
     def _native_leaves(self, lib: Any, x: np.ndarray) -> np.ndarray:

@@ -38,6 +38,16 @@ void tree_sum_f32(const float*, int64_t, int64_t, const int64_t*, const double*,
 void tree_sum_f64(const double*, int64_t, int64_t, const int64_t*, const double*,
                   const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
                   const int64_t*, int64_t, const double*, int64_t, double*);
+typedef struct {
+    double threshold;
+    int32_t feature, true_child, false_child;
+    int8_t rule;
+    uint8_t missing;
+} packed_node;
+void tree_packed_sum_f32(const float*, int64_t, int64_t, const packed_node*, const int64_t*,
+                         int64_t, int, const float*, int64_t, float*);
+void tree_packed_sum_f64(const double*, int64_t, int64_t, const packed_node*, const int64_t*,
+                         int64_t, int, const double*, int64_t, double*);
 int svm_couple(const float*, int64_t, int64_t, float*);
 """
 _LOCK = threading.Lock()
