@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.kernels.op_conv import conv
 from anychip.backends.cpu.table import kernel
+from anychip.core.kernel_call import KernelContext
 from anychip.errors import ModelError
 
 __all__ = ["conv_integer", "mat_mul_integer", "qlinear_conv", "qlinear_mat_mul"]
@@ -111,8 +113,21 @@ def _scale_of(scale: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
     return s.reshape(shape)
 
 
-@kernel("QLinearConv", since=10)
+def _weights_centered(ctx: KernelContext, w: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    """``w - w_zero_point`` in float64, kept per node while the same weight array comes back
+    (an initializer: converting it on every run cost as much as the small convolutions)."""
+    cache: dict = compiled(ctx, dict)
+    hit = cache.get("w")
+    if hit is not None and hit[0] is w and hit[1] is zp:
+        return hit[2]
+    centered = _centered(w, zp, 0)
+    cache["w"] = (w, zp, centered)
+    return centered
+
+
+@kernel("QLinearConv", since=10, context=True)
 def qlinear_conv(
+    ctx: KernelContext,
     x: np.ndarray,
     x_scale: np.ndarray,
     x_zero_point: np.ndarray,
@@ -124,7 +139,7 @@ def qlinear_conv(
     b: np.ndarray | None = None,
     **attrs: object,
 ) -> np.ndarray:
-    acc = _conv_f64(_centered(x, x_zero_point), _centered(w, w_zero_point, 0), attrs)
+    acc = _conv_f64(_centered(x, x_zero_point), _weights_centered(ctx, w, w_zero_point), attrs)
     if b is not None:
         acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (acc.ndim - 2))
     real = acc * _scale_of(x_scale, acc.ndim, None) * _scale_of(w_scale, acc.ndim, 1)
