@@ -78,7 +78,7 @@ def linear_classifier(
 
 def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
     out = post_transform(scores, name)
-    return out.astype(np.float32) if scores.dtype != np.float64 else out
+    return out.astype(np.float32, copy=False) if scores.dtype != np.float64 else out
 
 
 @kernel("LinearRegressor", domain=ML, since=1, context=True)
