@@ -20,7 +20,9 @@ Decompositions (the formulas of onnxruntime's ContribOperators.md):
     FusedGemm(a, b, c?)      activation(Gemm(a, b, c)) for Relu, Tanh, Sigmoid, LeakyRelu
                              (the CPU's own FusedGemm fusion runs later, on CPU partitions)
     SkipLayerNormalization   LayerNormalization(input + skip (+ bias), gamma, beta, axis=-1)
-                             (output 0 and output 3 only; the model's opset >= 17)
+                             (output 0 and output 3 only; the model's opset >= 17), or for
+                             a device without LayerNormalization the same written out:
+                             d = s - ReduceMean(s); d / Sqrt(ReduceMean(d * d) + eps) * gamma + beta
 """
 
 from __future__ import annotations
@@ -159,35 +161,76 @@ def _fused_gemm(b: _Builder) -> bool:
     return True
 
 
-def _skip_layer_norm(b: _Builder) -> bool:
+def _skip_sum(b: _Builder) -> Value | None:
+    """``input + skip (+ bias)``, written to output 3 when the node has it; None when
+    the node's mean or inv_std outputs are read (no standard op gives them)."""
     n = b.node
     outs = list(n.outputs) + [None] * (4 - len(n.outputs))
     read = [o is not None and (o.uses or o in n.graph.outputs) for o in outs[1:3]]
-    if b.opset < 17 or any(read):
-        return False  # LayerNormalization is standard from 17; mean/inv_std are not its outputs
-    x, skip, gamma = n.inputs[:3]
-    beta = n.inputs[3] if len(n.inputs) > 3 else None
+    if any(read):
+        return None
     bias = n.inputs[4] if len(n.inputs) > 4 else None
-    total = b.op("Add", [x, skip])
+    total = b.op("Add", n.inputs[:2])
     if bias is not None:
-        total = b.op("Add", [total, bias], b.outputs[3] if outs[3] is not None else None)
-    elif outs[3] is not None:
-        total = b.op("Identity", [total], b.outputs[3])
-    ins = [total, gamma] + ([beta] if beta is not None else [])
+        return b.op("Add", [total, bias], b.outputs[3] if outs[3] is not None else None)
+    if outs[3] is not None:
+        return b.op("Identity", [total], b.outputs[3])
+    return total
+
+
+def _skip_layer_norm(b: _Builder) -> bool:
+    """LayerNormalization (standard from opset 17) of the skip sum."""
+    total = _skip_sum(b) if b.opset >= 17 else None
+    if total is None:
+        return False
+    n = b.node
+    ins = [total, n.inputs[2]] + ([n.inputs[3]] if len(n.inputs) > 3 and n.inputs[3] else [])
     eps = float(n.attr("epsilon", 1e-12))
     b.op("LayerNormalization", ins, b.outputs[0], axis=-1, epsilon=eps)
     return True
 
 
-#: (op_type) -> decomposition; each builds into a ``_Builder`` and says whether it could.
-DECOMPOSABLE: dict[str, Callable[[_Builder], bool]] = {
-    "Gelu": _gelu,
-    "BiasGelu": _bias_gelu,
-    "FastGelu": _fast_gelu,
-    "QuickGelu": _quick_gelu,
-    "FusedMatMul": _fused_matmul,
-    "FusedGemm": _fused_gemm,
-    "SkipLayerNormalization": _skip_layer_norm,
+def _reduce_mean_last(b: _Builder, v: Value) -> Value:
+    if b.opset >= 18:  # axes became an input
+        axes = Value(b.names.fresh(f"{b.node.name}_axes"), const=np.array([-1], np.int64))
+        b.constants.append(axes)
+        out = b.op("ReduceMean", [v, axes], keepdims=1)
+    else:
+        out = b.op("ReduceMean", [v], axes=[-1], keepdims=1)
+    out.shape = None if v.shape is None else (*v.shape[:-1], 1)
+    return out
+
+
+def _skip_layer_norm_expanded(b: _Builder) -> bool:
+    """The same, with LayerNormalization written out (for a device without it):
+    d = s - mean(s); y = d / sqrt(mean(d * d) + eps) * gamma (+ beta)."""
+    total = _skip_sum(b)
+    if total is None:
+        return False
+    n = b.node
+    d = b.op("Sub", [total, _reduce_mean_last(b, total)])
+    var = _reduce_mean_last(b, b.op("Mul", [d, d]))
+    shifted = b.op("Add", [var, b.const(float(n.attr("epsilon", 1e-12)))])
+    shifted.shape = var.shape
+    std = b.op("Sqrt", [shifted])
+    std.shape = var.shape
+    beta = n.inputs[3] if len(n.inputs) > 3 else None
+    scaled = b.op("Mul", [b.op("Div", [d, std]), n.inputs[2]], None if beta else b.outputs[0])
+    if beta is not None:
+        b.op("Add", [scaled, beta], b.outputs[0])
+    return True
+
+
+#: op_type -> its decompositions, most compact first; each builds into a ``_Builder`` and
+#: says whether it could.
+DECOMPOSABLE: dict[str, tuple[Callable[[_Builder], bool], ...]] = {
+    "Gelu": (_gelu,),
+    "BiasGelu": (_bias_gelu,),
+    "FastGelu": (_fast_gelu,),
+    "QuickGelu": (_quick_gelu,),
+    "FusedMatMul": (_fused_matmul,),
+    "FusedGemm": (_fused_gemm,),
+    "SkipLayerNormalization": (_skip_layer_norm, _skip_layer_norm_expanded),
 }
 
 
@@ -275,25 +318,40 @@ def decompose_for_devices(
     names = Names(graph)
     done = 0
     for node in list(graph.nodes):
-        build = DECOMPOSABLE.get(node.op_type) if node.domain == MS else None
-        if build is None or pin_for(node) is not None or not node.inputs:
+        builds = DECOMPOSABLE.get(node.op_type, ()) if node.domain == MS else ()
+        if not builds or pin_for(node) is not None or not node.inputs:
             continue
         if node.inputs[0] is None or node.inputs[0].dtype not in _FLOATS:
             continue
         _infer(node)
-        trial = _Builder(node, names, opset, _stand_ins(node))
-        ok = build(trial)
-        for n in trial.nodes:
-            n.detach()
-        if not ok:
-            continue
-        _resolve(trial.nodes, schemas)
         as_is = _first_capable([node], backends, tables)
-        if _first_capable(trial.nodes, backends, tables) >= as_is:
-            continue
-        _replace(graph, node, build, names, opset, schemas)
-        done += 1
+        for build in builds:
+            if _preferred(node, build, names, opset, schemas, backends, tables) < as_is:
+                _replace(graph, node, build, names, opset, schemas)
+                done += 1
+                break
     return done
+
+
+def _preferred(
+    node: Node,
+    build: Callable[[_Builder], bool],
+    names: Names,
+    opset: int,
+    schemas: Any,
+    backends: list[Any],
+    tables: dict[str, Any],
+) -> int:
+    """The priority index of the first device that runs ``build``'s subgraph of ``node``
+    (a trial on stand-in outputs, detached after), or ``len(backends)`` when none can."""
+    trial = _Builder(node, names, opset, _stand_ins(node))
+    ok = build(trial)
+    for n in trial.nodes:
+        n.detach()
+    if not ok:
+        return len(backends)
+    _resolve(trial.nodes, schemas)
+    return _first_capable(trial.nodes, backends, tables)
 
 
 def _replace(

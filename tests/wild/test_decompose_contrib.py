@@ -65,8 +65,12 @@ def test_contrib_ops_decomposed_run_on_the_device(device: str) -> None:
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     assert not {"FusedMatMul", "QuickGelu", "FastGelu", "Gelu", "BiasGelu"} & set(by_op), by_op
     assert all(d == device for op in ("Erf", "Tanh", "Sigmoid", "MatMul") for d in by_op[op]), by_op
-    if device == "npu":  # the NPU has LayerNormalization, the XPU does not (it stays on the CPU)
+    assert "SkipLayerNormalization" not in by_op, by_op
+    if device == "npu":  # the NPU has LayerNormalization
         assert by_op["LayerNormalization"] == ["npu"], by_op
+    else:  # the XPU has not: LayerNormalization written out in ReduceMean, Sqrt, Div
+        assert "LayerNormalization" not in by_op, by_op
+        assert all(d == "xpu" for op in ("ReduceMean", "Sqrt", "Div") for d in by_op[op]), by_op
 
 
 @pytest.mark.parametrize("devices", [["cpu"], ["cpu", "xpu"]])
@@ -79,7 +83,7 @@ def test_cpu_first_keeps_the_contrib_ops(devices: list[str]) -> None:
     np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
-def test_a_pinned_node_and_an_old_opset_are_not_decomposed() -> None:
+def test_pins_and_opsets() -> None:
     model, feeds = _model()
     with anychip.load(
         model, devices=["npu", "cpu"], cost_model=False, placement={"FastGelu": "cpu"}
@@ -88,10 +92,16 @@ def test_a_pinned_node_and_an_old_opset_are_not_decomposed() -> None:
         np.testing.assert_allclose(
             sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4
         )
-    old, feeds = _model(opset=16)  # no standard LayerNormalization below 17
-    with anychip.load(old, devices=["npu", "cpu"], cost_model=False) as sess:
+    old, feeds = _model(opset=16)  # no standard LayerNormalization below 17, no ReduceMean
+    with anychip.load(old, devices=["npu", "cpu"], cost_model=False) as sess:  # on the NPU
         assert _devices(sess)["SkipLayerNormalization"] == ["cpu"]
         assert "FastGelu" not in _devices(sess)
+    for opset in (16, 18):  # ReduceMean's axes: an attribute at 16, an input from 18
+        model, feeds = _model(opset=opset)
+        with anychip.load(model, devices=["xpu", "cpu"], cost_model=False) as sess:
+            assert _devices(sess)["ReduceMean"] == ["xpu", "xpu"], _devices(sess)
+            for g, w in zip(sess.run(None, feeds), ort_run(model, feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
