@@ -116,3 +116,26 @@ def test_label_encoder_strings_and_tensors(case) -> None:
     model = _label_encoder(ver, attrs, xt, yt)
     got, _ = anychip_run(model, {"x": x})
     assert_same(got, ort_run(model, {"x": x}))
+
+
+def test_threaded_tree_walk_is_bit_identical(monkeypatch) -> None:
+    # 1100 rows x 20 trees crosses the threading threshold; rows split over threads in
+    # blocks, each row's sum in tree order: the same bits for any thread count.
+    from sklearn.datasets import make_regression
+    from sklearn.ensemble import RandomForestRegressor
+
+    from anychip.backends.cpu.kernels import op_ml_tree_ensemble as te
+    from bench._wild_sklearn import convert
+
+    x, y = make_regression(1300, 8, random_state=1)
+    x = x.astype(np.float32)
+    est = RandomForestRegressor(n_estimators=20, random_state=0).fit(x[:200], y[:200])
+    model, feeds = convert(est, x[:1]), {"X": x[200:]}
+    assert len(x[200:]) * 20 >= te._THREAD_WALKS
+    outs = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("ANYCHIP_NATIVE_THREADS", threads)
+        outs.append(anychip_run(model, feeds)[0][0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+    assert_same([outs[0]], ort_run(model, feeds), rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ added after aggregation, and the binary classifier with one class column is comp
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,8 @@ _PACKED = np.dtype(
     + [("rule", "i1"), ("missing", "u1")],
     align=True,
 )
+#: Walks (rows x trees) below which the native walk stays on one thread.
+_THREAD_WALKS = 16384
 #: Rows walked at once: bounds the ``[rows, trees]`` temporaries.
 _CHUNK = 4096
 
@@ -178,9 +181,22 @@ class _Forest:
         rows, cols, trees = x.shape[0], x.shape[1], len(self.roots)
         if len(self.rule) < 2**31 and self.max_feature < 2**31:
             nodes, all_leq = self.packed(ffi)
-            walk = lib.tree_packed_sum_f32 if f32 else lib.tree_packed_sum_f64
-            roots = self.pointers(ffi)[-1]
-            walk(xp, rows, cols, nodes, roots, trees, all_leq, tp, table.shape[1], op)
+            roots, width = self.pointers(ffi)[-1], table.shape[1]
+            threads = _threads(rows * trees)
+            lib.tree_packed_sum(
+                0 if f32 else 1,
+                xp,
+                rows,
+                cols,
+                nodes,
+                roots,
+                trees,
+                all_leq,
+                tp,
+                width,
+                op,
+                threads,
+            )  # noqa: E501
         else:
             walk = lib.tree_sum_f32 if f32 else lib.tree_sum_f64
             walk(xp, rows, cols, *self.pointers(ffi), trees, tp, table.shape[1], op)
@@ -196,6 +212,17 @@ class _Forest:
         xp, op = ffi.from_buffer(ctype, x), ffi.from_buffer("int64_t[]", out)
         walk(xp, x.shape[0], x.shape[1], f, th, rule, t, fa, miss, roots, len(self.roots), op)
         return out
+
+
+def _threads(walks: int) -> int:
+    """Threads for ``walks`` (row, tree) walks: one below ``_THREAD_WALKS`` (starting a
+    thread costs about as much as 2000 walks), else one per usable core up to 8
+    (``ANYCHIP_NATIVE_THREADS`` caps it), as onnxruntime's tree kernel splits its rows."""
+    if walks < _THREAD_WALKS:
+        return 1
+    cap = os.environ.get("ANYCHIP_NATIVE_THREADS", "")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, 8, int(cap) if cap.isdigit() else 8))
 
 
 def _pointer(ffi: Any, a: np.ndarray, ctype: str) -> Any:
