@@ -9,7 +9,9 @@ rewritten into the standard subgraph its spec states only when a device that the
 prefers to every device running the node as written can run every op of that subgraph. With
 the CPU alone, or the CPU first, or a pin on the node, nothing changes, so the CPU keeps its
 native kernels and its own fusions (those run later, per CPU partition). The rewritten nodes
-then go through placement like any other: the cost model may still leave them on the CPU.
+then go through placement like any other; when they all land on one device that runs the
+node as written (the cost model kept them on the CPU), ``recompose_unmoved`` puts the node
+back before partitioning.
 
 Decompositions (the formulas of onnxruntime's ContribOperators.md):
     Gelu(x)                  0.5 * x * (1 + Erf(x / sqrt 2))
@@ -39,9 +41,11 @@ from anychip.ir.passes.rewrite import Names, attrs
 from anychip.ir.value import Value
 from anychip.opsets.schemas import resolve
 
-__all__ = ["decompose_for_devices", "DECOMPOSABLE"]
+__all__ = ["decompose_for_devices", "recompose_unmoved", "DECOMPOSABLE"]
 
 MS = "com.microsoft"
+#: graph.meta key: the decompositions made, (original node, its standard nodes, constants).
+_GROUPS = "decomposed_contrib"
 _FLOATS = (DType.FLOAT, DType.DOUBLE, DType.FLOAT16)
 
 
@@ -374,3 +378,36 @@ def _replace(
     for i, n in enumerate(b.nodes):
         n.meta["decomposed_from"] = f"{MS}::{node.op_type} {node.name}"
         graph.insert(at + i, n)
+    graph.meta.setdefault(_GROUPS, []).append((node, b.nodes, b.constants))
+
+
+def recompose_unmoved(graph: Graph, backends: list[Any], tables: dict[str, Any]) -> int:
+    """After placement: put back each decomposed node whose standard ops all landed on one
+    device that runs the node as written (the cost model kept them on the CPU, say), so that
+    device keeps its native kernel; returns how many were put back."""
+    by_name = {b.name: b for b in backends}
+    kept, restored = [], 0
+    for original, nodes, constants in graph.meta.get(_GROUPS, []):
+        devices = {n.meta.get("device") for n in nodes}
+        device = devices.pop() if len(devices) == 1 else None
+        backend = by_name.get(device)
+        if backend is None or backend.supports(original, tables.get(device)) is not None:
+            kept.append((original, nodes, constants))
+            continue
+        at = min(graph.nodes.index(n) for n in nodes)
+        for n in nodes:
+            graph.remove(n)
+        for c in constants:
+            graph.initializers.pop(c.name, None)
+        for i, v in enumerate(original.inputs):
+            if v is not None:
+                v.uses.append((original, i))
+        for i, v in enumerate(original.outputs):
+            if v is not None:
+                v.producer, v.index = original, i
+        original.meta["device"] = device
+        original.meta["placement_reason"] = nodes[-1].meta.get("placement_reason", "chosen")
+        graph.insert(at, original)
+        restored += 1
+    graph.meta[_GROUPS] = kept
+    return restored

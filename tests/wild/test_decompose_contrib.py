@@ -128,3 +128,22 @@ def test_fused_gemm_decomposed_runs_on_the_device(device: str, act: str) -> None
         else:
             assert _devices(sess) == {"Gemm": [device], act: [device]}, _devices(sess)
     np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["npu", "xpu"])
+def test_decompositions_the_cost_model_keeps_on_the_cpu_are_put_back(device: str) -> None:
+    # With the cost model on, whatever it decides, no decomposition ends up wholly on the
+    # CPU: the CPU then runs the contrib node with its native kernel.
+    model, feeds = _model()
+    with anychip.load(model, devices=[device, "cpu"]) as sess:
+        got = sess.run(None, feeds)
+        groups: dict[str, set[str]] = {}
+        for n in sess.compiled.model.graph.nodes:
+            if "decomposed_from" in n.meta:
+                groups.setdefault(n.meta["decomposed_from"], set()).add(n.meta["device"])
+        contrib = [n for n in sess.compiled.model.graph.nodes if n.domain == MS]
+    assert all(devices != {"cpu"} for devices in groups.values()), groups
+    assert len(groups) + len(contrib) == 6
+    assert all(n.meta["device"] == "cpu" for n in contrib)
+    for g, w in zip(got, ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
