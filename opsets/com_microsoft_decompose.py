@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.errors import AnychipError
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Node
@@ -354,7 +355,10 @@ def _preferred(
         n.detach()
     if not ok:
         return len(backends)
-    _resolve(trial.nodes, schemas)
+    try:
+        _resolve(trial.nodes, schemas)
+    except AnychipError:  # a standard op this opset does not have: not decomposable here
+        return len(backends)
     return _first_capable(trial.nodes, backends, tables)
 
 
