@@ -94,6 +94,15 @@ def quantized_cases(full: bool) -> Iterator[tuple[str, Build, tuple[float, float
                     return _quantize_static(small_cnn(), fmt, act, pc), {"x": _images(1)}
 
                 yield name, build, _TIGHT
+    for fmt in ("qdq", "qoperator"):  # static MatMul models: QLinearMatMul / QDQ MatMul
+        for act in ("u8", "s8"):
+            for pc in (False, True):
+
+                def static_mlp(fmt: str = fmt, act: str = act, pc: bool = pc) -> tuple:
+                    x = np.random.default_rng(5).standard_normal((16, 32)).astype(np.float32)
+                    return _quantize_static(mlp(), fmt, act, pc), {"x": x}
+
+                yield f"mlp {fmt} {act}s8{' per-channel' if pc else ''}", static_mlp, _TIGHT
     for weight in ("s8", "u8"):
         for pc in (False, True):
 

@@ -100,6 +100,31 @@ def _estimators(full: bool) -> list[tuple[str, str, Callable[[], Any]]]:
         ("Pipeline imputer+scaler+PCA+SVC", "multi-nan", lambda: make(
             SimpleImputer(), pre.StandardScaler(), decomposition.PCA(6), svm.SVC(probability=True, **seed)  # noqa: E501
         )),
+        ("AdaBoostClassifier", "multi", lambda: ens.AdaBoostClassifier(n_estimators=n, **seed)),
+        ("AdaBoostRegressor", "regression", lambda: ens.AdaBoostRegressor(n_estimators=n, **seed)),
+        ("BaggingClassifier", "multi", lambda: ens.BaggingClassifier(n_estimators=10, **seed)),
+        ("BaggingRegressor", "regression", lambda: ens.BaggingRegressor(n_estimators=10, **seed)),
+        ("ExtraTreeClassifier", "binary", lambda: tree.ExtraTreeClassifier(**seed)),
+        ("RandomForestClassifier", "binary", lambda: ens.RandomForestClassifier(**trees)),
+        ("ElasticNet", "regression", lambda: lm.ElasticNet()),
+        ("BayesianRidge", "regression", lambda: lm.BayesianRidge()),
+        ("HuberRegressor", "regression", lambda: lm.HuberRegressor(max_iter=500)),
+        ("SGDRegressor", "regression", lambda: lm.SGDRegressor(**seed)),
+        ("Perceptron", "multi", lambda: lm.Perceptron(**seed)),
+        ("PassiveAggressiveClassifier", "multi", lambda: lm.PassiveAggressiveClassifier(**seed)),
+        ("LogisticRegression liblinear", "binary", lambda: lm.LogisticRegression(solver="liblinear")),  # noqa: E501
+        ("LinearSVR", "regression", lambda: svm.LinearSVR(max_iter=5000, **seed)),
+        ("SVC sigmoid", "multi", lambda: svm.SVC(kernel="sigmoid")),
+        ("SVC rbf", "binary", lambda: svm.SVC()),
+        ("NuSVR rbf", "regression", lambda: svm.NuSVR()),
+        ("BernoulliNB", "multi", lambda: naive_bayes.BernoulliNB()),
+        ("MLPRegressor", "regression", lambda: neural_network.MLPRegressor(**mlp)),
+        ("MaxAbsScaler", "x", lambda: pre.MaxAbsScaler()),
+        ("PolynomialFeatures", "x", lambda: pre.PolynomialFeatures(2)),
+        ("TruncatedSVD", "x", lambda: decomposition.TruncatedSVD(4, **seed)),
+        ("SimpleImputer median", "x-nan", lambda: SimpleImputer(strategy="median")),
+        ("Pipeline scaler+RandomForest", "multi", lambda: make(pre.StandardScaler(), ens.RandomForestClassifier(**trees))),  # noqa: E501
+        ("Pipeline PCA+Ridge", "regression", lambda: make(decomposition.PCA(6), lm.Ridge())),
         ("RandomForestRegressor *_as_tensor", "regression-tensor", lambda: ens.RandomForestRegressor(**trees)),  # noqa: E501
         ("GradientBoostingClassifier *_as_tensor", "multi-tensor", lambda: ens.GradientBoostingClassifier(**trees)),  # noqa: E501
     ]  # fmt: skip

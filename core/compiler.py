@@ -40,6 +40,7 @@ from anychip.ir.clone import copy_model
 from anychip.ir.graph import Model
 from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
 from anychip.ir.passes.fold_batch_norm import fold_batch_norm
+from anychip.opsets.com_microsoft_decompose import decompose_for_devices, recompose_unmoved
 from anychip.opsets.schemas import resolve
 
 __all__ = ["CompiledModel", "CompileOptions", "compile_model"]
@@ -127,10 +128,16 @@ def compile_model(
     if options.cost_model:
         options.calibrations = calibrations(backends, options.calibration)
     tables = {b.name: registry.kernel_table(b.name) for b in backends}
+    decomposed = decompose_for_devices(
+        out.model, backends, tables, options.pin_for, registry.schemas
+    )
+    if decomposed:  # com.microsoft nodes a preferred device runs only in standard ops
+        out.optimizations["decompose_contrib"] = decomposed
     excluded: dict[str, dict[str, str]] = {}
     # Each retry moves at least one node off a device that is not its last: bounded.
     for _attempt in range(len(graph.nodes) * len(backends) + 1):
         place(graph, backends, tables, options, excluded)
+        recompose_unmoved(graph, backends, tables)  # decomposed nodes no device took
         out.partitions, out.copies = partition_graph(graph)
         _check_copy_budget(out.copies, options)
         if not _compile_partitions(out, registry, tables, options, excluded, copts):

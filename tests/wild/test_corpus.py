@@ -9,7 +9,12 @@ import pytest
 from bench.wild_corpus import all_cases, run_case, table
 
 _SUBSET = {
-    "quantized": ("small_cnn qoperator u8s8 per-channel", "small_cnn qdq s8s8", "mlp dynamic s8"),
+    "quantized": (
+        "small_cnn qoperator u8s8 per-channel",
+        "small_cnn qdq s8s8",
+        "mlp dynamic s8",
+        "mlp qoperator s8s8 per-channel",
+    ),
     "contrib-transformer": (
         "bert fused (Attention, BiasGelu)",
         "cnn ort-extended (FusedConv)",

@@ -8,12 +8,14 @@ values' type for a missing key. A NaN key matches a NaN input, as in onnxruntime
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._ml_common import ML
+from anychip.backends.cpu.kernels._ml_common import ML, compiled
 from anychip.backends.cpu.table import kernel
+from anychip.core.kernel_call import KernelContext
 from anychip.errors import KernelError
 
 __all__ = ["label_encoder_1", "label_encoder"]
@@ -26,13 +28,17 @@ def _key(k: Any) -> Any:
 
 
 def _lookup(x: np.ndarray, table: dict, default: Any, dtype: Any) -> np.ndarray:
-    flat = np.asarray(x).ravel().tolist()
-    out = [table.get(_key(k), default) for k in flat]
-    return np.array(out, dtype=dtype).reshape(np.shape(x))
+    arr = np.asarray(x)
+    flat = arr.ravel().tolist()
+    if arr.dtype.kind == "f" and np.isnan(arr).any():  # only floats can be NaN
+        flat = [_key(k) for k in flat]
+    out = list(map(table.get, flat, repeat(default)))
+    return np.array(out, dtype=dtype).reshape(arr.shape)
 
 
-@kernel("LabelEncoder", domain=ML, since=1)
+@kernel("LabelEncoder", domain=ML, since=1, context=True)
 def label_encoder_1(
+    ctx: KernelContext,
     x: np.ndarray,
     *,
     classes_strings: list[str] | None = None,
@@ -40,9 +46,12 @@ def label_encoder_1(
     default_string: str = "_Unused",
 ) -> np.ndarray:
     classes = list(classes_strings or [])
+    to_index, to_string = compiled(
+        ctx, lambda: ({c: i for i, c in enumerate(classes)}, dict(enumerate(classes)))
+    )
     if np.asarray(x).dtype.kind in "OUS":
-        return _lookup(x, {c: i for i, c in enumerate(classes)}, default_int64, np.int64)
-    return _lookup(x, dict(enumerate(classes)), default_string, object)
+        return _lookup(x, to_index, default_int64, np.int64)
+    return _lookup(x, to_string, default_string, object)
 
 
 def _values(a: dict[str, Any], what: str) -> tuple[list, Any]:
@@ -58,8 +67,14 @@ def _values(a: dict[str, Any], what: str) -> tuple[list, Any]:
     raise KernelError(f"LabelEncoder: no {what}_* attribute is given")
 
 
-@kernel("LabelEncoder", domain=ML, since=2)
-def label_encoder(x: np.ndarray, **a: Any) -> np.ndarray:
+@kernel("LabelEncoder", domain=ML, since=2, context=True)
+def label_encoder(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
+    table, default, dtype = compiled(ctx, lambda: _table(a))
+    return _lookup(x, table, default, dtype)
+
+
+def _table(a: dict[str, Any]) -> tuple[dict, Any, Any]:
+    """The key -> value dictionary, the default and the output type (once per node)."""
     keys, _ = _values(a, "keys")
     values, dtype = _values(a, "values")
     if len(keys) != len(values):
@@ -72,5 +87,4 @@ def label_encoder(x: np.ndarray, **a: Any) -> np.ndarray:
         default = a.get("default_int64", -1)
     else:
         default = a.get("default_float", -0.0)
-    table = {_key(k): v for k, v in zip(keys, values)}
-    return _lookup(x, table, default, dtype)
+    return {_key(k): v for k, v in zip(keys, values)}, default, dtype

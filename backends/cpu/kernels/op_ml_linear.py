@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._ml_common import ML, labels_of, post_transform
+from anychip.backends.cpu.kernels._ml_common import ML, compiled, labels_of, post_transform
 from anychip.backends.cpu.table import kernel
+from anychip.core.kernel_call import KernelContext
 from anychip.errors import KernelError
 
 __all__ = ["linear_classifier", "linear_regressor"]
@@ -25,8 +26,23 @@ def _weights(coefficients: list[float], width: int, x: np.ndarray, op: str) -> n
     return c.reshape(-1, width).T
 
 
-@kernel("LinearClassifier", domain=ML, since=1)
+def _prepared(
+    ctx: KernelContext, coefficients: list[float], intercepts: list[float] | None, x: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Weights ``[F, C]`` (contiguous) and intercepts in ``x``'s type, made once per node and
+    type: converting the attribute lists on every run cost more than the product."""
+    cache: dict = compiled(ctx, dict)
+    hit = cache.get(x.dtype)
+    if hit is None:
+        w = np.ascontiguousarray(_weights(coefficients, x.shape[1], x, "LinearClassifier"))
+        b = np.asarray(intercepts, x.dtype) if intercepts else None
+        hit = cache[x.dtype] = (w, b)
+    return hit
+
+
+@kernel("LinearClassifier", domain=ML, since=1, context=True)
 def linear_classifier(
+    ctx: KernelContext,
     x: np.ndarray,
     *,
     coefficients: list[float],
@@ -37,9 +53,14 @@ def linear_classifier(
     post_transform: str = "NONE",
 ) -> tuple[np.ndarray, np.ndarray]:
     x = _rows(x)
-    scores = x @ _weights(coefficients, x.shape[1], x, "LinearClassifier")
-    if intercepts:
-        scores = scores + np.asarray(intercepts, x.dtype)
+    w, b = _prepared(ctx, coefficients, intercepts, x)
+    if w.shape[0] != x.shape[1]:
+        raise KernelError(
+            f"LinearClassifier: {w.shape[0]} coefficients per class, {x.shape[1]} features"
+        )
+    scores = x @ w
+    if b is not None:
+        scores += b
     n_classes = max(len(classlabels_ints or []), len(classlabels_strings or []))
     if scores.shape[1] == 1 and n_classes == 2:
         scores = np.concatenate([-scores, scores], axis=1)
@@ -57,11 +78,12 @@ def linear_classifier(
 
 def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
     out = post_transform(scores, name)
-    return out.astype(np.float32) if scores.dtype != np.float64 else out
+    return out.astype(np.float32, copy=False) if scores.dtype != np.float64 else out
 
 
-@kernel("LinearRegressor", domain=ML, since=1)
+@kernel("LinearRegressor", domain=ML, since=1, context=True)
 def linear_regressor(
+    ctx: KernelContext,
     x: np.ndarray,
     *,
     coefficients: list[float],
@@ -70,12 +92,16 @@ def linear_regressor(
     post_transform: str = "NONE",
 ) -> np.ndarray:
     x = _rows(x)
-    w = np.asarray(coefficients, x.dtype).reshape(targets, -1).T
+    cache: dict = compiled(ctx, dict)
+    if x.dtype not in cache:
+        w = np.ascontiguousarray(np.asarray(coefficients, x.dtype).reshape(targets, -1).T)
+        cache[x.dtype] = (w, np.asarray(intercepts, x.dtype) if intercepts else None)
+    w, b = cache[x.dtype]
     if w.shape[0] != x.shape[1]:
         raise KernelError(
             f"LinearRegressor: {w.shape[0]} coefficients per target, {x.shape[1]} features"
         )
     score = x @ w
-    if intercepts:
-        score = score + np.asarray(intercepts, x.dtype)
+    if b is not None:
+        score += b
     return post_transform_(score, post_transform)

@@ -7,6 +7,7 @@ skl2onnx ends in ZipMap, giving ``[{label: probability, ...}, ...]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,12 +32,36 @@ def zip_map(
     labels: list[Any] = list(classlabels_int64s or classlabels_strings or [])
     if not labels:
         raise KernelError("ZipMap: neither classlabels_int64s nor classlabels_strings is given")
-    rows = np.asarray(x).reshape(-1, len(labels)) if np.asarray(x).size else np.zeros((0, 1))
-    if np.asarray(x).ndim == 2 and np.asarray(x).shape[1] != len(labels):
+    x = np.asarray(x)
+    if x.ndim == 2 and x.shape[1] != len(labels):
         raise KernelError(
-            f"ZipMap: {len(labels)} class labels but the input has {np.asarray(x).shape[1]} columns"
+            f"ZipMap: {len(labels)} class labels but the input has {x.shape[1]} columns"
         )
-    return ([dict(zip(labels, row)) for row in rows.tolist()],)
+    rows = x.reshape(-1, len(labels)) if x.size else np.zeros((0, len(labels)))
+    return (_zipper(tuple(labels))(rows.tolist()),)
+
+
+_ZIPPERS: dict[tuple, Callable[[list], list[dict]]] = {}
+
+
+def _zipper(labels: tuple) -> Callable[[list], list[dict]]:
+    """A function turning rows (lists) into ``{label: value}`` dicts: for up to 64 labels a
+    comprehension with one name per label, ``[{k0: v0, k1: v1} for v0, v1 in rows]``, twice
+    as fast as ``dict(zip(labels, row))`` per row (the labels are bound as names, never
+    written into the source)."""
+    fn = _ZIPPERS.get(labels)
+    if fn is not None:
+        return fn
+    if len(labels) > 64:
+        fn = lambda rows: [dict(zip(labels, row)) for row in rows]  # noqa: E731
+    else:
+        names = {f"k{i}": label for i, label in enumerate(labels)}
+        items = ", ".join(f"k{i}: v{i}" for i in range(len(labels)))
+        values = "".join(f"v{i}, " for i in range(len(labels)))
+        fn = eval(f"lambda rows: [{{{items}}} for {values} in rows]", names)  # noqa: S307
+    if len(_ZIPPERS) < 1024:
+        _ZIPPERS[labels] = fn
+    return fn
 
 
 def _value_dtype(ctx: KernelContext) -> np.dtype | None:

@@ -3,10 +3,13 @@ the semantics of onnx's reference evaluator (which onnxruntime matches)."""
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
-from anychip.backends.cpu.kernels._ml_common import ML
+from anychip.backends.cpu.kernels._ml_common import ML, compiled
 from anychip.backends.cpu.table import kernel
+from anychip.core.kernel_call import KernelContext
 from anychip.errors import KernelError
 
 __all__ = ["scaler", "normalizer", "imputer", "one_hot_encoder"]
@@ -64,8 +67,9 @@ def imputer(
     return np.where(hit, values.astype(x.dtype).reshape(1, -1), x)
 
 
-@kernel("OneHotEncoder", domain=ML, since=1)
+@kernel("OneHotEncoder", domain=ML, since=1, context=True)
 def one_hot_encoder(
+    ctx: KernelContext,
     x: np.ndarray,
     *,
     cats_int64s: list[int] | None = None,
@@ -77,6 +81,21 @@ def one_hot_encoder(
     cats = list(cats_int64s) if cats_int64s else list(cats_strings or [])
     if not cats:
         raise KernelError("OneHotEncoder: neither cats_int64s nor cats_strings is given")
+    if not cats_int64s:  # strings: a dictionary lookup (converting to numpy str is slower)
+        index = compiled(ctx, lambda: {str(c): i for i, c in reversed(list(enumerate(cats)))})
+        flat_list = np.asarray(x, dtype=object).ravel().tolist()
+        get = index.get
+        pos = np.fromiter(map(get, flat_list, repeat(-1)), np.int64, len(flat_list))
+        for i in np.nonzero(pos < 0)[0].tolist():  # a non-str value (bytes, number) as text
+            if not isinstance(flat_list[i], str):
+                pos[i] = get(str(flat_list[i]), -1)
+        out = np.zeros((pos.size, len(cats)), np.float32)
+        rows = np.nonzero(pos >= 0)[0]
+        out[rows, pos[rows]] = 1.0
+        if not zeros and rows.size != pos.size:
+            bad = flat_list[int(np.nonzero(pos < 0)[0][0])]
+            raise KernelError(f"OneHotEncoder: value {bad!r} is not a category and zeros=0")
+        return out.reshape(*np.shape(x), len(cats))
     if cats_int64s:
         keys = np.asarray(cats, np.int64)
         flat = np.asarray(x).astype(np.int64).ravel()

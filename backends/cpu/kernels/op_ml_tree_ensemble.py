@@ -14,6 +14,7 @@ added after aggregation, and the binary classifier with one class column is comp
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,14 @@ __all__ = ["tree_ensemble_classifier", "tree_ensemble_regressor"]
 _RULES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4}
 _RULES["BRANCH_NEQ"] = 5
 _LEAF = 6
+#: numpy's image of native/tree_ensemble.c's ``packed_node`` (aligned: 24 bytes).
+_PACKED = np.dtype(
+    [("threshold", "f8"), ("feature", "i4"), ("true", "i4"), ("false", "i4")]
+    + [("rule", "i1"), ("missing", "u1")],
+    align=True,
+)
+#: Walks (rows x trees) below which the native walk stays on one thread.
+_THREAD_WALKS = 16384
 #: Rows walked at once: bounds the ``[rows, trees]`` temporaries.
 _CHUNK = 4096
 
@@ -91,11 +100,15 @@ class _Forest:
         self.weights = np.asarray(weights, np.float64)
         self._tables: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pointers: tuple | None = None
+        self._table_pointers: dict[tuple, Any] = {}
+        self._packed: tuple | None = None
+        self.max_feature = int(self.feature.max()) if self.feature.size else -1
+        self.base: np.ndarray | None = None  # set by the kernel once
 
     def check(self, x: np.ndarray, op: str) -> None:
-        if self.feature.size and self.feature.max() >= x.shape[1]:
+        if self.max_feature >= x.shape[1]:
             raise KernelError(
-                f"{op}: the trees read feature {int(self.feature.max())} but the input has "
+                f"{op}: the trees read feature {self.max_feature} but the input has "
                 f"{x.shape[1]} features"
             )
 
@@ -131,22 +144,85 @@ class _Forest:
             idx = np.where(r == _LEAF, idx, np.where(go, self.true[idx], self.false[idx]))
         return idx
 
-    def _native_leaves(self, lib: Any, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x)
-        out = np.empty((x.shape[0], len(self.roots)), np.int64)
-        ffi = native.ffi()
-        if self._pointers is None:  # the arrays live as long as the forest
+    def pointers(self, ffi: Any) -> tuple:
+        """cffi pointers to the node arrays, made once (the arrays live as long as the forest)."""
+        if self._pointers is None:
             arrays = (self.feature, self.threshold, self.rule, self.true, self.false)
             arrays += (self.missing_u8, self.roots)
             types = ("int64_t *", "double *", "int8_t *", "int64_t *", "int64_t *")
             types += ("uint8_t *", "int64_t *")
             self._pointers = tuple(_pointer(ffi, a, t) for a, t in zip(arrays, types))
-        f, th, rule, t, fa, miss, roots = self._pointers
+        return self._pointers
+
+    def packed(self, ffi: Any) -> tuple[Any, int]:
+        """The nodes as one packed record each (``tree_packed_sum_*``'s ``packed_node``) and
+        whether every branch is BRANCH_LEQ; made once."""
+        if self._packed is None:
+            nodes = np.zeros(len(self.rule), _PACKED)
+            nodes["threshold"], nodes["feature"] = self.threshold, self.feature
+            nodes["true"], nodes["false"] = self.true, self.false
+            nodes["rule"], nodes["missing"] = self.rule, self.missing_u8
+            all_leq = int(bool(np.all((self.rule == 0) | (self.rule == _LEAF))))
+            self._packed = (nodes, ffi.cast("packed_node *", ffi.from_buffer(nodes)), all_leq)
+        return self._packed[1], self._packed[2]
+
+    def native_sum(self, lib: Any, x: np.ndarray, table: np.ndarray) -> np.ndarray:
+        """Walk and sum in one C pass: ``[rows, width]`` in the table's type."""
+        ffi, work = native.ffi(), table.dtype.type
+        f32 = work is np.float32
+        x = np.ascontiguousarray(x, dtype=work)
+        key = (table.shape[1], work)
+        tp = self._table_pointers.get(key)
+        if tp is None:
+            tp = self._table_pointers[key] = _pointer(ffi, table, "float *" if f32 else "double *")
+        out = np.empty((x.shape[0], table.shape[1]), work)
+        xp = ffi.from_buffer("float[]" if f32 else "double[]", x)
+        op = ffi.from_buffer("float[]" if f32 else "double[]", out)
+        rows, cols, trees = x.shape[0], x.shape[1], len(self.roots)
+        if len(self.rule) < 2**31 and self.max_feature < 2**31:
+            nodes, all_leq = self.packed(ffi)
+            roots, width = self.pointers(ffi)[-1], table.shape[1]
+            threads = _threads(rows * trees)
+            lib.tree_packed_sum(
+                0 if f32 else 1,
+                xp,
+                rows,
+                cols,
+                nodes,
+                roots,
+                trees,
+                all_leq,
+                tp,
+                width,
+                op,
+                threads,
+            )  # noqa: E501
+        else:
+            walk = lib.tree_sum_f32 if f32 else lib.tree_sum_f64
+            walk(xp, rows, cols, *self.pointers(ffi), trees, tp, table.shape[1], op)
+        return out
+
+    def _native_leaves(self, lib: Any, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        out = np.empty((x.shape[0], len(self.roots)), np.int64)
+        ffi = native.ffi()
+        f, th, rule, t, fa, miss, roots = self.pointers(ffi)
         walk = lib.tree_leaves_f64 if x.dtype == np.float64 else lib.tree_leaves_f32
         ctype = "double[]" if x.dtype == np.float64 else "float[]"
         xp, op = ffi.from_buffer(ctype, x), ffi.from_buffer("int64_t[]", out)
         walk(xp, x.shape[0], x.shape[1], f, th, rule, t, fa, miss, roots, len(self.roots), op)
         return out
+
+
+def _threads(walks: int) -> int:
+    """Threads for ``walks`` (row, tree) walks: one below ``_THREAD_WALKS`` (starting a
+    thread costs about as much as 2000 walks), else one per usable core up to 8
+    (``ANYCHIP_NATIVE_THREADS`` caps it), as onnxruntime's tree kernel splits its rows."""
+    if walks < _THREAD_WALKS:
+        return 1
+    cap = os.environ.get("ANYCHIP_NATIVE_THREADS", "")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, 8, int(cap) if cap.isdigit() else 8))
 
 
 def _pointer(ffi: Any, a: np.ndarray, ctype: str) -> Any:
@@ -166,6 +242,16 @@ def _depth(true: np.ndarray, false: np.ndarray, leaf: np.ndarray, roots: np.ndar
         level = np.unique(np.concatenate([true[level], false[level]]))
 
 
+def _base(forest: _Forest, a: dict[str, Any]) -> np.ndarray | None:
+    """The base values as a ``[1, width]`` float64 row (converted once per node), or None."""
+    if forest.base is None:
+        base = a.get("base_values_as_tensor")
+        base = a.get("base_values") if base is None else base
+        has = base is not None and len(base)
+        forest.base = np.asarray(base, np.float64).reshape(1, -1) if has else np.zeros((0, 0))
+    return forest.base if forest.base.size else None
+
+
 def _work(x: np.ndarray) -> type:
     return np.float64 if x.dtype == np.float64 else np.float32
 
@@ -181,21 +267,10 @@ def _sum_scores(forest: _Forest, x: np.ndarray, table: np.ndarray) -> np.ndarray
     """Leaf weights summed over trees in tree order, in float32 for float32 input (as
     onnxruntime: the order and precision decide exact ties between classes)."""
     work = table.dtype.type
-    out = np.empty((x.shape[0], table.shape[1]), work)
     lib = native.library()
-    if lib is not None:
-        ffi, ctype = native.ffi(), "double[]" if work is np.float64 else "float[]"
-        idx = forest.leaves(x)
-        add = lib.leaf_sum_f64 if work is np.float64 else lib.leaf_sum_f32
-        add(
-            ffi.from_buffer("int64_t[]", idx),
-            idx.shape[0],
-            idx.shape[1],
-            ffi.from_buffer(ctype, table),
-            table.shape[1],
-            ffi.from_buffer(ctype, out),
-        )
-        return out
+    if lib is not None and x.dtype == work:
+        return forest.native_sum(lib, x, table)
+    out = np.empty((x.shape[0], table.shape[1]), work)
     for start in range(0, x.shape[0], _CHUNK):
         idx = forest.leaves(x[start : start + _CHUNK])
         acc = np.zeros((idx.shape[0], table.shape[1]), work)
@@ -228,10 +303,9 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
             res[start : start + _CHUNK] = pick(vals, axis=1)
     else:
         raise KernelError(f"TreeEnsembleRegressor: aggregate_function {agg!r} is not supported")
-    base = a.get("base_values_as_tensor")
-    base = a.get("base_values") if base is None else base
-    if base is not None and len(base):
-        res += np.asarray(base, np.float64).reshape(1, -1)
+    base = _base(forest, a)
+    if base is not None:
+        res += base
     return post_transform(res, a.get("post_transform")).astype(x.dtype)
 
 
@@ -246,10 +320,9 @@ def tree_ensemble_classifier(
     n_classes = max(len(ints or []), len(strings or []))
     table, _ = forest.table(max(n_classes, forest.n_out), _work(x))
     res = _sum_scores(forest, x, table)[:, :n_classes]
-    base = a.get("base_values_as_tensor")
-    base = a.get("base_values") if base is None else base
-    if base is not None and len(base):
-        res += np.asarray(base, np.float64).reshape(1, -1)
+    base = _base(forest, a)
+    if base is not None:
+        res += base
     res = res.astype(np.float32)
     transform = a.get("post_transform") or "NONE"
     if len(set(forest.targets.tolist())) == 1:  # binary: one class column was written

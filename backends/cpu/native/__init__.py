@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ["library", "ffi"]
 
 _DIR = Path(__file__).resolve().parent
-_FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-fvisibility=hidden")
+_FLAGS = ("-O2", "-fPIC", "-shared", "-std=c11", "-fvisibility=hidden", "-pthread")
 _CDEF = """
 void tree_leaves_f32(const float*, int64_t, int64_t, const int64_t*, const double*,
                      const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
@@ -32,6 +32,20 @@ void tree_leaves_f64(const double*, int64_t, int64_t, const int64_t*, const doub
                      const int64_t*, int64_t, int64_t*);
 void leaf_sum_f32(const int64_t*, int64_t, int64_t, const float*, int64_t, float*);
 void leaf_sum_f64(const int64_t*, int64_t, int64_t, const double*, int64_t, double*);
+void tree_sum_f32(const float*, int64_t, int64_t, const int64_t*, const double*,
+                  const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
+                  const int64_t*, int64_t, const float*, int64_t, float*);
+void tree_sum_f64(const double*, int64_t, int64_t, const int64_t*, const double*,
+                  const int8_t*, const int64_t*, const int64_t*, const uint8_t*,
+                  const int64_t*, int64_t, const double*, int64_t, double*);
+typedef struct {
+    double threshold;
+    int32_t feature, true_child, false_child;
+    int8_t rule;
+    uint8_t missing;
+} packed_node;
+void tree_packed_sum(int, const void*, int64_t, int64_t, const packed_node*, const int64_t*,
+                     int64_t, int, const void*, int64_t, void*, int);
 int svm_couple(const float*, int64_t, int64_t, float*);
 """
 _LOCK = threading.Lock()

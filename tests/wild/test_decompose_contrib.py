@@ -1,0 +1,149 @@
+"""com.microsoft ops rewritten into standard ONNX when a preferred device can run only those:
+the NPU and XPU simulated devices then run them, with onnxruntime's results; with the CPU
+alone (or first, or a pin) the contrib nodes stay as written."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import anychip
+from tests.wild._compare import ort_run
+
+MS = "com.microsoft"
+
+
+def _model(opset: int = 17) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(7)
+
+    def init(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        h.make_node("FusedMatMul", ["x", "w"], ["m"], domain=MS, alpha=0.5, transB=1),
+        h.make_node("QuickGelu", ["m"], ["a"], domain=MS, alpha=1.5),
+        h.make_node("FastGelu", ["a", "bias"], ["f"], domain=MS),
+        h.make_node("Gelu", ["f"], ["g"], domain=MS),
+        h.make_node("BiasGelu", ["g", "bias"], ["bg"], domain=MS),
+        h.make_node(
+            "SkipLayerNormalization", ["bg", "x", "gamma", "beta", "bias"], ["y", "", "", "s"],
+            domain=MS, epsilon=1e-5,
+        ),
+    ]  # fmt: skip
+    inits = [init("w", 16, 16), init("bias", 16), init("gamma", 16), init("beta", 16)]
+    g = h.make_graph(
+        nodes,
+        "contrib",
+        [h.make_tensor_value_info("x", T.FLOAT, [2, 5, 16])],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 5, 16]),
+         h.make_tensor_value_info("s", T.FLOAT, [2, 5, 16])],
+        inits,
+    )  # fmt: skip
+    opsets = [h.make_opsetid("", opset), h.make_opsetid(MS, 1)]
+    model = h.make_model(g, opset_imports=opsets)
+    return model, {"x": rng.standard_normal((2, 5, 16)).astype(np.float32)}
+
+
+def _devices(sess: anychip.Session) -> dict[str, list[str]]:
+    by_op: dict[str, list[str]] = {}
+    for n in sess.placement().nodes:
+        by_op.setdefault(n.op_type, []).append(n.device)
+    return by_op
+
+
+@pytest.mark.parametrize("device", ["npu", "xpu"])
+def test_contrib_ops_decomposed_run_on_the_device(device: str) -> None:
+    model, feeds = _model()
+    want = ort_run(model, feeds)
+    with anychip.load(model, devices=[device, "cpu"], cost_model=False) as sess:
+        got = sess.run(None, feeds)
+        by_op = _devices(sess)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert not {"FusedMatMul", "QuickGelu", "FastGelu", "Gelu", "BiasGelu"} & set(by_op), by_op
+    assert all(d == device for op in ("Erf", "Tanh", "Sigmoid", "MatMul") for d in by_op[op]), by_op
+    assert "SkipLayerNormalization" not in by_op, by_op
+    if device == "npu":  # the NPU has LayerNormalization
+        assert by_op["LayerNormalization"] == ["npu"], by_op
+    else:  # the XPU has not: LayerNormalization written out in ReduceMean, Sqrt, Div
+        assert "LayerNormalization" not in by_op, by_op
+        assert all(d == "xpu" for op in ("ReduceMean", "Sqrt", "Div") for d in by_op[op]), by_op
+
+
+@pytest.mark.parametrize("devices", [["cpu"], ["cpu", "xpu"]])
+def test_cpu_first_keeps_the_contrib_ops(devices: list[str]) -> None:
+    model, feeds = _model()
+    with anychip.load(model, devices=devices, cost_model=False) as sess:
+        got = sess.run(None, feeds)
+        by_op = _devices(sess)
+    assert by_op["FastGelu"] == ["cpu"] and by_op["SkipLayerNormalization"] == ["cpu"], by_op
+    np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_pins_and_opsets() -> None:
+    model, feeds = _model()
+    with anychip.load(
+        model, devices=["npu", "cpu"], cost_model=False, placement={"FastGelu": "cpu"}
+    ) as sess:
+        assert _devices(sess)["FastGelu"] == ["cpu"]
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], ort_run(model, feeds)[0], rtol=1e-4, atol=1e-4
+        )
+    old, feeds = _model(opset=16)  # no standard LayerNormalization below 17, no ReduceMean
+    with anychip.load(old, devices=["npu", "cpu"], cost_model=False) as sess:  # on the NPU
+        assert _devices(sess)["SkipLayerNormalization"] == ["cpu"]
+        assert "FastGelu" not in _devices(sess)
+    for opset in (16, 18):  # ReduceMean's axes: an attribute at 16, an input from 18
+        model, feeds = _model(opset=opset)
+        with anychip.load(model, devices=["xpu", "cpu"], cost_model=False) as sess:
+            assert _devices(sess)["ReduceMean"] == ["xpu", "xpu"], _devices(sess)
+            for g, w in zip(sess.run(None, feeds), ort_run(model, feeds)):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("device", "act"), [("xpu", "Tanh"), ("npu", "Relu"), ("xpu", "LeakyRelu")]
+)
+def test_fused_gemm_decomposed_runs_on_the_device(device: str, act: str) -> None:
+    rng = np.random.default_rng(3)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w")
+    c = onnx.numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "c")
+    node = h.make_node(
+        "FusedGemm", ["x", "w", "c"], ["y"], domain=MS, alpha=0.7, transB=0,
+        activation=act, activation_alpha=0.2,
+    )  # fmt: skip
+    g = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, [4, 6])], [w, c],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
+    feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    with anychip.load(model, devices=[device, "cpu"], cost_model=False) as sess:
+        got = sess.run(None, feeds)
+        if act == "LeakyRelu":  # the XPU has no LeakyRelu: the node stays whole on the CPU
+            assert _devices(sess) == {"FusedGemm": ["cpu"]}
+        else:
+            assert _devices(sess) == {"Gemm": [device], act: [device]}, _devices(sess)
+    np.testing.assert_allclose(got[0], ort_run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["npu", "xpu"])
+def test_decompositions_the_cost_model_keeps_on_the_cpu_are_put_back(device: str) -> None:
+    # With the cost model on, whatever it decides, no decomposition ends up wholly on the
+    # CPU: the CPU then runs the contrib node with its native kernel.
+    model, feeds = _model()
+    with anychip.load(model, devices=[device, "cpu"]) as sess:
+        got = sess.run(None, feeds)
+        groups: dict[str, set[str]] = {}
+        for n in sess.compiled.model.graph.nodes:
+            if "decomposed_from" in n.meta:
+                groups.setdefault(n.meta["decomposed_from"], set()).add(n.meta["device"])
+        contrib = [n for n in sess.compiled.model.graph.nodes if n.domain == MS]
+    assert all(devices != {"cpu"} for devices in groups.values()), groups
+    assert len(groups) + len(contrib) == 6
+    assert all(n.meta["device"] == "cpu" for n in contrib)
+    for g, w in zip(got, ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
