@@ -1,0 +1,155 @@
+"""The oneDNN kernels of the CPU backend: registered after the numpy kernels (same op and
+version, so they win) when oneDNN loads. Each tries oneDNN and calls the numpy kernel for the
+node when oneDNN cannot run its attributes or dtypes (each module lists its fallback cases),
+or when oneDNN was hidden after loading (``ANYCHIP_ONEDNN=0`` and ``_lib.reset()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels import op_contrib_conv, op_conv, op_pool, op_rnn
+from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn.conv import conv as _conv
+from anychip.backends.cpu.onednn.conv import eltwise
+from anychip.backends.cpu.onednn.pool import pool
+from anychip.backends.cpu.onednn.rnn import recurrent
+from anychip.core.kernels import KernelTable
+from anychip.opsets.com_microsoft import MS_DOMAIN
+
+__all__ = ["ONEDNN_KERNELS"]
+
+#: Merged into the CPU table by the plugin hook when oneDNN is available.
+ONEDNN_KERNELS = KernelTable("cpu")
+kernel = ONEDNN_KERNELS.register
+
+#: Ops whose oneDNN kernel reads a channels-last input in place.
+_CHANNELS_LAST_READERS = frozenset(
+    {"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+)
+
+
+def _channels_last(ctx: Any) -> bool:
+    """Whether the node's output should stay channels-last: every reader in this partition is
+    a oneDNN kernel (numpy kernels write C-contiguous planned outputs, so for them a strided
+    read would cost more than one reorder here). Decided once per node."""
+    node = ctx.node
+    keep = node.meta.get("onednn_channels_last")
+    if keep is None:
+        uses = node.outputs[0].uses if node.outputs and node.outputs[0] is not None else []
+        keep = bool(uses) and all(
+            u.op_type in _CHANNELS_LAST_READERS and u.domain in ("", "ai.onnx", MS_DOMAIN)
+            for u, _ in uses
+        )
+        node.meta["onednn_channels_last"] = keep
+    return keep
+
+
+@kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)
+def conv(
+    ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, **attrs: Any
+) -> np.ndarray:
+    """Conv through oneDNN (``onednn/conv.py``), else the numpy kernel."""
+    y = _conv(x, w, b, None, None, attrs, _channels_last(ctx))
+    return y if y is not None else op_conv.conv(x, w, b, **attrs)
+
+
+@kernel("FusedConv", domain=MS_DOMAIN, since=1, context=True)
+def fused_conv(
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    *,
+    activation: str | None = None,
+    activation_params: list[float] | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """com.microsoft FusedConv: Z as a sum post-op, the activation as an eltwise post-op."""
+    act = eltwise(activation, activation_params) if activation else None
+    y = None
+    if act is not None or not activation:
+        y = _conv(x, w, b, z, act, attrs, _channels_last(ctx))
+    if y is not None:
+        return y
+    return op_contrib_conv.fused_conv(
+        x, w, b, z, activation=activation, activation_params=activation_params, **attrs
+    )
+
+
+@kernel("MaxPool", since=1, dtypes=op_pool._MAXPOOL_TYPES, context=True)
+def max_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> Any:
+    """MaxPool through oneDNN when the Indices output is not asked for."""
+    if ctx.num_outputs == 1 and not attrs.get("storage_order"):
+        y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", _channels_last(ctx))
+        if y is not None:
+            return y
+    return op_pool.max_pool(ctx, x, **attrs)
+
+
+@kernel("AveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
+def average_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> np.ndarray:
+    alg = (
+        C.pooling_avg_include_padding
+        if attrs.get("count_include_pad")
+        else C.pooling_avg_exclude_padding
+    )
+    y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", _channels_last(ctx))
+    return y if y is not None else op_pool.average_pool(x, **attrs)
+
+
+@kernel("GlobalAveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
+def global_average_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
+    keep = _channels_last(ctx)
+    y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep)
+    return y if y is not None else op_pool.global_average_pool(x)
+
+
+@kernel("GlobalMaxPool", since=1, dtypes=op_pool._FLOATS, context=True)
+def global_max_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
+    y = pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx))
+    return y if y is not None else op_pool.global_max_pool(x)
+
+
+def _rnn(op: str, x: Any, w: Any, r: Any, b: Any, lens: Any, initial: Sequence[Any], attrs: dict):
+    arrays = [np.asarray(a) if a is not None else None for a in (x, w, r, b, *initial)]
+    return recurrent(op, arrays[0], arrays[1], arrays[2], arrays[3], lens, arrays[4:], attrs)
+
+
+@kernel("LSTM", since=1, dtypes=op_rnn._TYPES)
+def lstm(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    initial_c: Any = None,
+    p: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """LSTM through oneDNN (``onednn/rnn.py``; no peepholes), else the numpy kernel."""
+    if p is None:
+        out = _rnn("LSTM", x, w, r, b, sequence_lens, [initial_h, initial_c], attrs)
+        if out is not None:
+            return out
+    return op_rnn.lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)
+
+
+@kernel("GRU", since=1, dtypes=op_rnn._TYPES)
+def gru(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """GRU through oneDNN (``onednn/rnn.py``), else the numpy kernel."""
+    out = _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs)
+    return out if out is not None else op_rnn.gru(x, w, r, b, sequence_lens, initial_h, **attrs)
