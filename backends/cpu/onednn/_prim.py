@@ -59,7 +59,7 @@ def dims(values: Sequence[int]) -> Any:
 
 
 def md(shape: Sequence[int], tag: int) -> Any:
-    """A memory descriptor of f32 ``shape`` in layout ``tag`` (``C.any`` lets a primitive choose)."""
+    """An f32 memory descriptor of ``shape`` in layout ``tag`` (``C.any``: the primitive's)."""
     L = lib()
     out = L.ffi.new("dnnl_memory_desc_t *")
     check(
