@@ -6,6 +6,7 @@ or when oneDNN was hidden after loading (``ANYCHIP_ONEDNN=0`` and ``_lib.reset()
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,17 @@ from anychip.backends.cpu.onednn.rnn import recurrent
 from anychip.core.kernels import KernelTable
 from anychip.opsets.com_microsoft import MS_DOMAIN
 
-__all__ = ["ONEDNN_KERNELS"]
+__all__ = ["ONEDNN_KERNELS", "RUNS"]
+
+#: Runs per (op, "onednn" or "numpy"): which path served each call (tests and benchmarks read
+#: it to see that oneDNN ran, or that a node fell back).
+RUNS: Counter[tuple[str, str]] = Counter()
+
+
+def _served(op: str, y: Any) -> Any:
+    RUNS[op, "numpy" if y is None else "onednn"] += 1
+    return y
+
 
 #: Merged into the CPU table by the plugin hook when oneDNN is available.
 ONEDNN_KERNELS = KernelTable("cpu")
@@ -53,7 +64,7 @@ def conv(
     ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, **attrs: Any
 ) -> np.ndarray:
     """Conv through oneDNN (``onednn/conv.py``), else the numpy kernel."""
-    y = _conv(x, w, b, None, None, attrs, _channels_last(ctx))
+    y = _served("Conv", _conv(x, w, b, None, None, attrs, _channels_last(ctx)))
     return y if y is not None else op_conv.conv(x, w, b, **attrs)
 
 
@@ -74,7 +85,7 @@ def fused_conv(
     y = None
     if act is not None or not activation:
         y = _conv(x, w, b, z, act, attrs, _channels_last(ctx))
-    if y is not None:
+    if _served("FusedConv", y) is not None:
         return y
     return op_contrib_conv.fused_conv(
         x, w, b, z, activation=activation, activation_params=activation_params, **attrs
@@ -87,7 +98,8 @@ def max_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> Any:
     if ctx.num_outputs == 1 and not attrs.get("storage_order"):
         y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", _channels_last(ctx))
         if y is not None:
-            return y
+            return _served("MaxPool", y)
+    _served("MaxPool", None)
     return op_pool.max_pool(ctx, x, **attrs)
 
 
@@ -99,6 +111,7 @@ def average_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> np.ndarray:
         else C.pooling_avg_exclude_padding
     )
     y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", _channels_last(ctx))
+    _served("AveragePool", y)
     return y if y is not None else op_pool.average_pool(x, **attrs)
 
 
@@ -106,12 +119,15 @@ def average_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> np.ndarray:
 def global_average_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
     keep = _channels_last(ctx)
     y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep)
+    _served("GlobalAveragePool", y)
     return y if y is not None else op_pool.global_average_pool(x)
 
 
 @kernel("GlobalMaxPool", since=1, dtypes=op_pool._FLOATS, context=True)
 def global_max_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
-    y = pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx))
+    y = _served(
+        "GlobalMaxPool", pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx))
+    )
     return y if y is not None else op_pool.global_max_pool(x)
 
 
@@ -136,7 +152,8 @@ def lstm(
     if p is None:
         out = _rnn("LSTM", x, w, r, b, sequence_lens, [initial_h, initial_c], attrs)
         if out is not None:
-            return out
+            return _served("LSTM", out)
+    _served("LSTM", None)
     return op_rnn.lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)
 
 
@@ -151,5 +168,5 @@ def gru(
     **attrs: Any,
 ) -> tuple[np.ndarray, ...]:
     """GRU through oneDNN (``onednn/rnn.py``), else the numpy kernel."""
-    out = _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs)
+    out = _served("GRU", _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs))
     return out if out is not None else op_rnn.gru(x, w, r, b, sequence_lens, initial_h, **attrs)
