@@ -198,6 +198,9 @@ def _load() -> None:
     if _hidden():
         _state.update(lib=None, reason="hidden by ANYCHIP_ONEDNN=0")
         return
+    if _state.get("loaded") is not None:  # shown again after reset(): the same instance
+        _state.update(lib=_state["loaded"], reason="")
+        return
     try:
         import cffi
     except ImportError:  # pragma: no cover - cffi is a core dependency
@@ -211,7 +214,8 @@ def _load() -> None:
         ffi = cffi.FFI()
         ffi.cdef(_CDEF)
         try:
-            _state.update(lib=Lib(ffi, ffi.dlopen(str(path)), str(path)), reason="")
+            lib = Lib(ffi, ffi.dlopen(str(path)), str(path))
+            _state.update(lib=lib, loaded=lib, reason="")
             return
         except (OSError, KernelError) as e:
             errors.append(f"{path}: {e}")
@@ -252,9 +256,11 @@ def unavailable_reason() -> str:
 
 
 def reset() -> None:
-    """Forget the loaded state so the next ``get()`` reads ``ANYCHIP_ONEDNN`` again (tests)."""
+    """Make the next ``get()`` read ``ANYCHIP_ONEDNN`` again (tests, benchmarks). A library
+    already loaded stays loaded (its cached primitives belong to it) and is used again."""
     with _lock:
-        _state.clear()
+        _state.pop("lib", None)
+        _state.pop("reason", None)
 
 
 _omp: list[Any] = []
