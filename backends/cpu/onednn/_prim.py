@@ -10,7 +10,7 @@ array and kept in ``WEIGHTS``, keyed by the array's identity plus a sample of it
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -20,6 +20,7 @@ from anychip.backends.cpu.onednn._lib import C, Lib, check, get
 
 __all__ = [
     "Prim",
+    "REORDERS",
     "Unsupported",
     "cached",
     "channels_last",
@@ -198,9 +199,15 @@ def reorder_prim(src: Any, dst: Any) -> Prim:
     return Prim(pd, {C.arg_src: src, C.arg_dst: dst})
 
 
+#: Reorders run, by what was reordered ("src", "dst", "z", "w", "wl", "wi"): tests check that a
+#: chain of oneDNN nodes passes channels-last tensors without them.
+REORDERS: Counter[str] = Counter()
+
+
 def reorder_into(key: Hashable, src: np.ndarray, src_md: Any, dst: np.ndarray, dst_md: Any) -> None:
     """Copy ``src`` (described by ``src_md``) into ``dst`` in layout ``dst_md``."""
     p = cached(("reorder", key), lambda: reorder_prim(src_md, dst_md))
+    REORDERS[key[1] if isinstance(key, tuple) and len(key) > 1 else "other"] += 1
     p.run({C.arg_src: src, C.arg_dst: dst})
 
 

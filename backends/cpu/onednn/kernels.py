@@ -12,8 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels import op_contrib_conv, op_conv, op_pool, op_rnn
+from anychip.backends.cpu.kernels import (
+    op_activations,
+    op_contrib_conv,
+    op_conv,
+    op_pool,
+    op_rnn,
+)
 from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import conv as _conv
 from anychip.backends.cpu.onednn.conv import eltwise
 from anychip.backends.cpu.onednn.pool import pool
@@ -43,20 +50,44 @@ _CHANNELS_LAST_READERS = frozenset(
 )
 
 
+def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
+    """Every reader of the node's output (in its partition) is a oneDNN kernel, or a Relu
+    whose own readers are (``relu`` below keeps the layout). A graph output: False."""
+    value = node.outputs[0] if node.outputs else None
+    uses = value.uses if value is not None else []
+    if not uses:
+        return False
+    for user, _ in uses:
+        if user.domain not in ("", "ai.onnx", MS_DOMAIN):
+            return False
+        if user.op_type == "Relu" and depth > 0:
+            if not _readers_take_channels_last(user, depth - 1):
+                return False
+        elif user.op_type not in _CHANNELS_LAST_READERS:
+            return False
+    return True
+
+
 def _channels_last(ctx: Any) -> bool:
     """Whether the node's output should stay channels-last: every reader in this partition is
-    a oneDNN kernel (numpy kernels write C-contiguous planned outputs, so for them a strided
-    read would cost more than one reorder here). Decided once per node."""
+    a oneDNN kernel, possibly through a Relu (numpy kernels write C-contiguous planned outputs,
+    so for them a strided read would cost more than one reorder here). Decided once per node."""
     node = ctx.node
     keep = node.meta.get("onednn_channels_last")
     if keep is None:
-        uses = node.outputs[0].uses if node.outputs and node.outputs[0] is not None else []
-        keep = bool(uses) and all(
-            u.op_type in _CHANNELS_LAST_READERS and u.domain in ("", "ai.onnx", MS_DOMAIN)
-            for u, _ in uses
-        )
-        node.meta["onednn_channels_last"] = keep
+        keep = node.meta["onednn_channels_last"] = _readers_take_channels_last(node)
     return keep
+
+
+@kernel("Relu", since=1, dtypes=op_activations.NUMERIC_TYPES, inplace=True)
+def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Relu that keeps a channels-last input channels-last (a oneDNN kernel made it for a
+    oneDNN reader, ``_channels_last``); anything else goes to the numpy kernel and its ``out``.
+    """
+    if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
+        if channels_last_ok(x):
+            return np.maximum(x, np.float32(0))  # numpy keeps the input's memory order
+    return op_activations.relu(x, consumed_inputs, out=out)
 
 
 @kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import anychip
 from anychip.backends.cpu.onednn import _lib
+from anychip.backends.cpu.onednn._prim import REORDERS
 from anychip.backends.cpu.onednn.kernels import RUNS
 
 F = TensorProto.FLOAT
@@ -127,8 +128,9 @@ def test_conv_matches_onnxruntime(case: int, bias: bool) -> None:
 
 
 def test_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
-    """Conv -> Conv -> MaxPool -> Conv -> GlobalAveragePool: the middle tensors stay
-    channels-last (read in place by the next oneDNN node); the result is onnxruntime's."""
+    """Conv -> Relu -> Conv -> MaxPool -> Conv -> GlobalAveragePool: the middle tensors stay
+    channels-last (read in place by the next oneDNN node, kept so by Relu); the result is
+    onnxruntime's."""
     rng = np.random.default_rng(7)
     x = _rand(rng, 1, 8, 16, 16)
     weights = {
@@ -138,7 +140,8 @@ def test_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
         "B1": _rand(rng, 16),
     }
     nodes = [
-        helper.make_node("Conv", ["X", "W1", "B1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["X", "W1", "B1"], ["a0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a0"], ["a"]),
         helper.make_node("Conv", ["a", "W2"], ["b"], pads=[1, 1, 1, 1]),
         helper.make_node("MaxPool", ["b"], ["c"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Conv", ["c", "W3"], ["d"]),
@@ -148,6 +151,12 @@ def test_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
         got, want = _run_both(_model(nodes, {"X": x}, weights, ["Y"]), {"X": x})
     _close(got, want)
     assert n.delta("Conv", "onednn") == 3 and n.delta("GlobalAveragePool", "onednn") == 1
+    session = anychip.load(_model(nodes, {"X": x}, weights, ["Y"]), devices=["cpu"])
+    session.run(None, {"X": x})
+    before = dict(REORDERS)
+    session.run(None, {"X": x})
+    moved = {k: v - before.get(k, 0) for k, v in REORDERS.items() if v != before.get(k, 0)}
+    assert moved == {"src": 1}, moved  # only X, into the first convolution
 
 
 FUSED = [
