@@ -16,6 +16,7 @@ from anychip.backends.cpu.kernels import (
     op_activations,
     op_contrib_conv,
     op_conv,
+    op_matmul,
     op_pool,
     op_rnn,
 )
@@ -23,6 +24,7 @@ from anychip.backends.cpu.onednn._lib import C
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import conv as _conv
 from anychip.backends.cpu.onednn.conv import eltwise
+from anychip.backends.cpu.onednn.matmul import matmul as _matmul
 from anychip.backends.cpu.onednn.pool import pool
 from anychip.backends.cpu.onednn.rnn import recurrent
 from anychip.core.kernels import KernelTable
@@ -201,3 +203,15 @@ def gru(
     """GRU through oneDNN (``onednn/rnn.py``), else the numpy kernel."""
     out = _served("GRU", _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs))
     return out if out is not None else op_rnn.gru(x, w, r, b, sequence_lens, initial_h, **attrs)
+
+
+@kernel("MatMul", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
+def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> Any:
+    """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``)."""
+    weights = ctx.node.inputs[1]
+    if weights is not None and weights.const is not None:
+        y = _matmul(a, b, out)
+        if y is not None:
+            return _served("MatMul", y)
+    _served("MatMul", None)
+    return op_matmul.matmul(a, b, out=out)

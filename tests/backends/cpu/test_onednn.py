@@ -342,3 +342,27 @@ def test_recurrent_matches_onnxruntime(case: int) -> None:
     _, want = _run_both(model, seq_first)
     want = [want[0].transpose(2, 0, 1, 3)] + [w.swapaxes(0, 1) for w in want[1:]]
     _close([np.asarray(g) for g in got], want)
+
+
+MATMUL_CASES = [
+    # A shape, B shape, B constant, path
+    ((2, 20, 64), (64, 48), True, "onednn"),
+    ((96, 33), (33, 130), True, "onednn"),
+    ((3, 64), (64, 16), True, "numpy"),  # fewer than MIN_ROWS rows
+    ((40, 16), (16, 8), False, "numpy"),  # B is an input, not weights
+    ((2, 24, 16), (2, 16, 8), True, "numpy"),  # batched weights
+]
+
+
+@pytest.mark.parametrize("case", range(len(MATMUL_CASES)))
+def test_matmul_matches_onnxruntime(case: int) -> None:
+    a_shape, b_shape, const, path = MATMUL_CASES[case]
+    rng = np.random.default_rng(300 + case)
+    a, b = _rand(rng, *a_shape), _rand(rng, *b_shape)
+    feeds = {"A": a} if const else {"A": a, "B": b}
+    weights = {"B": b} if const else {}
+    node = helper.make_node("MatMul", ["A", "B"], ["Y"])
+    with _Counts() as n:
+        got, want = _run_both(_model([node], feeds, weights, ["Y"]), feeds)
+    _close(got, want)
+    assert n.delta("MatMul", path) == 1
