@@ -134,7 +134,7 @@ class C:
     stream_default = 1
     f32 = 3
     any = 1
-    a, ab, abc, abcd, abcde = 2, 3, 4, 5, 6
+    a, ab, abc, abcd, abcde, abcdef = 2, 3, 4, 5, 6, 7
     tnc, ldnc, ldigo, ldgo = 4, 5, 6, 5
     forward_inference = 96
     convolution_direct = 1

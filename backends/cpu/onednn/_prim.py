@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: Tags of plain row-major and channels-last layouts by rank.
-_PLAIN = {1: C.a, 2: C.ab, 3: C.abc, 4: C.abcd, 5: C.abcde}
+_PLAIN = {1: C.a, 2: C.ab, 3: C.abc, 4: C.abcd, 5: C.abcde, 6: C.abcdef}
 _CHANNELS_LAST = {3: 15, 4: 22, 5: 33}  # acb, acdb, acdeb
 
 
