@@ -54,11 +54,13 @@ _CHANNELS_LAST_READERS = frozenset(
 
 def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
     """Every reader of the node's output (in its partition) is a oneDNN kernel, or a Relu
-    whose own readers are (``relu`` below keeps the layout). A graph output: False."""
+    whose own readers are (``relu`` below keeps the layout), and the output leaves neither the
+    graph nor the partition."""
     value = node.outputs[0] if node.outputs else None
     uses = value.uses if value is not None else []
-    if not uses:
-        return False
+    graph = getattr(node, "graph", None)
+    if not uses or graph is not None and any(o is value for o in graph.outputs):
+        return False  # a graph or partition output: other devices and users get C order
     for user, _ in uses:
         if user.domain not in ("", "ai.onnx", MS_DOMAIN):
             return False

@@ -367,3 +367,20 @@ def test_matmul_matches_onnxruntime(case: int) -> None:
         got, want = _run_both(_model([node], feeds, weights, ["Y"]), feeds)
     _close(got, want)
     assert n.delta("MatMul", path) == 1
+
+
+def test_outputs_that_leave_the_graph_are_c_contiguous() -> None:
+    """A Conv output that a oneDNN Conv reads but that is also a graph output is written in C
+    order (callers and other devices get plain arrays); both outputs are onnxruntime's."""
+    rng = np.random.default_rng(9)
+    x = _rand(rng, 1, 8, 6, 6)
+    weights = {"W": _rand(rng, 8, 8, 3, 3, scale=0.3)}
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["A"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["A", "W"], ["Y"], pads=[1, 1, 1, 1]),
+    ]
+    got, want = _run_both(_model(nodes, {"X": x}, weights, ["A", "Y"]), {"X": x})
+    _close(got, want)
+    session = anychip.load(_model(nodes, {"X": x}, weights, ["A", "Y"]), devices=["cpu"])
+    out = session.run(None, {"X": x})
+    assert all(a.flags.c_contiguous for a in (out.values() if isinstance(out, dict) else out))
