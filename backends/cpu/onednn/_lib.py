@@ -3,7 +3,9 @@
 The library comes from the ``onednn-cpu-gomp`` wheel (the ``onednn`` extra), which puts it in
 ``<sys.prefix>/lib``; ``ANYCHIP_ONEDNN_LIB`` names another copy. ``ANYCHIP_ONEDNN=0`` hides it
 (the numpy kernels then run everywhere). The declarations below are the few v3 C API functions
-the kernels use, with the signatures of ``oneapi/dnnl/dnnl.h``; enums are passed as ``int`` and
+the kernels use, with the signatures of ``oneapi/dnnl/dnnl.h``; enums are passed as ``int`` (and the
+data handle of ``dnnl_memory_set_data_handle`` as ``uintptr_t``, the same register on the
+64-bit ABIs, so numpy's address goes in without a cast) and
 their values (``C``) were generated once with gcc from the 3.2 headers (they are the same in
 3.13, so a newer ``libdnnl.so.3`` loads too).
 """
@@ -67,7 +69,7 @@ int dnnl_memory_desc_clone(dnnl_memory_desc_t *memory_desc,
 int dnnl_memory_create(dnnl_memory_t *memory, const_dnnl_memory_desc_t memory_desc,
     dnnl_engine_t engine, void *handle);
 int dnnl_memory_destroy(dnnl_memory_t memory);
-int dnnl_memory_set_data_handle(dnnl_memory_t memory, void *handle);
+int dnnl_memory_set_data_handle(dnnl_memory_t memory, uintptr_t handle);
 int dnnl_convolution_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
     dnnl_engine_t engine, int prop_kind, int alg_kind, const_dnnl_memory_desc_t src_desc,
     const_dnnl_memory_desc_t weights_desc, const_dnnl_memory_desc_t bias_desc,

@@ -123,10 +123,10 @@ def ptr(a: np.ndarray) -> int:
 class Prim:
     """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
 
-    __slots__ = ("pd", "prim", "mems", "args", "lock", "info")
+    __slots__ = ("pd", "prim", "mems", "args", "lock", "info", "lib")
 
     def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
-        L = lib()
+        L = self.lib = lib()
         ffi, dn = L.ffi, L.dnnl
         self.pd = pd
         out = ffi.new("dnnl_primitive_t *")
@@ -147,11 +147,11 @@ class Prim:
 
     def run(self, buffers: dict[int, np.ndarray]) -> None:
         """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described)."""
-        L = lib()
-        ffi, dn = L.ffi, L.dnnl
+        L = self.lib
+        dn, mems = L.dnnl, self.mems
         with self.lock:
             for arg, a in buffers.items():
-                dn.dnnl_memory_set_data_handle(self.mems[arg], ffi.cast("void *", ptr(a)))
+                dn.dnnl_memory_set_data_handle(mems[arg], a.__array_interface__["data"][0])
             check(
                 dn.dnnl_primitive_execute(self.prim, L.stream, len(self.mems), self.args),
                 "executing " + self.info,

@@ -14,6 +14,7 @@ output's, activations oneDNN has no eltwise for, and any attribute set oneDNN de
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -75,28 +76,15 @@ def conv(
         return None
     if b is not None and (b.dtype != np.float32 or b.ndim != 1):
         return None
-    n, c = x.shape[:2]
-    m, cg = w.shape[:2]
-    group = int(attrs.get("group") or 1)
-    if group < 1 or cg * group != c or m % group or b is not None and b.shape[0] != m:
-        return None  # the numpy kernel words the error
-    kshape = list(attrs.get("kernel_shape") or w.shape[2:])
-    if kshape != list(w.shape[2:]):
+    sig = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())
+    geo = _geometry(x.shape, w.shape, sig)
+    if geo is None:
         return None
-    g = window_geometry(
-        x.shape[2:],
-        kshape,
-        strides=attrs.get("strides"),
-        dilations=attrs.get("dilations"),
-        pads=attrs.get("pads"),
-        auto_pad=attrs.get("auto_pad") or "NOTSET",
-        op="Conv",
-    )
-    y_shape = (n, m) + tuple(g.out)
-    if n == 0 or 0 in g.out or 0 in x.shape:
-        return None
+    y_shape, group, kshape, window = geo
     if z is not None and (z.shape != y_shape or z.dtype != np.float32):
         return None
+    if b is not None and b.shape[0] != w.shape[0]:
+        return None  # the numpy kernel words the error
     x_tags = P.layouts(x)
     if not x_tags:
         x = np.ascontiguousarray(x)
@@ -114,21 +102,47 @@ def conv(
         b is not None,
         z is not None,
         act,
-        tuple(g.strides),
-        tuple(g.dilations),
-        tuple(g.begin),
-        tuple(g.end),
+        window,
         group,
         plain_io,
         omp_threads(),
     )
     try:
         prim = P.cached(
-            key, lambda: _build(x.shape, w.shape, y_shape, group, g, b, z, act, plain_io)
+            key, lambda: _build(x.shape, w.shape, y_shape, group, window, b, z, act, plain_io)
         )
     except P.Unsupported:
         return None
     return _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last)
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(x_shape: tuple[int, ...], w_shape: tuple[int, ...], sig: tuple) -> tuple | None:
+    """(output shape, group, kernel shape, (strides, dilations, pads before, pads after)) of a
+    convolution, or None where the numpy kernel should run (and word any error). Memoized:
+    the same node asks with the same arguments every run."""
+    attrs = dict(sig)
+    n, c = x_shape[:2]
+    m, cg = w_shape[:2]
+    group = int(attrs.get("group") or 1)
+    if group < 1 or cg * group != c or m % group:
+        return None
+    kshape = list(attrs.get("kernel_shape") or w_shape[2:])
+    if kshape != list(w_shape[2:]):
+        return None
+    g = window_geometry(
+        x_shape[2:],
+        kshape,
+        strides=attrs.get("strides"),
+        dilations=attrs.get("dilations"),
+        pads=attrs.get("pads"),
+        auto_pad=attrs.get("auto_pad") or "NOTSET",
+        op="Conv",
+    )
+    if n == 0 or 0 in g.out or 0 in x_shape:
+        return None
+    window = (tuple(g.strides), tuple(g.dilations), tuple(g.begin), tuple(g.end))
+    return (n, m) + tuple(g.out), group, tuple(kshape), window
 
 
 class _Conv:
@@ -187,7 +201,7 @@ def _build(
     w_shape: tuple[int, ...],
     y_shape: tuple[int, ...],
     group: int,
-    g: Any,
+    window: tuple,
     b: np.ndarray | None,
     z: np.ndarray | None,
     act: tuple[int, float, float] | None,
@@ -197,6 +211,7 @@ def _build(
     ffi, dn = L.ffi, L.dnnl
     nd = len(x_shape)
     wdims = w_shape if group == 1 else (group, w_shape[0] // group) + tuple(w_shape[1:])
+    strides, dilations, begin, end = window
     io = P.plain_tag(nd) if plain_io else C.any
     src_any, w_any, dst_any = P.md(x_shape, io), P.md(wdims, C.any), P.md(y_shape, io)
     bias_md = P.md((w_shape[0],), C.a) if b is not None else ffi.NULL
@@ -222,10 +237,10 @@ def _build(
         w_any,
         bias_md,
         dst_any,
-        P.dims(g.strides),
-        P.dims([d - 1 for d in g.dilations]),
-        P.dims(g.begin),
-        P.dims(g.end),
+        P.dims(strides),
+        P.dims([d - 1 for d in dilations]),
+        P.dims(begin),
+        P.dims(end),
         attr,
     )
     src_md = P.query_md(pd, C.query_src_md)
