@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
@@ -64,11 +65,13 @@ def conv(
     act: tuple[int, float, float] | None,
     attrs: dict[str, Any],
     channels_last: bool = False,
+    out: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Y = act(conv(x, w) + b + z) through oneDNN, or None when oneDNN cannot run it.
 
     ``channels_last``: return the NCHW view of a channels-last buffer (for a oneDNN reader),
-    else a C-contiguous array (for numpy readers, whose planned outputs are C-contiguous).
+    else a C-contiguous array (for numpy readers, whose planned outputs are C-contiguous),
+    written into the planned ``out`` when it fits.
     """
     if get() is None or x.dtype != np.float32 or w.dtype != np.float32:
         return None
@@ -113,7 +116,7 @@ def conv(
         )
     except P.Unsupported:
         return None
-    return _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last)
+    return _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last, out)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -263,6 +266,7 @@ def _run(
     z: np.ndarray | None,
     y_shape: tuple[int, ...],
     channels_last: bool,
+    planned: np.ndarray | None,
 ) -> np.ndarray:
     src = x
     tag = entry.direct_tag(x.shape, x_tags)
@@ -275,7 +279,8 @@ def _run(
         out = np.empty(P.channels_last(y_shape), np.float32)
         y = P.from_channels_last(out)
     else:
-        out = y = np.empty(y_shape, np.float32)
+        fit = fits(planned, y_shape, np.dtype(np.float32))
+        out = y = planned if fit else np.empty(y_shape, np.float32)
     direct = entry.dst_cl if channels_last else entry.dst_plain
     dst = out if direct else P.empty_for(entry.dst_md)
     if z is not None:

@@ -72,10 +72,14 @@ def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
     return True
 
 
-def _channels_last(ctx: Any) -> bool:
-    """Whether the node's output should stay channels-last: every reader in this partition is
-    a oneDNN kernel, possibly through a Relu (numpy kernels write C-contiguous planned outputs,
-    so for them a strided read would cost more than one reorder here). Decided once per node."""
+def _channels_last(ctx: Any, out: np.ndarray | None = None) -> bool:
+    """Whether the node's output should stay channels-last: it has no planned ``out`` (the
+    memory plan's C-contiguous buffer is always used when given: planned memory is never
+    declined), and every reader in this partition is a oneDNN kernel, possibly through a Relu
+    (numpy kernels write C-contiguous planned outputs, so for them a strided read would cost
+    more than one reorder here). The readers are looked at once per node."""
+    if out is not None:
+        return False
     node = ctx.node
     keep = node.meta.get("onednn_channels_last")
     if keep is None:
@@ -96,11 +100,17 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
 
 @kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)
 def conv(
-    ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, **attrs: Any
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    out: np.ndarray | None = None,
+    **attrs: Any,
 ) -> np.ndarray:
     """Conv through oneDNN (``onednn/conv.py``), else the numpy kernel."""
-    y = _served("Conv", _conv(x, w, b, None, None, attrs, _channels_last(ctx)))
-    return y if y is not None else op_conv.conv(x, w, b, **attrs)
+    y = _served("Conv", _conv(x, w, b, None, None, attrs, _channels_last(ctx, out), out))
+    return y if y is not None else op_conv.conv(x, w, b, out=out, **attrs)
 
 
 @kernel("FusedConv", domain=MS_DOMAIN, since=1, context=True)
@@ -128,42 +138,47 @@ def fused_conv(
 
 
 @kernel("MaxPool", since=1, dtypes=op_pool._MAXPOOL_TYPES, context=True)
-def max_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> Any:
+def max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None, **attrs: Any) -> Any:
     """MaxPool through oneDNN when the Indices output is not asked for."""
     if ctx.num_outputs == 1 and not attrs.get("storage_order"):
-        y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", _channels_last(ctx))
+        keep = _channels_last(ctx, out)
+        y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", keep, out)
         if y is not None:
             return _served("MaxPool", y)
     _served("MaxPool", None)
-    return op_pool.max_pool(ctx, x, **attrs)
+    return op_pool.max_pool(ctx, x, out=out, **attrs)
 
 
 @kernel("AveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
-def average_pool(ctx: Any, x: np.ndarray, **attrs: Any) -> np.ndarray:
+def average_pool(
+    ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None, **attrs: Any
+) -> np.ndarray:
     alg = (
         C.pooling_avg_include_padding
         if attrs.get("count_include_pad")
         else C.pooling_avg_exclude_padding
     )
-    y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", _channels_last(ctx))
+    keep = _channels_last(ctx, out)
+    y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", keep, out)
     _served("AveragePool", y)
-    return y if y is not None else op_pool.average_pool(x, **attrs)
+    return y if y is not None else op_pool.average_pool(x, out=out, **attrs)
 
 
 @kernel("GlobalAveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
-def global_average_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
-    keep = _channels_last(ctx)
-    y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep)
+def global_average_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    keep = _channels_last(ctx, out)
+    y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep, out)
     _served("GlobalAveragePool", y)
-    return y if y is not None else op_pool.global_average_pool(x)
+    return y if y is not None else op_pool.global_average_pool(x, out=out)
 
 
 @kernel("GlobalMaxPool", since=1, dtypes=op_pool._FLOATS, context=True)
-def global_max_pool(ctx: Any, x: np.ndarray) -> np.ndarray:
+def global_max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     y = _served(
-        "GlobalMaxPool", pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx))
+        "GlobalMaxPool",
+        pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx, out), out),
     )
-    return y if y is not None else op_pool.global_max_pool(x)
+    return y if y is not None else op_pool.global_max_pool(x, out=out)
 
 
 def _rnn(op: str, x: Any, w: Any, r: Any, b: Any, lens: Any, initial: Sequence[Any], attrs: dict):

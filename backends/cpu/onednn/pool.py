@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
@@ -30,10 +31,12 @@ def pool(
     attrs: dict[str, Any],
     op: str,
     channels_last: bool = False,
+    planned: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The pooled ``x`` (``kernel_shape`` None: global pooling), or None when oneDNN cannot.
 
-    The output is channels-last (as an NCHW view) when ``channels_last``, else C-contiguous.
+    The output is channels-last (as an NCHW view) when ``channels_last``, else C-contiguous
+    (in ``planned`` when it fits and the source is plain).
     """
     if get() is None or x.dtype != np.float32 or not 3 <= x.ndim <= 5 or 0 in x.shape:
         return None
@@ -83,6 +86,8 @@ def pool(
     if src_cl:
         out = np.empty(P.channels_last(y_shape), np.float32)
         y = P.from_channels_last(out)
+    elif fits(planned, y_shape, np.dtype(np.float32)):
+        out = y = planned
     else:
         out = y = np.empty(y_shape, np.float32)
     prim.run({C.arg_src: x, C.arg_dst: out})

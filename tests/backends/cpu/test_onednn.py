@@ -128,9 +128,9 @@ def test_conv_matches_onnxruntime(case: int, bias: bool) -> None:
     assert n.delta("Conv", "onednn") == 1 and n.delta("Conv", "numpy") == 0
 
 
-def test_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
-    """Conv -> Relu -> Conv -> MaxPool -> Conv -> GlobalAveragePool: the middle tensors stay
-    channels-last (read in place by the next oneDNN node, kept so by Relu); the result is
+def test_conv_chain_matches_onnxruntime_in_planned_memory() -> None:
+    """Conv -> Relu -> Conv -> MaxPool -> Conv -> GlobalAveragePool: every planned output is
+    written in place (planned memory is C-contiguous, so these stay NCHW) and the result is
     onnxruntime's."""
     rng = np.random.default_rng(7)
     x = _rand(rng, 1, 8, 16, 16)
@@ -153,6 +153,44 @@ def test_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
     _close(got, want)
     assert n.delta("Conv", "onednn") == 3 and n.delta("GlobalAveragePool", "onednn") == 1
     session = anychip.load(_model(nodes, {"X": x}, weights, ["Y"]), devices=["cpu"])
+    session.run(None, {"X": x})
+    assert session.memory()["cpu"].declined == 0
+
+
+def test_fused_conv_chain_keeps_channels_last_between_onednn_nodes() -> None:
+    """FusedConv(Relu) -> FusedConv(+Z residual, Relu) -> FusedConv -> GlobalAveragePool (what
+    the fusion pass writes): the middle tensors stay channels-last, read in place by the next
+    oneDNN node, so the only reorder of a run is X's into the first; onnxruntime's result."""
+    rng = np.random.default_rng(8)
+    x = _rand(rng, 1, 8, 16, 16)
+    weights = {
+        "W1": _rand(rng, 16, 8, 3, 3, scale=0.3),
+        "W2": _rand(rng, 16, 16, 3, 3, scale=0.2),
+        "W3": _rand(rng, 8, 16, 1, 1, scale=0.3),
+        "B1": _rand(rng, 16),
+    }
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node(
+            "FusedConv", ["X", "W1", "B1"], ["a"], domain=ms, pads=[1, 1, 1, 1], activation="Relu"
+        ),
+        helper.make_node(
+            "FusedConv",
+            ["a", "W2", "", "a"],
+            ["b"],
+            domain=ms,
+            pads=[1, 1, 1, 1],
+            activation="Relu",
+        ),  # fmt: skip
+        helper.make_node("FusedConv", ["b", "W3"], ["d"], domain=ms),
+        helper.make_node("GlobalAveragePool", ["d"], ["Y"]),
+    ]
+    model = _model(nodes, {"X": x}, weights, ["Y"], ms=True)
+    with _Counts() as n:
+        got, want = _run_both(model, {"X": x})
+    _close(got, want)
+    assert n.delta("FusedConv", "onednn") == 3 and n.delta("GlobalAveragePool", "onednn") == 1
+    session = anychip.load(model, devices=["cpu"])
     session.run(None, {"X": x})
     before = dict(REORDERS)
     session.run(None, {"X": x})
