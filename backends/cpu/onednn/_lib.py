@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import site
 import sys
 import threading
 from pathlib import Path
@@ -188,7 +189,11 @@ def _candidates() -> list[Path]:
     env = os.environ.get("ANYCHIP_ONEDNN_LIB")
     if env:
         return [Path(env)]
-    prefixes = dict.fromkeys([sys.prefix, sys.base_prefix, "/usr/local", "/usr"])
+    # pip puts the wheel's data files under the install scheme's "data" prefix: the venv or
+    # interpreter prefix, or the user base for ``pip install --user``.
+    prefixes = dict.fromkeys(
+        [sys.prefix, sys.base_prefix, site.getuserbase(), "/usr/local", "/usr"]
+    )
     return [Path(p) / "lib" / "libdnnl.so.3" for p in prefixes]
 
 
