@@ -116,3 +116,22 @@ def test_changed_weights_are_never_served_stale() -> None:
     w[...] = rng.standard_normal(w.shape)  # the same array changed in place
     got = onednn_conv(x, w, None, None, None, attrs)
     np.testing.assert_allclose(got, numpy_conv(x, w, **attrs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_missing_library_is_reported_with_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    missing = f"{tmp_path}/libdnnl.so.3"
+    monkeypatch.setenv("ANYCHIP_ONEDNN_LIB", missing)
+    _lib.reset()
+    saved = _lib._state.pop("loaded", None)  # as in a process that never loaded it
+    try:
+        assert not _lib.findable() and not _lib.available()
+        reason = _lib.unavailable_reason()
+        assert missing in reason and "anychip[onednn]" in reason
+    finally:
+        monkeypatch.delenv("ANYCHIP_ONEDNN_LIB")
+        _lib.reset()
+        if saved is not None:
+            _lib._state["loaded"] = saved
+    assert _lib.available()
