@@ -101,6 +101,13 @@ int dnnl_lbr_gru_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_
     const_dnnl_memory_desc_t weights_layer_desc, const_dnnl_memory_desc_t weights_iter_desc,
     const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_layer_desc,
     const_dnnl_memory_desc_t dst_iter_desc, unsigned flags, const_dnnl_primitive_attr_t attr);
+int dnnl_vanilla_rnn_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int activation, int direction,
+    const_dnnl_memory_desc_t src_layer_desc, const_dnnl_memory_desc_t src_iter_desc,
+    const_dnnl_memory_desc_t weights_layer_desc, const_dnnl_memory_desc_t weights_iter_desc,
+    const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_layer_desc,
+    const_dnnl_memory_desc_t dst_iter_desc, unsigned flags, float alpha, float beta,
+    const_dnnl_primitive_attr_t attr);
 int dnnl_matmul_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
     dnnl_engine_t engine, const_dnnl_memory_desc_t src_desc,
     const_dnnl_memory_desc_t weights_desc, const_dnnl_memory_desc_t bias_desc,

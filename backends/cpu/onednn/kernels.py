@@ -232,3 +232,18 @@ def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = N
             return _served("MatMul", y)
     _served("MatMul", None)
     return op_matmul.matmul(a, b, out=out)
+
+
+@kernel("RNN", since=1, dtypes=op_rnn._TYPES)
+def rnn(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """RNN through oneDNN's vanilla RNN (``onednn/rnn.py``), else the numpy kernel."""
+    out = _served("RNN", _rnn("RNN", x, w, r, b, sequence_lens, [initial_h], attrs))
+    return out if out is not None else op_rnn.rnn(x, w, r, b, sequence_lens, initial_h, **attrs)

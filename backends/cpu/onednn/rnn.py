@@ -1,4 +1,4 @@
-"""LSTM and GRU through oneDNN's recurrent primitives: the whole recurrence (every time step,
+"""LSTM, GRU and RNN through oneDNN's recurrent primitives: the whole recurrence (every time step,
 both directions) is one primitive execution, never a Python loop per step.
 
 Gate orders: ONNX LSTM weights are (i, o, f, c), oneDNN's (i, f, c~, o), so the gate blocks are
@@ -8,7 +8,8 @@ bias of the candidate gate); with 0 it is oneDNN's GRU, whose candidate bias is 
 
 Falls back to the numpy kernels (``kernels/op_rnn.py``) for: dtypes other than float32,
 ``sequence_lens`` with unequal lengths, non-default activations, ``clip``, ``input_forget``,
-LSTM peepholes (P), and empty tensors.
+LSTM peepholes (P), RNN activations other than one of Tanh, Relu, Sigmoid for both directions,
+and empty tensors.
 """
 
 from __future__ import annotations
@@ -23,7 +24,21 @@ from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 
 __all__ = ["recurrent"]
 
-_DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}
+_DEFAULT_ACTS = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+#: RNN's activation (the same for both directions): oneDNN's vanilla RNN eltwise.
+_RNN_ACTS = {"tanh": C.eltwise_tanh, "relu": C.eltwise_relu, "sigmoid": C.eltwise_logistic}
+
+
+def _rnn_activation(attrs: dict[str, Any]) -> int | None:
+    acts = [a.lower() for a in attrs.get("activations") or ["tanh"]]
+    if len(set(acts)) != 1 or acts[0] not in _RNN_ACTS:
+        return None
+    if attrs.get("activation_alpha") or attrs.get("activation_beta"):
+        return None
+    return _RNN_ACTS[acts[0]]
+
+
 _LSTM_ORDER = [0, 2, 3, 1]  # ONNX (i, o, f, c) blocks taken in oneDNN's order (i, f, c, o)
 
 
@@ -36,6 +51,8 @@ def _supported(op: str, x: np.ndarray, arrays: Sequence[Any], attrs: dict[str, A
         return False
     acts = attrs.get("activations")
     nd = 2 if attrs.get("direction") == "bidirectional" else 1
+    if op == "RNN":
+        return _rnn_activation(attrs) is not None
     if acts and [a.lower() for a in acts] != _DEFAULT_ACTS[op] * nd:
         return False
     if acts and (attrs.get("activation_alpha") or attrs.get("activation_beta")):
@@ -53,7 +70,7 @@ def recurrent(
     initial: list[np.ndarray | None],
     attrs: dict[str, Any],
 ) -> tuple[np.ndarray, ...] | None:
-    """(Y, Y_h[, Y_c]) of an LSTM or GRU node, or None when oneDNN cannot run it."""
+    """(Y, Y_h[, Y_c]) of an LSTM, GRU or RNN node, or None when oneDNN cannot run it."""
     if not _supported(op, x, [w, r, b, *initial], attrs):
         return None
     layout = int(attrs.get("layout") or 0)
@@ -66,14 +83,15 @@ def recurrent(
     d, gh, _ = w.shape
     h = r.shape[-1]
     lbr = op == "GRU" and bool(attrs.get("linear_before_reset"))
-    gates = 4 if op == "LSTM" else 3
+    gates = _GATES[op]
     if gh != gates * h or r.shape != (d, gh, h) or w.shape[2] != i:
         return None
     direction = attrs.get("direction", "forward")
     ddir = {"forward": C.left2right, "reverse": C.right2left}.get(direction, C.bidirectional_concat)
-    key = (op, lbr, x.shape, h, d, ddir, omp_threads())
+    act = _rnn_activation(attrs) if op == "RNN" else 0
+    key = (op, lbr, act, x.shape, h, d, ddir, omp_threads())
     try:
-        entry = P.cached(key, lambda: _build(op, lbr, t, n, i, h, d, ddir))
+        entry = P.cached(key, lambda: _build(op, lbr, act, t, n, i, h, d, ddir))
     except P.Unsupported:
         return None
     wl, wi, bias = P.weights(key, (w, r, b), lambda: _prepare(entry, key, op, lbr, w, r, b))
@@ -106,10 +124,10 @@ class _Rnn:
         self.dims = dims
 
 
-def _build(op: str, lbr: bool, t: int, n: int, i: int, h: int, d: int, ddir: int) -> _Rnn:
+def _build(op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int, ddir: int) -> _Rnn:
     L = P.lib()
     dn, null = L.dnnl, L.ffi.NULL
-    gates = 4 if op == "LSTM" else 3
+    gates = _GATES[op]
     src = P.md((t, n, i), C.tnc)
     state = P.md((1, d, n, h), C.ldnc)
     wl = P.md((1, d, i, gates, h), C.any)
@@ -133,6 +151,25 @@ def _build(op: str, lbr: bool, t: int, n: int, i: int, h: int, d: int, ddir: int
             0,
             null,
         )
+    elif op == "RNN":
+        pd = P.make_pd(
+            dn.dnnl_vanilla_rnn_forward_primitive_desc_create,
+            L.engine,
+            C.forward_inference,
+            act,
+            ddir,
+            src,
+            state,
+            wl,
+            wi,
+            bias,
+            dst,
+            state,
+            0,
+            0.0,
+            0.0,
+            null,
+        )
     else:
         create = (
             dn.dnnl_lbr_gru_forward_primitive_desc_create
@@ -154,7 +191,7 @@ def _prepare(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weights in the primitive's layouts and the bias in oneDNN's gate order."""
     d, i, h, gates = entry.dims
-    order = _LSTM_ORDER if op == "LSTM" else [0, 1, 2]
+    order = _LSTM_ORDER if op == "LSTM" else list(range(gates))
 
     def ldigo(a: np.ndarray, inp: int) -> np.ndarray:  # (D, G*H, in) -> (1, D, in, G, H)
         a = np.asarray(a, np.float32).reshape(d, gates, h, inp)[:, order]
