@@ -295,9 +295,8 @@ def _run(
         bufs[C.arg_bias] = np.ascontiguousarray(b)
     entry.prim.run(bufs)
     if dst is not out:
-        P.reorder_into(
-            (key, "dst"), dst, entry.dst_md, out, entry.user_md(y_shape, P.layouts(y)[-1])
-        )
+        tag = P.layouts(y)[-1]  # part of the key: the same primitive may write either layout
+        P.reorder_into((key, "dst", tag), dst, entry.dst_md, out, entry.user_md(y_shape, tag))
     return y
 
 
