@@ -1,5 +1,6 @@
 """The oneDNN kernels of the CPU backend: registered after the numpy kernels (same op and
-version, so they win) when oneDNN loads. Each tries oneDNN and calls the numpy kernel for the
+version, so they win) when the library file is there (it loads on the first call). Each tries
+oneDNN and calls the numpy kernel for the
 node when oneDNN cannot run its attributes or dtypes (each module lists its fallback cases),
 or when oneDNN was hidden after loading (``ANYCHIP_ONEDNN=0`` and ``_lib.reset()``).
 """
@@ -42,7 +43,7 @@ def _served(op: str, y: Any) -> Any:
     return y
 
 
-#: Merged into the CPU table by the plugin hook when oneDNN is available.
+#: Merged into the CPU table by the plugin hook when ``onednn.findable()``.
 ONEDNN_KERNELS = KernelTable("cpu")
 kernel = ONEDNN_KERNELS.register
 
