@@ -56,6 +56,7 @@ def lib() -> Lib:
 
 
 def dims(values: Sequence[int]) -> Any:
+    """A ``dnnl_dims_t`` holding ``values``."""
     return lib().ffi.new("dnnl_dims_t", [int(v) for v in values])
 
 
@@ -71,10 +72,13 @@ def md(shape: Sequence[int], tag: int) -> Any:
 
 
 def query_md(pd: Any, what: int, index: int = 0) -> Any:
+    """The memory descriptor ``what`` (``C.query_*_md``) a primitive descriptor chose (owned by
+    ``pd``: keep ``pd`` alive while using it)."""
     return lib().dnnl.dnnl_primitive_desc_query_md(pd, what, index)
 
 
 def md_equal(a: Any, b: Any) -> bool:
+    """Whether two memory descriptors describe the same layout."""
     return bool(lib().dnnl.dnnl_memory_desc_equal(a, b))
 
 
@@ -109,14 +113,17 @@ def from_channels_last_ok(x: np.ndarray) -> bool:
 
 
 def plain_tag(ndim: int) -> int:
+    """The row-major tag of rank ``ndim`` (``abcd`` for 4)."""
     return _PLAIN[ndim]
 
 
 def channels_last_tag(ndim: int) -> int:
+    """The channels-last tag of rank ``ndim`` (``acdb``, NHWC, for 4)."""
     return _CHANNELS_LAST[ndim]
 
 
 def ptr(a: np.ndarray) -> int:
+    """The address of ``a``'s first element."""
     return a.__array_interface__["data"][0]
 
 
