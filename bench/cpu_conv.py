@@ -2,7 +2,7 @@
 and anychip's numpy im2col kernel, at 1 and 2 threads; then the light ResNet-50 end to end,
 anychip with oneDNN and with it hidden (the numpy kernels) against onnxruntime.
 
-    python bench/cpu_conv.py [--rounds 7] [--threads 1 2] [--json out.json]
+    python bench/cpu_conv.py [--rounds 7] [--threads 1 2] [--json out.json] [--light MODEL...]
 
 Every timing is interleaved (one call of each contender per round) and the median is reported.
 The conv shapes are the 53 convolutions of onnx's light ResNet-50 at batch 1 (shape inference),
@@ -124,14 +124,17 @@ def bench_convs(threads: int, rounds: int) -> dict:
     return {"threads": threads, "shapes": rows, "total_gflops": total}
 
 
-def bench_resnet(threads: int, rounds: int) -> dict:
-    model = light_model("resnet50", seed=1)
-    name = model.graph.input[0].name
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+def bench_light(threads: int, rounds: int, model_name: str = "resnet50") -> dict:
+    """One light model end to end: anychip with oneDNN, with it hidden, and onnxruntime."""
+    model = light_model(model_name, seed=1)
+    sess = anychip.load(model, devices=["cpu"])
+    name = sess.inputs[0].name  # (old models also list their initializers as inputs)
+    inp = next(i for i in model.graph.input if i.name == name)
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    sess = anychip.load(model, devices=["cpu"])
     want = ref.run(None, {name: x})[0]
 
     def hidden() -> object:
@@ -155,6 +158,7 @@ def bench_resnet(threads: int, rounds: int) -> dict:
     )
     ms = {k: v * 1e3 for k, v in med.items()}
     return {
+        "model": model_name,
         "threads": threads,
         "ms": ms,
         "ratio_onednn": ms["anychip-onednn"] / ms["onnxruntime"],
@@ -168,6 +172,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument(
+        "--light",
+        nargs="*",
+        default=[],
+        help="more light models end to end (e.g. squeezenet inception_v1 densenet121)",
+    )
     args = ap.parse_args()
     if not _lib.available():
         sys.exit(f"oneDNN is not available: {_lib.unavailable_reason()}")
@@ -176,8 +186,9 @@ def main() -> None:
     for t in args.threads:
         with threadpool_limits(t):
             convs = bench_convs(t, args.rounds)
-            e2e = bench_resnet(t, args.rounds)
-        results.append({"convs": convs, "resnet50": e2e})
+            e2e = bench_light(t, args.rounds)
+            others = [bench_light(t, args.rounds, m) for m in args.light]
+        results.append({"convs": convs, "resnet50": e2e, "light": others})
         print(f"\n{t} thread(s): ResNet-50 convolutions, GFLOP/s (median of {args.rounds})")
         keys = list(convs["total_gflops"])
         print(f"{'x':<18} {'w':<18} {'s':>2} {'n':>2} " + " ".join(f"{k:>12}" for k in keys))
@@ -195,6 +206,14 @@ def main() -> None:
             f"ratios {e2e['ratio_onednn']:.2f} / {e2e['ratio_numpy']:.2f}; "
             f"max |diff| {e2e['max_abs_diff']:.2e}"
         )
+        for r in others:
+            ms = r["ms"]
+            print(
+                f"light {r['model']}: anychip+oneDNN {ms['anychip-onednn']:.1f} ms, numpy "
+                f"{ms['anychip-numpy']:.1f} ms, onnxruntime {ms['onnxruntime']:.1f} ms; ratios "
+                f"{r['ratio_onednn']:.2f} / {r['ratio_numpy']:.2f}; max |diff| "
+                f"{r['max_abs_diff']:.2e}"
+            )
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         with open(args.json, "w") as f:
