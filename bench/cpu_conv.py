@@ -10,10 +10,10 @@ deduplicated; "total" weighs each shape by how often it occurs. "onednn-cl" is t
 kernel with channels-last input and output, what it runs between two oneDNN nodes;
 "onednn-nchw" takes and returns NCHW (reorders at both edges, or NCHW 1x1 GEMM), what it runs
 next to numpy kernels. Threads: OpenMP (oneDNN) and BLAS are capped with threadpoolctl,
-onnxruntime through ``intra_op_num_threads``. On a machine shared with other jobs, libgomp's and
-OpenBLAS's spinning threads collapse at 2 threads; ``OMP_WAIT_POLICY=PASSIVE python
-bench/cpu_conv.py --threads 2`` shows oneDNN without the spinning (figures and the run of
-2026-11-25 in docs/ARCHITECTURE.md, "oneDNN on the CPU").
+onnxruntime through ``intra_op_num_threads``. On a machine shared with other jobs, spinning
+thread pools collapse at 2 threads: anychip makes libgomp passive (``OMP_WAIT_POLICY``), but
+OpenBLAS's threads still spin, so the numpy column suffers there (figures of 2026-11-25 in
+docs/ARCHITECTURE.md, "oneDNN on the CPU").
 """
 
 from __future__ import annotations
