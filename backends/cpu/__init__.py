@@ -43,3 +43,11 @@ def anychip_register_kernels(registry: Registry) -> None:
 
     load_all()
     registry.add_kernels(CPU_KERNELS)
+    # oneDNN's Conv, pooling, LSTM and GRU (backends/cpu/onednn) after the numpy kernels, so
+    # they win; each falls back to the numpy kernel per node. Loading waits for the first call.
+    from anychip.backends.cpu import onednn
+
+    if onednn.findable():
+        from anychip.backends.cpu.onednn.kernels import ONEDNN_KERNELS
+
+        registry.add_kernels(ONEDNN_KERNELS)

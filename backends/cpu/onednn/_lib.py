@@ -1,0 +1,296 @@
+"""Loading oneDNN (``libdnnl.so.3``) through cffi's ABI mode: no headers, no compiler.
+
+The library comes from the ``onednn-cpu-gomp`` wheel (the ``onednn`` extra), which puts it in
+``<sys.prefix>/lib``; ``ANYCHIP_ONEDNN_LIB`` names another copy. ``ANYCHIP_ONEDNN=0`` hides it
+(the numpy kernels then run everywhere). The declarations below are the few v3 C API functions
+the kernels use, with the signatures of ``oneapi/dnnl/dnnl.h``; enums are passed as ``int`` (and the
+data handle of ``dnnl_memory_set_data_handle`` as ``uintptr_t``, the same register on the
+64-bit ABIs, so numpy's address goes in without a cast) and
+their values (``C``) were generated once with gcc from the 3.2 headers (they are the same in
+3.13, so a newer ``libdnnl.so.3`` loads too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import site
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from anychip.errors import KernelError
+
+__all__ = [
+    "C",
+    "Lib",
+    "available",
+    "check",
+    "findable",
+    "get",
+    "omp_threads",
+    "reset",
+    "unavailable_reason",
+]
+
+_CDEF = """
+typedef struct dnnl_engine *dnnl_engine_t;
+typedef struct dnnl_stream *dnnl_stream_t;
+typedef struct dnnl_memory_desc *dnnl_memory_desc_t;
+typedef const struct dnnl_memory_desc *const_dnnl_memory_desc_t;
+typedef struct dnnl_memory *dnnl_memory_t;
+typedef struct dnnl_primitive_desc *dnnl_primitive_desc_t;
+typedef const struct dnnl_primitive_desc *const_dnnl_primitive_desc_t;
+typedef struct dnnl_primitive *dnnl_primitive_t;
+typedef const struct dnnl_primitive *const_dnnl_primitive_t;
+typedef struct dnnl_primitive_attr *dnnl_primitive_attr_t;
+typedef const struct dnnl_primitive_attr *const_dnnl_primitive_attr_t;
+typedef struct dnnl_post_ops *dnnl_post_ops_t;
+typedef const struct dnnl_post_ops *const_dnnl_post_ops_t;
+typedef int64_t dnnl_dims_t[12];
+typedef struct { int arg; dnnl_memory_t memory; } dnnl_exec_arg_t;
+typedef struct {
+    int major; int minor; int patch; const char *hash; unsigned cpu_runtime; unsigned gpu_runtime;
+} dnnl_version_t;
+
+const dnnl_version_t *dnnl_version(void);
+int dnnl_engine_create(dnnl_engine_t *engine, int kind, size_t index);
+int dnnl_stream_create(dnnl_stream_t *stream, dnnl_engine_t engine, unsigned flags);
+int dnnl_stream_wait(dnnl_stream_t stream);
+int dnnl_memory_desc_create_with_tag(dnnl_memory_desc_t *memory_desc, int ndims,
+    const dnnl_dims_t dims, int data_type, int tag);
+int dnnl_memory_desc_create_with_strides(dnnl_memory_desc_t *memory_desc, int ndims,
+    const dnnl_dims_t dims, int data_type, const dnnl_dims_t strides);
+int dnnl_memory_desc_destroy(dnnl_memory_desc_t memory_desc);
+int dnnl_memory_desc_equal(const_dnnl_memory_desc_t lhs, const_dnnl_memory_desc_t rhs);
+size_t dnnl_memory_desc_get_size(const_dnnl_memory_desc_t memory_desc);
+int dnnl_memory_desc_clone(dnnl_memory_desc_t *memory_desc,
+    const_dnnl_memory_desc_t existing_memory_desc);
+int dnnl_memory_create(dnnl_memory_t *memory, const_dnnl_memory_desc_t memory_desc,
+    dnnl_engine_t engine, void *handle);
+int dnnl_memory_destroy(dnnl_memory_t memory);
+int dnnl_memory_set_data_handle(dnnl_memory_t memory, uintptr_t handle);
+int dnnl_convolution_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int alg_kind, const_dnnl_memory_desc_t src_desc,
+    const_dnnl_memory_desc_t weights_desc, const_dnnl_memory_desc_t bias_desc,
+    const_dnnl_memory_desc_t dst_desc, const dnnl_dims_t strides, const dnnl_dims_t dilates,
+    const dnnl_dims_t padding_l, const dnnl_dims_t padding_r, const_dnnl_primitive_attr_t attr);
+int dnnl_pooling_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int alg_kind, const_dnnl_memory_desc_t src_desc,
+    const_dnnl_memory_desc_t dst_desc, const dnnl_dims_t strides, const dnnl_dims_t kernel,
+    const dnnl_dims_t dilation, const dnnl_dims_t padding_l, const dnnl_dims_t padding_r,
+    const_dnnl_primitive_attr_t attr);
+int dnnl_lstm_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int direction,
+    const_dnnl_memory_desc_t src_layer_desc, const_dnnl_memory_desc_t src_iter_desc,
+    const_dnnl_memory_desc_t src_iter_c_desc, const_dnnl_memory_desc_t weights_layer_desc,
+    const_dnnl_memory_desc_t weights_iter_desc, const_dnnl_memory_desc_t weights_peephole_desc,
+    const_dnnl_memory_desc_t weights_projection_desc, const_dnnl_memory_desc_t bias_desc,
+    const_dnnl_memory_desc_t dst_layer_desc, const_dnnl_memory_desc_t dst_iter_desc,
+    const_dnnl_memory_desc_t dst_iter_c_desc, unsigned flags, const_dnnl_primitive_attr_t attr);
+int dnnl_gru_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int direction,
+    const_dnnl_memory_desc_t src_layer_desc, const_dnnl_memory_desc_t src_iter_desc,
+    const_dnnl_memory_desc_t weights_layer_desc, const_dnnl_memory_desc_t weights_iter_desc,
+    const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_layer_desc,
+    const_dnnl_memory_desc_t dst_iter_desc, unsigned flags, const_dnnl_primitive_attr_t attr);
+int dnnl_lbr_gru_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int direction,
+    const_dnnl_memory_desc_t src_layer_desc, const_dnnl_memory_desc_t src_iter_desc,
+    const_dnnl_memory_desc_t weights_layer_desc, const_dnnl_memory_desc_t weights_iter_desc,
+    const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_layer_desc,
+    const_dnnl_memory_desc_t dst_iter_desc, unsigned flags, const_dnnl_primitive_attr_t attr);
+int dnnl_vanilla_rnn_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, int activation, int direction,
+    const_dnnl_memory_desc_t src_layer_desc, const_dnnl_memory_desc_t src_iter_desc,
+    const_dnnl_memory_desc_t weights_layer_desc, const_dnnl_memory_desc_t weights_iter_desc,
+    const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_layer_desc,
+    const_dnnl_memory_desc_t dst_iter_desc, unsigned flags, float alpha, float beta,
+    const_dnnl_primitive_attr_t attr);
+int dnnl_matmul_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, const_dnnl_memory_desc_t src_desc,
+    const_dnnl_memory_desc_t weights_desc, const_dnnl_memory_desc_t bias_desc,
+    const_dnnl_memory_desc_t dst_desc, const_dnnl_primitive_attr_t attr);
+int dnnl_reorder_primitive_desc_create(dnnl_primitive_desc_t *reorder_primitive_desc,
+    const_dnnl_memory_desc_t src_desc, dnnl_engine_t src_engine,
+    const_dnnl_memory_desc_t dst_desc, dnnl_engine_t dst_engine,
+    const_dnnl_primitive_attr_t attr);
+const_dnnl_memory_desc_t dnnl_primitive_desc_query_md(const_dnnl_primitive_desc_t primitive_desc,
+    int what, int index);
+int dnnl_primitive_desc_query(const_dnnl_primitive_desc_t primitive_desc, int what, int index,
+    void *result);
+int dnnl_primitive_desc_destroy(dnnl_primitive_desc_t primitive_desc);
+int dnnl_primitive_create(dnnl_primitive_t *primitive, const_dnnl_primitive_desc_t primitive_desc);
+int dnnl_primitive_execute(const_dnnl_primitive_t primitive, dnnl_stream_t stream, int nargs,
+    const dnnl_exec_arg_t *args);
+int dnnl_primitive_destroy(dnnl_primitive_t primitive);
+int dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
+int dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
+int dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
+int dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
+int dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
+int dnnl_post_ops_append_eltwise(dnnl_post_ops_t post_ops, int alg_kind, float alpha,
+    float beta);
+int dnnl_post_ops_append_sum(dnnl_post_ops_t post_ops, float scale, int32_t zero_point,
+    int data_type);
+"""
+
+
+class C:
+    """The enum values and argument indices used (from oneDNN 3.2's headers)."""
+
+    cpu = 1
+    stream_default = 1
+    f32 = 3
+    any = 1
+    a, ab, abc, abcd, abcde, abcdef = 2, 3, 4, 5, 6, 7
+    tnc, ldnc, ldigo, ldgo = 4, 5, 6, 5
+    forward_inference = 96
+    convolution_direct = 1
+    pooling_max = 511
+    pooling_avg_include_padding = 767
+    pooling_avg_exclude_padding = 1023
+    eltwise_relu = 32
+    eltwise_tanh = 33
+    eltwise_hardsigmoid = 40
+    eltwise_logistic = 41
+    eltwise_clip = 46
+    left2right, right2left, bidirectional_concat = 1, 2, 3
+    query_impl_info_str = 8
+    query_src_md = 129
+    query_weights_md = 131
+    query_dst_md = 133
+    arg_src, arg_src_1, arg_src_2 = 1, 2, 3
+    arg_dst, arg_dst_1, arg_dst_2 = 17, 18, 19
+    arg_weights, arg_weights_1 = 33, 34
+    arg_bias = 41
+    arg_workspace = 64
+    arg_scratchpad = 80
+
+
+class Lib:
+    """The loaded library: ``ffi``, ``dnnl`` (the cffi handle), one CPU engine and stream."""
+
+    def __init__(self, ffi: Any, dnnl: Any, path: str) -> None:
+        self.ffi = ffi
+        self.dnnl = dnnl
+        self.path = path
+        engine = ffi.new("dnnl_engine_t *")
+        check(dnnl.dnnl_engine_create(engine, C.cpu, 0), "creating the CPU engine")
+        self.engine = engine[0]
+        stream = ffi.new("dnnl_stream_t *")
+        check(dnnl.dnnl_stream_create(stream, self.engine, C.stream_default), "creating a stream")
+        self.stream = stream[0]
+        v = dnnl.dnnl_version()
+        self.version = f"{v.major}.{v.minor}.{v.patch}"
+
+
+def check(status: int, what: str) -> None:
+    """Raise a ``KernelError`` naming ``what`` failed when a oneDNN call returns non-zero."""
+    if status != 0:
+        raise KernelError(f"oneDNN: {what} failed with status {status}")
+
+
+def _candidates() -> list[Path]:
+    env = os.environ.get("ANYCHIP_ONEDNN_LIB")
+    if env:
+        return [Path(env)]
+    # pip puts the wheel's data files under the install scheme's "data" prefix: the venv or
+    # interpreter prefix, or the user base for ``pip install --user``.
+    prefixes = dict.fromkeys(
+        [sys.prefix, sys.base_prefix, site.getuserbase(), "/usr/local", "/usr"]
+    )
+    return [Path(p) / "lib" / "libdnnl.so.3" for p in prefixes]
+
+
+_state: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def _load() -> None:
+    if _hidden():
+        _state.update(lib=None, reason="hidden by ANYCHIP_ONEDNN=0")
+        return
+    if _state.get("loaded") is not None:  # shown again after reset(): the same instance
+        _state.update(lib=_state["loaded"], reason="")
+        return
+    try:
+        import cffi
+    except ImportError:  # pragma: no cover - cffi is a core dependency
+        _state.update(lib=None, reason="cffi is not installed")
+        return
+    # libgomp reads this once, when it loads (with libdnnl, if nothing loaded it before).
+    # Its default, spinning between parallel regions, collapsed on a shared 2-core machine:
+    # light ResNet-50 at 2 threads 983 ms spinning against 144 ms passive (90 at 1 thread).
+    # ``OMP_WAIT_POLICY=ACTIVE`` in the environment keeps the spinning.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    errors = []
+    for path in _candidates():
+        if not path.exists():
+            errors.append(f"{path}: not found")
+            continue
+        ffi = cffi.FFI()
+        ffi.cdef(_CDEF)
+        try:
+            lib = Lib(ffi, ffi.dlopen(str(path)), str(path))
+            _state.update(lib=lib, loaded=lib, reason="")
+            return
+        except (OSError, KernelError) as e:
+            errors.append(f"{path}: {e}")
+    _state.update(
+        lib=None,
+        reason="libdnnl.so.3 not loadable (install the onednn extra: "
+        f"pip install 'anychip[onednn]'); tried {'; '.join(errors)}",
+    )
+
+
+def _hidden() -> bool:
+    return os.environ.get("ANYCHIP_ONEDNN", "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def findable() -> bool:
+    """Whether a library file is there and not hidden (cheap: no loading)."""
+    return not _hidden() and any(p.exists() for p in _candidates())
+
+
+def get() -> Lib | None:
+    """The loaded library, or None (``unavailable_reason()`` says why). Loaded once."""
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _load()
+    return _state["lib"]
+
+
+def available() -> bool:
+    """Whether oneDNN is loaded and enabled."""
+    return get() is not None
+
+
+def unavailable_reason() -> str:
+    """Why oneDNN is not in use ('' when it is)."""
+    get()
+    return _state["reason"]
+
+
+def reset() -> None:
+    """Make the next ``get()`` read ``ANYCHIP_ONEDNN`` again (tests, benchmarks). A library
+    already loaded stays loaded (its cached primitives belong to it) and is used again."""
+    with _lock:
+        _state.pop("lib", None)
+        _state.pop("reason", None)
+
+
+_omp: list[Any] = []
+
+
+def omp_threads() -> int:
+    """The OpenMP team size oneDNN will use (``omp_get_max_threads`` of the system libgomp)."""
+    if not _omp:
+        try:
+            _omp.append(ctypes.CDLL("libgomp.so.1").omp_get_max_threads)
+        except (OSError, AttributeError):
+            _omp.append(None)
+    fn = _omp[0]
+    return int(fn()) if fn is not None else 1

@@ -1,0 +1,259 @@
+"""Memory descriptors, cached primitives and the weight cache (not kernels).
+
+A ``Prim`` is one oneDNN primitive made for one (op, shapes, layouts, attributes, threads) key
+and kept: creating a convolution costs about 1 ms, executing a small one a few microseconds.
+Its memory objects are made once with no buffer; each run points them at the numpy arrays.
+Weights are reordered into the layout the primitive chose (format ``any``) once per weight
+array and kept in ``WEIGHTS``, keyed by the array's identity plus a sample of its values.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.onednn._lib import C, Lib, check, get
+
+__all__ = [
+    "Prim",
+    "REORDERS",
+    "Unsupported",
+    "cached",
+    "channels_last",
+    "channels_last_tag",
+    "dims",
+    "empty_for",
+    "from_channels_last",
+    "layouts",
+    "make_pd",
+    "md",
+    "md_equal",
+    "plain_tag",
+    "ptr",
+    "query_md",
+    "reorder_into",
+    "weights",
+]
+
+#: Tags of plain row-major and channels-last layouts by rank.
+_PLAIN = {1: C.a, 2: C.ab, 3: C.abc, 4: C.abcd, 5: C.abcde, 6: C.abcdef}
+_CHANNELS_LAST = {3: 15, 4: 22, 5: 33}  # acb, acdb, acdeb
+
+
+class Unsupported(Exception):
+    """oneDNN declined these attributes (primitive descriptor creation failed): the caller
+    runs the numpy kernel instead."""
+
+
+def lib() -> Lib:
+    found = get()
+    assert found is not None, "oneDNN kernels called while oneDNN is unavailable"
+    return found
+
+
+def dims(values: Sequence[int]) -> Any:
+    """A ``dnnl_dims_t`` holding ``values``."""
+    return lib().ffi.new("dnnl_dims_t", [int(v) for v in values])
+
+
+def md(shape: Sequence[int], tag: int) -> Any:
+    """An f32 memory descriptor of ``shape`` in layout ``tag`` (``C.any``: the primitive's)."""
+    L = lib()
+    out = L.ffi.new("dnnl_memory_desc_t *")
+    check(
+        L.dnnl.dnnl_memory_desc_create_with_tag(out, len(shape), dims(shape), C.f32, tag),
+        f"describing memory {list(shape)}",
+    )
+    return L.ffi.gc(out[0], L.dnnl.dnnl_memory_desc_destroy)
+
+
+def query_md(pd: Any, what: int, index: int = 0) -> Any:
+    """The memory descriptor ``what`` (``C.query_*_md``) a primitive descriptor chose (owned by
+    ``pd``: keep ``pd`` alive while using it)."""
+    return lib().dnnl.dnnl_primitive_desc_query_md(pd, what, index)
+
+
+def md_equal(a: Any, b: Any) -> bool:
+    """Whether two memory descriptors describe the same layout."""
+    return bool(lib().dnnl.dnnl_memory_desc_equal(a, b))
+
+
+def md_size(d: Any) -> int:
+    return int(lib().dnnl.dnnl_memory_desc_get_size(d))
+
+
+def channels_last(shape: Sequence[int]) -> tuple[int, ...]:
+    """The (N, *spatial, C) storage shape of a logical (N, C, *spatial) tensor."""
+    return (shape[0],) + tuple(shape[2:]) + (shape[1],)
+
+
+def from_channels_last(buf: np.ndarray) -> np.ndarray:
+    """The logical (N, C, *spatial) view of a channels-last buffer (no copy)."""
+    nd = buf.ndim
+    return buf.transpose((0, nd - 1) + tuple(range(1, nd - 1)))
+
+
+def layouts(x: np.ndarray) -> list[int]:
+    """The oneDNN tags that describe ``x``'s memory as it is (plain and/or channels-last)."""
+    tags = []
+    if x.flags.c_contiguous:
+        tags.append(_PLAIN[x.ndim])
+    if x.ndim in _CHANNELS_LAST and from_channels_last_ok(x):
+        tags.append(_CHANNELS_LAST[x.ndim])
+    return tags
+
+
+def from_channels_last_ok(x: np.ndarray) -> bool:
+    nd = x.ndim
+    return x.transpose((0,) + tuple(range(2, nd)) + (1,)).flags.c_contiguous
+
+
+def plain_tag(ndim: int) -> int:
+    """The row-major tag of rank ``ndim`` (``abcd`` for 4)."""
+    return _PLAIN[ndim]
+
+
+def channels_last_tag(ndim: int) -> int:
+    """The channels-last tag of rank ``ndim`` (``acdb``, NHWC, for 4)."""
+    return _CHANNELS_LAST[ndim]
+
+
+def ptr(a: np.ndarray) -> int:
+    """The address of ``a``'s first element."""
+    return a.__array_interface__["data"][0]
+
+
+class Prim:
+    """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
+
+    __slots__ = ("pd", "prim", "mems", "args", "lock", "info", "lib")
+
+    def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
+        L = self.lib = lib()
+        ffi, dn = L.ffi, L.dnnl
+        self.pd = pd
+        out = ffi.new("dnnl_primitive_t *")
+        check(dn.dnnl_primitive_create(out, pd), "creating a primitive")
+        self.prim = ffi.gc(out[0], dn.dnnl_primitive_destroy)
+        self.mems: dict[int, Any] = {}
+        self.args = ffi.new("dnnl_exec_arg_t[]", len(arg_mds))
+        for i, (arg, d) in enumerate(arg_mds.items()):
+            mem = ffi.new("dnnl_memory_t *")
+            check(dn.dnnl_memory_create(mem, d, L.engine, ffi.NULL), "creating a memory object")
+            self.mems[arg] = ffi.gc(mem[0], dn.dnnl_memory_destroy)
+            self.args[i].arg = arg
+            self.args[i].memory = self.mems[arg]
+        self.lock = threading.Lock()
+        info = ffi.new("const char **")
+        dn.dnnl_primitive_desc_query(pd, C.query_impl_info_str, 0, info)
+        self.info = ffi.string(info[0]).decode() if info[0] != ffi.NULL else "?"
+
+    def run(self, buffers: dict[int, np.ndarray]) -> None:
+        """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described)."""
+        L = self.lib
+        dn, mems = L.dnnl, self.mems
+        with self.lock:
+            for arg, a in buffers.items():
+                dn.dnnl_memory_set_data_handle(mems[arg], a.__array_interface__["data"][0])
+            check(
+                dn.dnnl_primitive_execute(self.prim, L.stream, len(self.mems), self.args),
+                "executing " + self.info,
+            )
+            dn.dnnl_stream_wait(L.stream)
+
+
+def make_pd(create: Callable[..., int], *args: Any) -> Any:
+    """A primitive descriptor from ``create(&pd, ...)``; ``Unsupported`` when oneDNN declines."""
+    L = lib()
+    out = L.ffi.new("dnnl_primitive_desc_t *")
+    status = create(out, *args)
+    if status != 0:
+        raise Unsupported(f"status {status}")
+    return L.ffi.gc(out[0], L.dnnl.dnnl_primitive_desc_destroy)
+
+
+_MAX_PRIMS = 1024
+_PRIMS: OrderedDict[Hashable, Prim | Unsupported] = OrderedDict()
+_PRIMS_LOCK = threading.Lock()
+
+
+def cached(key: Hashable, build: Callable[[], Prim]) -> Prim:
+    """The primitive for ``key``, built on first use (a failed build is remembered too)."""
+    hit = _PRIMS.get(key)
+    if hit is None:
+        try:
+            hit = build()
+        except Unsupported as e:
+            hit = e
+        with _PRIMS_LOCK:
+            _PRIMS[key] = hit
+            while len(_PRIMS) > _MAX_PRIMS:
+                _PRIMS.popitem(last=False)
+    if isinstance(hit, Unsupported):
+        raise hit
+    return hit
+
+
+def reorder_prim(src: Any, dst: Any) -> Prim:
+    L = lib()
+    pd = make_pd(
+        L.dnnl.dnnl_reorder_primitive_desc_create, src, L.engine, dst, L.engine, L.ffi.NULL
+    )
+    return Prim(pd, {C.arg_src: src, C.arg_dst: dst})
+
+
+#: Reorders run, by what was reordered ("src", "dst", "z", "w", "wl", "wi"): tests check that a
+#: chain of oneDNN nodes passes channels-last tensors without them.
+REORDERS: Counter[str] = Counter()
+
+
+def reorder_into(key: Hashable, src: np.ndarray, src_md: Any, dst: np.ndarray, dst_md: Any) -> None:
+    """Copy ``src`` (described by ``src_md``) into ``dst`` in layout ``dst_md``."""
+    p = cached(("reorder", key), lambda: reorder_prim(src_md, dst_md))
+    REORDERS[key[1] if isinstance(key, tuple) and len(key) > 1 else "other"] += 1
+    p.run({C.arg_src: src, C.arg_dst: dst})
+
+
+def empty_for(d: Any) -> np.ndarray:
+    """A float32 buffer big enough for memory descriptor ``d`` (64-byte aligned by numpy's
+    allocator in practice; oneDNN does not require alignment)."""
+    return np.empty(max(1, md_size(d) // 4), np.float32)
+
+
+_MAX_WEIGHTS = 512
+WEIGHTS: OrderedDict[Hashable, tuple[tuple, bytes, np.ndarray]] = OrderedDict()
+
+
+def _sample(w: np.ndarray) -> bytes:
+    flat = w.reshape(-1)
+    step = max(1, flat.size // 64)
+    return flat[::step].tobytes() + flat[-1:].tobytes()
+
+
+def weights(
+    key: Hashable,
+    arrays: tuple[np.ndarray | None, ...],
+    prepare: Callable[[], np.ndarray],
+) -> np.ndarray:
+    """``prepare()`` (weights reordered for one primitive), computed once per weight arrays.
+
+    The entry holds the arrays themselves, so their ``id`` is not reused while cached, and 65
+    sampled values of each: an array replaced by another, or changed in place at a sampled
+    position, is prepared again. (An in-place change that leaves every sampled value alone is
+    not seen; weights are initializers, which anychip never writes.)
+    """
+    full = (key,) + tuple((id(a), ptr(a), a.shape) if a is not None else None for a in arrays)
+    sample = b"|".join(_sample(a) if a is not None else b"" for a in arrays)
+    hit = WEIGHTS.get(full)
+    if hit is not None and all(h is a for h, a in zip(hit[0], arrays)) and hit[1] == sample:
+        return hit[2]
+    out = prepare()
+    with _PRIMS_LOCK:
+        WEIGHTS[full] = (arrays, sample, out)
+        while len(WEIGHTS) > _MAX_WEIGHTS:
+            WEIGHTS.popitem(last=False)
+    return out

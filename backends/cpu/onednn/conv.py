@@ -1,0 +1,307 @@
+"""Conv and com.microsoft FusedConv through oneDNN's convolution primitive.
+
+Activations stay channels-last: the primitive picks its layouts (format ``any``; on AVX2 that
+is NHWC activations and blocked weights), and its output is returned as the logical NCHW view
+of a channels-last buffer, so the next oneDNN op reads it without a reorder (numpy's
+elementwise ops keep that layout too). Inputs in another layout are reordered on entry.
+FusedConv's bias, residual input Z (a ``sum`` post-op) and activation (an ``eltwise`` post-op)
+run inside the primitive.
+
+Falls back to the numpy kernel (``kernels/op_conv.py``) for: dtypes other than float32,
+1-D to 3-D convolutions only (rank 3-5), an empty batch or output, a Z whose shape is not the
+output's, activations oneDNN has no eltwise for, and any attribute set oneDNN declines.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+
+__all__ = ["conv", "eltwise"]
+
+_ACTS = {
+    "Relu": C.eltwise_relu,
+    "LeakyRelu": C.eltwise_relu,
+    "Tanh": C.eltwise_tanh,
+    "Sigmoid": C.eltwise_logistic,
+    "Clip": C.eltwise_clip,
+    "HardSigmoid": C.eltwise_hardsigmoid,
+}
+
+
+def eltwise(name: str | None, params: list[float] | None) -> tuple[int, float, float] | None:
+    """oneDNN's (alg, alpha, beta) for a FusedConv activation (ONNX defaults filled in), or
+    None when oneDNN has no matching eltwise."""
+    p = list(params or []) + [None, None]
+    if name not in _ACTS:
+        return None
+    if name == "LeakyRelu":
+        return _ACTS[name], 0.01 if p[0] is None else float(p[0]), 0.0
+    if name == "Clip":
+        lo = -np.inf if p[0] is None else float(p[0])
+        hi = np.inf if p[1] is None else float(p[1])
+        return _ACTS[name], lo, hi
+    if name == "HardSigmoid":
+        return (
+            _ACTS[name],
+            0.2 if p[0] is None else float(p[0]),
+            0.5 if p[1] is None else float(p[1]),
+        )
+    return _ACTS[name], 0.0, 0.0
+
+
+def conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    z: np.ndarray | None,
+    act: tuple[int, float, float] | None,
+    attrs: dict[str, Any],
+    channels_last: bool = False,
+    out: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Y = act(conv(x, w) + b + z) through oneDNN, or None when oneDNN cannot run it.
+
+    ``channels_last``: return the NCHW view of a channels-last buffer (for a oneDNN reader),
+    else a C-contiguous array (for numpy readers, whose planned outputs are C-contiguous),
+    written into the planned ``out`` when it fits.
+    """
+    if get() is None or x.dtype != np.float32 or w.dtype != np.float32:
+        return None
+    if not 3 <= x.ndim <= 5 or w.ndim != x.ndim:
+        return None
+    if b is not None and (b.dtype != np.float32 or b.ndim != 1):
+        return None
+    sig = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())
+    geo = _geometry(x.shape, w.shape, sig)
+    if geo is None:
+        return None
+    y_shape, group, kshape, window = geo
+    if z is not None and (z.shape != y_shape or z.dtype != np.float32):
+        return None
+    if b is not None and b.shape[0] != w.shape[0]:
+        return None  # the numpy kernel words the error
+    x_tags = P.layouts(x)
+    if not x_tags:
+        x = np.ascontiguousarray(x)
+        x_tags = P.layouts(x)
+    # A 1x1 convolution between plain (NCHW) neighbours runs as a GEMM on NCHW itself
+    # (x64:gemm:jit; measured): reorders on both sides cost more there.
+    plain_io = (
+        not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
+    )
+    key = (
+        "conv",
+        x.shape,
+        x_tags[0],
+        w.shape,
+        b is not None,
+        z is not None,
+        act,
+        window,
+        group,
+        plain_io,
+        omp_threads(),
+    )
+    try:
+        prim = P.cached(
+            key, lambda: _build(x.shape, w.shape, y_shape, group, window, b, z, act, plain_io)
+        )
+    except P.Unsupported:
+        return None
+    return _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last, out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _geometry(x_shape: tuple[int, ...], w_shape: tuple[int, ...], sig: tuple) -> tuple | None:
+    """(output shape, group, kernel shape, (strides, dilations, pads before, pads after)) of a
+    convolution, or None where the numpy kernel should run (and word any error). Memoized:
+    the same node asks with the same arguments every run."""
+    attrs = dict(sig)
+    n, c = x_shape[:2]
+    m, cg = w_shape[:2]
+    group = int(attrs.get("group") or 1)
+    if group < 1 or cg * group != c or m % group:
+        return None
+    kshape = list(attrs.get("kernel_shape") or w_shape[2:])
+    if kshape != list(w_shape[2:]):
+        return None
+    g = window_geometry(
+        x_shape[2:],
+        kshape,
+        strides=attrs.get("strides"),
+        dilations=attrs.get("dilations"),
+        pads=attrs.get("pads"),
+        auto_pad=attrs.get("auto_pad") or "NOTSET",
+        op="Conv",
+    )
+    if n == 0 or 0 in g.out or 0 in x_shape:
+        return None
+    window = (tuple(g.strides), tuple(g.dilations), tuple(g.begin), tuple(g.end))
+    return (n, m) + tuple(g.out), group, tuple(kshape), window
+
+
+class _Conv:
+    """A cached convolution: the primitive plus what ``_run`` needs to feed it."""
+
+    __slots__ = (
+        "prim",
+        "src_md",
+        "w_md",
+        "dst_md",
+        "cl_md",
+        "dst_cl",
+        "dst_plain",
+        "w_dims",
+        "_users",
+    )
+
+    def __init__(
+        self,
+        prim: P.Prim,
+        src_md: Any,
+        w_md: Any,
+        dst_md: Any,
+        cl_md: Any,
+        w_dims: tuple,
+        y_shape: tuple[int, ...],
+    ) -> None:
+        self.prim = prim
+        self.src_md = src_md
+        self.w_md = w_md
+        self.dst_md = dst_md
+        self.cl_md = cl_md
+        #: The primitive writes channels-last itself (else its output is reordered into it).
+        self.dst_cl = P.md_equal(dst_md, cl_md)
+        self.dst_plain = P.md_equal(dst_md, P.md(y_shape, P.plain_tag(len(y_shape))))
+        self.w_dims = w_dims
+        self._users: dict[tuple, Any] = {}
+
+    def user_md(self, shape: tuple[int, ...], tag: int) -> Any:
+        """The descriptor of a numpy array of ``shape`` in layout ``tag`` (made once)."""
+        d = self._users.get((shape, tag))
+        if d is None:
+            d = self._users[(shape, tag)] = P.md(shape, tag)
+        return d
+
+    def direct_tag(self, shape: tuple[int, ...], tags: list[int]) -> int | None:
+        """The first of ``tags`` that is the primitive's source layout (no reorder), or None."""
+        for t in tags:
+            if P.md_equal(self.user_md(shape, t), self.src_md):
+                return t
+        return None
+
+
+def _build(
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    y_shape: tuple[int, ...],
+    group: int,
+    window: tuple,
+    b: np.ndarray | None,
+    z: np.ndarray | None,
+    act: tuple[int, float, float] | None,
+    plain_io: bool,
+) -> _Conv:
+    L = P.lib()
+    ffi, dn = L.ffi, L.dnnl
+    nd = len(x_shape)
+    wdims = w_shape if group == 1 else (group, w_shape[0] // group) + tuple(w_shape[1:])
+    strides, dilations, begin, end = window
+    io = P.plain_tag(nd) if plain_io else C.any
+    src_any, w_any, dst_any = P.md(x_shape, io), P.md(wdims, C.any), P.md(y_shape, io)
+    bias_md = P.md((w_shape[0],), C.a) if b is not None else ffi.NULL
+    attr = ffi.NULL
+    if z is not None or act is not None:
+        ops = ffi.new("dnnl_post_ops_t *")
+        dn.dnnl_post_ops_create(ops)
+        ops_h = ffi.gc(ops[0], dn.dnnl_post_ops_destroy)
+        if z is not None:
+            dn.dnnl_post_ops_append_sum(ops_h, 1.0, 0, 0)  # data_type undef: dst's
+        if act is not None:
+            dn.dnnl_post_ops_append_eltwise(ops_h, act[0], act[1], act[2])
+        a = ffi.new("dnnl_primitive_attr_t *")
+        dn.dnnl_primitive_attr_create(a)
+        attr = ffi.gc(a[0], dn.dnnl_primitive_attr_destroy)
+        dn.dnnl_primitive_attr_set_post_ops(attr, ops_h)
+    pd = P.make_pd(
+        dn.dnnl_convolution_forward_primitive_desc_create,
+        L.engine,
+        C.forward_inference,
+        C.convolution_direct,
+        src_any,
+        w_any,
+        bias_md,
+        dst_any,
+        P.dims(strides),
+        P.dims([d - 1 for d in dilations]),
+        P.dims(begin),
+        P.dims(end),
+        attr,
+    )
+    src_md = P.query_md(pd, C.query_src_md)
+    w_md = P.query_md(pd, C.query_weights_md)
+    dst_md = P.query_md(pd, C.query_dst_md)
+    cl_md = P.md(y_shape, P.channels_last_tag(nd))
+    args = {C.arg_src: src_md, C.arg_weights: w_md, C.arg_dst: dst_md}
+    if b is not None:
+        args[C.arg_bias] = bias_md
+    return _Conv(P.Prim(pd, args), src_md, w_md, dst_md, cl_md, wdims, y_shape)
+
+
+def _run(
+    entry: _Conv,
+    key: tuple,
+    x: np.ndarray,
+    x_tags: list[int],
+    w: np.ndarray,
+    b: np.ndarray | None,
+    z: np.ndarray | None,
+    y_shape: tuple[int, ...],
+    channels_last: bool,
+    planned: np.ndarray | None,
+) -> np.ndarray:
+    src = x
+    tag = entry.direct_tag(x.shape, x_tags)
+    if tag is None:  # reorder into the primitive's layout
+        src = P.empty_for(entry.src_md)
+        user = entry.user_md(x.shape, x_tags[0])
+        P.reorder_into((key, "src", x_tags[0]), x, user, src, entry.src_md)
+    wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
+    if channels_last:
+        out = np.empty(P.channels_last(y_shape), np.float32)
+        y = P.from_channels_last(out)
+    else:
+        fit = fits(planned, y_shape, np.dtype(np.float32))
+        out = y = planned if fit else np.empty(y_shape, np.float32)
+    direct = entry.dst_cl if channels_last else entry.dst_plain
+    dst = out if direct else P.empty_for(entry.dst_md)
+    if z is not None:
+        if dst is out:
+            np.copyto(y, z)
+        else:
+            zc = z if P.layouts(z) else np.ascontiguousarray(z)
+            ztag = P.layouts(zc)[0]
+            P.reorder_into((key, "z", ztag), zc, entry.user_md(z.shape, ztag), dst, entry.dst_md)
+    bufs = {C.arg_src: src, C.arg_weights: wk, C.arg_dst: dst}
+    if b is not None:
+        bufs[C.arg_bias] = np.ascontiguousarray(b)
+    entry.prim.run(bufs)
+    if dst is not out:
+        tag = P.layouts(y)[-1]  # part of the key: the same primitive may write either layout
+        P.reorder_into((key, "dst", tag), dst, entry.dst_md, out, entry.user_md(y_shape, tag))
+    return y
+
+
+def _prepare_weights(entry: _Conv, key: tuple, w: np.ndarray) -> np.ndarray:
+    buf = P.empty_for(entry.w_md)
+    user = P.md(entry.w_dims, P.plain_tag(len(entry.w_dims)))
+    P.reorder_into((key, "w"), np.ascontiguousarray(w), user, buf, entry.w_md)
+    return buf

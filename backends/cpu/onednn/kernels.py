@@ -1,0 +1,250 @@
+"""The oneDNN kernels of the CPU backend: registered after the numpy kernels (same op and
+version, so they win) when the library file is there (it loads on the first call). Each tries
+oneDNN and calls the numpy kernel for the
+node when oneDNN cannot run its attributes or dtypes (each module lists its fallback cases),
+or when oneDNN was hidden after loading (``ANYCHIP_ONEDNN=0`` and ``_lib.reset()``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels import (
+    op_activations,
+    op_contrib_conv,
+    op_conv,
+    op_matmul,
+    op_pool,
+    op_rnn,
+)
+from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
+from anychip.backends.cpu.onednn.conv import conv as _conv
+from anychip.backends.cpu.onednn.conv import eltwise
+from anychip.backends.cpu.onednn.matmul import matmul as _matmul
+from anychip.backends.cpu.onednn.pool import pool
+from anychip.backends.cpu.onednn.rnn import recurrent
+from anychip.core.kernels import KernelTable
+from anychip.opsets.com_microsoft import MS_DOMAIN
+
+__all__ = ["ONEDNN_KERNELS", "RUNS"]
+
+#: Runs per (op, "onednn" or "numpy"): which path served each call (tests and benchmarks read
+#: it to see that oneDNN ran, or that a node fell back).
+RUNS: Counter[tuple[str, str]] = Counter()
+
+
+def _served(op: str, y: Any) -> Any:
+    RUNS[op, "numpy" if y is None else "onednn"] += 1
+    return y
+
+
+#: Merged into the CPU table by the plugin hook when ``onednn.findable()``.
+ONEDNN_KERNELS = KernelTable("cpu")
+kernel = ONEDNN_KERNELS.register
+
+#: Ops whose oneDNN kernel reads a channels-last input in place.
+_CHANNELS_LAST_READERS = frozenset(
+    {"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+)
+
+
+def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
+    """Every reader of the node's output (in its partition) is a oneDNN kernel, or a Relu
+    whose own readers are (``relu`` below keeps the layout), and the output leaves neither the
+    graph nor the partition."""
+    value = node.outputs[0] if node.outputs else None
+    uses = value.uses if value is not None else []
+    graph = getattr(node, "graph", None)
+    if not uses or graph is not None and any(o is value for o in graph.outputs):
+        return False  # a graph or partition output: other devices and users get C order
+    for user, _ in uses:
+        if user.domain not in ("", "ai.onnx", MS_DOMAIN):
+            return False
+        if user.op_type == "Relu" and depth > 0:
+            if not _readers_take_channels_last(user, depth - 1):
+                return False
+        elif user.op_type not in _CHANNELS_LAST_READERS:
+            return False
+    return True
+
+
+def _channels_last(ctx: Any, out: np.ndarray | None = None) -> bool:
+    """Whether the node's output should stay channels-last: it has no planned ``out`` (the
+    memory plan's C-contiguous buffer is always used when given: planned memory is never
+    declined), and every reader in this partition is a oneDNN kernel, possibly through a Relu
+    (numpy kernels write C-contiguous planned outputs, so for them a strided read would cost
+    more than one reorder here). The readers are looked at once per node."""
+    if out is not None:
+        return False
+    node = ctx.node
+    keep = node.meta.get("onednn_channels_last")
+    if keep is None:
+        keep = node.meta["onednn_channels_last"] = _readers_take_channels_last(node)
+    return keep
+
+
+@kernel("Relu", since=1, dtypes=op_activations.NUMERIC_TYPES, inplace=True)
+def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Relu that keeps a channels-last input channels-last (a oneDNN kernel made it for a
+    oneDNN reader, ``_channels_last``); anything else goes to the numpy kernel and its ``out``.
+    """
+    if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
+        if channels_last_ok(x):
+            return np.maximum(x, np.float32(0))  # numpy keeps the input's memory order
+    return op_activations.relu(x, consumed_inputs, out=out)
+
+
+@kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)
+def conv(
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    out: np.ndarray | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """Conv through oneDNN (``onednn/conv.py``), else the numpy kernel."""
+    y = _served("Conv", _conv(x, w, b, None, None, attrs, _channels_last(ctx, out), out))
+    return y if y is not None else op_conv.conv(x, w, b, out=out, **attrs)
+
+
+@kernel("FusedConv", domain=MS_DOMAIN, since=1, context=True)
+def fused_conv(
+    ctx: Any,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    *,
+    activation: str | None = None,
+    activation_params: list[float] | None = None,
+    **attrs: Any,
+) -> np.ndarray:
+    """com.microsoft FusedConv: Z as a sum post-op, the activation as an eltwise post-op."""
+    act = eltwise(activation, activation_params) if activation else None
+    y = None
+    if act is not None or not activation:
+        y = _conv(x, w, b, z, act, attrs, _channels_last(ctx))
+    if _served("FusedConv", y) is not None:
+        return y
+    return op_contrib_conv.fused_conv(
+        x, w, b, z, activation=activation, activation_params=activation_params, **attrs
+    )
+
+
+@kernel("MaxPool", since=1, dtypes=op_pool._MAXPOOL_TYPES, context=True)
+def max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None, **attrs: Any) -> Any:
+    """MaxPool through oneDNN when the Indices output is not asked for."""
+    if ctx.num_outputs == 1 and not attrs.get("storage_order"):
+        keep = _channels_last(ctx, out)
+        y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", keep, out)
+        if y is not None:
+            return _served("MaxPool", y)
+    _served("MaxPool", None)
+    return op_pool.max_pool(ctx, x, out=out, **attrs)
+
+
+@kernel("AveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
+def average_pool(
+    ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None, **attrs: Any
+) -> np.ndarray:
+    alg = (
+        C.pooling_avg_include_padding
+        if attrs.get("count_include_pad")
+        else C.pooling_avg_exclude_padding
+    )
+    keep = _channels_last(ctx, out)
+    y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", keep, out)
+    _served("AveragePool", y)
+    return y if y is not None else op_pool.average_pool(x, out=out, **attrs)
+
+
+@kernel("GlobalAveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
+def global_average_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    keep = _channels_last(ctx, out)
+    y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep, out)
+    _served("GlobalAveragePool", y)
+    return y if y is not None else op_pool.global_average_pool(x, out=out)
+
+
+@kernel("GlobalMaxPool", since=1, dtypes=op_pool._FLOATS, context=True)
+def global_max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
+    y = _served(
+        "GlobalMaxPool",
+        pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx, out), out),
+    )
+    return y if y is not None else op_pool.global_max_pool(x, out=out)
+
+
+def _rnn(op: str, x: Any, w: Any, r: Any, b: Any, lens: Any, initial: Sequence[Any], attrs: dict):
+    arrays = [np.asarray(a) if a is not None else None for a in (x, w, r, b, *initial)]
+    return recurrent(op, arrays[0], arrays[1], arrays[2], arrays[3], lens, arrays[4:], attrs)
+
+
+@kernel("LSTM", since=1, dtypes=op_rnn._TYPES)
+def lstm(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    initial_c: Any = None,
+    p: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """LSTM through oneDNN (``onednn/rnn.py``; no peepholes), else the numpy kernel."""
+    if p is None:
+        out = _rnn("LSTM", x, w, r, b, sequence_lens, [initial_h, initial_c], attrs)
+        if out is not None:
+            return _served("LSTM", out)
+    _served("LSTM", None)
+    return op_rnn.lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)
+
+
+@kernel("GRU", since=1, dtypes=op_rnn._TYPES)
+def gru(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """GRU through oneDNN (``onednn/rnn.py``), else the numpy kernel."""
+    out = _served("GRU", _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs))
+    return out if out is not None else op_rnn.gru(x, w, r, b, sequence_lens, initial_h, **attrs)
+
+
+@kernel("MatMul", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
+def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> Any:
+    """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``)."""
+    weights = ctx.node.inputs[1]
+    if weights is not None and weights.const is not None:
+        y = _matmul(a, b, out)
+        if y is not None:
+            return _served("MatMul", y)
+    _served("MatMul", None)
+    return op_matmul.matmul(a, b, out=out)
+
+
+@kernel("RNN", since=1, dtypes=op_rnn._TYPES)
+def rnn(
+    x: Any,
+    w: Any,
+    r: Any,
+    b: Any = None,
+    sequence_lens: Any = None,
+    initial_h: Any = None,
+    **attrs: Any,
+) -> tuple[np.ndarray, ...]:
+    """RNN through oneDNN's vanilla RNN (``onednn/rnn.py``), else the numpy kernel."""
+    out = _served("RNN", _rnn("RNN", x, w, r, b, sequence_lens, [initial_h], attrs))
+    return out if out is not None else op_rnn.rnn(x, w, r, b, sequence_lens, initial_h, **attrs)

@@ -1,0 +1,122 @@
+"""MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool through oneDNN's pooling primitive.
+
+The source is described as it lies in memory (plain or channels-last, so a convolution's
+channels-last output is read in place); the output has the source's layout, made
+C-contiguous afterwards when a numpy kernel reads it (``kernels.py``).
+
+Falls back to the numpy kernels (``kernels/op_pool.py``) for: dtypes other than float32,
+ranks other than 3-5, MaxPool's Indices output, AveragePool with count_include_pad=1 where
+ceil_mode adds trailing positions (ONNX does not count those, oneDNN would), empty tensors,
+and anything oneDNN declines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+
+__all__ = ["pool"]
+
+
+def pool(
+    x: np.ndarray,
+    alg: int,
+    kernel_shape: list[int] | None,
+    attrs: dict[str, Any],
+    op: str,
+    channels_last: bool = False,
+    planned: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """The pooled ``x`` (``kernel_shape`` None: global pooling), or None when oneDNN cannot.
+
+    The output is channels-last (as an NCHW view) when ``channels_last``, else C-contiguous
+    (in ``planned`` when it fits and the source is plain).
+    """
+    if get() is None or x.dtype != np.float32 or not 3 <= x.ndim <= 5 or 0 in x.shape:
+        return None
+    spatial = x.shape[2:]
+    if kernel_shape is None:
+        kernel_shape = list(spatial)
+    g = window_geometry(
+        spatial,
+        list(kernel_shape),
+        strides=attrs.get("strides"),
+        dilations=attrs.get("dilations"),
+        pads=attrs.get("pads"),
+        auto_pad=attrs.get("auto_pad") or "NOTSET",
+        ceil_mode=int(attrs.get("ceil_mode") or 0),
+        op=op,
+    )
+    if alg == C.pooling_avg_include_padding and any(g.extra_end):
+        return None
+    if 0 in g.out:
+        return None
+    tags = P.layouts(x)
+    if not tags:
+        x = np.ascontiguousarray(x)
+        tags = P.layouts(x)
+    tag = tags[-1]  # channels-last when it is both (C or spatial of size 1)
+    # The JIT kernels want the output in the source's layout (mixed layouts run oneDNN's
+    # reference kernel, 70x slower).
+    src_cl = tag != P.plain_tag(x.ndim)
+    y_shape = x.shape[:2] + tuple(g.out)
+    right = [e + s for e, s in zip(g.end, g.extra_end)]
+    key = (
+        "pool",
+        alg,
+        x.shape,
+        tag,
+        tuple(g.kernel),
+        tuple(g.strides),
+        tuple(g.dilations),
+        tuple(g.begin),
+        tuple(right),
+        omp_threads(),
+    )
+    try:
+        prim = P.cached(key, lambda: _build(x.shape, y_shape, tag, alg, g, right))
+    except P.Unsupported:
+        return None
+    if src_cl:
+        out = np.empty(P.channels_last(y_shape), np.float32)
+        y = P.from_channels_last(out)
+    elif fits(planned, y_shape, np.dtype(np.float32)):
+        out = y = planned
+    else:
+        out = y = np.empty(y_shape, np.float32)
+    prim.run({C.arg_src: x, C.arg_dst: out})
+    return np.ascontiguousarray(y) if src_cl and not channels_last else y
+
+
+def _build(
+    x_shape: tuple[int, ...],
+    y_shape: tuple[int, ...],
+    tag: int,
+    alg: int,
+    g: Any,
+    right: list[int],
+) -> P.Prim:
+    L = P.lib()
+    src = P.md(x_shape, tag)
+    dst = P.md(y_shape, tag)
+    pd = P.make_pd(
+        L.dnnl.dnnl_pooling_forward_primitive_desc_create,
+        L.engine,
+        C.forward_inference,
+        alg,
+        src,
+        dst,
+        P.dims(g.strides),
+        P.dims(g.kernel),
+        P.dims([d - 1 for d in g.dilations]),
+        P.dims(g.begin),
+        P.dims(right),
+        L.ffi.NULL,
+    )
+    return P.Prim(pd, {C.arg_src: src, C.arg_dst: dst})
