@@ -22,6 +22,7 @@ from anychip.backends.cpu.kernels import (
     op_rnn,
 )
 from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn._lib import available as _lib_available
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import conv as _conv
 from anychip.backends.cpu.onednn.conv import eltwise
@@ -124,18 +125,25 @@ def fused_conv(
     *,
     activation: str | None = None,
     activation_params: list[float] | None = None,
+    out: np.ndarray | None = None,
     **attrs: Any,
 ) -> np.ndarray:
-    """com.microsoft FusedConv: Z as a sum post-op, the activation as an eltwise post-op."""
+    """com.microsoft FusedConv: Z as a sum post-op, the activation as an eltwise post-op;
+    written into the planned ``out`` when there is one (like Conv)."""
     act = eltwise(activation, activation_params) if activation else None
     y = None
     if act is not None or not activation:
-        y = _conv(x, w, b, z, act, attrs, _channels_last(ctx))
+        y = _conv(x, w, b, z, act, attrs, _channels_last(ctx, out), out)
     if _served("FusedConv", y) is not None:
         return y
     return op_contrib_conv.fused_conv(
         x, w, b, z, activation=activation, activation_params=activation_params, **attrs
     )
+
+
+# The fusion pass makes FusedConv only where this kernel is fast: while oneDNN loads (it falls
+# back to the slower numpy FusedConv per call otherwise; backends/cpu/passes/_common.fast_kernel).
+fused_conv.fast = _lib_available  # type: ignore[attr-defined]
 
 
 @kernel("MaxPool", since=1, dtypes=op_pool._MAXPOOL_TYPES, context=True)

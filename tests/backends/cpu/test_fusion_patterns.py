@@ -154,13 +154,31 @@ def test_pad_folded_into_conv(pads, mode, fold):
 
 
 def test_a_kernel_that_says_it_is_fast_turns_the_conv_fusion_on(monkeypatch):
-    from anychip.backends.cpu.kernels import op_contrib_conv
+    from anychip.core.plugins import get_registry
+    from anychip.ir.dtypes import DType
+
+    table = get_registry().kernel_table("cpu")
+    fn = table.lookup("com.microsoft", "FusedConv", 1, DType.FLOAT).kernel.fn
+    m = _conv(N("Relu", ["c"], ["y"]))
+    monkeypatch.setattr(fn, "fast", lambda: True, raising=False)
+    assert ops(m) == ["FusedConv"]
+    monkeypatch.setattr(fn, "fast", False, raising=False)
+    assert "FusedConv" not in ops(m)
+
+
+def test_the_conv_fusion_is_off_while_onednn_is_hidden(monkeypatch):
+    """The CPU's FusedConv is fast only through oneDNN: hidden, Conv+Relu stay two nodes."""
+    from anychip.backends.cpu.onednn import _lib
 
     m = _conv(N("Relu", ["c"], ["y"]))
-    monkeypatch.setattr(op_contrib_conv.fused_conv, "fast", lambda: True, raising=False)
     assert ops(m) == ["FusedConv"]
-    monkeypatch.setattr(op_contrib_conv.fused_conv, "fast", False, raising=False)
-    assert "FusedConv" not in ops(m)
+    monkeypatch.setenv("ANYCHIP_ONEDNN", "0")
+    _lib.reset()
+    try:
+        assert "FusedConv" not in ops(m)
+    finally:
+        monkeypatch.delenv("ANYCHIP_ONEDNN")
+        _lib.reset()
 
 
 @pytest.mark.parametrize(
