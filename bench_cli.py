@@ -170,6 +170,11 @@ def _thread_limit(threads: int | None) -> Iterator[None]:
         from threadpoolctl import threadpool_limits
     except ImportError as e:
         raise AnychipError("--threads needs threadpoolctl: pip install 'anychip[bench]'") from e
+    # threadpoolctl limits the pools of libraries already loaded: load oneDNN (and with it the
+    # OpenMP runtime its kernels use) first, or its team keeps every core.
+    from anychip.backends.cpu.onednn import _lib
+
+    _lib.available()
     with threadpool_limits(limits=threads):
         yield
 

@@ -5,6 +5,7 @@ with onnxruntime and OpenVINO, no timing asserted."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnxruntime as ort
@@ -94,3 +95,23 @@ def test_devices_reach_anychip(tmp_path, capsys):
     assert result["devices"] == ["xpu", "cpu"] and result["peers"] == ["onnxruntime"]
     assert result["models"][0]["max_abs_diff"]["onnxruntime"] < 1e-6
     assert "anychip devices: xpu,cpu" in capsys.readouterr().out
+
+
+def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> None:
+    """``--threads 1`` must bind oneDNN's OpenMP team too, though oneDNN loads lazily (a limit
+    set before the library loads is lost: the LSTM ran on 2 threads at 4x its 1-thread time)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from anychip.bench_cli import _thread_limit\n"
+        "from anychip.backends.cpu.onednn import _lib\n"
+        "with _thread_limit(1):\n"
+        "    print(_lib.omp_threads())\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1"
