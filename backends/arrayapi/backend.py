@@ -206,6 +206,16 @@ class ArrayAPIPlugin:
         for b in self.backends:
             registry.add_kernels(b.kernel_table())
 
+    @hookimpl
+    def anychip_register_passes(self, registry: Registry) -> None:
+        # element-wise chains become one FusedElementwise (family/op_fused.py)
+        from anychip.backends.cpu.passes import FuseElementwisePass
+
+        for b in self.backends:
+            p = FuseElementwisePass()
+            p.optimization = True
+            registry.add_pass(p, backend=b.name)
+
 
 def register_backend(*backends: ArrayAPIBackend, name: str | None = None) -> str:
     """Make ``backends`` usable by the next ``anychip.load`` (a plugin added in-process;

@@ -29,3 +29,16 @@ def anychip_register_kernels(registry: Registry) -> None:
 
     for b in backends():  # every name runs the one family
         registry.add_kernels(b.kernel_table())
+
+
+@hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    # The CPU's element-wise fusion on CUDA partitions: a chain becomes one generated kernel
+    # (backends/cuda/fused.py through the array-API family's FusedElementwise).
+    from anychip.backends.cpu.passes import FuseElementwisePass
+    from anychip.backends.cuda.backend import backends
+
+    for b in backends():
+        p = FuseElementwisePass()
+        p.optimization = True
+        registry.add_pass(p, backend=b.name)

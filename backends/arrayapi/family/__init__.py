@@ -12,6 +12,7 @@ from anychip.backends.arrayapi.family import (  # noqa: F401 - imported for regi
     op_conv,
     op_data,
     op_elementwise,
+    op_fused,
     op_nn,
 )
 from anychip.backends.arrayapi.family._common import FAMILY
