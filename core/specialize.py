@@ -266,6 +266,10 @@ class SpecializedPartition:
             self.info.update(compiled.info)
             self.info["compiles"] = self.stats["compiles"]
 
+    def compiling(self) -> bool:
+        """Whether a compile asked for has not finished (its runs go to the host meanwhile)."""
+        return bool(self._deferred) or any(t.is_alive() for t in self._threads)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the background compiles asked for so far; True when none is left."""
         self.start_compiles()
