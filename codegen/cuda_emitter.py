@@ -46,17 +46,6 @@ class CUDAEmitter(Emitter):
         params += [f"const long long m{k}" for k, c in enumerate(spec.classes) if c == "R"]
         params.append(f"{ctype} *__restrict__ out")
         lines = [f'extern "C" __global__ void {spec.name}({", ".join(params)}) {{']
-        lines.append("    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;")
-        lines.append("    if (g >= outer * inner) return;")
-        lines.append("    const long long o = g / inner;")
-        lines.append("    const long long i = g - o * inner;")
-        lines.append("    const long long base = o * inner;")
-        for k, c in enumerate(spec.classes):
-            if c == "S":
-                lines.append(f"    const {ctype} s{k} = in{k}[0];")
-            elif c == "R":
-                lines.append(f"    const {ctype} r{k} = in{k}[o % m{k}];")
-        body = self.body(spec, "    ")
-        lines += body
-        lines += [f"    out[g] = t{len(body) - 1};", "}", ""]
+        index = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
+        lines += self.per_element(spec, ctype, "long long", index)
         return "\n".join(lines)

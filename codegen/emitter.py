@@ -83,6 +83,25 @@ class Emitter:
         """Input ``k`` at the current element, by broadcast class (names of ``loop``)."""
         return {"F": f"in{k}[base + i]", "S": f"s{k}", "R": f"r{k}", "I": f"in{k}[i]"}[cls]
 
+    def per_element(self, spec: KernelSpec, ctype: str, long_t: str, index: str) -> list[str]:
+        """The body of a one-work-item-per-element kernel (OpenCL, CUDA): ``g`` the flat output
+        index from ``index``, its ``(o, i)`` split, the scalar and per-row inputs, the steps
+        and the store; ``long_t`` the device language's 64-bit integer type."""
+        lines = [
+            f"    const {long_t} g = {index};",
+            "    if (g >= outer * inner) return;",
+            f"    const {long_t} o = g / inner;",
+            f"    const {long_t} i = g - o * inner;",
+            f"    const {long_t} base = o * inner;",
+        ]
+        for k, c in enumerate(spec.classes):
+            if c == "S":
+                lines.append(f"    const {ctype} s{k} = in{k}[0];")
+            elif c == "R":
+                lines.append(f"    const {ctype} r{k} = in{k}[o % m{k}];")
+        body = self.body(spec, "    ")
+        return lines + body + [f"    out[g] = t{len(body) - 1};", "}", ""]
+
     def body(self, spec: KernelSpec, indent: str) -> list[str]:
         """The statements computing one output element into ``t<last>``."""
         ctype = self.ctypes[spec.dtype]

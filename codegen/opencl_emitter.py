@@ -43,17 +43,5 @@ class OpenCLEmitter(Emitter):
         params += [f"const long m{k}" for k, c in enumerate(spec.classes) if c == "R"]
         params.append(f"__global {ctype} *restrict out")
         lines.append(f"__kernel void {spec.name}({', '.join(params)}) {{")
-        lines.append("    const long g = get_global_id(0);")
-        lines.append("    if (g >= outer * inner) return;")
-        lines.append("    const long o = g / inner;")
-        lines.append("    const long i = g - o * inner;")
-        lines.append("    const long base = o * inner;")
-        for k, c in enumerate(spec.classes):
-            if c == "S":
-                lines.append(f"    const {ctype} s{k} = in{k}[0];")
-            elif c == "R":
-                lines.append(f"    const {ctype} r{k} = in{k}[o % m{k}];")
-        body = self.body(spec, "    ")
-        lines += body
-        lines += [f"    out[g] = t{len(body) - 1};", "}", ""]
+        lines += self.per_element(spec, ctype, "long", "get_global_id(0)")
         return "\n".join(lines)
