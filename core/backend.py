@@ -270,6 +270,15 @@ class Backend:
         when the driver keeps its own figures)."""
         return self._pool.stats() if self._pool is not None else None
 
+    def wrap_partition(
+        self, partition: Any, program: Callable[[list[Any]], list[Any]]
+    ) -> Callable[[list[Any]], list[Any]]:
+        """How this device runs one of its kernel-mode partitions: ``program`` (its device
+        tensors in, its outputs out) as is by default. A device with launch graphs returns a
+        callable that captures a static-shape partition once and replays it (CUDA graphs,
+        ``backends/cuda/graphs.py``)."""
+        return program
+
     # -- capability ----------------------------------------------------------------------------
     def supports(self, node: Node, table: KernelTable | None = None) -> str | None:
         """None when this backend can run ``node``, else the reason it cannot.

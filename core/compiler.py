@@ -256,6 +256,8 @@ def _compile_partitions(
                 _exclude(out, p, why, excluded)
                 retry = True
                 continue
+            if not backend.graph_mode:
+                p.program = backend.wrap_partition(p, p.program)
             if not backend.host_memory:
                 for v in p.graph.initializers.values():
                     out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))

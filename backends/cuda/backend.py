@@ -105,6 +105,16 @@ class CudaBackend(ArrayAPIBackend):
             return f"{self.name} is not available here: {why}"
         return super().supports(node, table)
 
+    def wrap_partition(self, partition: Any, program: Any) -> Any:
+        """A partition whose inputs all have static shapes is captured as a CUDA graph after
+        its first runs and replayed (``graphs.ReplayedPartition``); others run as they are."""
+        if self.info is None or not _static(partition):
+            return program
+        from anychip.backends.cuda.graphs import ReplayedPartition
+
+        info = self.info
+        return ReplayedPartition(program, lambda: _state(info))
+
     @property
     def memory_pool(self) -> Any:
         """CuPy's pool of this device behind anychip's pool interface."""
@@ -116,6 +126,14 @@ class CudaBackend(ArrayAPIBackend):
         if self.info is None or self.info.index not in _STATES:
             return None
         return _STATES[self.info.index].pool.stats()
+
+
+def _static(partition: Any) -> bool:
+    """Whether every input of ``partition`` has a shape of known sizes."""
+    return all(
+        v.shape is not None and all(isinstance(d, int) for d in v.shape)
+        for v in partition.graph.inputs
+    )
 
 
 def backends(found: tuple[tuple[GpuInfo, ...], str] | None = None) -> list[CudaBackend]:

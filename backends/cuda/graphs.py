@@ -14,12 +14,17 @@ runs the partition normally.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from anychip.errors import KernelError
 
-__all__ = ["CapturedPartition", "signature"]
+__all__ = ["CapturedPartition", "ReplayedPartition", "signature", "WARMUP"]
+
+#: Plain runs of a static partition before it is captured (CuPy's kernel and pool caches warm)
+WARMUP = 2
 
 
 def signature(tensors: Sequence[Any]) -> tuple:
@@ -62,3 +67,43 @@ class CapturedPartition:
             outs = [s.space.wrap(o.array.copy()) for o in self.outputs]
             self.stream.synchronize()
         return outs
+
+
+log = logging.getLogger("anychip")
+
+
+class ReplayedPartition:
+    """A static-shape kernel-mode partition as the CUDA backend runs it
+    (``CudaBackend.wrap_partition``): ``WARMUP`` plain runs, then one capture as a CUDA graph
+    (``CapturedPartition``) replayed on every later call with the same shapes. Other shapes,
+    ``ANYCHIP_CUDA_GRAPHS=0``, or a capture that fails (said once in the log, and kept in
+    ``failed``) run the partition normally."""
+
+    def __init__(self, program: Callable[[list[Any]], list[Any]], state: Callable[[], Any]):
+        self.program, self._state = program, state
+        self.calls = 0
+        self.replays = 0
+        self.captured: CapturedPartition | None = None
+        self.failed: str | None = None
+
+    def __call__(self, tensors: list[Any]) -> list[Any]:
+        cap = self.captured
+        if cap is not None and signature(tensors) == cap.key:
+            self.replays += 1
+            return cap(tensors)
+        self.calls += 1
+        if (
+            cap is None
+            and self.failed is None
+            and self.calls > WARMUP
+            and os.environ.get("ANYCHIP_CUDA_GRAPHS", "1") != "0"
+        ):
+            try:
+                self.captured = CapturedPartition(self.program, self._state(), tensors)
+            except Exception as e:  # noqa: BLE001 - a partition CUDA cannot capture runs as is
+                self.failed = f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+                log.info("anychip: CUDA-graph capture failed, running kernels: %s", self.failed)
+            else:
+                self.replays += 1
+                return self.captured(tensors)
+        return self.program(tensors)
