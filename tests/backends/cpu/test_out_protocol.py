@@ -111,7 +111,8 @@ def test_light_resnet_writes_every_planned_tensor_in_place():
     path = os.path.join(
         os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_resnet50.onnx"
     )
-    sess = anychip.load(path, devices=["cpu"])
+    # the kernels' out protocol: no fusion (FusedConv chains keep channels-last instead)
+    sess = anychip.load(path, devices=["cpu"], device_options={"cpu": {"fusion": False}})
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     feeds = {sess.inputs[0].name: x}
     first = sess.run(None, feeds)[0]
@@ -189,12 +190,13 @@ def test_dynamic_batch_cnn_plans_each_shape_and_writes_into_it():
     path = os.path.join(
         os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx"
     )
-    static = anychip.load(path, devices=["cpu"])
+    unfused = {"cpu": {"fusion": False}}  # the kernels' out protocol (see above)
+    static = anychip.load(path, devices=["cpu"], device_options=unfused)
     name = static.inputs[0].name
     model = onnx.load(path)
     (data,) = [i for i in model.graph.input if i.name == name]
     data.type.tensor_type.shape.dim[0].dim_param = "N"
-    dynamic = anychip.load(model, devices=["cpu"])
+    dynamic = anychip.load(model, devices=["cpu"], device_options=unfused)
     x = np.random.default_rng(2).standard_normal((2, 3, 224, 224)).astype(np.float32)
     rows = [static.run(None, {name: x[i : i + 1]})[0] for i in range(2)]
     for n in (2, 1, 2, 1):
