@@ -37,7 +37,7 @@ class CFunction:
 
     def __call__(self, layout: Layout, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
         buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
-        mods = [m for m, c in zip(layout.mods, layout.classes) if c == "R"]
+        mods = layout.r_mods
         ptrs = [buf(ptr, a) for a in arrays]
         self.fn(layout.outer, layout.inner, *ptrs, *mods, buf(ptr, out, require_writable=True))
 

@@ -75,6 +75,17 @@ class Layout:
     classes: tuple[str, ...]
     mods: tuple[int, ...]
 
+    @property
+    def built(self) -> tuple[str, ...]:
+        """The classes a kernel is built for: an ``X`` input is broadcast by the caller to the
+        full shape first, so the kernel reads it as ``F``."""
+        return tuple("F" if c == "X" else c for c in self.classes)
+
+    @property
+    def r_mods(self) -> list[int]:
+        """The kernel's modulus arguments: one per ``R`` input, in input order."""
+        return [m for m, c in zip(self.mods, self.classes) if c == "R"]
+
 
 def _padded(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     return (1,) * (rank - len(shape)) + tuple(shape)

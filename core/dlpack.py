@@ -28,11 +28,10 @@ import numpy as np
 
 from anychip.core.failover import run_request
 from anychip.core.feeds import detach
+from anychip.core.partition import HOST
 from anychip.errors import AnychipError, InputError
 
 __all__ = ["involved", "run"]
-
-HOST = "cpu"
 
 
 def involved(feeds: Any, output_device: str | None) -> bool:

@@ -209,12 +209,9 @@ class ArrayAPIPlugin:
     @hookimpl
     def anychip_register_passes(self, registry: Registry) -> None:
         # element-wise chains become one FusedElementwise (family/op_fused.py)
-        from anychip.backends.cpu.passes import FuseElementwisePass
+        from anychip.backends.cpu.passes import fuse_elementwise_on
 
-        for b in self.backends:
-            p = FuseElementwisePass()
-            p.optimization = True
-            registry.add_pass(p, backend=b.name)
+        fuse_elementwise_on(registry, [b.name for b in self.backends])
 
 
 def register_backend(*backends: ArrayAPIBackend, name: str | None = None) -> str:

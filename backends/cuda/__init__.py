@@ -35,10 +35,7 @@ def anychip_register_kernels(registry: Registry) -> None:
 def anychip_register_passes(registry: Registry) -> None:
     # The CPU's element-wise fusion on CUDA partitions: a chain becomes one generated kernel
     # (backends/cuda/fused.py through the array-API family's FusedElementwise).
-    from anychip.backends.cpu.passes import FuseElementwisePass
+    from anychip.backends.cpu.passes import fuse_elementwise_on
     from anychip.backends.cuda.backend import backends
 
-    for b in backends():
-        p = FuseElementwisePass()
-        p.optimization = True
-        registry.add_pass(p, backend=b.name)
+    fuse_elementwise_on(registry, [b.name for b in backends()])

@@ -105,6 +105,14 @@ class CudaBackend(ArrayAPIBackend):
             return f"{self.name} is not available here: {why}"
         return super().supports(node, table)
 
+    def kernel_table(self) -> KernelTable:
+        """The family's kernels, with fused element-wise chains as one generated kernel."""
+        from anychip.backends.cuda.fused import register
+
+        table = super().kernel_table()
+        register(table)
+        return table
+
     def wrap_partition(self, partition: Any, program: Any) -> Any:
         """A partition whose inputs all have static shapes is captured as a CUDA graph after
         its first runs and replayed (``graphs.ReplayedPartition``); others run as they are."""

@@ -18,7 +18,7 @@ import numpy as np
 from anychip.codegen import KernelSpec, classify, parse
 from anychip.codegen.cuda_emitter import CUDAEmitter
 
-__all__ = ["launch", "source_of", "BLOCK"]
+__all__ = ["launch", "source_of", "register", "BLOCK"]
 
 BLOCK = 256
 _EMITTER = CUDAEmitter()
@@ -42,7 +42,7 @@ def launch(cp: Any, expr: str, xs: tuple[Any, ...]) -> Any:
         cp.ascontiguousarray(cp.broadcast_to(x, shape) if c == "X" else x)
         for x, c in zip(xs, layout.classes)
     ]
-    classes = tuple("F" if c == "X" else c for c in layout.classes)
+    classes = layout.built
     key = (id(cp), expr, dtype.name, classes)
     k = _kernels.get(key)
     if k is None:
@@ -51,7 +51,23 @@ def launch(cp: Any, expr: str, xs: tuple[Any, ...]) -> Any:
     out = cp.empty(shape, dtype=dtype)
     n = layout.outer * layout.inner
     if n:
-        mods = [np.int64(m) for m, c in zip(layout.mods, classes) if c == "R"]
+        mods = [np.int64(m) for m in layout.r_mods]
         args = (np.int64(layout.outer), np.int64(layout.inner), *ins, *mods, out)
         k((-(-n // BLOCK),), (BLOCK,), args)
     return out
+
+
+def register(table: Any) -> None:
+    """Put this kernel in a CUDA backend's table over the family's FusedElementwise (the last
+    registration of an op and version wins)."""
+    from anychip.backends.arrayapi.family._common import as_kernel
+    from anychip.backends.arrayapi.family.op_fused import FLOATS, check_types
+    from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+    def fused_elementwise(s: Any, *xs: Any, expr: str) -> Any:
+        check_types(xs)
+        return launch(s.xp, expr, xs)
+
+    table.register("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes=FLOATS)(
+        as_kernel(fused_elementwise)
+    )

@@ -41,10 +41,7 @@ def anychip_register_kernels(registry: Registry) -> None:
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
     # The element-wise fusion of the CPU's passes: a chain becomes one launch (op_fused).
-    from anychip.backends.cpu.passes import FuseElementwisePass
+    from anychip.backends.cpu.passes import fuse_elementwise_on
     from anychip.backends.opencl.backend import backends
 
-    for b in backends():
-        p = FuseElementwisePass()
-        p.optimization = True
-        registry.add_pass(p, backend=b.name)
+    fuse_elementwise_on(registry, [b.name for b in backends()])

@@ -119,8 +119,19 @@ def test_built_once_then_read_from_the_disk_cache(tmp_path, monkeypatch):
     np.testing.assert_array_equal(out, x + x * np.float32(1.25))
 
 
-def test_numpy_fallback_with_the_compiler_hidden(monkeypatch):
+@pytest.fixture
+def no_compiler(monkeypatch):
+    """``$CC`` pointing at a missing program, and the fused kernel's plans made again."""
+    from anychip.backends.cpu.kernels.op_fused_elementwise import forget_plans
+
     monkeypatch.setenv("CC", "/nonexistent/anychip-no-cc")
+    forget_plans()
+    yield
+    monkeypatch.undo()
+    forget_plans()
+
+
+def test_numpy_fallback_with_the_compiler_hidden(no_compiler):
     text = "mul(add(in0,in1),sigmoid(add(in0,in1)))"
     spec = KernelSpec(parse(text), "float32", ("F", "F"))
     assert c_kernel(spec) is None

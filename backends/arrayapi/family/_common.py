@@ -22,7 +22,18 @@ from anychip.core.kernels import KernelTable
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
-__all__ = ["FAMILY", "kernel", "F", "NUM", "ANY", "ints", "host", "norm_axis", "full_like"]
+__all__ = [
+    "FAMILY",
+    "kernel",
+    "as_kernel",
+    "F",
+    "NUM",
+    "ANY",
+    "ints",
+    "host",
+    "norm_axis",
+    "full_like",
+]
 
 FAMILY = KernelTable("arrayapi")
 #: float types the arithmetic kernels take (narrowed per device to what its namespace has)
@@ -53,26 +64,33 @@ def kernel(
     """Register ``fn(s, *arrays, **attrs)`` for ``op`` in ``FAMILY`` (see the docstring)."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        context = kw.get("context", False)
-
-        @functools.wraps(fn)
-        def run(*args: Any, **attrs: Any) -> Any:
-            lead, rest = (args[:1], args[1:]) if context else ((), args)
-            s = _space(rest)
-            _hosts.tensors = rest
-            if s.scope is None:
-                out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
-            else:
-                with s.scope():
-                    out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
-            if isinstance(out, tuple):
-                return tuple(None if o is None else s.wrap(o) for o in out)
-            return s.wrap(out)
-
-        FAMILY.register(op, since=since, until=until, dtypes=dtypes, **kw)(run)
+        FAMILY.register(op, since=since, until=until, dtypes=dtypes, **kw)(
+            as_kernel(fn, kw.get("context", False))
+        )
         return fn
 
     return deco
+
+
+def as_kernel(fn: Callable[..., Any], context: bool = False) -> Callable[..., Any]:
+    """``fn(s, *arrays, **attrs)`` as an anychip kernel over ``XTensor`` handles (what
+    ``@kernel`` registers; a backend overriding one family kernel registers the same way)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **attrs: Any) -> Any:
+        lead, rest = (args[:1], args[1:]) if context else ((), args)
+        s = _space(rest)
+        _hosts.tensors = rest
+        if s.scope is None:
+            out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
+        else:
+            with s.scope():
+                out = fn(*lead, s, *[_unwrap(a) for a in rest], **attrs)
+        if isinstance(out, tuple):
+            return tuple(None if o is None else s.wrap(o) for o in out)
+        return s.wrap(out)
+
+    return run
 
 
 #: per thread, the current call's input tensors, so ``host`` finds an input's host copy

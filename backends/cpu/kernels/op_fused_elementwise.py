@@ -12,7 +12,6 @@ full-shape first input only; the C takes no ``restrict`` on that pair).
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import numpy as np
@@ -27,7 +26,7 @@ from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
-__all__ = ["fused_elementwise", "evaluate"]
+__all__ = ["fused_elementwise", "evaluate", "forget_plans"]
 
 _UNARY = {
     "neg": np.negative,
@@ -88,15 +87,20 @@ def _may_write(out: np.ndarray, arrays: list[np.ndarray], classes: tuple[str, ..
 
 
 @lru_cache(maxsize=4096)
-def _plan(expr: str, dtype: np.dtype, shapes: tuple, cc: str) -> tuple:
+def _plan(expr: str, dtype: np.dtype, shapes: tuple) -> tuple:
     """What a call of ``expr`` on inputs of ``shapes`` needs, worked out once: the output
-    shape, the layout, and the built C (None: numpy). ``cc``: ``$CC``, which tests point at a
-    missing program to hide the compiler."""
+    shape, the layout, and the built C (None: numpy)."""
     e = parse(expr)
     shape = np.broadcast_shapes(*shapes)
     layout = classify(list(shapes), shape)
-    spec = KernelSpec(e, dtype.name, tuple("F" if c == "X" else c for c in layout.classes))
+    spec = KernelSpec(e, dtype.name, layout.built)
     return e, shape, layout, c_kernel(spec)
+
+
+def forget_plans() -> None:
+    """Work the plans out again on the next calls (after ``$CC`` changed: tests hide the
+    compiler by pointing it at a missing program)."""
+    _plan.cache_clear()
 
 
 @kernel(
@@ -111,7 +115,7 @@ def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None)
     dtype = xs[0].dtype
     if any(x.dtype != dtype for x in xs):
         raise KernelError(f"FusedElementwise: inputs of mixed types {[str(x.dtype) for x in xs]}")
-    e, shape, layout, fn = _plan(expr, dtype, tuple(x.shape for x in xs), os.environ.get("CC", ""))
+    e, shape, layout, fn = _plan(expr, dtype, tuple(x.shape for x in xs))
     if fn is None:
         return evaluate(e, list(xs), dtype)
     arrays = [

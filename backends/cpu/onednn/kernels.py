@@ -223,21 +223,6 @@ def lstm(
     return op_rnn.lstm(x, w, r, b, sequence_lens, initial_h, initial_c, p, **attrs)
 
 
-@kernel("GRU", since=1, dtypes=op_rnn._TYPES)
-def gru(
-    x: Any,
-    w: Any,
-    r: Any,
-    b: Any = None,
-    sequence_lens: Any = None,
-    initial_h: Any = None,
-    **attrs: Any,
-) -> tuple[np.ndarray, ...]:
-    """GRU through oneDNN (``onednn/rnn.py``), else the numpy kernel."""
-    out = _served("GRU", _rnn("GRU", x, w, r, b, sequence_lens, [initial_h], attrs))
-    return out if out is not None else op_rnn.gru(x, w, r, b, sequence_lens, initial_h, **attrs)
-
-
 @kernel("MatMul", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
 def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> Any:
     """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``)."""
@@ -250,16 +235,27 @@ def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = N
     return op_matmul.matmul(a, b, out=out)
 
 
-@kernel("RNN", since=1, dtypes=op_rnn._TYPES)
-def rnn(
-    x: Any,
-    w: Any,
-    r: Any,
-    b: Any = None,
-    sequence_lens: Any = None,
-    initial_h: Any = None,
-    **attrs: Any,
-) -> tuple[np.ndarray, ...]:
-    """RNN through oneDNN's vanilla RNN (``onednn/rnn.py``), else the numpy kernel."""
-    out = _served("RNN", _rnn("RNN", x, w, r, b, sequence_lens, [initial_h], attrs))
-    return out if out is not None else op_rnn.rnn(x, w, r, b, sequence_lens, initial_h, **attrs)
+def _one_state(op: str, numpy_kernel: Any) -> None:
+    """GRU and RNN (one hidden state) through oneDNN (``onednn/rnn.py``: lbr_gru for GRU,
+    the vanilla RNN), else the numpy kernel."""
+
+    def run(
+        x: Any,
+        w: Any,
+        r: Any,
+        b: Any = None,
+        sequence_lens: Any = None,
+        initial_h: Any = None,
+        **attrs: Any,
+    ) -> tuple[np.ndarray, ...]:
+        out = _served(op, _rnn(op, x, w, r, b, sequence_lens, [initial_h], attrs))
+        return (
+            out if out is not None else numpy_kernel(x, w, r, b, sequence_lens, initial_h, **attrs)
+        )
+
+    run.__name__ = op.lower()
+    kernel(op, since=1, dtypes=op_rnn._TYPES)(run)
+
+
+_one_state("GRU", op_rnn.gru)
+_one_state("RNN", op_rnn.rnn)

@@ -13,6 +13,9 @@ partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu"
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
@@ -34,6 +37,7 @@ __all__ = [
     "FuseGemmPass",
     "FuseLayerNormPass",
     "cpu_passes",
+    "fuse_elementwise_on",
     "PASS_NAMES",
 ]
 
@@ -55,6 +59,16 @@ def cpu_passes() -> list[Pass]:
     for p in passes:
         p.optimization = True
     return passes
+
+
+def fuse_elementwise_on(registry: Any, names: Iterable[str]) -> None:
+    """Register the element-wise fusion for other devices' partitions, one per backend name
+    (a device whose kernel table runs ``anychip::FusedElementwise``: OpenCL, CUDA, any
+    array-API backend); an optimization like the CPU's."""
+    for name in names:
+        p = FuseElementwisePass()
+        p.optimization = True
+        registry.add_pass(p, backend=name)
 
 
 #: The names ``disabled_passes`` accepts.

@@ -267,6 +267,16 @@ def split(ctx, x, sizes=None, *, axis=0, num_outputs=None):  # noqa: ANN001, ANN
     return _split(x, axis, ints(sizes) if sizes is not None else None, ctx.num_outputs)
 
 
+def broadcast_to(x: ClTensor, out: Sequence[int]) -> ClTensor:
+    """``x`` broadcast (numpy rules) to the shape ``out``, as a new dense tensor."""
+    st = contiguous_strides(x.shape)
+    lead = len(out) - x.ndim
+    sstr = [0] * lead + [0 if s == 1 else t for s, t in zip(x.shape, st)]
+    y = _dense(dev(x), out, x)
+    strided_copy(x, y, out, sstr, contiguous_strides(out))
+    return y
+
+
 @kernel("Expand", since=8)
 def expand(x: ClTensor, shape: ClTensor) -> ClTensor:
     want = ints(shape)
@@ -274,12 +284,7 @@ def expand(x: ClTensor, shape: ClTensor) -> ClTensor:
         out = list(np.broadcast_shapes(x.shape, tuple(want)))
     except ValueError:
         raise KernelError(f"Expand: {list(x.shape)} does not broadcast to {want}") from None
-    st = contiguous_strides(x.shape)
-    lead = len(out) - x.ndim
-    sstr = [0] * lead + [0 if s == 1 else t for s, t in zip(x.shape, st)]
-    y = _dense(dev(x), out, x)
-    strided_copy(x, y, out, sstr, contiguous_strides(out))
-    return y
+    return broadcast_to(x, out)
 
 
 @kernel("Tile", since=6)

@@ -17,8 +17,8 @@ from functools import lru_cache
 import numpy as np
 
 from anychip.backends.opencl.driver import ClTensor
-from anychip.backends.opencl.kernels._common import contiguous_strides, ctype, dev, launch
-from anychip.backends.opencl.kernels.op_data import strided_copy
+from anychip.backends.opencl.kernels._common import ctype, dev, launch
+from anychip.backends.opencl.kernels.op_data import broadcast_to
 from anychip.backends.opencl.kernels.table import kernel
 from anychip.codegen import KernelSpec, classify, parse
 from anychip.codegen.opencl_emitter import OpenCLEmitter
@@ -39,16 +39,6 @@ def fused_source(expr: str, dtype: str, classes: tuple[str, ...]) -> tuple[str, 
     return f"fused_{digest}", src
 
 
-def _expanded(x: ClTensor, shape: tuple[int, ...]) -> ClTensor:
-    """``x`` broadcast to ``shape`` as a dense device tensor."""
-    st = contiguous_strides(x.shape)
-    lead = len(shape) - x.ndim
-    sstr = [0] * lead + [0 if s == 1 else t for s, t in zip(x.shape, st)]
-    y = dev(x).empty(shape, x.dtype)
-    strided_copy(x, y, shape, sstr, contiguous_strides(shape))
-    return y
-
-
 @kernel("FusedElementwise", domain=ANYCHIP_DOMAIN, since=1, dtypes={DType.FLOAT, DType.DOUBLE})
 def fused_elementwise(*xs: ClTensor, expr: str) -> ClTensor:
     """``expr`` over ``xs`` (numpy broadcasting) in one launch."""
@@ -64,10 +54,10 @@ def fused_elementwise(*xs: ClTensor, expr: str) -> ClTensor:
             f"FusedElementwise: shapes {[list(x.shape) for x in xs]} do not broadcast"
         ) from None
     layout = classify([tuple(x.shape) for x in xs], shape)
-    temps = [_expanded(x, shape) for x, c in zip(xs, layout.classes) if c == "X"]
+    temps = [broadcast_to(x, shape) for x, c in zip(xs, layout.classes) if c == "X"]
     it = iter(temps)
     ins = [next(it) if c == "X" else x for x, c in zip(xs, layout.classes)]
-    classes = tuple("F" if c == "X" else c for c in layout.classes)
+    classes = layout.built
     family, src = fused_source(expr, np.dtype(dtype).name, classes)
     y = d.empty(shape, dtype)
     n = layout.outer * layout.inner
@@ -75,7 +65,7 @@ def fused_elementwise(*xs: ClTensor, expr: str) -> ClTensor:
         if n > 0:
             args = [np.int64(layout.outer), np.int64(layout.inner)]
             args += [x.buffer for x in ins]
-            args += [np.int64(m) for m, c in zip(layout.mods, classes) if c == "R"]
+            args += [np.int64(m) for m in layout.r_mods]
             args.append(y.buffer)
             wg = d.wg
             launch(d, family, ct, "anychip_fused", lambda: src, [-(-n // wg) * wg], args, [wg])

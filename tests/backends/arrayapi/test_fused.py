@@ -93,3 +93,19 @@ def test_the_cuda_launch_builds_one_kernel_per_layout_and_passes_the_layout():
     outer, inner, a0, a1, m1, o = args
     assert (int(outer), int(inner), int(m1)) == (16, 30, 8)
     assert a0 is x and a1 is b and o is out and out.shape == x.shape
+
+
+def test_the_cuda_table_runs_chains_as_one_generated_kernel_and_others_use_the_family(strict):
+    """The CUDA backend overrides the family's FusedElementwise in its own table (no CuPy
+    test in the family kernel); every other array-API backend keeps the family's."""
+    from anychip.backends.cuda.backend import CudaBackend
+    from anychip.backends.cuda.probe import GpuInfo
+    from anychip.ir import DType
+
+    def fused_module(backend) -> str:  # noqa: ANN001
+        k = backend.kernel_table().lookup("anychip", "FusedElementwise", 1, DType.FLOAT).kernel
+        return k.fn.__wrapped__.__module__
+
+    cuda = CudaBackend("cuda:0", GpuInfo(0, "x", 1 << 30, 10, 1_000_000, 1_000_000, 256, (8, 0)))
+    assert fused_module(cuda) == "anychip.backends.cuda.fused"
+    assert fused_module(strict) == "anychip.backends.arrayapi.family.op_fused"
