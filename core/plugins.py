@@ -103,57 +103,20 @@ def load_plugins() -> Registry:
     registry = Registry()
     trace = bool(os.environ.get("ANYCHIP_TRACE_PLUGINS"))
     skip, skip_all = _disabled()
-    plugins: list[tuple[str, Any]] = []
     candidates = _entry_points()
     candidates += [(n, getattr(obj, "__name__", repr(obj)), obj) for n, obj in _extra]
     for name, module, ep in candidates:
-        builtin = name in _BUILTIN
-        if name in skip or (skip_all and not builtin):
-            registry.plugins.append(
-                PluginRecord(name, module, False, "disabled by ANYCHIP_DISABLE_PLUGINS")
-            )
+        if name in skip or (skip_all and name not in _BUILTIN):
+            reason = "disabled by ANYCHIP_DISABLE_PLUGINS"
+            registry.plugins.append(PluginRecord(name, module, False, reason))
             continue
-        try:
-            if any(obj is ep for _, obj in _extra):
-                plugin = ep
-                _check_version(name, module, plugin)
-            else:
-                plugin = _import(name, module, ep)
-            pm.register(plugin, name=name)
-        except PluginError as e:
-            registry.plugins.append(PluginRecord(name, module, False, str(e)))
-            log.warning("%s", e)
-            continue
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
-            msg = f"plugin {name!r} ({module}) failed to register: {type(e).__name__}: {e}"
-            registry.plugins.append(PluginRecord(name, module, False, msg))
-            log.warning("%s", msg)
-            continue
-        if unknown := sorted(c.name for c in pm.get_hookcallers(plugin) or [] if c.spec is None):
-            # One plugin's typo must not fail every load: it alone is left out.
-            msg = (
-                f"plugin {name!r} ({module}) implements {', '.join(unknown)}, which anychip "
-                f"does not define; the hooks are {', '.join(HOOK_ORDER)}"
-            )
-            pm.unregister(plugin)
-            registry.plugins.append(PluginRecord(name, module, False, msg))
-            log.warning("%s", msg)
-            continue
-        if not pm.get_hookcallers(plugin):
-            # Without @hookimpl pluggy sees no hook at all: the plugin would vanish silently.
-            msg = (
-                f"plugin {name!r} ({module}) registers no hook: decorate its functions "
-                "anychip_register_* with @anychip.hookimpl"
-            )
-            pm.unregister(plugin)
-            registry.plugins.append(PluginRecord(name, module, False, msg))
-            log.warning("%s", msg)
+        refused = _register(pm, name, module, ep)
+        if refused is not None:
+            registry.plugins.append(PluginRecord(name, module, False, refused))
+            log.warning("%s", refused)
             continue
         if trace:
             log.info("anychip: loaded plugin %s (%s)", name, module)
-        plugins.append((name, plugin))
         registry.plugins.append(PluginRecord(name, module, True))
     failed: set[str] = set()
     while (bad := _call_hooks(pm, registry, failed, trace)) is not None:
@@ -164,6 +127,39 @@ def load_plugins() -> Registry:
         registry.clear_contributions()
     registry.current_plugin = "?"
     return registry
+
+
+def _register(pm: pluggy.PluginManager, name: str, module: str, ep: Any) -> str | None:
+    """Import and register one plugin with ``pm``; the reason it was refused, or None."""
+    try:
+        if any(obj is ep for _, obj in _extra):
+            plugin = ep
+            _check_version(name, module, plugin)
+        else:
+            plugin = _import(name, module, ep)
+        pm.register(plugin, name=name)
+    except PluginError as e:
+        return str(e)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
+        return f"plugin {name!r} ({module}) failed to register: {type(e).__name__}: {e}"
+    msg = None
+    if unknown := sorted(c.name for c in pm.get_hookcallers(plugin) or [] if c.spec is None):
+        # One plugin's typo must not fail every load: it alone is left out.
+        msg = (
+            f"plugin {name!r} ({module}) implements {', '.join(unknown)}, which anychip "
+            f"does not define; the hooks are {', '.join(HOOK_ORDER)}"
+        )
+    elif not pm.get_hookcallers(plugin):
+        # Without @hookimpl pluggy sees no hook at all: the plugin would vanish silently.
+        msg = (
+            f"plugin {name!r} ({module}) registers no hook: decorate its functions "
+            "anychip_register_* with @anychip.hookimpl"
+        )
+    if msg is not None:
+        pm.unregister(plugin)
+    return msg
 
 
 def _call_hooks(

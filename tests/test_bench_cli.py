@@ -98,6 +98,7 @@ def test_devices_reach_anychip(tmp_path, capsys):
     assert "anychip devices: xpu,cpu" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> None:
     """``--threads 1`` must bind oneDNN's OpenMP team too, though oneDNN loads lazily (a limit
     set before the library loads is lost: the LSTM ran on 2 threads at 4x its 1-thread time)."""

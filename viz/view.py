@@ -167,14 +167,7 @@ def placement_view(session: Any, title: str = "") -> PlacementView:
         nodes.append(out)
         if v.name in source:
             edge(source[v.name], out, v.name)
-    parts = [
-        ViewPartition(p.index, p.device, [], {k: str(val) for k, val in p.info.items()})
-        for p in report.partitions
-    ]
-    index = {p.index: p for p in parts}
-    for vn in nodes:
-        if vn.kind == "node" and vn.partition in index:
-            index[vn.partition].nodes.append(vn.id)
+    parts = _partitions(report, nodes)
     return PlacementView(
         title or _title(session),
         list(report.devices),
@@ -185,6 +178,19 @@ def placement_view(session: Any, title: str = "") -> PlacementView:
         report.summary(),
         [(c.tensor, c.src, c.dst, c.size) for c in report.copies],
     )
+
+
+def _partitions(report: Any, nodes: list[ViewNode]) -> list[ViewPartition]:
+    """The report's partitions, each with the view ids of its nodes."""
+    parts = [
+        ViewPartition(p.index, p.device, [], {k: str(val) for k, val in p.info.items()})
+        for p in report.partitions
+    ]
+    index = {p.index: p for p in parts}
+    for vn in nodes:
+        if vn.kind == "node" and vn.partition in index:
+            index[vn.partition].nodes.append(vn.id)
+    return parts
 
 
 def _title(session: Any) -> str:

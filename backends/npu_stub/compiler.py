@@ -187,27 +187,7 @@ class NpuExecutable:
         self.weights_bytes = total
         self.activation_bytes = plan.total_size
         pool = self.memory.pool
-        blocks = []
-        try:
-            for nbytes in (total, plan.total_size):
-                blocks.append(pool.alloc(nbytes))
-        except OutOfMemoryError as e:
-            for b in blocks:
-                pool.free(b)
-            need = total + plan.total_size
-            stats = pool.stats()
-            raise OutOfMemoryError(
-                f"npu: partition {self.name!r} does not fit in NPU memory: it needs {need} "
-                f"bytes ({total} of weights + {plan.total_size} of activations, planned; lower "
-                f"bound {plan.lower_bound}), the device has {stats.capacity} bytes with "
-                f"{stats.in_use} in use (largest free block {stats.largest_free}). Give the NPU "
-                'more memory (device_options={"npu": {"memory": ...}} or ANYCHIP_NPU_MEMORY), '
-                "or place part of the model on another device.",
-                device="npu",
-                need=need,
-                capacity=stats.capacity or 0,
-                in_use=stats.in_use,
-            ) from e
+        blocks = self._alloc_blocks(total, plan)
         weights_block, act_block = blocks
         for ref in refs:
             host = ref.host
@@ -221,6 +201,33 @@ class NpuExecutable:
             )
         self._weight_slots = weight_slots
         self._finalizer = weakref.finalize(self, _free_blocks, pool, blocks)
+
+    def _alloc_blocks(self, weights: int, plan: Any) -> list[Any]:
+        """The weights' block and the activations' block, or an OutOfMemoryError that says
+        what the partition needs and what the device has."""
+        pool = self.memory.pool
+        blocks = []
+        try:
+            for nbytes in (weights, plan.total_size):
+                blocks.append(pool.alloc(nbytes))
+        except OutOfMemoryError as e:
+            for b in blocks:
+                pool.free(b)
+            need = weights + plan.total_size
+            stats = pool.stats()
+            raise OutOfMemoryError(
+                f"npu: partition {self.name!r} does not fit in NPU memory: it needs {need} "
+                f"bytes ({weights} of weights + {plan.total_size} of activations, planned; lower "
+                f"bound {plan.lower_bound}), the device has {stats.capacity} bytes with "
+                f"{stats.in_use} in use (largest free block {stats.largest_free}). Give the NPU "
+                'more memory (device_options={"npu": {"memory": ...}} or ANYCHIP_NPU_MEMORY), '
+                "or place part of the model on another device.",
+                device="npu",
+                need=need,
+                capacity=stats.capacity or 0,
+                in_use=stats.in_use,
+            ) from e
+        return blocks
 
     def run(self, inputs: Sequence[Any]) -> list[NpuTensor]:
         """Run on device tensors (graph input order); returns new device tensors."""

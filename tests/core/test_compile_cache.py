@@ -51,6 +51,7 @@ def _process(tmp_path: Path, background: bool = False) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_a_second_process_loads_from_disk_without_compiling(tmp_path):
     first = _process(tmp_path)
     assert first["telemetry"]["compiles"] == 2 and first["telemetry"]["disk_hits"] == 0
@@ -61,6 +62,7 @@ def test_a_second_process_loads_from_disk_without_compiling(tmp_path):
     assert second["outs"] == first["outs"]  # the same executable, the same numbers
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_with_the_background_compile_the_host_serves_while_the_disk_is_read(tmp_path):
     """Loading and compiling an artifact costs more than a host run (0.95 s against 60 ms on
     ResNet-50): in the background mode the first run of a signature goes to the host and the
@@ -72,6 +74,7 @@ def test_with_the_background_compile_the_host_serves_while_the_disk_is_read(tmp_
     np.testing.assert_allclose(second["outs"][0], first["outs"][0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("damage", ["flip", "truncate", "foreign"])
 def test_a_corrupt_or_foreign_artifact_is_rebuilt_never_loaded(tmp_path, damage):
     _process(tmp_path)

@@ -14,6 +14,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ["getting-started.md", "several-devices.md", "placement-report.md", "ir-and-passes.md"]
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("page", PAGES)
 def test_page_code_runs(page: str, tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)

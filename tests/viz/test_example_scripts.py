@@ -20,11 +20,13 @@ def _run(script: str, *args: str, cwd: Path) -> str:
     return out.stdout
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_quickstart(tmp_path) -> None:
     out = _run("quickstart.py", cwd=tmp_path)
     assert "nodes per device: {'" in out and "max |npu,cpu - cpu|" in out
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_placement_pictures(tmp_path) -> None:
     out = _run("placement_pictures.py", str(tmp_path / "pics"), cwd=tmp_path)
     for accel in ("npu", "xpu"):
@@ -32,6 +34,7 @@ def test_placement_pictures(tmp_path) -> None:
     assert "fallbacks" in out
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.parametrize("script", ["profile_and_inspect.py"])
 def test_profile_and_inspect(tmp_path, script) -> None:
     out = _run(script, str(tmp_path), cwd=tmp_path)

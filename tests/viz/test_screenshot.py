@@ -34,6 +34,7 @@ def _rgb(hex_color: str) -> tuple[int, int, int]:
     return tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))  # type: ignore[return-value]
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
 def test_html_page_renders_in_headless_chromium(mixed, tmp_path) -> None:
     from PIL import Image
@@ -50,6 +51,7 @@ def test_html_page_renders_in_headless_chromium(mixed, tmp_path) -> None:
         assert _rgb(hex_color) in present, f"no {device} node ({hex_color}) on screen"
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
 def test_the_page_script_runs(mixed, tmp_path) -> None:
     """The inline script ran to its end: it fitted the view (the viewport got a transform)."""

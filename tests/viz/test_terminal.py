@@ -46,6 +46,7 @@ def test_rich_and_html_show_every_node(mixed) -> None:
     Page(memory._repr_html_())
 
 
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_log_level_from_the_environment() -> None:
     code = (
         "import logging, anychip; lg = logging.getLogger('anychip'); "

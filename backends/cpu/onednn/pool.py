@@ -40,19 +40,7 @@ def pool(
     """
     if get() is None or x.dtype != np.float32 or not 3 <= x.ndim <= 5 or 0 in x.shape:
         return None
-    spatial = x.shape[2:]
-    if kernel_shape is None:
-        kernel_shape = list(spatial)
-    g = window_geometry(
-        spatial,
-        list(kernel_shape),
-        strides=attrs.get("strides"),
-        dilations=attrs.get("dilations"),
-        pads=attrs.get("pads"),
-        auto_pad=attrs.get("auto_pad") or "NOTSET",
-        ceil_mode=int(attrs.get("ceil_mode") or 0),
-        op=op,
-    )
+    g = _geometry(x.shape[2:], kernel_shape, attrs, op)
     if alg == C.pooling_avg_include_padding and any(g.extra_end):
         return None
     if 0 in g.out:
@@ -92,6 +80,22 @@ def pool(
         out = y = np.empty(y_shape, np.float32)
     prim.run({C.arg_src: x, C.arg_dst: out})
     return np.ascontiguousarray(y) if src_cl and not channels_last else y
+
+
+def _geometry(
+    spatial: tuple[int, ...], kernel_shape: list[int] | None, attrs: dict[str, Any], op: str
+) -> Any:
+    """The pooling window's geometry from the ONNX attributes (global: the whole input)."""
+    return window_geometry(
+        spatial,
+        list(spatial if kernel_shape is None else kernel_shape),
+        strides=attrs.get("strides"),
+        dilations=attrs.get("dilations"),
+        pads=attrs.get("pads"),
+        auto_pad=attrs.get("auto_pad") or "NOTSET",
+        ceil_mode=int(attrs.get("ceil_mode") or 0),
+        op=op,
+    )
 
 
 def _build(
