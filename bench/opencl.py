@@ -4,7 +4,7 @@ per-model table (``opencl``, ``opencl,cpu``, ``cpu``, onnxruntime).
 Run (numpy with its own OpenBLAS kernel choice)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/opencl.py [--rounds 7]
-        [--threads N] [--skip gemm builds models]
+        [--threads N] [--skip gemm builds models attention]
 
 ``--cpu-time`` times with the process's CPU time instead of the wall clock: on a machine
 shared with other work, with ``--threads 1``, it counts each contender's own work whatever
@@ -24,6 +24,10 @@ ratios.
   ``finish``; numpy is ``a @ b``.
 - Builds: every program family for float32, in a fresh process whose PoCL and pyopencl caches
   point at an empty folder (cold), then again in another process on the same folder (warm).
+- Attention: the BERT-like and GPT-like layers on ``opencl`` with the attention fusion (one
+  ``FusedAttention`` launch) against the same session loaded with
+  ``ANYCHIP_DISABLED_PASSES=fuse_attention`` (the unfused MatMul, Div, Add, Softmax, MatMul),
+  interleaved with onnxruntime.
 - Models: ``anychip.load(model, devices=...)`` with the measured cost model (calibration
   cached per machine, then run-time feedback; the feedback's trial runs happen before timing),
   and onnxruntime's CPU provider.
@@ -193,6 +197,42 @@ def bench_models(rounds: int) -> None:
             )
 
 
+def bench_attention(rounds: int) -> None:
+    import onnxruntime as ort
+
+    print(f"\nattention on opencl: median ms of {rounds} interleaved rounds")
+    print(f"{'model':<12} {'fused':>8} {'unfused':>8} {'onnxruntime':>12} {'fused/unfused':>14}")
+    x = np.random.default_rng(0).standard_normal((1, 64, 256)).astype(np.float32)
+    for name, model in (
+        ("bert-layer", transformer_layer()),
+        ("gpt-layer", transformer_layer(causal=True)),
+    ):
+        fused = anychip.load(model, devices=["opencl"], strict=True)
+        os.environ["ANYCHIP_DISABLED_PASSES"] = "fuse_attention"
+        try:
+            plain = anychip.load(model, devices=["opencl"], strict=True)
+        finally:
+            del os.environ["ANYCHIP_DISABLED_PASSES"]
+        so = ort.SessionOptions()
+        threads = os.environ.get("_ANYCHIP_BENCH_THREADS")
+        so.intra_op_num_threads = int(threads) if threads else (os.cpu_count() or 1)
+        ref = ort.InferenceSession(model.SerializeToString(), so)
+        feeds = {"x": x}
+        t = _median_rounds(
+            {
+                "fused": lambda s=fused, f=feeds: s.run(None, f),
+                "unfused": lambda s=plain, f=feeds: s.run(None, f),
+                "ort": lambda s=ref, f=feeds: s.run(None, f),
+            },
+            rounds,
+        )
+        ms = {k: v * 1e3 for k, v in t.items()}
+        print(
+            f"{name:<12} {ms['fused']:>8.2f} {ms['unfused']:>8.2f} {ms['ort']:>12.2f} "
+            f"{t['fused'] / t['unfused']:>14.2f}"
+        )
+
+
 def _with_threads(n: int) -> None:
     """Run this script again with ``n`` threads everywhere (set before any library starts)."""
     env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=str(n), OPENBLAS_NUM_THREADS=str(n))
@@ -208,7 +248,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--cooldown", type=float, default=0.05)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "builds", "models"])
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["gemm", "builds", "models", "attention"]
+    )
     args = ap.parse_args()
     if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
         _with_threads(args.threads)
@@ -222,6 +264,8 @@ def main() -> None:
         bench_gemm(args.rounds * 2)
     if "builds" not in args.skip:
         bench_builds()
+    if "attention" not in args.skip:
+        bench_attention(args.rounds * 2)
     if "models" not in args.skip:
         bench_models(args.rounds)
 
