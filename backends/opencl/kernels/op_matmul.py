@@ -15,6 +15,7 @@ Measured on PoCL (AVX2 CPU): SGEMM 1024^3 at numpy's speed within noise; ``bench
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -30,10 +31,22 @@ from anychip.backends.opencl.kernels._common import (
 from anychip.backends.opencl.kernels.table import F, kernel
 from anychip.errors import KernelError
 
-__all__ = ["gemm_packed", "pack", "source"]
+__all__ = ["gemm_packed", "pack", "source", "DIRECT_MAX"]
+
+#: MatMul reads A in place (``k_gemm_direct``, no packing launch) up to this many elements
+#: of one A matrix and ``DIRECT_MAX_N`` columns of C; a larger A, or one whose row panels
+#: are read by many column tiles, is packed. Measured on PoCL at 1 thread (GFLOP/s packed
+#: -> direct): 256^3 60 -> 73, 512^3 71 -> 75, 64x256x1024 65 -> 71; 1024^3 84 -> 72 and
+#: 64x768x3072 73 -> 64 stay packed.
+DIRECT_MAX = 1 << 18
+DIRECT_MAX_N = 1024
 
 _ROWS = "\n".join(f"        c{r} += ak[{r}] * bv;" for r in range(8))
 _STORE = "\n".join(f"    store_row(cb, bias, c{r}, row0 + {r}, col0, ctx);" for r in range(8))
+_DIRECT_PTRS = "\n".join(
+    f"    __global const T* a{r} = a + (long)min(row0 + {r}, M - 1) * lda;" for r in range(8)
+)
+_DIRECT_ROWS = "\n".join(f"        c{r} += a{r}[k] * bv;" for r in range(8))
 
 
 def source() -> str:
@@ -52,9 +65,12 @@ __kernel void k_pack(__global const T* x, __global T* p, __global const int* m, 
     int rs = m[1 + 2 * nb];
     off += r8 * 8 * rs + k * m[2 + 2 * nb];
     int lim = min(8, rows - r8 * 8);
-    T v[8];
-    for (int l = 0; l < 8; ++l) v[l] = l < lim ? x[off + l * rs] : (T)0;
-    vstore8(vload8(0, v), i, p);
+    __global T* o = p + (long)i * 8;  /* 8 plain stores: PoCL calls vstore8 out of line */
+    if (lim == 8) {
+        for (int l = 0; l < 8; ++l) o[l] = x[off + l * rs];
+    } else {
+        for (int l = 0; l < 8; ++l) o[l] = l < lim ? x[off + l * rs] : (T)0;
+    }
 }
 inline void store_row(__global T* cb, __global const T* bias, T8 v, int row, int col0,
                       Ctx c) {
@@ -94,9 +110,44 @@ __kernel void k_gemm(__global const T* Ap, __global const T8* Bp, __global T* C,
 """
         + _STORE
         + "\n}\n"
+        + _DIRECT
         + _IM2COL
     )
 
+
+_DIRECT = (
+    r"""
+__kernel void k_gemm_direct(__global const T* A, __global const T8* Bp, __global T* C,
+                            __global const T* bias, int M, int N, int K, int M8, int N8,
+                            int a_mod, int b_mod, int c_bs, int c_rs, T alpha, T beta,
+                            int has_bias, int bias_bs, int bias_rs, int bias_cs, int act,
+                            int lda, int a_bs) {
+    /* k_gemm with A read in place (row-major, row stride lda): no packing launch; each of
+       the tile's 8 rows is a stream (rows past M read row M-1, never stored) */
+    int j8 = get_global_id(0), i8 = get_global_id(1), b = get_global_id(2);
+    if (j8 >= N8 || i8 >= M8) return;
+    int row0 = i8 * 8, col0 = j8 * 8;
+    __global const T* a = A + (long)(b % a_mod) * a_bs;
+"""
+    + _DIRECT_PTRS
+    + r"""
+    __global const T8* bp = Bp + ((long)(b % b_mod) * N8 + j8) * K;
+    T8 c0 = (T8)0, c1 = (T8)0, c2 = (T8)0, c3 = (T8)0;
+    T8 c4 = (T8)0, c5 = (T8)0, c6 = (T8)0, c7 = (T8)0;
+    for (int k = 0; k < K; ++k) {
+        T8 bv = bp[k];
+"""
+    + _DIRECT_ROWS
+    + r"""
+    }
+    Ctx ctx; ctx.M = M; ctx.N = N; ctx.c_rs = c_rs; ctx.has_bias = has_bias;
+    ctx.bias_rs = bias_rs; ctx.bias_cs = bias_cs; ctx.act = act; ctx.alpha = alpha;
+    ctx.beta = beta; ctx.b_off = (b % a_mod) * bias_bs;
+    __global T* cb = C + (long)b * c_bs;
+"""
+    + _STORE
+    + "\n}\n"
+)
 
 _IM2COL = r"""
 __kernel void k_im2col(__global const T* x, __global T* p, __global const int* m, int n) {
@@ -165,24 +216,58 @@ def gemm_packed(
     bias: ClTensor | None = None,
     bias_strides: tuple[int, int, int] = (0, 0, 0),
     relu: bool = False,
+    direct: tuple[int, int] | None = None,
 ) -> None:
-    """``C[b] = alpha * A[b % a_mod] @ B[b % b_mod] + beta * bias`` into ``c`` (strided)."""
+    """``C[b] = alpha * A[b % a_mod] @ B[b % b_mod] + beta * bias`` into ``c`` (strided).
+    ``direct=(lda, a_bs)``: ``ap`` is A itself, row-major (row and batch strides), unpacked."""
     ct = ctype(c.dtype, "MatMul")
+    name, tail, gsize, lsize = _launch_plan(
+        d.info.max_work_group, c.dtype.str, m, n, k, batch, a_mod, b_mod, c_bs, c_rs, alpha,
+        beta, bias is not None, tuple(bias_strides), relu, direct,
+    )  # fmt: skip
+    args = [ap.buffer, bp.buffer, c.buffer, (bias if bias is not None else c).buffer, *tail]
+    launch(d, "gemm", ct, name, source, gsize, args, lsize)
+
+
+@lru_cache(maxsize=1024)
+def _launch_plan(
+    max_wg,
+    dtype,
+    m,
+    n,
+    k,
+    batch,
+    a_mod,
+    b_mod,
+    c_bs,
+    c_rs,
+    alpha,
+    beta,
+    has_bias,
+    bias_strides,
+    relu,
+    direct,
+):  # noqa: ANN001, ANN202
+    """The kernel name, scalar arguments and geometry of one GEMM shape (kept: a model calls
+    the same shapes every run, and building them cost as much as the enqueue)."""
     m8, n8 = -(-m // 8), -(-n // 8)
-    T = c.dtype.type  # noqa: N806 - the element type
-    args = [ap.buffer, bp.buffer, c.buffer, (bias if bias is not None else c).buffer]
-    args += [np.int32(v) for v in (m, n, k, m8, n8, a_mod, b_mod, c_bs, c_rs)]
-    args += [T(alpha), T(beta), np.int32(bias is not None)]
+    T = np.dtype(dtype).type  # noqa: N806 - the element type
+    args = [np.int32(v) for v in (m, n, k, m8, n8, a_mod, b_mod, c_bs, c_rs)]
+    args += [T(alpha), T(beta), np.int32(has_bias)]
     args += [np.int32(v) for v in bias_strides] + [np.int32(relu)]
     # A 4x4 block of tiles per work-group: its 4 A and 4 B panels stay in cache while the
     # group runs (PoCL runs a group on one thread); 1-D groups of 8 were 5-30% slower.
     lx, ly = min(n8, 4), min(m8, 4)
-    while lx * ly > d.info.max_work_group and ly > 1:
+    while lx * ly > max_wg and ly > 1:
         ly //= 2
-    lx = max(1, min(lx, d.info.max_work_group // ly))
+    lx = max(1, min(lx, max_wg // ly))
     gx = -(-n8 // lx) * lx
     gy = -(-m8 // ly) * ly
-    launch(d, "gemm", ct, "k_gemm", source, [gx, gy, batch], args, [lx, ly, 1])
+    name = "k_gemm"
+    if direct is not None:
+        name = "k_gemm_direct"
+        args += [np.int32(direct[0]), np.int32(direct[1])]
+    return name, tuple(args), (gx, gy, batch), (lx, ly, 1)
 
 
 def _batch_strides(shape: tuple[int, ...], batch: Sequence[int], mat: int) -> list[int]:
@@ -201,38 +286,57 @@ def matmul(a: ClTensor, b: ClTensor) -> ClTensor:
     d = dev(a, b)
     if a.dtype != b.dtype:
         raise KernelError(f"MatMul: input dtypes differ ({a.dtype} and {b.dtype})")
-    if a.ndim == 0 or b.ndim == 0:
-        raise KernelError(f"MatMul: inputs must have rank >= 1, got {a.shape} and {b.shape}")
-    ash = (1, *a.shape) if a.ndim == 1 else a.shape
-    bsh = (*b.shape, 1) if b.ndim == 1 else b.shape
-    m, k = ash[-2:]
-    k2, n = bsh[-2:]
-    if k != k2:
-        raise KernelError(f"MatMul: inner dimensions differ: {a.shape} @ {b.shape}")
-    try:
-        batch = list(np.broadcast_shapes(ash[:-2], bsh[:-2]))
-    except ValueError:
-        raise KernelError(f"MatMul: batch axes of {a.shape} and {b.shape} differ") from None
-    out_shape = [*batch, m, n]
-    if a.ndim == 1:
-        del out_shape[-2]
-    if b.ndim == 1:
-        del out_shape[-1]
-    y = d.empty(tuple(out_shape), a.dtype)
-    nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    out_shape, batch, nb, m, k, n, bst, ast, direct = _mm_plan(a.shape, b.shape)
+    y = d.empty(out_shape, a.dtype)
     if y.size == 0:
         return y
     if k == 0:
         return _zeros(y)
-    ap = pack(a, batch, _batch_strides(ash[:-2], batch, m * k), m, k, k, 1)
     # B is most often a weight: its panels are kept with it and packed once per session.
-    bst = _batch_strides(bsh[:-2], batch, k * n)
-    bp = b.derived(("B", tuple(batch), tuple(bst)), lambda: pack(b, batch, bst, n, k, 1, n))
+    bp = b.derived(("B", batch, bst), lambda: pack(b, batch, bst, n, k, 1, n))
+    if direct is not None:
+        # A small A is read in place: the packing launch cost more than its panels save.
+        gemm_packed(
+            d, a, bp, y, m, n, k, batch=nb, a_mod=nb, b_mod=nb, c_bs=m * n, c_rs=n,
+            direct=direct,
+        )  # fmt: skip
+        return y
+    ap = pack(a, batch, ast, m, k, k, 1)
     try:
         gemm_packed(d, ap, bp, y, m, n, k, batch=nb, a_mod=nb, b_mod=nb, c_bs=m * n, c_rs=n)
     finally:
         ap.release()
     return y
+
+
+@lru_cache(maxsize=1024)
+def _mm_plan(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple:
+    """Shapes, batch strides and the A path of one MatMul shape pair (kept per shape)."""
+    if not a_shape or not b_shape:
+        raise KernelError(f"MatMul: inputs must have rank >= 1, got {a_shape} and {b_shape}")
+    ash = (1, *a_shape) if len(a_shape) == 1 else a_shape
+    bsh = (*b_shape, 1) if len(b_shape) == 1 else b_shape
+    m, k = ash[-2:]
+    k2, n = bsh[-2:]
+    if k != k2:
+        raise KernelError(f"MatMul: inner dimensions differ: {a_shape} @ {b_shape}")
+    try:
+        batch = tuple(np.broadcast_shapes(ash[:-2], bsh[:-2]))
+    except ValueError:
+        raise KernelError(f"MatMul: batch axes of {a_shape} and {b_shape} differ") from None
+    out_shape = [*batch, m, n]
+    if len(a_shape) == 1:
+        del out_shape[-2]
+    if len(b_shape) == 1:
+        del out_shape[-1]
+    nb = int(np.prod(batch, dtype=np.int64)) if batch else 1
+    bst = tuple(_batch_strides(bsh[:-2], batch, k * n))
+    ast = tuple(_batch_strides(ash[:-2], batch, m * k))
+    na = int(np.prod(ash[:-2], dtype=np.int64)) if len(ash) > 2 else 1
+    direct = None
+    if m * k <= DIRECT_MAX and n <= DIRECT_MAX_N and na in (1, nb):
+        direct = (k, 0 if na == 1 else m * k)
+    return tuple(out_shape), batch, nb, m, k, n, bst, ast, direct
 
 
 def _zeros(y: ClTensor) -> ClTensor:
