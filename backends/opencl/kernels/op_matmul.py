@@ -1,15 +1,21 @@
-"""MatMul and Gemm: packed operands, 8x8 register tiles of 8-wide vectors.
+"""MatMul and Gemm: packed operands, register tiles of 8-wide vectors.
 
-The shape of a CPU BLAS kernel, written once in OpenCL C: ``A`` (M x K) is packed into panels
-of 8 rows stored k-major (``[M/8][K][8]``), ``B`` (K x N) into panels of 8 columns
-(``[N/8][K][8]``), zero-padded; one work-item computes an 8x8 tile of ``C`` as eight ``T8``
-accumulators, each step ``c_r += a.s_r * b`` (a scalar times a vector, plain ``*`` and ``+``:
-the ``fma()`` built-in is not inlined by PoCL and costs 10x). Packing reads any strides, so
-transposes, batch broadcasting and Conv's im2col (``op_conv.py``) are folded into the
-packing pass, and the epilogue applies ``alpha``, ``beta * C`` (broadcast through strides)
-and an optional ReLU.
+The shape of a CPU BLAS kernel, written once in OpenCL C: ``B`` (K x N) is packed into panels
+of 8 columns (``[N/8][K][8]``, zero-padded; a weight's panels are kept with it). Two tile
+kernels, each step ``c += a * b`` with a scalar ``a`` and a vector ``b`` (plain ``*`` and
+``+``: the ``fma()`` built-in is not inlined by PoCL and costs 10x):
 
-Measured on PoCL (AVX2 CPU): SGEMM 1024^3 at numpy's speed within noise; ``bench/opencl.py``.
+* ``k_gemm_d6`` reads a row-major ``A`` in place (no packing launch): one work-item computes
+  a 6x16 tile of ``C`` in twelve ``T8`` accumulators (BLIS's AVX2 shape: 12 accumulators,
+  2 vectors of B and a broadcast fit the 16 registers), its six rows of ``A`` read as six
+  streams. MatMul whenever A's batch axes are whole (or absent), Gemm without ``transA``.
+* ``k_gemm`` reads ``A`` packed into 8-row panels (``[M/8][K][8]``) and computes 8x8 tiles:
+  for a transposed or batch-broadcast ``A`` and for Conv, whose im2col is written straight
+  into the panel layout (``op_conv.py``). Packing reads any strides.
+
+The epilogue applies ``alpha``, ``beta * C`` (broadcast through strides) and an optional ReLU.
+Measured on PoCL at 1 thread (GFLOP/s, packed 8x8 -> in-place 6x16): 256^3 59 -> 82, 512^3
+72 -> 94, 1024^3 81 -> 99, 64x768x3072 69 -> 73; ``bench/opencl.py``.
 """
 
 from __future__ import annotations
@@ -31,22 +37,11 @@ from anychip.backends.opencl.kernels._common import (
 from anychip.backends.opencl.kernels.table import F, kernel
 from anychip.errors import KernelError
 
-__all__ = ["gemm_packed", "pack", "source", "DIRECT_MAX"]
+__all__ = ["gemm_packed", "pack", "source"]
 
-#: MatMul reads A in place (``k_gemm_direct``, no packing launch) up to this many elements
-#: of one A matrix and ``DIRECT_MAX_N`` columns of C; a larger A, or one whose row panels
-#: are read by many column tiles, is packed. Measured on PoCL at 1 thread (GFLOP/s packed
-#: -> direct): 256^3 60 -> 73, 512^3 71 -> 75, 64x256x1024 65 -> 71; 1024^3 84 -> 72 and
-#: 64x768x3072 73 -> 64 stay packed.
-DIRECT_MAX = 1 << 18
-DIRECT_MAX_N = 1024
 
 _ROWS = "\n".join(f"        c{r} += ak[{r}] * bv;" for r in range(8))
 _STORE = "\n".join(f"    store_row(cb, bias, c{r}, row0 + {r}, col0, ctx);" for r in range(8))
-_DIRECT_PTRS = "\n".join(
-    f"    __global const T* a{r} = a + (long)min(row0 + {r}, M - 1) * lda;" for r in range(8)
-)
-_DIRECT_ROWS = "\n".join(f"        c{r} += a{r}[k] * bv;" for r in range(8))
 
 
 def source() -> str:
@@ -110,44 +105,64 @@ __kernel void k_gemm(__global const T* Ap, __global const T8* Bp, __global T* C,
 """
         + _STORE
         + "\n}\n"
-        + _DIRECT
+        + _D6
         + _IM2COL
     )
 
 
-_DIRECT = (
-    r"""
-__kernel void k_gemm_direct(__global const T* A, __global const T8* Bp, __global T* C,
-                            __global const T* bias, int M, int N, int K, int M8, int N8,
-                            int a_mod, int b_mod, int c_bs, int c_rs, T alpha, T beta,
-                            int has_bias, int bias_bs, int bias_rs, int bias_cs, int act,
-                            int lda, int a_bs) {
-    /* k_gemm with A read in place (row-major, row stride lda): no packing launch; each of
-       the tile's 8 rows is a stream (rows past M read row M-1, never stored) */
-    int j8 = get_global_id(0), i8 = get_global_id(1), b = get_global_id(2);
-    if (j8 >= N8 || i8 >= M8) return;
-    int row0 = i8 * 8, col0 = j8 * 8;
+_D6 = r"""
+__kernel void k_gemm_d6(__global const T* A, __global const T8* Bp, __global T* C,
+                        __global const T* bias, int M, int N, int K, int M6, int N16,
+                        int a_mod, int b_mod, int c_bs, int c_rs, T alpha, T beta,
+                        int has_bias, int bias_bs, int bias_rs, int bias_cs, int act,
+                        int lda, int a_bs, int N8) {
+    /* a 6x16 tile: twelve 8-wide accumulators (the 6x16 shape of BLIS's AVX2 kernels) */
+    int j16 = get_global_id(0), i6 = get_global_id(1), b = get_global_id(2);
+    if (j16 >= N16 || i6 >= M6) return;
+    int row0 = i6 * 6, col0 = j16 * 16;
+    int two = 2 * j16 + 1 < N8;
     __global const T* a = A + (long)(b % a_mod) * a_bs;
-"""
-    + _DIRECT_PTRS
-    + r"""
-    __global const T8* bp = Bp + ((long)(b % b_mod) * N8 + j8) * K;
-    T8 c0 = (T8)0, c1 = (T8)0, c2 = (T8)0, c3 = (T8)0;
-    T8 c4 = (T8)0, c5 = (T8)0, c6 = (T8)0, c7 = (T8)0;
+    __global const T* a0 = a + (long)min(row0 + 0, M - 1) * lda;
+    __global const T* a1 = a + (long)min(row0 + 1, M - 1) * lda;
+    __global const T* a2 = a + (long)min(row0 + 2, M - 1) * lda;
+    __global const T* a3 = a + (long)min(row0 + 3, M - 1) * lda;
+    __global const T* a4 = a + (long)min(row0 + 4, M - 1) * lda;
+    __global const T* a5 = a + (long)min(row0 + 5, M - 1) * lda;
+    __global const T8* p0 = Bp + ((long)(b % b_mod) * N8 + 2 * j16) * K;
+    __global const T8* p1 = two ? p0 + K : p0;
+    T8 c00 = (T8)0, c01 = (T8)0;
+    T8 c10 = (T8)0, c11 = (T8)0;
+    T8 c20 = (T8)0, c21 = (T8)0;
+    T8 c30 = (T8)0, c31 = (T8)0;
+    T8 c40 = (T8)0, c41 = (T8)0;
+    T8 c50 = (T8)0, c51 = (T8)0;
     for (int k = 0; k < K; ++k) {
-        T8 bv = bp[k];
-"""
-    + _DIRECT_ROWS
-    + r"""
+        T8 b0 = p0[k], b1 = p1[k];
+        T x0 = a0[k]; c00 += x0 * b0; c01 += x0 * b1;
+        T x1 = a1[k]; c10 += x1 * b0; c11 += x1 * b1;
+        T x2 = a2[k]; c20 += x2 * b0; c21 += x2 * b1;
+        T x3 = a3[k]; c30 += x3 * b0; c31 += x3 * b1;
+        T x4 = a4[k]; c40 += x4 * b0; c41 += x4 * b1;
+        T x5 = a5[k]; c50 += x5 * b0; c51 += x5 * b1;
     }
     Ctx ctx; ctx.M = M; ctx.N = N; ctx.c_rs = c_rs; ctx.has_bias = has_bias;
     ctx.bias_rs = bias_rs; ctx.bias_cs = bias_cs; ctx.act = act; ctx.alpha = alpha;
     ctx.beta = beta; ctx.b_off = (b % a_mod) * bias_bs;
     __global T* cb = C + (long)b * c_bs;
+    store_row(cb, bias, c00, row0 + 0, col0, ctx);
+    if (two) store_row(cb, bias, c01, row0 + 0, col0 + 8, ctx);
+    store_row(cb, bias, c10, row0 + 1, col0, ctx);
+    if (two) store_row(cb, bias, c11, row0 + 1, col0 + 8, ctx);
+    store_row(cb, bias, c20, row0 + 2, col0, ctx);
+    if (two) store_row(cb, bias, c21, row0 + 2, col0 + 8, ctx);
+    store_row(cb, bias, c30, row0 + 3, col0, ctx);
+    if (two) store_row(cb, bias, c31, row0 + 3, col0 + 8, ctx);
+    store_row(cb, bias, c40, row0 + 4, col0, ctx);
+    if (two) store_row(cb, bias, c41, row0 + 4, col0 + 8, ctx);
+    store_row(cb, bias, c50, row0 + 5, col0, ctx);
+    if (two) store_row(cb, bias, c51, row0 + 5, col0 + 8, ctx);
+}
 """
-    + _STORE
-    + "\n}\n"
-)
 
 _IM2COL = r"""
 __kernel void k_im2col(__global const T* x, __global T* p, __global const int* m, int n) {
@@ -252,21 +267,22 @@ def _launch_plan(
     the same shapes every run, and building them cost as much as the enqueue)."""
     m8, n8 = -(-m // 8), -(-n // 8)
     T = np.dtype(dtype).type  # noqa: N806 - the element type
-    args = [np.int32(v) for v in (m, n, k, m8, n8, a_mod, b_mod, c_bs, c_rs)]
+    tm, tn = (-(-m // 6), -(-n // 16)) if direct is not None else (m8, n8)
+    args = [np.int32(v) for v in (m, n, k, tm, tn, a_mod, b_mod, c_bs, c_rs)]
     args += [T(alpha), T(beta), np.int32(has_bias)]
     args += [np.int32(v) for v in bias_strides] + [np.int32(relu)]
     # A 4x4 block of tiles per work-group: its 4 A and 4 B panels stay in cache while the
     # group runs (PoCL runs a group on one thread); 1-D groups of 8 were 5-30% slower.
-    lx, ly = min(n8, 4), min(m8, 4)
+    lx, ly = min(tn, 4), min(tm, 4)
     while lx * ly > max_wg and ly > 1:
         ly //= 2
     lx = max(1, min(lx, max_wg // ly))
-    gx = -(-n8 // lx) * lx
-    gy = -(-m8 // ly) * ly
+    gx = -(-tn // lx) * lx
+    gy = -(-tm // ly) * ly
     name = "k_gemm"
     if direct is not None:
-        name = "k_gemm_direct"
-        args += [np.int32(direct[0]), np.int32(direct[1])]
+        name = "k_gemm_d6"
+        args += [np.int32(direct[0]), np.int32(direct[1]), np.int32(n8)]
     return name, tuple(args), (gx, gy, batch), (lx, ly, 1)
 
 
@@ -295,7 +311,8 @@ def matmul(a: ClTensor, b: ClTensor) -> ClTensor:
     # B is most often a weight: its panels are kept with it and packed once per session.
     bp = b.derived(("B", batch, bst), lambda: pack(b, batch, bst, n, k, 1, n))
     if direct is not None:
-        # A small A is read in place: the packing launch cost more than its panels save.
+        # A read in place by the 6x16 kernel: no packing launch, and faster at every size
+        # measured (bench/opencl.py).
         gemm_packed(
             d, a, bp, y, m, n, k, batch=nb, a_mod=nb, b_mod=nb, c_bs=m * n, c_rs=n,
             direct=direct,
@@ -334,7 +351,7 @@ def _mm_plan(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple:
     ast = tuple(_batch_strides(ash[:-2], batch, m * k))
     na = int(np.prod(ash[:-2], dtype=np.int64)) if len(ash) > 2 else 1
     direct = None
-    if m * k <= DIRECT_MAX and n <= DIRECT_MAX_N and na in (1, nb):
+    if na in (1, nb):  # A's batches are whole matrices (or one): read in place
         direct = (k, 0 if na == 1 else m * k)
     return tuple(out_shape), batch, nb, m, k, n, bst, ast, direct
 
@@ -363,16 +380,18 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):  # noqa: ANN001, ANN202
         except ValueError:
             raise KernelError(f"{op}: C {list(c.shape)} does not broadcast to {[m, n]}") from None
     cst = _batch_strides(c.shape, [m, n], 1) if c is not None else [0, 0]
-    ap = pack(a, [], [], m, k, *((1, m) if trans_a else (k, 1)))
     strides = (k, 1) if trans_b else (1, n)
     bp = b.derived(("B", strides), lambda: pack(b, [], [], n, k, *strides))
+    ap = pack(a, [], [], m, k, 1, m) if trans_a else a  # A^T is packed, A read in place
     try:
         gemm_packed(
             d, ap, bp, y, m, n, k, batch=1, a_mod=1, b_mod=1, c_bs=0, c_rs=n, alpha=alpha,
             beta=beta if c is not None else 0.0, bias=c, bias_strides=(0, cst[0], cst[1]),
+            direct=None if trans_a else (k, 0),
         )  # fmt: skip
     finally:
-        ap.release()
+        if ap is not a:
+            ap.release()
     return y
 
 
