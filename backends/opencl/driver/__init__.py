@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -177,7 +178,7 @@ class ClDevice:
     def empty(self, shape: tuple[int, ...] | list[int], dtype: Any) -> ClTensor:
         """An uninitialised tensor from the pool."""
         dt = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        n = math.prod(int(v) for v in shape) * dt.itemsize
         block = self.pool.alloc(n) if n > 0 else None
         return ClTensor(self, tuple(shape), dt, _Storage(block))
 
