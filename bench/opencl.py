@@ -4,7 +4,7 @@ per-model table (``opencl``, ``opencl,cpu``, ``cpu``, onnxruntime).
 Run (numpy with its own OpenBLAS kernel choice)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/opencl.py [--rounds 7]
-        [--threads N] [--skip gemm builds models attention]
+        [--threads N] [--skip gemm builds models attention copies]
 
 ``--cpu-time`` times with the process's CPU time instead of the wall clock: on a machine
 shared with other work, with ``--threads 1``, it counts each contender's own work whatever
@@ -28,6 +28,10 @@ ratios.
   ``FusedAttention`` launch) against the same session loaded with
   ``ANYCHIP_DISABLED_PASSES=fuse_attention`` (the unfused MatMul, Div, Add, Softmax, MatMul),
   interleaved with onnxruntime.
+- Copies: whether the device runs a copy beside a kernel (``driver/overlap.py``'s probe, on
+  the device's clock), then a 768^3 MatMul on resident tensors followed by the upload of the
+  next 16 MB input, with the upload on the compute queue or on the second queue
+  (``ClDevice.use_copy_queue``), until both are done.
 - Models: ``anychip.load(model, devices=...)`` with the measured cost model (calibration
   cached per machine, then run-time feedback; the feedback's trial runs happen before timing),
   and onnxruntime's CPU provider.
@@ -233,6 +237,45 @@ def bench_attention(rounds: int) -> None:
         )
 
 
+def bench_copies(rounds: int) -> None:
+    import pyopencl as cl
+
+    from anychip.backends.opencl.driver import get_device
+    from anychip.backends.opencl.driver.overlap import copy_overlap
+    from anychip.backends.opencl.kernels.op_matmul import matmul
+
+    d = get_device(get_registry_index())
+    probe = copy_overlap(d)
+    print(
+        f"\ncopies: the device overlaps a copy with a kernel: {probe['overlap']} (kernel "
+        f"{probe['kernel_ms']:.1f} ms, 8 MB copy {probe['copy_ms']:.2f} ms, both at once "
+        f"{probe['shared_ms']:.2f} ms)"
+    )
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((768, 768)).astype(np.float32)
+    nxt = rng.standard_normal(4 << 20).astype(np.float32)
+    ta, tb = d.upload(a), d.upload(a)
+    second = cl.CommandQueue(d.context, d.info.device)
+
+    def step(queue) -> None:  # noqa: ANN001
+        d.copy_queue = queue
+        y = matmul(ta, tb)
+        d.queue.flush()
+        t = d.upload(nxt)
+        d.finish()
+        y.release()
+        t.release()
+
+    t = _median_rounds({"one": lambda: step(None), "two": lambda: step(second)}, rounds)
+    d.copy_queue = None
+    print(
+        f"  MatMul 768^3 + upload of 16 MB: one queue {t['one'] * 1e3:.2f} ms, two queues "
+        f"{t['two'] * 1e3:.2f} ms, two/one {t['two'] / t['one']:.2f}"
+    )
+    ta.release()
+    tb.release()
+
+
 def _with_threads(n: int) -> None:
     """Run this script again with ``n`` threads everywhere (set before any library starts)."""
     env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=str(n), OPENBLAS_NUM_THREADS=str(n))
@@ -249,7 +292,7 @@ def main() -> None:
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--cooldown", type=float, default=0.05)
     ap.add_argument(
-        "--skip", nargs="*", default=[], choices=["gemm", "builds", "models", "attention"]
+        "--skip", nargs="*", default=[], choices=["gemm", "builds", "models", "attention", "copies"]
     )
     args = ap.parse_args()
     if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
@@ -264,6 +307,8 @@ def main() -> None:
         bench_gemm(args.rounds * 2)
     if "builds" not in args.skip:
         bench_builds()
+    if "copies" not in args.skip:
+        bench_copies(args.rounds * 2)
     if "attention" not in args.skip:
         bench_attention(args.rounds * 2)
     if "models" not in args.skip:
