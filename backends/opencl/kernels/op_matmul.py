@@ -70,7 +70,7 @@ __kernel void k_pack(__global const T* x, __global T* p, __global const int* m, 
 inline void store_row(__global T* cb, __global const T* bias, T8 v, int row, int col0,
                       Ctx c) {
     if (row >= c.M) return;
-    T t[8]; vstore8(v, 0, t);
+    T t[8] = {v.s0, v.s1, v.s2, v.s3, v.s4, v.s5, v.s6, v.s7};  /* no vstore8 (out of line) */
     int lim = min(8, c.N - col0);
     for (int l = 0; l < lim; ++l) {
         T z = c.alpha * t[l];
@@ -178,14 +178,13 @@ __kernel void k_im2col(__global const T* x, __global T* p, __global const int* m
     __global const T* xc = x + ((long)nimg * m[0] + c) * H * W;
     int px = p8 * 8; int oy = px / OW, ox = px % OW;
     int dy = ky * m[13] - m[11], dx = kx * m[14] - m[12];
-    T v[8];
+    __global T* o = p + (long)i * 8;  /* plain stores: PoCL calls vstore8 out of line */
     for (int l = 0; l < 8; ++l) {
         int iy = oy * m[9] + dy, ix = ox * m[10] + dx;
         bool in = px + l < P && iy >= 0 && iy < H && ix >= 0 && ix < W;
-        v[l] = in ? xc[iy * W + ix] : (T)0;
+        o[l] = in ? xc[iy * W + ix] : (T)0;
         if (++ox == OW) { ox = 0; ++oy; }
     }
-    vstore8(vload8(0, v), i, p);
 }
 """
 
