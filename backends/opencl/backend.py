@@ -35,7 +35,7 @@ _MOVED = {
 
 
 #: bumped when the kernels change speed enough that cached calibrations should be measured again
-_KERNELS_REVISION = 3
+_KERNELS_REVISION = 4
 
 
 class OpenClBackend(Backend):

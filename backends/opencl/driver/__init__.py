@@ -10,6 +10,10 @@ buffers (shapes and strides that kernels index with).
 kernels return a view sharing the storage; the buffer goes back to the pool when the last
 tensor on it is released. A 0-sized tensor has no buffer.
 
+Optionally (``use_copy_queue``, ``ANYCHIP_OPENCL_COPY_QUEUE=1``) host-to-device copies run on a
+second in-order queue, ordered with the compute queue by events (see ``use_copy_queue``);
+``overlap.copy_overlap`` measures whether the device runs the two at once.
+
 Invariants:
     * Host-to-device copies are enqueued without waiting (pyopencl keeps the host array alive
       until the copy is done); device-to-host copies wait, so the array returned is complete.
