@@ -4,7 +4,7 @@ per-model table (``opencl``, ``opencl,cpu``, ``cpu``, onnxruntime).
 Run (numpy with its own OpenBLAS kernel choice)::
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/opencl.py [--rounds 7]
-        [--threads N] [--skip gemm builds models]
+        [--threads N] [--skip gemm builds models attention copies]
 
 ``--cpu-time`` times with the process's CPU time instead of the wall clock: on a machine
 shared with other work, with ``--threads 1``, it counts each contender's own work whatever
@@ -24,6 +24,14 @@ ratios.
   ``finish``; numpy is ``a @ b``.
 - Builds: every program family for float32, in a fresh process whose PoCL and pyopencl caches
   point at an empty folder (cold), then again in another process on the same folder (warm).
+- Attention: the BERT-like and GPT-like layers on ``opencl`` with the attention fusion (one
+  ``FusedAttention`` launch) against the same session loaded with
+  ``ANYCHIP_DISABLED_PASSES=fuse_attention`` (the unfused MatMul, Div, Add, Softmax, MatMul),
+  interleaved with onnxruntime.
+- Copies: whether the device runs a copy beside a kernel (``driver/overlap.py``'s probe, on
+  the device's clock), then a 768^3 MatMul on resident tensors followed by the upload of the
+  next 16 MB input, with the upload on the compute queue or on the second queue
+  (``ClDevice.use_copy_queue``), until both are done.
 - Models: ``anychip.load(model, devices=...)`` with the measured cost model (calibration
   cached per machine, then run-time feedback; the feedback's trial runs happen before timing),
   and onnxruntime's CPU provider.
@@ -193,6 +201,81 @@ def bench_models(rounds: int) -> None:
             )
 
 
+def bench_attention(rounds: int) -> None:
+    import onnxruntime as ort
+
+    print(f"\nattention on opencl: median ms of {rounds} interleaved rounds")
+    print(f"{'model':<12} {'fused':>8} {'unfused':>8} {'onnxruntime':>12} {'fused/unfused':>14}")
+    x = np.random.default_rng(0).standard_normal((1, 64, 256)).astype(np.float32)
+    for name, model in (
+        ("bert-layer", transformer_layer()),
+        ("gpt-layer", transformer_layer(causal=True)),
+    ):
+        fused = anychip.load(model, devices=["opencl"], strict=True)
+        os.environ["ANYCHIP_DISABLED_PASSES"] = "fuse_attention"
+        try:
+            plain = anychip.load(model, devices=["opencl"], strict=True)
+        finally:
+            del os.environ["ANYCHIP_DISABLED_PASSES"]
+        so = ort.SessionOptions()
+        threads = os.environ.get("_ANYCHIP_BENCH_THREADS")
+        so.intra_op_num_threads = int(threads) if threads else (os.cpu_count() or 1)
+        ref = ort.InferenceSession(model.SerializeToString(), so)
+        feeds = {"x": x}
+        t = _median_rounds(
+            {
+                "fused": lambda s=fused, f=feeds: s.run(None, f),
+                "unfused": lambda s=plain, f=feeds: s.run(None, f),
+                "ort": lambda s=ref, f=feeds: s.run(None, f),
+            },
+            rounds,
+        )
+        ms = {k: v * 1e3 for k, v in t.items()}
+        print(
+            f"{name:<12} {ms['fused']:>8.2f} {ms['unfused']:>8.2f} {ms['ort']:>12.2f} "
+            f"{t['fused'] / t['unfused']:>14.2f}"
+        )
+
+
+def bench_copies(rounds: int) -> None:
+    import pyopencl as cl
+
+    from anychip.backends.opencl.driver import get_device
+    from anychip.backends.opencl.driver.overlap import copy_overlap
+    from anychip.backends.opencl.kernels.op_matmul import matmul
+
+    d = get_device(get_registry_index())
+    probe = copy_overlap(d)
+    print(
+        f"\ncopies: the device overlaps a copy with a kernel: {probe['overlap']} (kernel "
+        f"{probe['kernel_ms']:.1f} ms, 8 MB copy {probe['copy_ms']:.2f} ms, both at once "
+        f"{probe['shared_ms']:.2f} ms)"
+    )
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((768, 768)).astype(np.float32)
+    nxt = rng.standard_normal(4 << 20).astype(np.float32)
+    ta, tb = d.upload(a), d.upload(a)
+    second = cl.CommandQueue(d.context, d.info.device)
+
+    def step(queue) -> None:  # noqa: ANN001
+        d.copy_queue = queue
+        y = matmul(ta, tb)
+        d.queue.flush()
+        t = d.upload(nxt)
+        d.finish()
+        y.release()
+        t.release()
+
+    t = _median_rounds({"one": lambda: step(None), "two": lambda: step(second)}, rounds)
+    d.copy_queue = None
+    print(
+        f"  MatMul 768^3 + upload of 16 MB: one queue {t['one'] * 1e3:.2f} ms, two queues "
+        f"{t['two'] * 1e3:.2f} ms, two/one {t['two'] / t['one']:.2f}"
+    )
+    ta.release()
+    tb.release()
+
+
 def _with_threads(n: int) -> None:
     """Run this script again with ``n`` threads everywhere (set before any library starts)."""
     env = dict(os.environ, POCL_MAX_PTHREAD_COUNT=str(n), OPENBLAS_NUM_THREADS=str(n))
@@ -208,7 +291,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--cpu-time", action="store_true")
     ap.add_argument("--cooldown", type=float, default=0.05)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["gemm", "builds", "models"])
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["gemm", "builds", "models", "attention", "copies"]
+    )
     args = ap.parse_args()
     if args.threads and os.environ.get("_ANYCHIP_BENCH_THREADS") != str(args.threads):
         _with_threads(args.threads)
@@ -222,6 +307,10 @@ def main() -> None:
         bench_gemm(args.rounds * 2)
     if "builds" not in args.skip:
         bench_builds()
+    if "copies" not in args.skip:
+        bench_copies(args.rounds * 2)
+    if "attention" not in args.skip:
+        bench_attention(args.rounds * 2)
     if "models" not in args.skip:
         bench_models(args.rounds)
 

@@ -40,8 +40,11 @@ def anychip_register_kernels(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
-    # The element-wise fusion of the CPU's passes: a chain becomes one launch (op_fused).
-    from anychip.backends.cpu.passes import fuse_elementwise_on
+    # Two of the CPU's passes: attention becomes one launch (op_attention), then an
+    # element-wise chain becomes one launch (op_fused); attention first, as on the CPU.
+    from anychip.backends.cpu.passes import fuse_attention_on, fuse_elementwise_on
     from anychip.backends.opencl.backend import backends
 
-    fuse_elementwise_on(registry, [b.name for b in backends()])
+    names = [b.name for b in backends()]
+    fuse_attention_on(registry, names)
+    fuse_elementwise_on(registry, names)

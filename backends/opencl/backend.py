@@ -35,7 +35,7 @@ _MOVED = {
 
 
 #: bumped when the kernels change speed enough that cached calibrations should be measured again
-_KERNELS_REVISION = 3
+_KERNELS_REVISION = 4
 
 
 class OpenClBackend(Backend):
@@ -110,6 +110,17 @@ class OpenClBackend(Backend):
         from anychip.backends.opencl.kernels.checks import check
 
         return check(node)
+
+    @property
+    def passes(self) -> list[Any]:
+        """The registered passes (the attention and element-wise fusions) minus those named
+        in ``ANYCHIP_DISABLED_PASSES`` (``all`` for every one), as on the CPU."""
+        import os
+
+        off = {s.strip() for s in os.environ.get("ANYCHIP_DISABLED_PASSES", "").split(",")}
+        if "all" in off:
+            return []
+        return [p for p in super().passes if p.name not in off]
 
     # -- memory and copies -------------------------------------------------------------------
     def _copy_in(self, array: np.ndarray) -> Any:

@@ -38,6 +38,7 @@ __all__ = [
     "FuseLayerNormPass",
     "cpu_passes",
     "fuse_elementwise_on",
+    "fuse_attention_on",
     "PASS_NAMES",
 ]
 
@@ -67,6 +68,16 @@ def fuse_elementwise_on(registry: Any, names: Iterable[str]) -> None:
     array-API backend); an optimization like the CPU's."""
     for name in names:
         p = FuseElementwisePass()
+        p.optimization = True
+        registry.add_pass(p, backend=name)
+
+
+def fuse_attention_on(registry: Any, names: Iterable[str]) -> None:
+    """Register the attention fusion for other devices' partitions (a device whose kernel
+    table runs ``anychip::FusedAttention``: OpenCL); call it before ``fuse_elementwise_on``
+    so the element-wise fusion does not swallow the scale first, as on the CPU."""
+    for name in names:
+        p = FuseAttentionPass()
         p.optimization = True
         registry.add_pass(p, backend=name)
 

@@ -10,6 +10,10 @@ buffers (shapes and strides that kernels index with).
 kernels return a view sharing the storage; the buffer goes back to the pool when the last
 tensor on it is released. A 0-sized tensor has no buffer.
 
+Optionally (``use_copy_queue``, ``ANYCHIP_OPENCL_COPY_QUEUE=1``) host-to-device copies run on a
+second in-order queue, ordered with the compute queue by events (see ``use_copy_queue``);
+``overlap.copy_overlap`` measures whether the device runs the two at once.
+
 Invariants:
     * Host-to-device copies are enqueued without waiting (pyopencl keeps the host array alive
       until the copy is done); device-to-host copies wait, so the array returned is complete.
@@ -18,6 +22,8 @@ Invariants:
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -110,6 +116,7 @@ class ClTensor:
             t.release()
         if st.block is not None:
             block, st.block = st.block, None
+            self.device.freed(block)
             block.pool.free(block)
 
     def derived(self, key: Any, make: Callable[[], ClTensor]) -> ClTensor:
@@ -156,6 +163,35 @@ class ClDevice:
         self._meta_lock = threading.Lock()
         #: work-group size for 1-D kernels: what the device allows, at most 256
         self.wg = max(1, min(info.max_work_group, 256))
+        #: the second in-order queue host-to-device copies run on (None: they share ``queue``)
+        self.copy_queue: Any = None
+        #: the last upload's copy event (on ``copy_queue``), for tests and the bench
+        self.last_copy: Any = None
+        self._epoch = 0  # bumped whenever the compute queue is known to be drained
+        self._freed: dict[int, int] = {}  # id(cl.Buffer) -> epoch it was freed in
+        if os.environ.get("ANYCHIP_OPENCL_COPY_QUEUE") == "1":
+            self.use_copy_queue(True)
+
+    def use_copy_queue(self, on: bool = True) -> None:
+        """Run host-to-device copies on a second in-order queue (``on``) or on the compute
+        queue. With it, an upload overlaps the kernels queued before it where the device runs
+        two queues at once (``copy_overlap()`` measures whether it does); a barrier on the
+        compute queue waits for the copy's event, so every later kernel sees the data, and a
+        copy into a buffer freed since the queue last drained first waits for a marker of the
+        compute queue (a queued kernel may still read the old contents)."""
+        import pyopencl as cl
+
+        self.finish()
+        self.copy_queue = cl.CommandQueue(self.context, self.info.device) if on else None
+
+    def freed(self, block: Block) -> None:
+        """Note that ``block`` went back to the pool (see ``use_copy_queue``)."""
+        if self.copy_queue is not None:
+            self._freed[id(block.buffer)] = self._epoch
+
+    def _drained(self) -> None:
+        self._epoch += 1
+        self._freed.clear()
 
     # -- raw allocator for the pool ----------------------------------------------------------
     def _alloc(self, nbytes: int) -> Any:
@@ -177,7 +213,7 @@ class ClDevice:
     def empty(self, shape: tuple[int, ...] | list[int], dtype: Any) -> ClTensor:
         """An uninitialised tensor from the pool."""
         dt = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        n = math.prod(int(v) for v in shape) * dt.itemsize
         block = self.pool.alloc(n) if n > 0 else None
         return ClTensor(self, tuple(shape), dt, _Storage(block))
 
@@ -188,10 +224,24 @@ class ClDevice:
         out = self.empty(array.shape, array.dtype)
         if out.buffer is not None:
             host = np.ascontiguousarray(array)
-            cl.enqueue_copy(self.queue, out.buffer, host, is_blocking=False)
+            if self.copy_queue is None:
+                cl.enqueue_copy(self.queue, out.buffer, host, is_blocking=False)
+            else:
+                self._upload_aside(out.buffer, host)
         if array.size <= 64:
             out.host = np.array(array, copy=True)
         return out
+
+    def _upload_aside(self, buffer: Any, host: np.ndarray) -> None:
+        """The copy on the copy queue, ordered with the compute queue by events."""
+        import pyopencl as cl
+
+        wait = None
+        if self._freed.get(id(buffer)) == self._epoch:  # write after a queued read
+            wait = [cl.enqueue_marker(self.queue)]
+        ev = cl.enqueue_copy(self.copy_queue, buffer, host, is_blocking=False, wait_for=wait)
+        cl.enqueue_barrier(self.queue, wait_for=[ev])  # later kernels see the data
+        self.last_copy = ev
 
     def download(self, tensor: ClTensor) -> np.ndarray:
         """A fresh host array with the tensor's elements (waits for the copy)."""
@@ -200,6 +250,7 @@ class ClDevice:
         out = np.empty(tensor.shape, tensor.dtype)
         if tensor.buffer is not None and out.size:
             cl.enqueue_copy(self.queue, out, tensor.buffer, is_blocking=True)
+            self._drained()  # in order: everything queued before the read is done
         return out
 
     def copy(self, tensor: ClTensor) -> ClTensor:
@@ -231,6 +282,9 @@ class ClDevice:
     def finish(self) -> None:
         """Wait for every enqueued command."""
         self.queue.finish()
+        if self.copy_queue is not None:
+            self.copy_queue.finish()
+        self._drained()
 
 
 def get_device(index: int) -> ClDevice:

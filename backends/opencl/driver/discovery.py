@@ -40,6 +40,7 @@ class DeviceInfo:
         "global_mem",
         "max_alloc",
         "max_work_group",
+        "local_mem",
         "compute_units",
         "clock_mhz",
     )
@@ -66,6 +67,7 @@ class DeviceInfo:
         self.global_mem = int(device.global_mem_size)
         self.max_alloc = int(device.max_mem_alloc_size)
         self.max_work_group = int(device.max_work_group_size)
+        self.local_mem = int(device.local_mem_size)
         self.compute_units = int(device.max_compute_units)
         self.clock_mhz = int(device.max_clock_frequency or 1000)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from anychip.errors import DeviceError, KernelError
 
-__all__ = ["ProgramCache", "cache_dir", "CTYPES"]
+__all__ = ["ProgramCache", "cache_dir", "full_source", "CTYPES"]
 
 #: numpy dtype name -> OpenCL C type, for arithmetic families
 CTYPES = {"float32": "float", "float64": "double", "float16": "half"}
@@ -42,6 +42,13 @@ def cache_dir() -> Path:
     from anychip.backends.opencl.driver.discovery import kernel_cache_dir
 
     return kernel_cache_dir()
+
+
+def full_source(ctype: str, source: Callable[[], str]) -> str:
+    """The OpenCL C a family is built from for ``ctype``: the extension pragma its type needs
+    (``cl_khr_fp64`` for double, ``cl_khr_fp16`` for half: only devices that report it are
+    given float16 nodes, ``backend.device_model``), ``T``/``T8`` typedefs, the template."""
+    return _prelude(ctype) + source()
 
 
 def _prelude(ctype: str) -> str:
@@ -77,7 +84,7 @@ class ProgramCache:
         with self._lock:
             prg = self._programs.get(key)
             if prg is None:
-                prg = self._build(family, ctype, _prelude(ctype) + source())
+                prg = self._build(family, ctype, full_source(ctype, source))
                 self._programs[key] = prg
         return prg
 

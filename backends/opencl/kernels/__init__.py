@@ -7,6 +7,7 @@ defined); the plugin hook then hands ``KERNELS`` to the registry.
 from __future__ import annotations
 
 from anychip.backends.opencl.kernels import (  # noqa: F401 - imported for registration
+    op_attention,
     op_conv,
     op_data,
     op_elementwise,

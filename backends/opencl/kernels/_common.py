@@ -30,6 +30,8 @@ __all__ = [
     "MAX_DIMS",
 ]
 
+_CT: dict = {}
+
 #: the most axes the strided kernels index (after ``collapse``)
 MAX_DIMS = 8
 
@@ -53,10 +55,13 @@ def dev(*tensors: ClTensor | None) -> ClDevice:
 
 def ctype(dtype: np.dtype, op: str) -> str:
     """The OpenCL C type computing ``dtype`` (float32 / float64 / float16)."""
-    name = np.dtype(dtype).name
-    if name not in CTYPES:
-        raise UnsupportedDTypeError(f"{op}: the OpenCL kernels compute float types, not {name}")
-    return CTYPES[name]
+    ct = _CT.get(dtype)  # numpy's dtype.name costs microseconds on every launch
+    if ct is None:
+        name = np.dtype(dtype).name
+        if name not in CTYPES:
+            raise UnsupportedDTypeError(f"{op}: the OpenCL kernels compute float types, not {name}")
+        ct = _CT[dtype] = CTYPES[name]
+    return ct
 
 
 def launch(

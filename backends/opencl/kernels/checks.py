@@ -31,6 +31,10 @@ def check(node: Node) -> str | None:
         return f"Conv of rank {rank} (the OpenCL Conv takes 1-D and 2-D images)"
     if op in ("MaxPool", "AveragePool") and rank is not None and not 3 <= rank <= 5:
         return f"{op} of rank {rank} (the OpenCL pools take 1-D to 3-D windows)"
+    if op == "FusedAttention" and any(
+        _rank(node, i) is not None and _rank(node, i) < 2 for i in range(3)
+    ):
+        return "FusedAttention over a vector (the OpenCL kernel takes matrices)"
     if op == "LayerNormalization" and int(node.attr("stash_type", 1) or 1) != 1:
         return "LayerNormalization with a stash_type other than float32"
     return None

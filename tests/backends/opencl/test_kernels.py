@@ -21,10 +21,22 @@ pytestmark = pytest.mark.usefixtures("cl_device")
         ((4, 1, 9, 12), (3, 12, 10)),  # batch broadcast both ways
         ((13,), (13, 6)),  # 1-D operands
         ((2, 6, 13), (13,)),
+        ((7, 19), (19, 24)),  # the 6x16 tile's second panel missing at the edge
+        ((1, 40, 5), (3, 5, 17)),  # one A for every batch, read in place
+        ((2, 1, 6, 8), (1, 3, 8, 16)),  # A broadcast over a batch axis: packed
     ],
 )
 def test_matmul(sa, sb):
     check_op("MatMul", {"a": rand(*sa), "b": rand(*sb)}, atol=1e-4)
+
+
+def test_matmul_reads_a_in_place_unless_its_batches_broadcast():
+    from anychip.backends.opencl.kernels.op_matmul import _mm_plan
+
+    assert _mm_plan((256, 256), (256, 256))[-1] == (256, 0)
+    assert _mm_plan((4, 9, 12), (12, 10))[-1] == (12, 108)
+    assert _mm_plan((1, 40, 5), (3, 5, 17))[-1] == (5, 0)
+    assert _mm_plan((2, 1, 6, 8), (1, 3, 8, 16))[-1] is None
 
 
 @pytest.mark.parametrize(
