@@ -17,7 +17,14 @@ def array_feature_extractor(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     last = x.shape[-1] if x.ndim else 0
-    if idx.size and (idx.min() < 0 or idx.max() >= last):
+    # A few indices (skl2onnx's PolynomialFeatures reads two per node, 90 nodes): checked as
+    # Python ints, cheaper than two numpy reductions.
+    few = idx.tolist() if idx.size <= 16 else None
+    if few is not None:
+        bad = bool(few) and (min(few) < 0 or max(few) >= last)
+    else:
+        bad = bool(idx.size) and (idx.min() < 0 or idx.max() >= last)
+    if bad:
         raise KernelError(
             f"ArrayFeatureExtractor: indices {idx.tolist()} out of range for a last axis of "
             f"size {last}"
