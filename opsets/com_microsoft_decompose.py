@@ -21,6 +21,9 @@ Decompositions (the formulas of onnxruntime's ContribOperators.md):
     FusedMatMul(a, b)        alpha * MatMul(a or a^T, b or b^T)  (no transBatch; ranks known)
     FusedGemm(a, b, c?)      activation(Gemm(a, b, c)) for Relu, Tanh, Sigmoid, LeakyRelu
                              (the CPU's own FusedGemm fusion runs later, on CPU partitions)
+    Attention, MultiHeadAttention   projections, heads, softmax(Q K^T * scale + mask) V
+                             (no past state, raw [B, T] masks only:
+                             ``com_microsoft_attention_decompose.py``)
     SkipLayerNormalization   LayerNormalization(input + skip (+ bias), gamma, beta, axis=-1)
                              (output 0 and output 3 only; the model's opset >= 17), or for
                              a device without LayerNormalization the same written out:
@@ -40,6 +43,11 @@ from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Node
 from anychip.ir.passes.rewrite import Names, attrs
 from anychip.ir.value import Value
+from anychip.opsets.com_microsoft_attention_decompose import (
+    attention,
+    attention_shape,
+    multi_head_attention,
+)
 from anychip.opsets.schemas import resolve
 
 __all__ = ["decompose_for_devices", "recompose_unmoved", "DECOMPOSABLE"]
@@ -236,6 +244,8 @@ DECOMPOSABLE: dict[str, tuple[Callable[[_Builder], bool], ...]] = {
     "FusedMatMul": (_fused_matmul,),
     "FusedGemm": (_fused_gemm,),
     "SkipLayerNormalization": (_skip_layer_norm, _skip_layer_norm_expanded),
+    "Attention": (attention,),
+    "MultiHeadAttention": (multi_head_attention,),
 }
 
 
@@ -281,6 +291,8 @@ def _infer(node: Node) -> None:
         shape = _gemm_shape(node)
     elif node.op_type == "SkipLayerNormalization":
         shape = node.inputs[0].shape
+    elif node.op_type in ("Attention", "MultiHeadAttention"):
+        shape = attention_shape(node)
     else:
         shape = _broadcast(*(v.shape for v in node.inputs if v is not None))
     for i, o in enumerate(node.outputs):
