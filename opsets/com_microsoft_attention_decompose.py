@@ -19,6 +19,15 @@ whole on a device that runs it): past state or a present output that is read, an
 ``attention_bias``, ``unidirectional``, ``qkv_hidden_sizes``, rotary or shared buffers, the
 other mask formats, packed or 4-D key/value, a hidden size that is not static or not a
 multiple of ``num_heads``, or an input whose rank is not 3.
+
+EmbedLayerNormalization (opset >= 17, for LayerNormalization)::
+
+    s = Gather(word, ids) + P (+ Gather(segment, segment_ids))
+    output = LayerNormalization(s, gamma, beta, axis=-1, epsilon); embedding_sum = s
+
+with ``P = Gather(position, position_ids)``, or without position ids the first S rows of
+the position table (``Slice``; S must be static). Not decomposed when its ``mask_index``
+output is read (a count of non-zero mask entries, which no op here gives exactly).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import numpy as np
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value
 
-__all__ = ["attention", "multi_head_attention", "attention_shape"]
+__all__ = ["attention", "multi_head_attention", "attention_shape", "embed_layer_norm"]
 
 
 def _i64(b: Any, values: list[int], tag: str) -> Value:
@@ -166,3 +175,36 @@ def attention_shape(node: Any) -> tuple | None:
     if v is None or v.shape is None or len(v.shape) != 3:
         return None
     return (*x.shape[:2], v.shape[-1])
+
+
+def embed_layer_norm(b: Any) -> bool:
+    """``com.microsoft::EmbedLayerNormalization`` (see the module docstring)."""
+    node = b.node
+    ids, seg_ids, word, pos, seg, gamma, beta, _mask, pos_ids = (_given(node, i) for i in range(9))
+    outs = list(node.outputs) + [None] * (3 - len(node.outputs))
+    if b.opset < 17 or (outs[1] is not None and (outs[1].uses or outs[1] in node.graph.outputs)):
+        return False
+    if ids.shape is None or len(ids.shape) != 2 or word.shape is None or word.dtype != DType.FLOAT:
+        return False
+    bsz, seq = ids.shape
+    d = word.shape[-1]
+    like, b.like = b.like, word  # the constants and fresh values are of the table's type
+    try:
+        total = _shaped(b.op("Gather", [word, ids], axis=0), (bsz, seq, d))
+        if pos_ids is not None:
+            p = _shaped(b.op("Gather", [pos, pos_ids], axis=0), (*pos_ids.shape, d))
+        elif isinstance(seq, int):
+            p = _shaped(b.op("Slice", [pos, *(_i64(b, [v], "p") for v in (0, seq, 0))]), (seq, d))
+        else:
+            return False
+        total = _shaped(b.op("Add", [total, p]), (bsz, seq, d))
+        if seg is not None and seg_ids is not None:
+            g = _shaped(b.op("Gather", [seg, seg_ids], axis=0), (bsz, seq, d))
+            total = _shaped(b.op("Add", [total, g]), (bsz, seq, d), None)
+        if outs[2] is not None:
+            total = b.op("Identity", [total], b.outputs[2])
+        eps = float(node.attr("epsilon", 1e-12))
+        b.op("LayerNormalization", [total, gamma, beta], b.outputs[0], axis=-1, epsilon=eps)
+        return True
+    finally:
+        b.like = like

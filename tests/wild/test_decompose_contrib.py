@@ -217,3 +217,55 @@ def test_attention_with_a_read_present_stays_whole() -> None:
         assert _devices(sess) == {"Attention": ["cpu"]}
     for g, w in zip(got, ort_run(model, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def _embed_model(positions: bool, read_mask_index: bool) -> tuple[onnx.ModelProto, dict]:
+    rng = np.random.default_rng(13)
+    b, s, d, vocab = 2, 6, 16, 30
+
+    def table(name: str, *shape: int) -> onnx.TensorProto:
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    inits = [table("word", vocab, d), table("pos", 10, d), table("seg", 2, d)]
+    inits += [table("gamma", d), table("beta", d)]
+    ins = ["ids", "segs", "word", "pos", "seg", "gamma", "beta", "mask"]
+    feeds = {
+        "ids": rng.integers(0, vocab, (b, s)).astype(np.int32),
+        "segs": rng.integers(0, 2, (b, s)).astype(np.int32),
+        "mask": (rng.random((b, s)) > 0.3).astype(np.int32),
+    }
+    inputs = [h.make_tensor_value_info(k, T.INT32, [b, s]) for k in ("ids", "segs", "mask")]
+    if positions:
+        ins.append("pids")
+        feeds["pids"] = rng.integers(0, 10, (b, s)).astype(np.int32)
+        inputs.append(h.make_tensor_value_info("pids", T.INT32, [b, s]))
+    outs = ["y", "mi" if read_mask_index else "", "sum"]
+    node = h.make_node("EmbedLayerNormalization", ins, outs, domain=MS, epsilon=1e-5)
+    outputs = [h.make_tensor_value_info("y", T.FLOAT, [b, s, d])]
+    outputs.append(h.make_tensor_value_info("sum", T.FLOAT, [b, s, d]))
+    if read_mask_index:
+        outputs.append(h.make_tensor_value_info("mi", T.INT32, [b]))
+    g = h.make_graph([node], "embed", inputs, outputs, inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
+    return model, feeds
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_embed_layer_norm_decomposed_runs_on_the_npu(positions: bool) -> None:
+    model, feeds = _embed_model(positions, read_mask_index=False)
+    with anychip.load(model, devices=["npu", "cpu"], cost_model=False) as sess:
+        got = sess.run(None, feeds)
+        by_op = _devices(sess)
+    for g, w in zip(got, ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert "EmbedLayerNormalization" not in by_op, by_op
+    assert by_op["LayerNormalization"] == ["npu"] and set(by_op["Gather"]) == {"npu"}, by_op
+
+
+def test_embed_layer_norm_with_a_read_mask_index_stays_whole() -> None:
+    model, feeds = _embed_model(False, read_mask_index=True)
+    with anychip.load(model, devices=["npu", "cpu"], cost_model=False) as sess:
+        got = sess.run(None, feeds)
+        assert _devices(sess) == {"EmbedLayerNormalization": ["cpu"]}
+    for g, w in zip(got, ort_run(model, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
