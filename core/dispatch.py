@@ -65,7 +65,7 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
             and type(res) is _ndarray
             and (
                 want is None
-                or res.dtype is want[0]
+                or (res.dtype is want[0] or res.dtype == want[0])
                 and (
                     res.shape == want[1]
                     if want[1] is not None

@@ -38,9 +38,12 @@ def involved(feeds: Any, output_device: str | None) -> bool:
     """Whether a run needs this module: a device output, or a feed that is a device array."""
     if output_device is not None and output_device != HOST:
         return True
-    return isinstance(feeds, Mapping) and any(
-        not isinstance(f, np.ndarray) and hasattr(f, "__dlpack__") for f in feeds.values()
-    )
+    if type(feeds) is not dict and not isinstance(feeds, Mapping):
+        return False
+    for f in feeds.values():
+        if type(f) is not np.ndarray and not isinstance(f, np.ndarray) and hasattr(f, "__dlpack__"):
+            return True
+    return False
 
 
 class _OnDevice:

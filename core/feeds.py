@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.errors import InputError
+from anychip.errors import AnychipError, InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value, format_shape
 
@@ -49,13 +49,16 @@ class Feeds:
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[Value]) -> None:
         self._inputs = list(inputs)
         self._names = [v.name for v in self._inputs]
+        self._known = frozenset(self._names)
         self._defaults = {v.name: v.const for v in self._inputs if v.const is not None}
         self.output_names = [v.name for v in outputs]
+        self._all = tuple(range(len(self.output_names)))
+        self._fast = [(v, _accepts(v)) for v in self._inputs]
 
     def select(self, output_names: Sequence[str] | None) -> list[int]:
         """The indices of the requested outputs (all for None)."""
         if output_names is None:
-            return list(range(len(self.output_names)))
+            return list(self._all)
         if isinstance(output_names, str):
             raise InputError(
                 f"output_names must be a list of names, not the string "
@@ -72,25 +75,54 @@ class Feeds:
 
     def check(self, feeds: Mapping[str, Any]) -> list[Any]:
         """The arrays to run with, in graph input order; raises ``InputError`` on bad feeds."""
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise InputError(
                 f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
             )
-        names = self._names
-        unknown = [k for k in feeds if k not in names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are {names}")
+        names, known = self._names, self._known
+        for k in feeds:
+            if k not in known:
+                raise InputError(f"unknown input {k!r}; the model's inputs are {names}")
         out = []
-        for v in self._inputs:
-            if v.name not in feeds:
+        for v, accepts in self._fast:
+            x = feeds.get(v.name, _MISSING)
+            if x is _MISSING:
                 if v.name in self._defaults:
                     out.append(self._defaults[v.name])
                     continue
                 raise InputError(
                     f"missing input {v.name!r} ({v.type_str()}); the model's inputs are {names}"
                 )
-            out.append(check_feed(v, feeds[v.name]))
+            if (
+                accepts is not None
+                and type(x) is np.ndarray
+                and (x.dtype is accepts[0] or x.dtype == accepts[0])
+            ):
+                # The common feed: an array of the declared dtype; rank and static dimensions
+                # checked here, anything else goes through check_feed and its messages.
+                shape = x.shape
+                if len(shape) == accepts[1] and all(shape[i] == d for i, d in accepts[2]):
+                    out.append(x)
+                    continue
+            out.append(check_feed(v, x))
         return out
+
+
+_MISSING = object()
+
+
+def _accepts(v: Value) -> tuple[np.dtype, int, tuple[tuple[int, int], ...]] | None:
+    """What a feed of ``v`` passes without ``check_feed``: ``(dtype, rank, ((axis, size), ...))``
+    of its static dimensions; None when every feed takes the full check (no declared type or
+    shape, strings, non-tensors)."""
+    if not v.is_tensor or not v.dtype or v.shape is None or v.dtype == DType.STRING:
+        return None
+    try:
+        want = np.dtype(v.dtype.numpy)
+    except AnychipError:
+        return None
+    dims = tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, int))
+    return want, len(v.shape), dims
 
 
 def check_feed(v: Value, x: Any) -> Any:
@@ -135,10 +167,13 @@ def check_feed(v: Value, x: Any) -> Any:
 
 def detach(out: Any, feeds: Mapping[str, Any]) -> Any:
     """Outputs never alias a feed or a constant the session keeps."""
-    if isinstance(out, np.ndarray) and (not out.flags.owndata or not out.flags.writeable):
-        return out.copy()
-    if isinstance(out, np.ndarray) and any(out is f for f in feeds.values()):
-        return out.copy()
+    if type(out) is np.ndarray or isinstance(out, np.ndarray):
+        flags = out.flags
+        if not flags.owndata or not flags.writeable:
+            return out.copy()
+        for f in feeds.values():
+            if out is f:
+                return out.copy()
     return out
 
 

@@ -21,6 +21,10 @@ Decompositions (the formulas of onnxruntime's ContribOperators.md):
     FusedMatMul(a, b)        alpha * MatMul(a or a^T, b or b^T)  (no transBatch; ranks known)
     FusedGemm(a, b, c?)      activation(Gemm(a, b, c)) for Relu, Tanh, Sigmoid, LeakyRelu
                              (the CPU's own FusedGemm fusion runs later, on CPU partitions)
+    Attention, MultiHeadAttention   projections, heads, softmax(Q K^T * scale + mask) V
+                             (no past state, raw [B, T] masks only:
+                             ``com_microsoft_attention_decompose.py``)
+    EmbedLayerNormalization  LayerNormalization(Gather(word) + positions (+ Gather(segment)))
     SkipLayerNormalization   LayerNormalization(input + skip (+ bias), gamma, beta, axis=-1)
                              (output 0 and output 3 only; the model's opset >= 17), or for
                              a device without LayerNormalization the same written out:
@@ -40,6 +44,12 @@ from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Node
 from anychip.ir.passes.rewrite import Names, attrs
 from anychip.ir.value import Value
+from anychip.opsets.com_microsoft_attention_decompose import (
+    attention,
+    attention_shape,
+    embed_layer_norm,
+    multi_head_attention,
+)
 from anychip.opsets.schemas import resolve
 
 __all__ = ["decompose_for_devices", "recompose_unmoved", "DECOMPOSABLE"]
@@ -236,6 +246,9 @@ DECOMPOSABLE: dict[str, tuple[Callable[[_Builder], bool], ...]] = {
     "FusedMatMul": (_fused_matmul,),
     "FusedGemm": (_fused_gemm,),
     "SkipLayerNormalization": (_skip_layer_norm, _skip_layer_norm_expanded),
+    "Attention": (attention,),
+    "MultiHeadAttention": (multi_head_attention,),
+    "EmbedLayerNormalization": (embed_layer_norm,),
 }
 
 
@@ -281,13 +294,28 @@ def _infer(node: Node) -> None:
         shape = _gemm_shape(node)
     elif node.op_type == "SkipLayerNormalization":
         shape = node.inputs[0].shape
+    elif node.op_type in ("Attention", "MultiHeadAttention"):
+        shape = attention_shape(node)
+    elif node.op_type == "EmbedLayerNormalization":
+        ids, word = node.inputs[0], node.inputs[2]
+        ok = ids.shape is not None and word.shape is not None and len(ids.shape) == 2
+        shape = (*ids.shape, word.shape[-1]) if ok else None
     else:
         shape = _broadcast(*(v.shape for v in node.inputs if v is not None))
+    embed = node.op_type == "EmbedLayerNormalization"
+    like = _typed_input(node)
     for i, o in enumerate(node.outputs):
-        if o is not None and o.shape is None and i in (0, 3) and shape is not None:
+        if o is not None and o.shape is None and i in ((0, 2) if embed else (0, 3)) and shape:
             o.shape = shape
             if not o.dtype:
-                o.dtype = node.inputs[0].dtype
+                o.dtype = like.dtype
+
+
+def _typed_input(node: Node) -> Value | None:
+    """The input whose float type the node's outputs take (EmbedLayerNormalization's first
+    input is its token ids: its word table then)."""
+    i = 2 if node.op_type == "EmbedLayerNormalization" and len(node.inputs) > 2 else 0
+    return node.inputs[i]
 
 
 def _first_capable(nodes: list[Node], backends: list[Any], tables: dict[str, Any]) -> int:
@@ -326,7 +354,8 @@ def decompose_for_devices(
         builds = DECOMPOSABLE.get(node.op_type, ()) if node.domain == MS else ()
         if not builds or pin_for(node) is not None or not node.inputs:
             continue
-        if node.inputs[0] is None or node.inputs[0].dtype not in _FLOATS:
+        typed = _typed_input(node)
+        if typed is None or typed.dtype not in _FLOATS:
             continue
         _infer(node)
         as_is = _first_capable([node], backends, tables)

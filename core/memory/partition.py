@@ -146,6 +146,16 @@ def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
     return shapes, complete
 
 
+def _has_intermediates(program: Program, root: dict[int, int]) -> bool:
+    """Whether ``program`` writes a tensor a plan would place: not an output, not a view of
+    another (``root``), not a sequence, map or string tensor."""
+    skip = program.external_slots() | set(program.output_slots) | set(root)
+    return any(
+        s not in skip and v.is_tensor and v.dtype != DType.STRING
+        for v, s in program.slot_of.items()
+    )
+
+
 def _alias_roots(program: Program) -> dict[int, int]:
     """``slot -> the slot whose memory it views``, for outputs of ``alias=True`` kernels."""
     root: dict[int, int] = {}
@@ -227,8 +237,13 @@ def default_pool(backend: Backend) -> MemoryPool:
 
 
 def _signature(inputs: Sequence[Any]) -> tuple:
+    """The key of a run's plan: each input's shape and dtype (numpy's dtype objects hash and
+    compare as they are; formatting them as strings cost more than the rest of a small run)."""
     return tuple(
-        (tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", type(t).__name__))) for t in inputs
+        (t.shape, t.dtype)
+        if type(t) is np.ndarray
+        else (tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", type(t).__name__)))
+        for t in inputs
     )
 
 
@@ -246,7 +261,11 @@ class PartitionMemory:
         self.program = program
         self.pool = pool if program.backend.host_memory else None
         shapes, complete = static_shapes(program)
-        self.dynamic = not complete
+        root = _alias_roots(program)
+        program.alias_slots = frozenset(root)
+        # Nothing a plan could hold (every tensor written is an output or a view): no plan to
+        # make per input-shape signature, and the runs go straight to the program.
+        self.dynamic = not complete and _has_intermediates(program, root)
         self.cache: PlanCache | None = PlanCache(cache_size) if self.dynamic else None
         self.current: ProgramPlan | None = None
         #: The largest plan and lower bound made so far (dynamic shapes: over the signatures).
@@ -254,8 +273,6 @@ class PartitionMemory:
         self.lower_bound = 0
         #: The largest arena (the part of the plan kernels write through ``out=``).
         self.arena = 0
-        root = _alias_roots(program)
-        program.alias_slots = frozenset(root)
         if not self.dynamic:
             self._use(plan_program(program, shapes))
 

@@ -32,4 +32,6 @@ def int_list(values: np.ndarray | Iterable[int] | None) -> list[int] | None:
     """A tensor or attribute list of integers as Python ints (None stays None)."""
     if values is None:
         return None
+    if type(values) is np.ndarray and values.dtype.kind in "iu":
+        return values.reshape(-1).tolist()  # Python ints already, without a loop
     return [int(v) for v in np.asarray(values).reshape(-1)]

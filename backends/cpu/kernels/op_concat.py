@@ -21,16 +21,19 @@ def concat(
     if not arrays:
         raise KernelError("Concat needs at least one input")
     a = norm_axis(1 if axis is None else axis, arrays[0].ndim, "Concat")
-    for x in arrays[1:]:
-        if x.ndim != arrays[0].ndim or any(
-            d1 != d2 for i, (d1, d2) in enumerate(zip(x.shape, arrays[0].shape)) if i != a
-        ):
-            raise KernelError(
-                f"Concat: input shapes {[t.shape for t in arrays]} differ outside axis {a}"
-            )
-    first = arrays[0]
-    if out is not None and all(x.dtype == first.dtype for x in arrays):
-        shape = first.shape[:a] + (sum(x.shape[a] for x in arrays),) + first.shape[a + 1 :]
-        if fits(out, shape, first.dtype):
-            return np.concatenate(arrays, axis=a, out=out)
-    return np.concatenate(arrays, axis=a)
+    # numpy checks ranks and the other dimensions (a Python loop over 92 inputs of
+    # PolynomialFeatures cost more than the copy); its refusal is reworded below.
+    try:
+        if out is not None:
+            first = arrays[0]
+            shape = first.shape[:a] + (sum(x.shape[a] for x in arrays),) + first.shape[a + 1 :]
+            if fits(out, shape, first.dtype):
+                try:
+                    return np.concatenate(arrays, axis=a, out=out, casting="no")
+                except TypeError:
+                    pass  # mixed dtypes: numpy's promotion, in a fresh array
+        return np.concatenate(arrays, axis=a)
+    except (ValueError, IndexError) as e:  # IndexError: an input of lower rank
+        raise KernelError(
+            f"Concat: input shapes {[t.shape for t in arrays]} differ outside axis {a} ({e})"
+        ) from e

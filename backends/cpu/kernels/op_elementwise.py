@@ -103,10 +103,13 @@ def _binary(name: str, fn, dtypes, ufunc=None, kinds: str = "biufc") -> None:
             return np.asarray(fn(a, b))
 
     else:
+        quiet = name == "Div"  # the others warn as their fresh-array path does
 
         @kernel(name, since=7, dtypes=dtypes, inplace=True)
         def modern(a, b, *, out=None):
             if a.dtype.kind in kinds and fits_broadcast(out, a, b):
+                if not quiet:
+                    return ufunc(a, b, out=out)  # np.errstate costs ~1.7 us a call
                 with np.errstate(divide="ignore", invalid="ignore"):
                     return ufunc(a, b, out=out)
             return np.asarray(fn(a, b))

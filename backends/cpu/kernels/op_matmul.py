@@ -48,6 +48,8 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> np
 
 def _matmul_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     """The shape of ``a @ b`` (operands already checked to match)."""
+    if a.ndim == 2 and b.ndim == 2:
+        return (a.shape[0], b.shape[1])  # without np.broadcast_shapes' few microseconds
     if a.ndim == 1 and b.ndim == 1:
         return ()
     if a.ndim == 1:

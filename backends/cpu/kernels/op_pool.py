@@ -157,8 +157,27 @@ def average_pool(
     return total.astype(x.dtype, copy=False)
 
 
+_COUNTS: dict[tuple, np.ndarray] = {}
+
+
 def _window_counts(spatial: tuple[int, ...], g, count_include_pad: int) -> np.ndarray:
-    """Number of counted elements in each window, shape (1, 1, *out)."""
+    """Number of counted elements in each window, shape (1, 1, *out); kept per geometry (a
+    pooling node sees the same one run after run, and working it out padded ones again cost
+    as much as the pooling of a small feature map). Read-only."""
+    key = (tuple(spatial), count_include_pad) + tuple(
+        tuple(getattr(g, f)) for f in type(g).__slots__
+    )
+    counts = _COUNTS.get(key)
+    if counts is None:
+        counts = _make_counts(spatial, g, count_include_pad)
+        counts.flags.writeable = False
+        if len(_COUNTS) >= 256:
+            _COUNTS.clear()
+        _COUNTS[key] = counts
+    return counts
+
+
+def _make_counts(spatial: tuple[int, ...], g, count_include_pad: int) -> np.ndarray:
     ones = np.ones((1, 1) + tuple(spatial), dtype=np.float32)
     if count_include_pad:
         ones = pad_spatial(ones, g, 1, with_extra=False)

@@ -20,7 +20,7 @@ __all__ = ["REDUCERS"]
 
 
 def _sum(x, axes, keepdims):
-    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return np.add.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
 def _mean(x, axes, keepdims):
@@ -52,7 +52,7 @@ def _min(x, axes, keepdims):
 
 
 def _prod(x, axes, keepdims):
-    return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    return np.multiply.reduce(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
 
 
 def _sum_square(x, axes, keepdims):
@@ -113,6 +113,8 @@ def _reduce(fn, x: np.ndarray, axes: list[int] | None, keepdims: int, noop: int,
         if noop:
             return np.array(x)
         axes_t = None
+    elif len(axes) == 1 and -x.ndim <= axes[0] < x.ndim:
+        axes_t = (axes[0] % x.ndim,)  # the common case, without norm_axes' checks
     else:
         axes_t = tuple(norm_axes(axes, x.ndim, op))
     return np.asarray(fn(x, axes_t, bool(keepdims)))

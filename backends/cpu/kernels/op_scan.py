@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._scan_vector import run_batched
 from anychip.backends.cpu.table import kernel
 from anychip.core.executor import KernelContext
 from anychip.errors import KernelError, ModelError
@@ -52,6 +53,10 @@ def _scan_one(
     seq_len = lengths.pop() if lengths else 0
     if length is not None:
         seq_len = min(seq_len, length)
+    elif seq_len > 1:
+        done = run_batched(ctx, body, states, scan_inputs, axes, in_dirs, out_axes, out_dirs)
+        if done is not None:
+            return done
     collected: list[list[Any]] = [[] for _ in range(n_out)]
     for t in range(seq_len):
         slices = []

@@ -404,9 +404,10 @@ def test_recurrent_matches_onnxruntime(case: int) -> None:
 
 MATMUL_CASES = [
     # A shape, B shape, B constant, path
-    ((2, 20, 64), (64, 48), True, "onednn"),
-    ((96, 33), (33, 130), True, "onednn"),
+    ((2, 64, 128), (128, 96), True, "onednn"),
+    ((96, 133), (133, 130), True, "onednn"),
     ((3, 64), (64, 16), True, "numpy"),  # fewer than MIN_ROWS rows
+    ((300, 12), (12, 4), True, "numpy"),  # fewer than MIN_MACS multiply-adds
     ((40, 16), (16, 8), False, "numpy"),  # B is an input, not weights
     ((2, 24, 16), (2, 16, 8), True, "numpy"),  # batched weights
 ]
