@@ -134,6 +134,8 @@ int dnnl_post_ops_append_eltwise(dnnl_post_ops_t post_ops, int alg_kind, float a
     float beta);
 int dnnl_post_ops_append_sum(dnnl_post_ops_t post_ops, float scale, int32_t zero_point,
     int data_type);
+int dnnl_post_ops_append_binary(dnnl_post_ops_t post_ops, int alg_kind,
+    const_dnnl_memory_desc_t src1_desc);
 """
 
 
@@ -156,6 +158,7 @@ class C:
     eltwise_hardsigmoid = 40
     eltwise_logistic = 41
     eltwise_clip = 46
+    binary_add = 0x1FFF0
     left2right, right2left, bidirectional_concat = 1, 2, 3
     query_impl_info_str = 8
     query_src_md = 129
@@ -167,6 +170,8 @@ class C:
     arg_bias = 41
     arg_workspace = 64
     arg_scratchpad = 80
+    #: DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1: the second input of post-op ``i``.
+    arg_post_op_src1 = staticmethod(lambda i: 32768 * (i + 1) | 2)
 
 
 class Lib:

@@ -4,11 +4,14 @@ B (an initializer: a layer's weights) is reordered once into the layout the prim
 (format ``any``: packed for its brgemm kernels) and cached; A's leading axes are folded into
 the M axis. Measured on ResNet/BERT-like shapes at one thread, packed oneDNN ran 108-115 GFLOP/s
 where numpy's OpenBLAS ran 89-104 for M >= 32, and slightly behind it for M = 1 (37 against 41),
-so rows below ``MIN_ROWS`` stay with numpy.
+so rows below ``MIN_ROWS`` stay with numpy. A oneDNN call costs about 12 us of its own (binding,
+execute, stream wait) where numpy's costs 2: products under ``MIN_MACS`` multiply-adds stay with
+numpy too (the tiny Hugging Face exports' 128x32 @ 32x32: 15 us oneDNN, 3.4 numpy; at 64x256x256
+the two tie, above it oneDNN leads at one thread).
 
 Falls back to the numpy kernel (``kernels/op_matmul.py``) for: dtypes other than float32, a B
 that is not a constant of rank 2 (activations times activations, batched weights), fewer than
-``MIN_ROWS`` rows, and anything oneDNN declines.
+``MIN_ROWS`` rows or ``MIN_MACS`` multiply-adds, and anything oneDNN declines.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 
-__all__ = ["MIN_ROWS", "matmul"]
+__all__ = ["MIN_ROWS", "MIN_MACS", "matmul"]
 
 #: Fewer rows of A than this: numpy's GEMV/GEMM (one call's Python overhead is ~10 us too).
 MIN_ROWS = 16
+#: Fewer multiply-adds than this (m * k * n): numpy (oneDNN's fixed cost dominates).
+MIN_MACS = 1 << 21
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
@@ -34,7 +39,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray |
     if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0] or 0 in a.shape or 0 in b.shape:
         return None
     m, (k, n) = math.prod(a.shape[:-1]), b.shape
-    if m < MIN_ROWS:
+    if m < MIN_ROWS or m * k * n < MIN_MACS:
         return None
     key = ("matmul", m, k, n, omp_threads())
     try:
