@@ -99,7 +99,7 @@ def conv(
     plain_io = (
         not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
     )
-    if plain_io and group == 1:
+    if plain_io:
         y = conv1x1.run(x, w, b, z, act, y_shape, window, out)
         if y is not None:
             return y
