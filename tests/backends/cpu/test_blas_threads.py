@@ -1,5 +1,5 @@
 """numpy's OpenBLAS runs at one thread inside a CPU partition when oneDNN is there, and the
-caller's count is back after the run."""
+caller's count is back after the run; small oneDNN primitives run on one OpenMP thread."""
 
 from __future__ import annotations
 
@@ -45,3 +45,16 @@ def test_cpu_partitions_are_wrapped_with_onednn() -> None:
     x = rng.standard_normal((256, 64)).astype(np.float32)
     (y,) = sess.run(None, {"x": x})
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_small_onednn_work_runs_on_one_openmp_thread() -> None:
+    from threadpoolctl import threadpool_limits
+
+    assert _lib.available(), _lib.unavailable_reason()
+    with threadpool_limits(limits=2, user_api="openmp"):
+        assert _lib.omp_threads() == 2
+        with _lib.team_for(_lib.SMALL_WORK - 1):
+            assert _lib.omp_threads() == 1
+        assert _lib.omp_threads() == 2
+        with _lib.team_for(_lib.SMALL_WORK):
+            assert _lib.omp_threads() == 2
