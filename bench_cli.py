@@ -7,8 +7,10 @@ round by round, so no engine always follows another), and the median of each eng
 times is reported with the ratio anychip/peer (below 1: anychip is faster) and the largest
 absolute difference of anychip's outputs from the peer's. ``--threads N`` gives every engine
 N threads: onnxruntime's intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's
-BLAS and OpenMP pools through threadpoolctl (the ``bench`` extra). The peers run with all
-their graph optimizations (onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
+BLAS and OpenMP pools through threadpoolctl (the ``bench`` extra). ``--cpu-time`` times each
+run by the process's CPU time (every thread's) instead of the wall clock: on a shared, loaded
+machine the waits for a core are then not counted. The peers run with all their graph
+optimizations (onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--runs", type=int, default=10, help="interleaved rounds (medians)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each engine first")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time each run by the process's CPU time (every thread's), not the wall clock",
+    )
     p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress")
 
@@ -67,6 +74,7 @@ def command(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         seed=args.seed,
         log=None if args.quiet else _stderr_line,
+        cpu_time=args.cpu_time,
     )
     print(format_table(result))
     if args.json_out:
@@ -198,8 +206,13 @@ def _max_diff(ours: Sequence[Any], theirs: Sequence[Any]) -> float:
     return worst
 
 
-def _time_model(engines: dict[str, Runner], feeds: dict, runs: int, warmup: int) -> dict:
-    """Medians (ms) of interleaved runs of every engine, and outputs' differences."""
+def _time_model(
+    engines: dict[str, Runner], feeds: dict, runs: int, warmup: int, cpu_time: bool = False
+) -> dict:
+    """Medians (ms) of interleaved runs of every engine, and outputs' differences.
+    ``cpu_time``: the process's CPU time per run (all its threads: a loaded machine's waits
+    are not counted, a spinning pool's threads are), else the wall clock."""
+    clock = time.process_time if cpu_time else time.perf_counter
     from anychip.core.progress import task
 
     names = list(engines)
@@ -211,9 +224,9 @@ def _time_model(engines: dict[str, Runner], feeds: dict, runs: int, warmup: int)
     with task(f"{runs} rounds", total=runs) as advance:
         for r in range(runs):
             for k in names[r % len(names) :] + names[: r % len(names)]:
-                t0 = time.perf_counter()
+                t0 = clock()
                 engines[k](feeds)
-                times[k].append(time.perf_counter() - t0)
+                times[k].append(clock() - t0)
             advance(1)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     peers = [k for k in names if k != "anychip"]
@@ -233,6 +246,7 @@ def bench_models(
     warmup: int = 2,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    cpu_time: bool = False,
 ) -> dict:
     """Time every model on anychip and ``peers``; the results as a JSON-ready dict."""
     from anychip.core.feeds import random_feeds
@@ -257,7 +271,7 @@ def bench_models(
             if feeds is None:
                 feeds = random_feeds(sess, seed)
             row = {"model": os.path.basename(name)}
-            row.update(_time_model(engines, feeds, runs, warmup))
+            row.update(_time_model(engines, feeds, runs, warmup, cpu_time))
             rows.append(row)
             advance(1)
             if log is not None:
@@ -268,6 +282,7 @@ def bench_models(
         "threads": threads,
         "runs": runs,
         "warmup": warmup,
+        "clock": "process CPU time" if cpu_time else "wall",
         "peers": list(peers),
         "models": rows,
         "geomean_ratio": geo,
@@ -296,6 +311,7 @@ def format_table(result: dict) -> str:
     threads = result["threads"] if result["threads"] is not None else "default"
     lines.append(
         f"ratios anychip/peer (below 1: anychip faster); medians of {result['runs']} interleaved "
-        f"rounds; threads: {threads}; anychip devices: {','.join(result['devices'])}"
+        f"rounds ({result.get('clock', 'wall')} clock); threads: {threads}; anychip devices: "
+        f"{','.join(result['devices'])}"
     )
     return "\n".join(lines)

@@ -9,7 +9,7 @@ separable, BatchNorm, Relu6), ResNet-like (ResNet-18 basic blocks), ShuffleNet-l
 channel split, depthwise, channel shuffle) and DenseNet-like (dense blocks of concatenations).
 
     python bench/cpu_models.py [--threads 2] [--runs 10] [--against onnxruntime openvino]
-                               [--models a,b] [--json FILE]
+                               [--models a,b] [--json FILE] [--cpu-time]
 
 The same runs as ``anychip bench NAME...`` (``bench_cli.py``); any name below works there.
 """
@@ -283,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json", default=None, metavar="FILE")
+    ap.add_argument("--cpu-time", action="store_true", help="process CPU time, not wall clock")
     args = ap.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS]
@@ -291,7 +292,14 @@ def main(argv: list[str] | None = None) -> None:
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if not sys.stderr.isatty() else None
     with progress_bars():
         result = bench_models(
-            names, args.against, ["cpu"], args.threads, args.runs, args.warmup, log=log
+            names,
+            args.against,
+            ["cpu"],
+            args.threads,
+            args.runs,
+            args.warmup,
+            log=log,
+            cpu_time=args.cpu_time,
         )
     print(format_table(result))
     if args.json:

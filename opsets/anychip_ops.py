@@ -6,6 +6,8 @@
   the output has the inputs' float type and their broadcast shape.
 * ``FusedAttention``: ``softmax(Q @ Kt / scale [+ mask]) @ V`` over the last axis (``divide=0``:
   ``* scale``); ``Kt`` is K already transposed, as the MatMul it replaces read it.
+* ``ShapeMemo``: the graph ``body`` that reads only the shapes of its inputs; its outputs are
+  kept per input signature.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from anychip.opsets.schemas import ANYCHIP_DOMAIN
 __all__ = ["anychip_schemas"]
 
 _T = [("T", ["tensor(float)", "tensor(double)"], "float tensors")]
+_ANY = [
+    f"tensor({t})"
+    for t in "float double float16 bfloat16 int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
+    "bool string".split()
+]
 
 
 def _fused_elementwise() -> OpSchema:
@@ -64,6 +71,27 @@ def _fused_attention() -> OpSchema:
     )
 
 
+def _shape_memo() -> OpSchema:
+    var = OpSchema.FormalParameterOption.Variadic
+    return OpSchema(
+        "ShapeMemo",
+        ANYCHIP_DOMAIN,
+        1,
+        "Outputs of `body` (which reads only its inputs' shapes), kept per input signature.",
+        inputs=[
+            OpSchema.FormalParameter("X", "T", "inputs", param_option=var, is_homogeneous=False)
+        ],
+        outputs=[
+            OpSchema.FormalParameter("Y", "U", "outputs", param_option=var, is_homogeneous=False)
+        ],
+        type_constraints=[
+            ("T", _ANY, "any tensor"),
+            ("U", _ANY, "any tensor"),
+        ],
+        attributes=[OpSchema.Attribute("body", OpSchema.AttrType.GRAPH, "the shape subgraph")],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
-    return [_fused_elementwise(), _fused_attention()]
+    return [_fused_elementwise(), _fused_attention(), _shape_memo()]

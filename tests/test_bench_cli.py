@@ -98,6 +98,18 @@ def test_devices_reach_anychip(tmp_path, capsys):
     assert "anychip devices: xpu,cpu" in capsys.readouterr().out
 
 
+def test_cpu_time_clock_is_recorded(tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(chain_model(10).SerializeToString())
+    out = tmp_path / "r.json"
+    argv = ["bench", str(path), "--runs", "2", "--warmup", "0", "--cpu-time", "--quiet"]
+    assert main(argv + ["--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["clock"] == "process CPU time"
+    assert all(v >= 0 for v in result["models"][0]["ms"].values())
+    assert "(process CPU time clock)" in capsys.readouterr().out
+
+
 @pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> None:
     """``--threads 1`` must bind oneDNN's OpenMP team too, though oneDNN loads lazily (a limit

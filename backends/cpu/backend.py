@@ -51,6 +51,17 @@ class CpuBackend(Backend):
     def _copy_out(self, tensor: np.ndarray) -> np.ndarray:
         return tensor
 
+    def wrap_partition(self, partition: Any, program: Any) -> Any:
+        """With oneDNN there, each partition runs with numpy's OpenBLAS at one thread
+        (``blas_threads.py``: its spinning workers starved oneDNN's OpenMP team)."""
+        from anychip.backends.cpu.onednn import _lib
+
+        if not _lib.findable():
+            return program
+        from anychip.backends.cpu.blas_threads import single_blas_thread
+
+        return single_blas_thread(program)
+
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES

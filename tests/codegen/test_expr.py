@@ -48,6 +48,7 @@ def test_lowering_keeps_the_kernels_formulas():
     assert str(lower("Relu", [x], {})) == "max(in0,0.0)"
     assert str(lower("LeakyRelu", [x], {"alpha": 0.5})) == "select(ge(in0,0.0),in0,mul(in0,0.5))"
     assert str(lower("Pow", [x, const(2.0)], {})) == "mul(in0,in0)"
+    assert str(lower("Pow", [x, const(3.0)], {})) == "mul(mul(in0,in0),in0)"
     assert str(lower("Clip", [x, None, const(6.0)], {})) == "min(in0,6.0)"
     assert str(lower("Clip", [x], {"min": -1.0})) == "max(in0,-1.0)"
     assert str(lower("Max", [x, inp(1), inp(2)], {})) == "max(max(in0,in1),in2)"

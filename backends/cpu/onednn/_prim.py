@@ -28,11 +28,13 @@ __all__ = [
     "dims",
     "empty_for",
     "from_channels_last",
+    "impl_info",
     "layouts",
     "make_pd",
     "md",
     "md_equal",
     "plain_tag",
+    "post_ops",
     "ptr",
     "query_md",
     "reorder_into",
@@ -148,9 +150,7 @@ class Prim:
             self.args[i].arg = arg
             self.args[i].memory = self.mems[arg]
         self.lock = threading.Lock()
-        info = ffi.new("const char **")
-        dn.dnnl_primitive_desc_query(pd, C.query_impl_info_str, 0, info)
-        self.info = ffi.string(info[0]).decode() if info[0] != ffi.NULL else "?"
+        self.info = impl_info(pd)
 
     def run(self, buffers: dict[int, np.ndarray]) -> None:
         """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described)."""
@@ -164,6 +164,40 @@ class Prim:
                 "executing " + self.info,
             )
             dn.dnnl_stream_wait(L.stream)
+
+
+def post_ops(sum_z: bool, act: tuple[int, float, float] | None, add: Any = None) -> Any:
+    """A primitive attribute with, in this order, a ``sum`` post-op (the residual Z, added
+    into dst before the primitive writes it), a ``binary_add`` of a tensor described by
+    ``add`` (its argument is ``C.arg_post_op_src1(int(sum_z))``) and an ``eltwise`` (the
+    activation); NULL for none."""
+    L = lib()
+    ffi, dn = L.ffi, L.dnnl
+    if not sum_z and act is None and add is None:
+        return ffi.NULL
+    ops = ffi.new("dnnl_post_ops_t *")
+    dn.dnnl_post_ops_create(ops)
+    ops_h = ffi.gc(ops[0], dn.dnnl_post_ops_destroy)
+    if sum_z:
+        dn.dnnl_post_ops_append_sum(ops_h, 1.0, 0, 0)  # data_type undef: dst's
+    if add is not None:
+        check(dn.dnnl_post_ops_append_binary(ops_h, C.binary_add, add), "adding a post-op")
+    if act is not None:
+        dn.dnnl_post_ops_append_eltwise(ops_h, act[0], act[1], act[2])
+    a = ffi.new("dnnl_primitive_attr_t *")
+    dn.dnnl_primitive_attr_create(a)
+    attr = ffi.gc(a[0], dn.dnnl_primitive_attr_destroy)
+    dn.dnnl_primitive_attr_set_post_ops(attr, ops_h)
+    return attr
+
+
+def impl_info(pd: Any) -> str:
+    """The implementation oneDNN chose for primitive descriptor ``pd`` (``brg:avx512_core``,
+    ``ref:any``, ...)."""
+    L = lib()
+    info = L.ffi.new("const char **")
+    L.dnnl.dnnl_primitive_desc_query(pd, C.query_impl_info_str, 0, info)
+    return L.ffi.string(info[0]).decode() if info[0] != L.ffi.NULL else "?"
 
 
 def make_pd(create: Callable[..., int], *args: Any) -> Any:

@@ -22,6 +22,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn import conv1x1
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 
 __all__ = ["conv", "eltwise"]
@@ -92,11 +93,16 @@ def conv(
     if not x_tags:
         x = np.ascontiguousarray(x)
         x_tags = P.layouts(x)
-    # A 1x1 convolution between plain (NCHW) neighbours runs as a GEMM on NCHW itself
-    # (x64:gemm:jit; measured): reorders on both sides cost more there.
+    # A 1x1 convolution between plain (NCHW) neighbours is a matrix product on NCHW itself:
+    # W[M, C] @ X[n][C, HW] through oneDNN's matmul (brgemm), else its convolution's GEMM
+    # path (x64:gemm:jit); reorders on both sides cost more there (conv1x1.py).
     plain_io = (
         not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
     )
+    if plain_io:
+        y = conv1x1.run(x, w, b, z, act, y_shape, window, out)
+        if y is not None:
+            return y
     key = (
         "conv",
         x.shape,
@@ -218,19 +224,7 @@ def _build(
     io = P.plain_tag(nd) if plain_io else C.any
     src_any, w_any, dst_any = P.md(x_shape, io), P.md(wdims, C.any), P.md(y_shape, io)
     bias_md = P.md((w_shape[0],), C.a) if b is not None else ffi.NULL
-    attr = ffi.NULL
-    if z is not None or act is not None:
-        ops = ffi.new("dnnl_post_ops_t *")
-        dn.dnnl_post_ops_create(ops)
-        ops_h = ffi.gc(ops[0], dn.dnnl_post_ops_destroy)
-        if z is not None:
-            dn.dnnl_post_ops_append_sum(ops_h, 1.0, 0, 0)  # data_type undef: dst's
-        if act is not None:
-            dn.dnnl_post_ops_append_eltwise(ops_h, act[0], act[1], act[2])
-        a = ffi.new("dnnl_primitive_attr_t *")
-        dn.dnnl_primitive_attr_create(a)
-        attr = ffi.gc(a[0], dn.dnnl_primitive_attr_destroy)
-        dn.dnnl_primitive_attr_set_post_ops(attr, ops_h)
+    attr = P.post_ops(z is not None, act)
     pd = P.make_pd(
         dn.dnnl_convolution_forward_primitive_desc_create,
         L.engine,

@@ -21,14 +21,14 @@ from anychip.backends.cpu.kernels import (
     op_pool,
     op_rnn,
 )
-from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn import conv as _conv_mod
+from anychip.backends.cpu.onednn import matmul as _matmul_mod
+from anychip.backends.cpu.onednn import pool as _pool_mod
+from anychip.backends.cpu.onednn import rnn as _rnn_mod
+from anychip.backends.cpu.onednn._lib import C, team_for
 from anychip.backends.cpu.onednn._lib import available as _lib_available
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
-from anychip.backends.cpu.onednn.conv import conv as _conv
 from anychip.backends.cpu.onednn.conv import eltwise
-from anychip.backends.cpu.onednn.matmul import matmul as _matmul
-from anychip.backends.cpu.onednn.pool import pool
-from anychip.backends.cpu.onednn.rnn import recurrent
 from anychip.core.kernels import KernelTable
 from anychip.opsets.com_microsoft import MS_DOMAIN
 
@@ -37,6 +37,29 @@ __all__ = ["ONEDNN_KERNELS", "RUNS"]
 #: Runs per (op, "onednn" or "numpy"): which path served each call (tests and benchmarks read
 #: it to see that oneDNN ran, or that a node fell back).
 RUNS: Counter[tuple[str, str]] = Counter()
+
+
+# Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
+def _conv(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
+    work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
+    with team_for(work):
+        return _conv_mod.conv(x, w, *args)
+
+
+def pool(x: np.ndarray, *args: Any) -> Any:
+    with team_for(x.size * 9):
+        return _pool_mod.pool(x, *args)
+
+
+def recurrent(op: str, x: Any, w: Any, r: Any, *args: Any) -> Any:
+    steps = x.shape[0] if x is not None and x.ndim else 1
+    with team_for((x.size // max(steps, 1)) * ((w.size + r.size) // max(x.shape[-1], 1))):
+        return _rnn_mod.recurrent(op, x, w, r, *args)
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, out: Any) -> Any:
+    with team_for(a.size * (b.size // max(b.shape[0], 1)) if b.ndim == 2 else 0):
+        return _matmul_mod.matmul(a, b, out)
 
 
 def _served(op: str, y: Any) -> Any:

@@ -4,15 +4,15 @@ B (an initializer: a layer's weights) is reordered once into the layout the prim
 (format ``any``: packed for its brgemm kernels) and cached; A's leading axes are folded into
 the M axis. Measured on ResNet/BERT-like shapes at one thread, packed oneDNN ran 108-115 GFLOP/s
 where numpy's OpenBLAS ran 89-104 for M >= 32, and slightly behind it for M = 1 (37 against 41),
-so rows below ``MIN_ROWS`` stay with numpy. Small products stay with numpy too: one primitive
-call costs 15-50 us here (arguments through cffi, the OpenMP team waking on a busy machine)
-where numpy multiplies a scikit-learn model's 300x12 @ 12x4 in 2 us and keeps ahead up to
-about a million multiply-adds (300x48 @ 48x48: numpy 13 us, oneDNN 36), so products below
-``MIN_MACS`` (m * k * n) go to numpy.
+so rows below ``MIN_ROWS`` stay with numpy. A oneDNN call costs 12-50 us of its own (binding,
+execute, stream wait; more with the OpenMP team waking on a busy machine) where numpy's costs 2:
+products under ``MIN_MACS`` multiply-adds stay with numpy too (the tiny Hugging Face exports'
+128x32 @ 32x32: 15 us oneDNN, 3.4 numpy; a scikit-learn model's 300x12 @ 12x4: 2 us numpy; at
+64x256x256 the two tie, above it oneDNN leads at one thread).
 
 Falls back to the numpy kernel (``kernels/op_matmul.py``) for: dtypes other than float32, a B
 that is not a constant of rank 2 (activations times activations, batched weights), fewer than
-``MIN_ROWS`` rows, fewer than ``MIN_MACS`` multiply-adds, and anything oneDNN declines.
+``MIN_ROWS`` rows or ``MIN_MACS`` multiply-adds, and anything oneDNN declines.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ __all__ = ["MIN_ROWS", "MIN_MACS", "matmul"]
 
 #: Fewer rows of A than this: numpy's GEMV/GEMM (one call's Python overhead is ~10 us too).
 MIN_ROWS = 16
-
-#: Fewer multiply-adds than this (m * k * n): numpy, whose call costs less than oneDNN's.
-MIN_MACS = 1 << 20
+#: Fewer multiply-adds than this (m * k * n): numpy (oneDNN's fixed cost dominates).
+MIN_MACS = 1 << 21
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:

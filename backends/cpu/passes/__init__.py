@@ -24,6 +24,7 @@ from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
+from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.ir.passes import Pass
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "FuseElementwisePass",
     "FuseGemmPass",
     "FuseLayerNormPass",
+    "MemoShapesPass",
     "cpu_passes",
     "fuse_elementwise_on",
     "fuse_attention_on",
@@ -47,6 +49,7 @@ def cpu_passes() -> list[Pass]:
     """The CPU's passes, in the order they must run; each is an optimization
     (``anychip.load(..., optimize=False)`` leaves them out)."""
     passes = [
+        MemoShapesPass(),
         FoldPadIntoConvPass(),
         EliminateTransposeReshapePass(),
         FuseLayerNormPass(),

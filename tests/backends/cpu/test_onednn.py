@@ -239,6 +239,46 @@ def test_fused_conv_matches_onnxruntime(act: int, with_z: bool) -> None:
     assert n.delta("FusedConv", "onednn") == 1
 
 
+@pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.parametrize("with_z", [False, True])
+@pytest.mark.parametrize("act", [0, 2, 6])  # Relu, Clip, none
+def test_pointwise_conv_on_nchw_runs_as_matmul(
+    act: int, with_z: bool, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1x1 FusedConv whose output a numpy node (Concat) reads writes NCHW through oneDNN's
+    matmul (conv1x1.py: bias and Z as post-ops; with groups the bias and a Relu in numpy, any
+    other activation on the convolution primitive), batch 2, equal to onnxruntime's."""
+    from anychip.backends.cpu.onednn import conv1x1
+
+    served: list[bool] = []
+    real = conv1x1.run
+
+    def spy(*args: Any) -> Any:
+        y = real(*args)
+        served.append(y is not None)
+        return y
+
+    monkeypatch.setattr(conv1x1, "run", spy)
+    name, params = FUSED[act]
+    rng = np.random.default_rng(140 + act)
+    x, z = _rand(rng, 2, 24, 9, 7), _rand(rng, 2, 40, 9, 7)
+    weights = {"W": _rand(rng, 40, 24 // group, 1, 1, scale=0.3), "B": _rand(rng, 40)}
+    attrs: dict[str, Any] = {"activation": name} if name else {}
+    if params:
+        attrs["activation_params"] = params
+    ins = ["X", "W", "B"] + (["Z"] if with_z else [])
+    feeds = {"X": x, **({"Z": z} if with_z else {})}
+    nodes = [
+        helper.make_node("FusedConv", ins, ["C"], domain="com.microsoft", group=group, **attrs),
+        helper.make_node("Concat", ["C", "X"], ["Y"], axis=1),
+    ]
+    with _Counts() as n:
+        got, want = _run_both(_model(nodes, feeds, weights, ["Y"], ms=True), feeds)
+    _close(got, want)
+    assert n.delta("FusedConv", "onednn") == 1
+    assert served == [group == 1 or name != "Clip"]
+
+
 POOL_CASES = [
     ("MaxPool", (1, 8, 13, 13), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ("MaxPool", (2, 4, 11, 12), {"kernel_shape": [3, 2], "strides": [2, 2], "ceil_mode": 1}),
@@ -404,8 +444,9 @@ def test_recurrent_matches_onnxruntime(case: int) -> None:
 
 MATMUL_CASES = [
     # A shape, B shape, B constant, path
-    ((2, 64, 128), (128, 96), True, "onednn"),
-    ((96, 133), (133, 130), True, "onednn"),
+    ((2, 64, 128), (128, 160), True, "onednn"),
+    ((160, 100), (100, 140), True, "onednn"),
+    ((96, 33), (33, 130), True, "numpy"),  # fewer than MIN_MACS multiply-adds
     ((3, 64), (64, 16), True, "numpy"),  # fewer than MIN_ROWS rows
     ((300, 12), (12, 4), True, "numpy"),  # fewer than MIN_MACS multiply-adds
     ((40, 16), (16, 8), False, "numpy"),  # B is an input, not weights
