@@ -15,6 +15,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels import (
     op_activations,
+    op_concat,
     op_contrib_conv,
     op_conv,
     op_matmul,
@@ -27,6 +28,8 @@ from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
 from anychip.backends.cpu.onednn._lib import C, team_for
 from anychip.backends.cpu.onednn._lib import available as _lib_available
+from anychip.backends.cpu.onednn._prim import channels_last as channels_last_shape
+from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
 from anychip.core.kernels import KernelTable
@@ -78,9 +81,9 @@ _CHANNELS_LAST_READERS = frozenset(
 
 
 def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
-    """Every reader of the node's output (in its partition) is a oneDNN kernel, or a Relu
-    whose own readers are (``relu`` below keeps the layout), and the output leaves neither the
-    graph nor the partition."""
+    """Every reader of the node's output (in its partition) is a oneDNN kernel, or a Relu or
+    a channel Concat whose own readers are (``relu`` and ``concat`` below keep the layout),
+    and the output leaves neither the graph nor the partition."""
     value = node.outputs[0] if node.outputs else None
     uses = value.uses if value is not None else []
     graph = getattr(node, "graph", None)
@@ -89,12 +92,21 @@ def _readers_take_channels_last(node: Any, depth: int = 2) -> bool:
     for user, _ in uses:
         if user.domain not in ("", "ai.onnx", MS_DOMAIN):
             return False
-        if user.op_type == "Relu" and depth > 0:
+        if (user.op_type == "Relu" or _channel_concat(user)) and depth > 0:
             if not _readers_take_channels_last(user, depth - 1):
                 return False
         elif user.op_type not in _CHANNELS_LAST_READERS:
             return False
     return True
+
+
+def _channel_concat(node: Any) -> bool:
+    """A Concat along the channels of 4-D tensors (the only kind ``concat`` below keeps
+    channels-last)."""
+    if node.op_type != "Concat":
+        return False
+    value = node.outputs[0] if node.outputs else None
+    return value is not None and value.rank == 4 and node.attr("axis", 1) in (1, -3)
 
 
 def _channels_last(ctx: Any, out: np.ndarray | None = None) -> bool:
@@ -122,6 +134,37 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
         if channels_last_ok(x):
             return np.maximum(x, np.float32(0))  # numpy keeps the input's memory order
     return op_activations.relu(x, consumed_inputs, out=out)
+
+
+@kernel("Concat", since=1, context=True)
+def concat(
+    ctx: Any, *inputs: np.ndarray, axis: int | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
+    """A channel Concat of float32 4-D tensors, one of them channels-last already, whose
+    readers are all oneDNN kernels writes a channels-last buffer (one strided copy per input;
+    the next convolution or pool reads it without a reorder, and producers that are oneDNN
+    kernels keep their outputs channels-last for it), declining the plan's NCHW buffer as
+    FusedConv does. Anything else (all inputs NCHW: the unfused graph, whose Conv nodes write
+    the plan) is numpy's Concat into the planned ``out``."""
+    arrays = [x for x in inputs if x is not None]
+    if (
+        len(arrays) > 1
+        and (1 if axis is None else axis) in (1, -3)
+        and all(a.dtype == np.float32 and a.ndim == 4 for a in arrays)
+        and all(a.shape[0] == arrays[0].shape[0] for a in arrays)
+        and all(a.shape[2:] == arrays[0].shape[2:] for a in arrays)
+        and any(not a.flags.c_contiguous and channels_last_ok(a) for a in arrays)
+        and _channels_last(ctx)
+    ):
+        first = arrays[0]
+        shape = (first.shape[0], sum(a.shape[1] for a in arrays)) + first.shape[2:]
+        y = from_channels_last(np.empty(channels_last_shape(shape), np.float32))
+        c = 0
+        for a in arrays:
+            np.copyto(y[:, c : c + a.shape[1]], a)
+            c += a.shape[1]
+        return y
+    return op_concat.concat(*inputs, axis=axis, out=out)
 
 
 @kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)

@@ -1,0 +1,98 @@
+"""Layouts carried across numpy-side ops between oneDNN kernels: a channel Concat whose
+readers are all oneDNN kernels writes channels-last (``onednn/kernels.py``), so neither its
+producers nor its reader reorder; results equal onnxruntime's and the unfused run's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anychip
+from anychip.backends.cpu.onednn import _lib
+from anychip.backends.cpu.onednn._prim import REORDERS
+
+F = TensorProto.FLOAT
+
+
+@pytest.fixture(autouse=True)
+def _need_onednn() -> None:
+    assert _lib.available(), _lib.unavailable_reason()
+
+
+def _fire(rng: np.random.Generator, outputs: list[str]) -> tuple[onnx.ModelProto, dict]:
+    """SqueezeNet's fire module with its input X joined in too: Conv 1x1 and 3x3 with Relu
+    on X (fused into FusedConv) -> Concat(a, b, X) -> Conv 3x3 with Relu -> GlobalAveragePool."""
+    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+    w = {
+        "W1": (rng.standard_normal((6, 8, 1, 1)) * 0.3).astype(np.float32),
+        "W2": (rng.standard_normal((10, 8, 3, 3)) * 0.2).astype(np.float32),
+        "W3": (rng.standard_normal((4, 24, 3, 3)) * 0.2).astype(np.float32),
+        "B1": rng.standard_normal(6).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["X", "W1", "B1"], ["a0"]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("Conv", ["X", "W2"], ["b0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["b0"], ["b"]),
+        helper.make_node("Concat", ["a", "b", "X"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "W3"], ["d0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["d0"], ["d"]),
+        helper.make_node("GlobalAveragePool", ["d"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("X", F, list(x.shape))],
+        [helper.make_tensor_value_info(o, F, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    ops = [helper.make_opsetid("", 17)]
+    return helper.make_model(graph, opset_imports=ops, ir_version=8), {"X": x}
+
+
+def _onnxruntime(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("outputs", [["Y"], ["Y", "cat"]])
+def test_channel_concat_keeps_channels_last_for_onednn_readers(outputs: list[str]) -> None:
+    """With only oneDNN readers the Concat's output and its producers' stay channels-last (a
+    warm run reorders only X, into the two first convolutions); as a graph output it is NCHW
+    and C-contiguous. Equal to onnxruntime and to the unfused run (Conv and Relu apart)."""
+    model, feeds = _fire(np.random.default_rng(3), outputs)
+    want = _onnxruntime(model, feeds)
+    session = anychip.load(model, devices=["cpu"])
+    for _ in range(2):
+        session.run(None, feeds)
+    before = dict(REORDERS)
+    got = session.run(None, feeds)
+    moved = {k: v - before.get(k, 0) for k, v in REORDERS.items() if v != before.get(k, 0)}
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    if outputs == ["Y"]:
+        assert moved == {"src": 2}, moved  # X into the 1x1 and the 3x3; nothing else
+    else:
+        assert got[1].flags.c_contiguous
+        assert "dst" in moved, moved  # the producers write NCHW for the output's Concat
+    plain = anychip.load(model, devices=["cpu"], optimize=False).run(None, feeds)
+    for g, p in zip(got, plain):
+        np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-5)
+
+
+def test_channel_concat_without_onednn_is_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same model with oneDNN hidden: numpy's kernels, onnxruntime's result."""
+    monkeypatch.setenv("ANYCHIP_ONEDNN", "0")
+    _lib.reset()
+    try:
+        model, feeds = _fire(np.random.default_rng(4), ["Y"])
+        got = anychip.load(model, devices=["cpu"]).run(None, feeds)
+        np.testing.assert_allclose(got[0], _onnxruntime(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    finally:
+        monkeypatch.delenv("ANYCHIP_ONEDNN")
+        _lib.reset()
