@@ -73,6 +73,19 @@ def md(shape: Sequence[int], tag: int) -> Any:
     return L.ffi.gc(out[0], L.dnnl.dnnl_memory_desc_destroy)
 
 
+def md_strided(shape: Sequence[int], strides: Sequence[int]) -> Any:
+    """An f32 memory descriptor of ``shape`` with element ``strides``."""
+    L = lib()
+    out = L.ffi.new("dnnl_memory_desc_t *")
+    check(
+        L.dnnl.dnnl_memory_desc_create_with_strides(
+            out, len(shape), dims(shape), C.f32, dims(strides)
+        ),
+        f"describing memory {list(shape)} with strides {list(strides)}",
+    )
+    return L.ffi.gc(out[0], L.dnnl.dnnl_memory_desc_destroy)
+
+
 def query_md(pd: Any, what: int, index: int = 0) -> Any:
     """The memory descriptor ``what`` (``C.query_*_md``) a primitive descriptor chose (owned by
     ``pd``: keep ``pd`` alive while using it)."""

@@ -99,8 +99,8 @@ def conv(
     plain_io = (
         not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
     )
-    if plain_io:
-        y = conv1x1.run(x, w, b, z, act, y_shape, window, out)
+    if plain_io or not channels_last and x.ndim == 4 and all(k == 1 for k in kshape):
+        y = conv1x1.run(x, w, b, z, act, y_shape, window, out)  # NCHW or channels-last x
         if y is not None:
             return y
     key = (

@@ -96,3 +96,44 @@ def test_channel_concat_without_onednn_is_numpy(monkeypatch: pytest.MonkeyPatch)
     finally:
         monkeypatch.delenv("ANYCHIP_ONEDNN")
         _lib.reset()
+
+
+@pytest.mark.parametrize("group", [1, 4])
+def test_depthwise_then_1x1_reads_channels_last_in_place(group: int) -> None:
+    """Depthwise 3x3 -> 1x1 (groups 1 and 4, as in ShuffleNet) -> Add: the depthwise output
+    stays channels-last and the 1x1 reads it in place through the strided matmul, writing
+    NCHW for the numpy Add; a warm run reorders only X into the depthwise convolution.
+    Equal to onnxruntime and to the unfused run."""
+    rng = np.random.default_rng(5 + group)
+    c = 16
+    x = rng.standard_normal((2, c, 10, 10)).astype(np.float32)
+    w = {
+        "Wd": (rng.standard_normal((c, 1, 3, 3)) * 0.3).astype(np.float32),
+        "Bd": rng.standard_normal(c).astype(np.float32),
+        "Wp": (rng.standard_normal((c, c // group, 1, 1)) * 0.3).astype(np.float32),
+        "Bp": rng.standard_normal(c).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["X", "Wd", "Bd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["d", "Wp", "Bp"], ["p"], group=group),
+        helper.make_node("Add", ["p", "X"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dw",
+        [helper.make_tensor_value_info("X", F, list(x.shape))],
+        [helper.make_tensor_value_info("Y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"X": x}
+    session = anychip.load(model, devices=["cpu"])
+    for _ in range(2):
+        session.run(None, feeds)
+    before = dict(REORDERS)
+    (got,) = session.run(None, feeds)
+    moved = {k: v - before.get(k, 0) for k, v in REORDERS.items() if v != before.get(k, 0)}
+    assert moved == {"src": 1}, moved
+    np.testing.assert_allclose(got, _onnxruntime(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    (plain,) = anychip.load(model, devices=["cpu"], optimize=False).run(None, feeds)
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
