@@ -9,9 +9,11 @@ measured points of its class (piecewise linear in work: elements, or FLOPs for M
 Conv) and a copy's time from the measured link; a class that could not be measured keeps the
 declared figures.
 
-Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul; Gemm too),
-``conv`` (3x3 Conv), ``reduce`` (Softmax; reductions and normalizations), ``data``
-(Transpose; the data-movement ops).
+Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul of two
+activations, as in attention), ``linear`` (MatMul by a constant weight; Gemm with a constant B
+too: backends pack such weights once, so it runs at another speed), ``conv`` (3x3 Conv),
+``reduce`` (Softmax; reductions and normalizations), ``data`` (Transpose; the data-movement
+ops).
 
 Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
 ``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
@@ -49,8 +51,8 @@ __all__ = [
     "op_class",
 ]
 
-FORMAT = 1
-_CLASSES = ("elementwise", "matmul", "conv", "reduce", "data")
+FORMAT = 2
+_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data")
 _MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 _CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
 _REDUCE = {
@@ -81,10 +83,11 @@ _DATA = {
 }
 
 
-def op_class(op_type: str) -> str:
-    """The measured class whose points estimate ``op_type``."""
+def op_class(op_type: str, const_weight: bool = False) -> str:
+    """The measured class whose points estimate ``op_type`` (``const_weight``: a MatMul or
+    Gemm whose second operand is a constant, the ``linear`` class)."""
     if op_type in _MATMUL:
-        return "matmul"
+        return "linear" if const_weight else "matmul"
     if op_type in _CONV:
         return "conv"
     if op_type in _REDUCE:

@@ -24,14 +24,23 @@ log = logging.getLogger("anychip.calibration")
 F = 1  # onnx.TensorProto.FLOAT
 
 
-def _model(op: str, shapes: list[list[int]], out: list[int], **attrs: Any) -> bytes:
-    from onnx import helper
+def _model(
+    op: str,
+    shapes: list[list[int]],
+    out: list[int],
+    weight: np.ndarray | None = None,
+    **attrs: Any,
+) -> bytes:
+    """A one-node model of ``op`` on inputs of ``shapes`` (and the constant ``weight`` as its
+    last operand, when given)."""
+    from onnx import helper, numpy_helper
 
     names = [f"x{i}" for i in range(len(shapes))]
     inputs = [helper.make_tensor_value_info(n, F, s) for n, s in zip(names, shapes)]
     y = helper.make_tensor_value_info("y", F, out)
-    node = helper.make_node(op, names, ["y"], **attrs)
-    graph = helper.make_graph([node], f"probe_{op}", inputs, [y])
+    inits = [] if weight is None else [numpy_helper.from_array(weight, "w")]
+    node = helper.make_node(op, names + [i.name for i in inits], ["y"], **attrs)
+    graph = helper.make_graph([node], f"probe_{op}", inputs, [y], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model.SerializeToString()
@@ -43,6 +52,11 @@ def _elementwise(n: int) -> tuple[bytes, float]:
 
 def _matmul(n: int) -> tuple[bytes, float]:
     return _model("MatMul", [[n, n], [n, n]], [n, n]), 2.0 * n**3
+
+
+def _linear(n: int) -> tuple[bytes, float]:
+    w = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
+    return _model("MatMul", [[n, n]], [n, n], weight=w), 2.0 * n**3
 
 
 def _conv(c: int, hw: int) -> tuple[bytes, float]:
@@ -62,6 +76,7 @@ def _data(n: int) -> tuple[bytes, float]:
 PROBES = {
     "elementwise": [lambda n=n: _elementwise(n) for n in (4096, 65536, 1 << 20)],
     "matmul": [lambda n=n: _matmul(n) for n in (32, 128, 256)],
+    "linear": [lambda n=n: _linear(n) for n in (32, 128, 256)],
     "conv": [lambda c=c, hw=hw: _conv(c, hw) for c, hw in ((16, 16), (32, 32), (64, 28))],
     "reduce": [lambda r=r: _reduce(r) for r in (16, 256, 2048)],
     "data": [lambda n=n: _data(n) for n in (64, 256, 1024)],

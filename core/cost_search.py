@@ -48,14 +48,18 @@ class Costs:
         self.factors = dict(factors or {})
         #: ``capable(device name, node) -> bool`` (placement's capability), when known.
         self._capable = capable
+        self._memo: dict[tuple[Node, str], float | None] = {}
 
     def capable(self, device: str, node: Node) -> bool:
         return self._capable is not None and self._capable(device, node)
 
     def node(self, node: Node, device: str) -> float | None:
-        b = self.by_name[device]
-        t = node_time(node, b.device, self.cals.get(device))
-        return None if t is None else t * self.factors.get(device, 1.0)
+        key = (node, device)
+        if key not in self._memo:  # the searches ask for the same node many times
+            b = self.by_name[device]
+            t = node_time(node, b.device, self.cals.get(device))
+            self._memo[key] = None if t is None else t * self.factors.get(device, 1.0)
+        return self._memo[key]
 
     def copy(self, nbytes: int | None, device: str) -> float:
         b = self.by_name[device]
