@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from anychip.core.calibration import op_class
+from anychip.core.calibration import op_class, op_key
 
 if TYPE_CHECKING:
     from anychip.core.backend import DeviceModel
@@ -82,7 +82,10 @@ def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -
     if flops is None:
         return None
     if cal is not None:
-        measured = cal.time(op_class(node.op_type, _const_weight(node)), flops)
+        key = op_key(node.op_type)
+        measured = cal.time(key, flops) if key else None  # the op's own points, if any
+        if measured is None:
+            measured = cal.time(op_class(node.op_type, _const_weight(node)), flops)
         if measured is not None:
             return measured
     nbytes = node_bytes(node)

@@ -175,7 +175,9 @@ def place(
         )
     if options.cost_model:
         _keep_shape_chains_on_host(graph, backends, tables)
-        costs = Costs(backends, options.calibrations, options.factors)
+        costs = Costs(
+            backends, options.calibrations, options.factors, measure=options.calibration == "auto"
+        )
         if options.policy != "min-copies":  # the islands rule and the moves are about time
             avoid_costly_islands(graph, backends, tables, options, costs)
             _move_faster_groups(graph, backends, tables, costs)
