@@ -196,3 +196,15 @@ def test_results_do_not_depend_on_the_thread_count(drv):
     for other in outs[1:]:
         for a, b in zip(outs[0], other):
             assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 2.5, -1.0])
+@pytest.mark.parametrize("eshape", [(), (1,), (1, 1)])
+def test_pow_by_a_scalar_matches_numpy(drv, threads, exponent, eshape):
+    """x ** 2 and x ** 3 are products (within 2 ulp of powf), other exponents powf."""
+    x = (np.random.default_rng(9).standard_normal((129, 1001)) * 3).astype(np.float32)
+    e = np.full(eshape, exponent, np.float32)
+    got = run(drv, lambda t, u: K.xpu_binary("Pow", t, u), x, e)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.power(x.astype(np.float64), exponent)
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)  # NaN where numpy has NaN
