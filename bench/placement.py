@@ -6,7 +6,8 @@ run fastest on different devices, and the Hugging Face BERT and GPT-2 exports of
 ``tests/data`` at batch 8, sequence 128) and each device set (``cpu``, ``xpu,cpu``,
 ``npu,cpu``, ``npu,xpu,cpu``, those available here), the session is loaded with measured costs
 (``calibration="auto"``), warmed up through its feedback runs, then timed; each device alone
-(``strict``, where it can run the whole model) is timed in the same interleaved rounds. Printed
+(``strict``, where it can run the whole model) is timed in the same interleaved rounds, their
+order rotating round by round. Printed
 per row: median ms, ratio to the fastest single device among the set's own, copies and bytes
 per run, and the nodes per device.
 
@@ -106,8 +107,11 @@ def main() -> None:
                 if n >= 4 and (sess.feedback is None or sess.feedback.done):
                     break
         times: dict[str, list[float]] = {k: [] for k in sessions}
-        for _ in progress(range(args.rounds), f"{mname}: rounds"):
-            for key, sess in sessions.items():
+        order = list(sessions.items())
+        for r in progress(range(args.rounds), f"{mname}: rounds"):
+            # The order rotates round by round: a session run right after another pays for
+            # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
+            for key, sess in order[r % len(order) :] + order[: r % len(order)]:
                 best = float("inf")
                 for _ in range(args.runs):
                     t0 = time.perf_counter()
