@@ -6,8 +6,8 @@ here: the projections (MatMul by a constant weight: the CPU runs them through on
 packed weights) and the attention (the CPU fuses it into one kernel), Tanh (numpy's SIMD
 loop) on the CPU; LayerNormalization (the XPU's one-pass-per-row, 2-thread kernel against
 numpy's several passes) and the GELU's ``Pow(x, 3)`` (numpy's float32 power calls powf per
-element, 60 ns each; the XPU's kernel is vectorized where it can be and split over 2 threads)
-on the XPU. Every node can run on either device, so the CPU alone and the XPU alone are real
+element, 60 ns each for negative bases; the XPU's kernel multiplies, as onnxruntime's does) on
+the XPU. Every node can run on either device, so the CPU alone and the XPU alone are real
 alternatives; the measured cost model splits the block by itself
 (``python bench/placement.py --models attention_mix``).
 """
