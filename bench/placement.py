@@ -42,7 +42,10 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
     for name in LIGHT_MODELS:
         if names is None or name in names:
             out[name] = (light_model(name, seed=0).SerializeToString(), None)
-    extra = {"attention_mix": (attention_mix, None)}  # parts faster on different devices
+    extra = {  # parts faster on different devices
+        "attention_mix": (attention_mix, None),
+        "attention_long": (lambda: attention_mix(batch=2, seq=512), None),
+    }
     for name, (make, shapes) in {**HELD_OUT, **extra}.items():
         if names is None or name in names:
             out[name] = (make(), shapes)
