@@ -17,11 +17,14 @@ on every x86 machine.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.kernels.op_conv import conv
 from anychip.backends.cpu.onednn import conv as onednn_conv
+from anychip.backends.cpu.onednn import matmul as onednn_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.core.kernel_call import KernelContext
 from anychip.errors import ModelError
@@ -84,8 +87,11 @@ def _integer_conv(x: np.ndarray, x_zp: np.ndarray | None, wt: _Weights, attrs: d
         xc = x.astype(np.float32)
         if x_zp is not None:
             xc -= np.float32(np.asarray(x_zp).reshape(-1)[0])
-        # oneDNN declines below its MIN_MACS, where its call costs more than numpy's.
-        y = onednn_conv.conv(xc, wt.f32, None, None, None, attrs)
+        strides = attrs.get("strides") or [1]
+        macs = x.shape[0] * math.prod(x.shape[2:]) * wt.f32.size // math.prod(strides)
+        y = None
+        if macs >= onednn_matmul.MIN_MACS:  # below: oneDNN's call costs more than numpy's
+            y = onednn_conv.conv(xc, wt.f32, None, None, None, attrs)
         if y is None:
             y = conv(xc, wt.f32, None, **attrs)
         return y.astype(np.float64)

@@ -9,17 +9,12 @@ run inside the primitive.
 
 Falls back to the numpy kernel (``kernels/op_conv.py``) for: dtypes other than float32,
 1-D to 3-D convolutions only (rank 3-5), an empty batch or output, a Z whose shape is not the
-output's, activations oneDNN has no eltwise for, any attribute set oneDNN declines, and
-convolutions of fewer than ``MIN_MACS`` multiply-adds: as for MatMul, a primitive call costs
-more than numpy's im2col and GEMM there (1x8x16x16 by 8x8x3x3, 0.15 M: oneDNN 70-97 us, numpy
-16 us; 4x8x16x16, 0.6 M: 92 vs 36 us; 1x16x32x32 by 16x16x3x3, 2.4 M: oneDNN 163 us, numpy's
-two-thread sgemm up to 12 ms on a busy machine).
+output's, activations oneDNN has no eltwise for, and any attribute set oneDNN declines.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
 import numpy as np
@@ -28,12 +23,8 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
-from anychip.backends.cpu.onednn.matmul import MIN_MACS as _MATMUL_MIN_MACS
 
-__all__ = ["MIN_MACS", "conv", "eltwise"]
-
-#: Fewer multiply-adds than this (output elements x C/group x kernel): the numpy kernel.
-MIN_MACS = _MATMUL_MIN_MACS
+__all__ = ["conv", "eltwise"]
 
 _ACTS = {
     "Relu": C.eltwise_relu,
@@ -93,8 +84,6 @@ def conv(
     if geo is None:
         return None
     y_shape, group, kshape, window = geo
-    if math.prod(y_shape) * math.prod(w.shape[1:]) < MIN_MACS:
-        return None
     if z is not None and (z.shape != y_shape or z.dtype != np.float32):
         return None
     if b is not None and b.shape[0] != w.shape[0]:

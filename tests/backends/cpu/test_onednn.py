@@ -20,7 +20,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import anychip
 from anychip.backends.cpu.onednn import _lib
-from anychip.backends.cpu.onednn import conv as onednn_conv_module
 from anychip.backends.cpu.onednn._prim import REORDERS
 from anychip.backends.cpu.onednn.kernels import RUNS
 
@@ -28,10 +27,8 @@ F = TensorProto.FLOAT
 
 
 @pytest.fixture(autouse=True)
-def _need_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+def _need_onednn() -> None:
     assert _lib.available(), _lib.unavailable_reason()
-    # These tests' convolutions are small: make oneDNN take them (``MIN_MACS``).
-    monkeypatch.setattr(onednn_conv_module, "MIN_MACS", 0)
 
 
 def _model(

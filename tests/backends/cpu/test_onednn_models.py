@@ -12,18 +12,11 @@ from onnx import TensorProto, helper, numpy_helper
 import anychip
 from anychip.backends.cpu.kernels.op_conv import conv as numpy_conv
 from anychip.backends.cpu.onednn import _lib
-from anychip.backends.cpu.onednn import conv as onednn_conv_module
 from anychip.backends.cpu.onednn.conv import conv as onednn_conv
 from anychip.backends.cpu.onednn.kernels import RUNS
 from anychip.zoo import light_model
 
 F = TensorProto.FLOAT
-
-
-@pytest.fixture(autouse=True)
-def _onednn_takes_small_convs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These models' convolutions are small: make oneDNN take them (``MIN_MACS``)."""
-    monkeypatch.setattr(onednn_conv_module, "MIN_MACS", 0)
 
 
 def _outputs(session: anychip.Session, feeds: dict) -> list[np.ndarray]:
