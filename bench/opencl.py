@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -87,8 +88,15 @@ def _median_rounds(fns: dict, rounds: int) -> dict[str, float]:
     for fn in fns.values():
         fn()
     samples: dict[str, list[float]] = {k: [] for k in fns}
+    names = list(fns)
+    order = random.Random(0)
     for _ in range(rounds):
-        for name, fn in fns.items():
+        # A new order each round (seeded): PoCL's worker threads spin on for a while after a
+        # launch and slow whichever contender runs next (oneDNN's two-thread team most), so no
+        # contender may always follow the same one.
+        order.shuffle(names)
+        for name in names:
+            fn = fns[name]
             time.sleep(COOLDOWN)  # idle worker threads of the one before spin for a while
             t0 = CLOCK()
             fn()
@@ -164,7 +172,9 @@ def _models() -> dict:
 
 
 def _session_runner(model, feeds: dict, cfg: list[str]):  # noqa: ANN001, ANN202
-    sess = anychip.load(model, devices=cfg, strict=True)
+    # strict proves a single device runs everything; a device set is loaded as a user would
+    # (strict turns off the feedback's trial placements, which correct the cost model)
+    sess = anychip.load(model, devices=cfg, strict=len(cfg) == 1)
     for _ in range(60):  # the feedback's runs and trials first: then the placement holds
         sess.run(None, feeds)
         if sess.feedback is None or sess.feedback.done:
@@ -199,6 +209,9 @@ def bench_models(rounds: int) -> None:
             print(
                 f"{name:<16} {key:<12} {sec * 1e3:>9.1f} {sec / t['cpu']:>7.2f} {diff:>10}  {where}"
             )
+        for key, sess in sessions.items():
+            if len(key.split(",")) > 1 and sess.feedback is not None:
+                print(f"{'':<16} {key}: {sess.feedback.decision}")
 
 
 def bench_attention(rounds: int) -> None:

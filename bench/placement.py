@@ -1,13 +1,15 @@
 """Placement that pays: every model on every device set, against the fastest single device.
 
 For each model (the nine light CNNs with seeded random weights, the held-out models of
-``bench/models.py``, and the Hugging Face BERT and GPT-2 exports of ``tests/data`` at batch 8,
-sequence 128) and each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``, ``npu,xpu,cpu``,
-those available here), the session is loaded with measured costs (``calibration="auto"``),
-warmed up through its feedback runs, then timed; each device alone (``strict``, where it can
-run the whole model) is timed in the same interleaved rounds. Printed per row: median ms, ratio
-to the fastest single device among the set's own, copies and bytes per run, and the nodes
-per device.
+``bench/models.py``, GPT-2's block ``attention_mix`` of ``bench/mixed_model.py`` whose parts
+run fastest on different devices, and the Hugging Face BERT and GPT-2 exports of
+``tests/data`` at batch 8, sequence 128) and each device set (``cpu``, ``xpu,cpu``,
+``npu,cpu``, ``npu,xpu,cpu``, those available here), the session is loaded with measured costs
+(``calibration="auto"``), warmed up through its feedback runs, then timed; each device alone
+(``strict``, where it can run the whole model) is timed in the same interleaved rounds, their
+order rotating round by round. Printed
+per row: median ms, ratio to the fastest single device among the set's own, copies and bytes
+per run, and the nodes per device.
 
     python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
 """
@@ -27,6 +29,7 @@ import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench._timing import bars, progress  # noqa: E402
+from bench.mixed_model import attention_mix  # noqa: E402
 from bench.models import HELD_OUT  # noqa: E402
 
 SETS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
@@ -39,7 +42,11 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
     for name in LIGHT_MODELS:
         if names is None or name in names:
             out[name] = (light_model(name, seed=0).SerializeToString(), None)
-    for name, (make, shapes) in HELD_OUT.items():
+    extra = {  # parts faster on different devices
+        "attention_mix": (attention_mix, None),
+        "attention_long": (lambda: attention_mix(batch=2, seq=512), None),
+    }
+    for name, (make, shapes) in {**HELD_OUT, **extra}.items():
         if names is None or name in names:
             out[name] = (make(), shapes)
     # Hugging Face BERT and GPT-2 exports (tiny configs, torch.onnx dynamo; tests/data/README.md)
@@ -103,8 +110,11 @@ def main() -> None:
                 if n >= 4 and (sess.feedback is None or sess.feedback.done):
                     break
         times: dict[str, list[float]] = {k: [] for k in sessions}
-        for _ in progress(range(args.rounds), f"{mname}: rounds"):
-            for key, sess in sessions.items():
+        order = list(sessions.items())
+        for r in progress(range(args.rounds), f"{mname}: rounds"):
+            # The order rotates round by round: a session run right after another pays for
+            # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
+            for key, sess in order[r % len(order) :] + order[: r % len(order)]:
                 best = float("inf")
                 for _ in range(args.runs):
                     t0 = time.perf_counter()

@@ -9,9 +9,15 @@ measured points of its class (piecewise linear in work: elements, or FLOPs for M
 Conv) and a copy's time from the measured link; a class that could not be measured keeps the
 declared figures.
 
-Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul; Gemm too),
-``conv`` (3x3 Conv), ``reduce`` (Softmax; reductions and normalizations), ``data``
-(Transpose; the data-movement ops).
+Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul of two
+activations, as in attention), ``linear`` (MatMul by a constant weight; Gemm with a constant B
+too: backends pack such weights once, so it runs at another speed), ``conv`` (3x3 Conv),
+``reduce`` (Softmax; reductions and normalizations), ``data`` (Transpose; the data-movement
+ops).
+
+The element-wise ops and LayerNormalization differ too much within a class (numpy's float32
+power is a hundred Adds), so each is also measured on its own (``op:<type>`` points) the first
+time a placement prices it on a device, and cached with the rest.
 
 Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
 ``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
@@ -49,8 +55,8 @@ __all__ = [
     "op_class",
 ]
 
-FORMAT = 1
-_CLASSES = ("elementwise", "matmul", "conv", "reduce", "data")
+FORMAT = 2
+_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data")
 _MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 _CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
 _REDUCE = {
@@ -81,10 +87,11 @@ _DATA = {
 }
 
 
-def op_class(op_type: str) -> str:
-    """The measured class whose points estimate ``op_type``."""
+def op_class(op_type: str, const_weight: bool = False) -> str:
+    """The measured class whose points estimate ``op_type`` (``const_weight``: a MatMul or
+    Gemm whose second operand is a constant, the ``linear`` class)."""
     if op_type in _MATMUL:
-        return "matmul"
+        return "linear" if const_weight else "matmul"
     if op_type in _CONV:
         return "conv"
     if op_type in _REDUCE:
@@ -92,6 +99,32 @@ def op_class(op_type: str) -> str:
     if op_type in _DATA:
         return "data"
     return "elementwise"
+
+
+def op_key(op_type: str) -> str | None:
+    """The key of ``op_type``'s own measured points, for the ops measured one by one
+    (``calibration_probes.OP_PROBES``: the element-wise ops and LayerNormalization)."""
+    from anychip.core.calibration_probes import OP_PROBES
+
+    return f"op:{op_type}" if op_type in OP_PROBES else None
+
+
+def measure_op_points(backend: Any, cal: Calibration, op_type: str) -> None:
+    """Measure ``op_type`` on ``backend`` now (first use by a placement) into ``cal`` and the
+    cache; an op the device cannot run is recorded as no points (its class's are used)."""
+    from anychip.core.calibration_probes import measure_op
+
+    key = op_key(op_type)
+    with _lock:
+        if key is None or key in cal.points:
+            return
+        with task(f"calibrating {op_type} on {backend.name}", 1):
+            try:
+                cal.points[key] = measure_op(backend, op_type, cal.link)
+            except (OSError, ValueError) as e:
+                logging.getLogger("anychip").warning("anychip: measuring %s failed: %s", key, e)
+                cal.points[key] = []
+        _save(backend, cal)
 
 
 @dataclass
@@ -146,7 +179,8 @@ class Calibration:
             str(k): sorted((float(w), float(t)) for w, t in v) for k, v in data["points"].items()
         }
         for k, v in points.items():
-            if k not in _CLASSES or any(not (w >= 0 and t > 0) for w, t in v):
+            known = k in _CLASSES or op_key(k[3:]) == k
+            if not known or any(not (w >= 0 and t > 0) for w, t in v):
                 raise ValueError(f"bad calibration points for {k!r}")
         link = data.get("link")
         link_t = (float(link[0]), float(link[1])) if link else None
@@ -237,7 +271,7 @@ def clear_calibrations(device: str | None = None) -> int:
 
 
 MODES = ("auto", "cached", "off")
-_lock = threading.Lock()
+_lock = threading.RLock()  # measure_op_points runs inside a placement
 
 
 def resolve_calibration_mode(mode: str | None) -> str:

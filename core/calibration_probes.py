@@ -17,22 +17,32 @@ import numpy as np
 from anychip.core.report import quiet_fallbacks
 from anychip.errors import AnychipError
 
-__all__ = ["measure_class", "measure_link", "PROBES"]
+__all__ = ["measure_class", "measure_link", "measure_op", "PROBES", "OP_PROBES"]
 
 log = logging.getLogger("anychip.calibration")
 
 F = 1  # onnx.TensorProto.FLOAT
 
 
-def _model(op: str, shapes: list[list[int]], out: list[int], **attrs: Any) -> bytes:
-    from onnx import helper
+def _model(
+    op: str,
+    shapes: list[list[int]],
+    out: list[int],
+    weight: np.ndarray | None = None,
+    opset: int = 13,
+    **attrs: Any,
+) -> bytes:
+    """A one-node model of ``op`` on inputs of ``shapes`` (and the constant ``weight`` as its
+    last operand, when given)."""
+    from onnx import helper, numpy_helper
 
     names = [f"x{i}" for i in range(len(shapes))]
     inputs = [helper.make_tensor_value_info(n, F, s) for n, s in zip(names, shapes)]
     y = helper.make_tensor_value_info("y", F, out)
-    node = helper.make_node(op, names, ["y"], **attrs)
-    graph = helper.make_graph([node], f"probe_{op}", inputs, [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    inits = [] if weight is None else [numpy_helper.from_array(weight, "w")]
+    node = helper.make_node(op, names + [i.name for i in inits], ["y"], **attrs)
+    graph = helper.make_graph([node], f"probe_{op}", inputs, [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     return model.SerializeToString()
 
@@ -43,6 +53,11 @@ def _elementwise(n: int) -> tuple[bytes, float]:
 
 def _matmul(n: int) -> tuple[bytes, float]:
     return _model("MatMul", [[n, n], [n, n]], [n, n]), 2.0 * n**3
+
+
+def _linear(n: int) -> tuple[bytes, float]:
+    w = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
+    return _model("MatMul", [[n, n]], [n, n], weight=w), 2.0 * n**3
 
 
 def _conv(c: int, hw: int) -> tuple[bytes, float]:
@@ -62,9 +77,36 @@ def _data(n: int) -> tuple[bytes, float]:
 PROBES = {
     "elementwise": [lambda n=n: _elementwise(n) for n in (4096, 65536, 1 << 20)],
     "matmul": [lambda n=n: _matmul(n) for n in (32, 128, 256)],
+    "linear": [lambda n=n: _linear(n) for n in (32, 128, 256)],
     "conv": [lambda c=c, hw=hw: _conv(c, hw) for c, hw in ((16, 16), (32, 32), (64, 28))],
     "reduce": [lambda r=r: _reduce(r) for r in (16, 256, 2048)],
     "data": [lambda n=n: _data(n) for n in (64, 256, 1024)],
+}
+
+
+_UNARY = ("Relu", "Neg", "Abs", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Erf", "Reciprocal")
+_BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")
+
+
+def _op_probe(op: str, n: int) -> tuple[bytes, float]:
+    """A one-node model of ``op`` over ``n`` elements (LayerNormalization: rows of 256)."""
+    if op == "LayerNormalization":
+        rng = np.random.default_rng(n)
+        w = rng.standard_normal(256).astype(np.float32)
+        shape = [n // 256, 256]
+        return _model(op, [shape], shape, weight=w, opset=17, axis=-1), float(n)
+    if op == "Pow":  # as models write it: x ** 3 (GELU's tanh form), x ** 2
+        return _model(op, [[n]], [n], weight=np.array(3.0, np.float32)), float(n)
+    shapes = [[n]] if op in _UNARY else [[n], [n]]
+    return _model(op, shapes, [n]), float(n)
+
+
+#: Ops whose speed differs too much within their class (numpy's float32 power calls powf per
+#: element, 100 times the time of an Add; Tanh is a SIMD loop on one device, libm on another):
+#: each is measured on its own, on first use, at three sizes (elements).
+OP_PROBES = {
+    op: [lambda n=n, op=op: _op_probe(op, n) for n in (4096, 65536, 1 << 19)]
+    for op in (*_UNARY, *_BINARY, "LayerNormalization")
 }
 
 
@@ -89,33 +131,68 @@ def measure_link(backend: Any, repeat: int) -> tuple[float, float]:
     return max(float(intercept), 1e-7), float(bandwidth)
 
 
-def measure_class(backend: Any, cls: str, repeat: int) -> list[tuple[float, float]]:
-    """``[(work, seconds)]`` of the class's probes on ``backend`` alone; empty when the
-    device cannot run the class's op (its declared figures stay in use)."""
+def _probe_time(
+    backend: Any, model: bytes, work: float, link: tuple | None, repeat: int, positive: bool
+) -> float | None:
+    """Seconds of one probe model on ``backend`` alone, less its copies over ``link`` (but at
+    least a fifth of the whole run: a noisy subtraction must not make a device free); None
+    when the device cannot run it. ``positive``: inputs in [0.5, 2) instead of normal (no
+    NaN from Log or Sqrt, no division by zero)."""
     import anychip
     from anychip.core.calibration import best_of
 
+    try:
+        with quiet_fallbacks():
+            sess = anychip.load(
+                model,
+                devices=[backend.name],
+                cost_model=False,
+                check_kernels=False,
+                calibration="off",
+            )
+    except AnychipError as e:
+        log.info("calibration of %s: not measured: %s", backend.name, e)
+        return None
+    if set(sess.placement().by_device()) != {backend.name}:
+        return None
+    rng = np.random.default_rng(int(work) % (1 << 31))
+    feeds = {
+        i.name: (
+            rng.uniform(0.5, 2.0, i.shape) if positive else rng.standard_normal(i.shape)
+        ).astype(np.float32)
+        for i in sess.inputs
+    }
+    raw = t = best_of(lambda s=sess, f=feeds: s.run(None, f), repeat)
+    if link is not None:
+        nbytes = [a.nbytes for a in feeds.values()]
+        nbytes.append(int(np.prod(sess.outputs[0].shape)) * 4)
+        t -= sum(link[0] + b / link[1] for b in nbytes)
+    return max(t, raw / 5, 1e-7)
+
+
+def measure_class(backend: Any, cls: str, repeat: int) -> list[tuple[float, float]]:
+    """``[(work, seconds)]`` of the class's probes on ``backend`` alone; empty when the
+    device cannot run the class's op (its declared figures stay in use)."""
     points = []
     link = None if backend.host_memory else measure_link(backend, 1)
     for probe in PROBES[cls]:
         model, work = probe()
-        try:
-            with quiet_fallbacks():
-                sess = anychip.load(
-                    model, devices=[backend.name], cost_model=False, check_kernels=False
-                )
-        except AnychipError as e:
-            log.info("calibration of %s: %s not measured: %s", backend.name, cls, e)
+        t = _probe_time(backend, model, work, link, repeat, positive=False)
+        if t is None:
+            log.info("calibration of %s: %s not measured", backend.name, cls)
             return []
-        if sess.placement().by_device() != {backend.name: 1}:
-            log.info("calibration of %s: %s not measured: it runs elsewhere", backend.name, cls)
+        points.append((work, t))
+    return sorted(points)
+
+
+def measure_op(backend: Any, op: str, link: tuple | None, repeat: int = 3) -> list[tuple]:
+    """``[(elements, seconds)]`` of ``op``'s own probes (``OP_PROBES``) on ``backend``; empty
+    when the device cannot run it."""
+    points = []
+    for probe in OP_PROBES[op]:
+        model, work = probe()
+        t = _probe_time(backend, model, work, link, repeat, positive=op != "Pow")
+        if t is None:
             return []
-        rng = np.random.default_rng(int(work) % (1 << 31))
-        feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in sess.inputs}
-        t = best_of(lambda s=sess, f=feeds: s.run(None, f), repeat)
-        if link is not None:
-            nbytes = [a.nbytes for a in feeds.values()]
-            nbytes.append(int(np.prod(sess.outputs[0].shape)) * 4)
-            t -= sum(link[0] + b / link[1] for b in nbytes)
-        points.append((work, max(t, 1e-7)))
+        points.append((work, t))
     return sorted(points)

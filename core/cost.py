@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from anychip.core.calibration import op_class
+from anychip.core.calibration import op_class, op_key
 
 if TYPE_CHECKING:
     from anychip.core.backend import DeviceModel
@@ -70,6 +70,11 @@ def node_bytes(node: Node) -> int | None:
     return total
 
 
+def _const_weight(node: Node) -> bool:
+    """Whether ``node`` multiplies by a constant second operand (a layer's weight)."""
+    return len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const is not None
+
+
 def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -> float | None:
     """Estimated seconds for ``node`` on ``device`` (measured where ``cal`` has its op class),
     or None when shapes are unknown."""
@@ -77,7 +82,10 @@ def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -
     if flops is None:
         return None
     if cal is not None:
-        measured = cal.time(op_class(node.op_type), flops)
+        key = op_key(node.op_type)
+        measured = cal.time(key, flops) if key else None  # the op's own points, if any
+        if measured is None:
+            measured = cal.time(op_class(node.op_type, _const_weight(node)), flops)
         if measured is not None:
             return measured
     nbytes = node_bytes(node)

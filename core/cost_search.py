@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from anychip.core.calibration import measure_op_points, op_key
 from anychip.core.cost import copy_time, node_time
 
 if TYPE_CHECKING:
@@ -42,20 +43,32 @@ class Costs:
         calibrations: dict[str, Any] | None = None,
         factors: dict[str, float] | None = None,
         capable: Any = None,
+        measure: bool = False,
     ) -> None:
         self.by_name = {b.name: b for b in backends}
         self.cals = dict(calibrations or {})
         self.factors = dict(factors or {})
         #: ``capable(device name, node) -> bool`` (placement's capability), when known.
         self._capable = capable
+        self._memo: dict[tuple[Node, str], float | None] = {}
+        #: Whether an op measured one by one (``calibration.op_key``) but not yet measured on a
+        #: calibrated device is measured now (calibration mode ``auto``).
+        self.measure = measure
 
     def capable(self, device: str, node: Node) -> bool:
         return self._capable is not None and self._capable(device, node)
 
     def node(self, node: Node, device: str) -> float | None:
-        b = self.by_name[device]
-        t = node_time(node, b.device, self.cals.get(device))
-        return None if t is None else t * self.factors.get(device, 1.0)
+        key = (node, device)
+        if key not in self._memo:  # the searches ask for the same node many times
+            b = self.by_name[device]
+            cal = self.cals.get(device)
+            op = op_key(node.op_type)
+            if self.measure and cal is not None and op is not None and op not in cal.points:
+                measure_op_points(b, cal, node.op_type)
+            t = node_time(node, b.device, self.cals.get(device))
+            self._memo[key] = None if t is None else t * self.factors.get(device, 1.0)
+        return self._memo[key]
 
     def copy(self, nbytes: int | None, device: str) -> float:
         b = self.by_name[device]

@@ -16,7 +16,8 @@ it in turn with as many of the placement, so each pair is measured under the sam
 all serving those requests): the host alone, and for each other device the most it can take
 (onnxruntime's PREFER_<device>). A placement identical to one measured is skipped; a trial that
 fails is dropped (its request is served by the current placement). The fastest relative to the
-placement's paired runs wins if it is ``MARGIN`` faster: so a device added to the list can cost a
+placement's paired runs wins if it is ``MARGIN`` faster, in its best run and its median one
+(one lucky run of three must not move a session): so a device added to the list can cost a
 few trial runs, never a slower steady state. Under a named policy (``prefer-first``,
 ``min-copies``) or ``strict`` the user said how to place, and nothing is tried. Either way the
 partitions' info and ``Session.placement()`` say what was measured and decided. Outputs do not
@@ -26,6 +27,7 @@ depend on which placement ran beyond the devices' floating-point differences.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +195,10 @@ class Feedback:
             return outs, compiled
         took, against = min(self.trial_samples[1:]), min(self.paired_samples)
         self.decision += f"; {label}, tried, took {_ms(took)} against {_ms(against)}"
-        if took / against < self.best[0] * (1 - MARGIN):
+        # The best runs must win and so must the typical ones: on a loaded machine one lucky
+        # run of three made a trial with 46 copies look 5% faster than the CPU alone.
+        typical = statistics.median(self.trial_samples[1:]) / statistics.median(self.paired_samples)
+        if took / against < self.best[0] * (1 - MARGIN) and typical < 1 - MARGIN:
             self.best = (took / against, label, trial)
         self._end_trial(compiled)
         return self._finish(outs, compiled)

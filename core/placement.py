@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from anychip.core.calibration import resolve_calibration_mode
 from anychip.core.cost import MIN_ISLAND_GAIN
+from anychip.core.cost_moves import move_faster_groups
 from anychip.core.cost_search import Costs, prefer_single_device
 from anychip.core.kernels import KernelTable, find_kernel, input_dtypes
 from anychip.errors import PlacementError, UnsupportedOpError
@@ -174,9 +175,12 @@ def place(
         )
     if options.cost_model:
         _keep_shape_chains_on_host(graph, backends, tables)
-        costs = Costs(backends, options.calibrations, options.factors)
-        if options.policy != "min-copies":  # the islands rule is about time
+        costs = Costs(
+            backends, options.calibrations, options.factors, measure=options.calibration == "auto"
+        )
+        if options.policy != "min-copies":  # the islands rule and the moves are about time
             avoid_costly_islands(graph, backends, tables, options, costs)
+            _move_faster_groups(graph, backends, tables, costs)
         _prefer_single_device(graph, backends, tables, costs, options)
 
 
@@ -216,6 +220,25 @@ def _keep_shape_chains_on_host(
             _assign(node, host, tables, "shape computation: stays on the host")
 
 
+def _capable_fn(tables: dict[str, KernelTable]):  # noqa: ANN202
+    def capable(b: Backend, n: Node) -> bool:
+        return n.meta["device"] == b.name or capability(b, tables.get(b.name), n) is None
+
+    return capable
+
+
+def _move_faster_groups(
+    graph: Graph, backends: list[Backend], tables: dict[str, KernelTable], costs: Costs
+) -> None:
+    """Each kernel-mode device takes the connected groups of nodes it is estimated faster
+    at, copies included (``core/cost_moves.py``)."""
+
+    def assign(n: Node, b: Backend, why: str) -> None:
+        _assign(n, b, tables, why)
+
+    move_faster_groups(graph, backends, _capable_fn(tables), costs, assign)
+
+
 def _prefer_single_device(
     graph: Graph,
     backends: list[Backend],
@@ -226,9 +249,7 @@ def _prefer_single_device(
     """Move every node to one device when that is estimated faster than the mixed placement
     (``min-copies``: when it makes fewer copies per run)."""
 
-    def capable(b: Backend, n: Node) -> bool:
-        return n.meta["device"] == b.name or capability(b, tables.get(b.name), n) is None
-
+    capable = _capable_fn(tables)
     by_copies = options.policy == "min-copies"
     found = prefer_single_device(graph, backends, capable, costs, by_copies)
     if found is None:

@@ -8,6 +8,10 @@
   ``* scale``); ``Kt`` is K already transposed, as the MatMul it replaces read it.
 * ``ShapeMemo``: the graph ``body`` that reads only the shapes of its inputs; its outputs are
   kept per input signature.
+* ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
+  ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
+  ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
+  PolynomialFeatures).
 """
 
 from __future__ import annotations
@@ -92,6 +96,29 @@ def _shape_memo() -> OpSchema:
     )
 
 
+def _column_products() -> OpSchema:
+    ints = OpSchema.AttrType.INTS
+    return OpSchema(
+        "ColumnProducts",
+        ANYCHIP_DOMAIN,
+        1,
+        "Y[:, j] = product of X[:, c] over the columns c listed for output j.",
+        inputs=[OpSchema.FormalParameter("X", "N", "[rows, features]")],
+        outputs=[OpSchema.FormalParameter("Y", "N", "[rows, len(lengths)]")],
+        type_constraints=[
+            (
+                "N",
+                ["tensor(float)", "tensor(double)", "tensor(int64)", "tensor(int32)"],
+                "numeric tensors",
+            )
+        ],
+        attributes=[
+            OpSchema.Attribute("columns", ints, "the column lists, end to end"),
+            OpSchema.Attribute("lengths", ints, "how many columns each output multiplies"),
+        ],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
-    return [_fused_elementwise(), _fused_attention(), _shape_memo()]
+    return [_fused_elementwise(), _fused_attention(), _shape_memo(), _column_products()]

@@ -16,11 +16,14 @@ def transformer_layer(
     ffn: int = 1024,
     seed: int = 0,
     causal: bool = False,
+    ln_mean: bool = False,
 ) -> onnx.ModelProto:
     """One BERT-style encoder layer (opset 17): attention, LayerNorm, GELU feed-forward. A
         string ``seq`` makes the sequence length a symbolic dimension of that name (the Reshapes
         then copy it with 0). ``causal`` adds a GPT-style mask (a constant, -1e9 above the
-    diagonal, added to the scores before Softmax; needs an int ``seq``)."""
+    diagonal, added to the scores before Softmax; needs an int ``seq``). ``ln_mean``: the two
+    LayerNormalizations also output their Mean, which the XPU's kernel does not give (a model
+    with nodes that fall back from the XPU)."""
     rng = np.random.default_rng(seed)
     head = hidden // heads
     dim = 0 if isinstance(seq, str) else seq  # Reshape: 0 copies the input's dimension
@@ -65,7 +68,13 @@ def transformer_layer(
         n("Reshape", ["ctxt", "merge_shape"], ["merged"], name="attn/merge"),
         n("MatMul", ["merged", "wo"], ["o"], name="attn/out"),
         n("Add", ["o", "x"], ["r1"], name="attn/residual"),
-        n("LayerNormalization", ["r1", "g1", "b1"], ["h"], axis=-1, name="ln1"),
+        n(
+            "LayerNormalization",
+            ["r1", "g1", "b1"],
+            ["h"] + ["ln1_mean"] * ln_mean,
+            axis=-1,
+            name="ln1",
+        ),
         n("MatMul", ["h", "w1"], ["f1"], name="ffn/up"),
         n("Div", ["f1", "sqrt2"], ["f1s"], name="ffn/gelu_div"),
         n("Erf", ["f1s"], ["ferf"], name="ffn/gelu_erf"),
@@ -74,7 +83,13 @@ def transformer_layer(
         n("Mul", ["fm", "half"], ["fg"], name="ffn/gelu_half"),
         n("MatMul", ["fg", "w2"], ["f2"], name="ffn/down"),
         n("Add", ["f2", "h"], ["r2"], name="ffn/residual"),
-        n("LayerNormalization", ["r2", "g2", "b2"], ["y"], axis=-1, name="ln2"),
+        n(
+            "LayerNormalization",
+            ["r2", "g2", "b2"],
+            ["y"] + ["ln2_mean"] * ln_mean,
+            axis=-1,
+            name="ln2",
+        ),
     ]
     if causal:
         mask = np.triu(np.full((seq, seq), -1e9, np.float32), k=1)[None, None]

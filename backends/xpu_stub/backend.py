@@ -28,6 +28,13 @@ class XpuBackend(Backend):
     kind = "xpu"
     priority = 10
 
+    @property
+    def version(self) -> str:
+        """The driver's C sources' hash: calibrations of other kernels are never read."""
+        from anychip.backends.xpu_stub.driver.build import source_key
+
+        return f"driver-{source_key()}"
+
     def device_model(self) -> DeviceModel:
         # Figures of the simulated chip: a small PCIe accelerator.
         capacity = None
@@ -51,6 +58,8 @@ class XpuBackend(Backend):
         """Constraints the kernel table cannot express: arity and matching input dtypes."""
         from anychip.backends.xpu_stub.driver.launch import BINARY_OPS
 
+        if node.op_type == "LayerNormalization" and any(v is not None for v in node.outputs[1:]):
+            return "LayerNormalization with Mean or InvStdDev outputs (the XPU gives Y only)"
         if node.op_type in BINARY_OPS and node.domain == "":
             present = [v for v in node.inputs if v is not None]
             if len(present) != 2:

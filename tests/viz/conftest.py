@@ -16,7 +16,11 @@ from tests.models import transformer_layer
 CASES = {
     "resnet50-npu": (lambda: light_model("resnet50", seed=0), ["npu", "cpu"], {}),
     "transformer-npu": (lambda: transformer_layer(), ["npu", "cpu"], {}),
-    "transformer-xpu": (lambda: transformer_layer(), ["xpu", "cpu"], {"cost_model": False}),
+    "transformer-xpu": (
+        lambda: transformer_layer(ln_mean=True),
+        ["xpu", "cpu"],
+        {"cost_model": False},
+    ),
 }
 
 

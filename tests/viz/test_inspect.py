@@ -65,7 +65,7 @@ def test_resnet50_flops_are_the_known_four_gigamacs() -> None:
 
 
 def test_support_agrees_with_placement() -> None:
-    model = transformer_layer(seq=8, hidden=32, ffn=64)
+    model = transformer_layer(seq=8, hidden=32, ffn=64, ln_mean=True)
     s = inspect_model(model, ["xpu", "cpu"])
     with anychip.load(model, devices=["xpu", "cpu"], cost_model=False) as sess:
         fell = {n.op_type for n in sess.placement().fallbacks()}

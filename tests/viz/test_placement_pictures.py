@@ -61,12 +61,12 @@ def test_html_marks_every_copy_with_its_bytes(session) -> None:
 
 def test_html_labels_fallbacks_with_their_reason(mixed) -> None:
     report = mixed.placement()
-    assert report.fallbacks(), "LayerNormalization has no xpu kernel"
+    assert report.fallbacks(), "LayerNormalization with its Mean cannot run on the XPU"
     html = placement_html(placement_view(mixed))
     page = Page(html)
     marked = {a["data-name"]: a["data-reason"] for a in page.with_class("fallback")}
     assert marked == {n.name: n.reason for n in report.fallbacks()}
-    assert "no kernel for LayerNormalization" in html
+    assert "LayerNormalization with Mean or InvStdDev outputs" in html
     bands = page.with_class("partition")
     assert sorted(int(a["data-index"]) for a in bands) == [p.index for p in report.partitions]
 
@@ -116,7 +116,7 @@ def test_svg_labels_fallbacks(mixed) -> None:
     groups = svg_groups(svg_bytes(view))
     for vn in view.graph_nodes:
         text = " ".join(texts_of(groups[f"node_{vn.id}"]))
-        assert ("fallback: xpu: no kernel" in text) == vn.fallback
+        assert ("fallback: xpu: LayerNormalization with Mean" in text) == vn.fallback
 
 
 def test_dot_source_and_file_formats(mixed, tmp_path) -> None:

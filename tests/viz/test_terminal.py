@@ -88,7 +88,9 @@ def test_progress_tasks_reach_the_listener(mixed) -> None:
         with task("outer", 2) as advance:
             advance(2)
         anychip.load(
-            transformer_layer(seq=8, hidden=32, ffn=64), devices=["xpu", "cpu"], cost_model=False
+            transformer_layer(seq=8, hidden=32, ffn=64, ln_mean=True),
+            devices=["xpu", "cpu"],
+            cost_model=False,
         ).close()
     assert seen[0] == ("outer", 2, 2)
     assert ("loading the model", None, 0) in seen

@@ -5,16 +5,26 @@ realistic reduction stay far below 2**53) by the float Conv kernel and numpy's m
 matmuls run in float32 (BLAS sgemm, about twice dgemm's speed) when a bound shows the result
 exact: every partial sum is an integer, and when ``max_i sum_k |a_ik| * max |b|`` (or the
 same with the roles swapped) is below 2**24 every one of them is a float32 integer, so no
-addition rounds whatever order BLAS adds in. The convolutions stay in float64: the float Conv
-kernel may change algorithm (Winograd, FFT) and then float32 is not exact.
+addition rounds whatever order BLAS adds in. The convolutions run the same way through
+oneDNN's float32 direct convolution (never Winograd) when the bound ``max |x - x_zp| *
+max_m sum |w_m - w_zp|`` (the first factor from x's type range, the second kept per node) is
+below 2**24 (numpy's float32 Conv kernel, im2col and sgemm, below oneDNN's ``MIN_MACS``
+multiply-adds, where its call costs less), else in float64 through the numpy Conv kernel.
+oneDNN's int8 convolution is not used: without VNNI its u8s8 products pass through
+saturating 16-bit pairs (the saturation onnxruntime's u8s8 GEMM shows), so it is not exact
+on every x86 machine.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.kernels.op_conv import conv
+from anychip.backends.cpu.onednn import conv as onednn_conv
+from anychip.backends.cpu.onednn import matmul as onednn_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.core.kernel_call import KernelContext
 from anychip.errors import ModelError
@@ -39,19 +49,78 @@ def _centered(
     return out - zp.reshape(shape)
 
 
+_EXACT_F32 = float(2**24)
+
+
 def _conv_f64(x: np.ndarray, w: np.ndarray, attrs: dict) -> np.ndarray:
     return conv(x, w, None, **attrs)
 
 
-@kernel("ConvInteger", since=10)
+class _Weights:
+    """``w - w_zero_point`` in float64 and float32, and the largest per-output-channel L1 norm
+    (the weight factor of the exactness bound)."""
+
+    __slots__ = ("w", "zp", "f64", "f32", "l1")
+
+    def __init__(self, w: np.ndarray, zp: np.ndarray | None) -> None:
+        self.w, self.zp = w, zp
+        self.f64 = _centered(w, zp, 0)
+        self.f32 = self.f64.astype(np.float32)
+        m = self.f64.shape[0] if self.f64.ndim else 1
+        self.l1 = float(np.abs(self.f64).reshape(m, -1).sum(axis=1).max()) if self.f64.size else 0.0
+
+
+def _x_bound(x: np.ndarray, zp: np.ndarray | None) -> float:
+    """``max |x - zp|`` over x's whole type range (no pass over the data)."""
+    if x.dtype.kind not in "iu":
+        return float("inf")
+    info = np.iinfo(x.dtype)
+    z = 0.0 if zp is None else float(np.asarray(zp).reshape(-1)[0])
+    return max(abs(info.min - z), abs(info.max - z))
+
+
+def _integer_conv(x: np.ndarray, x_zp: np.ndarray | None, wt: _Weights, attrs: dict) -> np.ndarray:
+    """The exact integer convolution of ``x - x_zp`` with the centered weights, float64."""
+    if x_zp is not None and np.asarray(x_zp).size != 1:
+        raise ModelError("the zero point of a convolution's input must be a scalar")
+    if _x_bound(x, x_zp) * wt.l1 < _EXACT_F32 and x.ndim == wt.f32.ndim:
+        xc = x.astype(np.float32)
+        if x_zp is not None:
+            xc -= np.float32(np.asarray(x_zp).reshape(-1)[0])
+        strides = attrs.get("strides") or [1]
+        macs = x.shape[0] * math.prod(x.shape[2:]) * wt.f32.size // math.prod(strides)
+        y = None
+        if macs >= onednn_matmul.MIN_MACS:  # below: oneDNN's call costs more than numpy's
+            y = onednn_conv.conv(xc, wt.f32, None, None, None, attrs)
+        if y is None:
+            y = conv(xc, wt.f32, None, **attrs)
+        return y.astype(np.float64)
+    return _conv_f64(_centered(x, x_zp), wt.f64, attrs)
+
+
+def _weights(ctx: KernelContext | None, w: np.ndarray, zp: np.ndarray | None) -> _Weights:
+    """The node's ``_Weights``, kept while the same weight array comes back (an initializer:
+    converting it on every run cost as much as the small convolutions)."""
+    if ctx is None:
+        return _Weights(w, zp)
+    cache: dict = compiled(ctx, dict)
+    hit = cache.get("w")
+    if hit is not None and hit.w is w and hit.zp is zp:
+        return hit
+    cache["w"] = hit = _Weights(w, zp)
+    return hit
+
+
+@kernel("ConvInteger", since=10, context=True)
 def conv_integer(
+    ctx: KernelContext,
     x: np.ndarray,
     w: np.ndarray,
     x_zero_point: np.ndarray | None = None,
     w_zero_point: np.ndarray | None = None,
     **attrs: object,
 ) -> np.ndarray:
-    y = _conv_f64(_centered(x, x_zero_point), _centered(w, w_zero_point, 0), attrs)
+    y = _integer_conv(x, x_zero_point, _weights(ctx, w, w_zero_point), attrs)
     return np.rint(y).astype(np.int32)
 
 
@@ -67,9 +136,6 @@ def _matmul_zp(v: np.ndarray, zp: np.ndarray | None, is_b: bool) -> np.ndarray:
         return out - z.reshape(z.shape[:-1] + (1, z.shape[-1]) if z.ndim > 1 else (1, -1))
     # Per row of A: shape [M] or [..., M, 1].
     return out - (z.reshape(-1, 1) if z.ndim == 1 else z)
-
-
-_EXACT_F32 = float(2**24)
 
 
 def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -96,14 +162,6 @@ def mat_mul_integer(
     return np.rint(y).astype(np.int32)
 
 
-def _requantize(y: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
-    scale = np.asarray(y_scale).astype(np.float64)
-    zp = np.asarray(y_zero_point)
-    q = np.rint(y / scale.reshape(())) + zp.astype(np.float64).reshape(())
-    info = np.iinfo(zp.dtype)
-    return np.clip(q, info.min, info.max).astype(zp.dtype)
-
-
 def _scale_of(scale: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
     s = np.asarray(scale).astype(np.float64)
     if s.size == 1 or axis is None:
@@ -111,18 +169,6 @@ def _scale_of(scale: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
     shape = [1] * ndim
     shape[axis] = -1
     return s.reshape(shape)
-
-
-def _weights_centered(ctx: KernelContext, w: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
-    """``w - w_zero_point`` in float64, kept per node while the same weight array comes back
-    (an initializer: converting it on every run cost as much as the small convolutions)."""
-    cache: dict = compiled(ctx, dict)
-    hit = cache.get("w")
-    if hit is not None and hit[0] is w and hit[1] is zp:
-        return hit[2]
-    centered = _centered(w, zp, 0)
-    cache["w"] = (w, zp, centered)
-    return centered
 
 
 @kernel("QLinearConv", since=10, context=True)
@@ -139,11 +185,20 @@ def qlinear_conv(
     b: np.ndarray | None = None,
     **attrs: object,
 ) -> np.ndarray:
-    acc = _conv_f64(_centered(x, x_zero_point), _weights_centered(ctx, w, w_zero_point), attrs)
+    acc = _integer_conv(x, x_zero_point, _weights(ctx, w, w_zero_point), attrs)
+    # In place on the fresh accumulator (each temporary cost a few us on small maps), the
+    # same operations in the same order as before: ((acc + b) * xs) * ws / ys, rint, + zp.
     if b is not None:
-        acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (acc.ndim - 2))
-    real = acc * _scale_of(x_scale, acc.ndim, None) * _scale_of(w_scale, acc.ndim, 1)
-    return _requantize(real, y_scale, y_zero_point)
+        acc += b.astype(np.float64).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    acc *= _scale_of(x_scale, acc.ndim, None)
+    acc *= _scale_of(w_scale, acc.ndim, 1)
+    acc /= np.asarray(y_scale).astype(np.float64).reshape(())
+    np.rint(acc, out=acc)
+    zp = np.asarray(y_zero_point)
+    acc += zp.astype(np.float64).reshape(())
+    info = np.iinfo(zp.dtype)
+    np.clip(acc, info.min, info.max, out=acc)
+    return acc.astype(zp.dtype)
 
 
 @kernel("QLinearMatMul", since=10)

@@ -19,6 +19,7 @@ from typing import Any
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
+from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
@@ -30,6 +31,7 @@ from anychip.ir.passes import Pass
 __all__ = [
     "EliminateTransposeReshapePass",
     "FuseAttentionPass",
+    "FuseColumnProductsPass",
     "FuseGeluPass",
     "FuseSoftmaxPass",
     "FoldPadIntoConvPass",
@@ -58,6 +60,7 @@ def cpu_passes() -> list[Pass]:
         FuseGeluPass(),
         FuseConvPass(),
         FuseGemmPass(),
+        FuseColumnProductsPass(),
         FuseElementwisePass(),
     ]
     for p in passes:

@@ -7,12 +7,15 @@
   a 0 in the outer shape would copy a dimension of the inner result);
 * a Reshape, Transpose or Squeeze/Unsqueeze/Flatten whose static input and output shapes are
   equal (Transpose: identity permutation) is removed: its readers read its input. Not when its
-  output is a graph output or its input a graph input that is also an output.
+  output is a graph output or its input a graph input that is also an output;
+* a Cast to its input's own type (skl2onnx starts most models with a Cast to float of a float
+  input) goes the same way: it only copies.
 """
 
 from __future__ import annotations
 
 from anychip.backends.cpu.passes._common import fused_node, producer, record
+from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -63,6 +66,8 @@ class EliminateTransposeReshapePass(Pass):
                 fired += self._reshape(node, graph)
             if node.graph is graph and node.op_type in _SHAPE_OPS + ("Transpose",):
                 fired += self._identity(node, graph)
+            elif node.op_type == "Cast":
+                fired += self._same_type_cast(node, graph)
         record(graph, self.name, fired)
         return PassResult(graph, fired > 0)
 
@@ -108,5 +113,14 @@ class EliminateTransposeReshapePass(Pass):
         if node.op_type == "Transpose" and _perm(node) != list(range(len(x.shape))):
             return 0
         if x in graph.outputs:
+            return 0
+        return int(_bypass(node, graph))
+
+    def _same_type_cast(self, node: Node, graph: Graph) -> int:
+        x = node.inputs[0]
+        to = node.attr("to", None)
+        if not isinstance(to, int) or x.dtype == DType.UNDEFINED or x.dtype != to:
+            return 0
+        if not x.is_tensor or x in graph.outputs:
             return 0
         return int(_bypass(node, graph))

@@ -5,9 +5,9 @@ activation] becomes ``com.microsoft::FusedGemm(A, B, C)`` with ``activation`` (a
 Fires when the bias is a float32 constant of ``N`` elements (``[N]`` or ``[1, N]``), each
 intermediate has one reader and is not a graph output, the activation is one FusedGemm
 computes (Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid), and, as for FusedConv, the CPU's
-FusedGemm kernel is a fast one (``require_fast_kernel``): the numpy kernel allocates the
-product, the scaled sum and the activation where the unfused MatMul writes into planned
-memory and the element-wise fusion does the bias and activation in one generated kernel.
+FusedGemm kernel is a fast one (``require_fast_kernel``). The numpy kernel is marked fast:
+the form this pass makes (alpha = beta = 1, Relu or no activation) runs in place in planned
+memory as the unfused MatMul did (other activations allocate, as it once did for all).
 """
 
 from __future__ import annotations

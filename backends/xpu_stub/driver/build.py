@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from anychip.errors import DeviceError
 
-__all__ = ["build_library", "load_library", "Library", "DEFAULT_HEAP_BYTES"]
+__all__ = ["build_library", "load_library", "source_key", "Library", "DEFAULT_HEAP_BYTES"]
 
 DEFAULT_HEAP_BYTES = 1 << 30
 """Default device heap: 1 GiB of host virtual memory, touched only where tensors are written."""
@@ -94,6 +94,16 @@ def _build_key(compiler: list[str], sources: list[Path]) -> str:
     stat = binary.stat()
     digest.update(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return digest.hexdigest()[:16]
+
+
+def source_key() -> str:
+    """A hash of the driver's C sources: what the kernels compute and how fast (the backend's
+    ``version``, so a changed kernel is calibrated again)."""
+    digest = hashlib.sha256()
+    for path in sorted(_SOURCE_DIR.glob("*.c")) + sorted(_SOURCE_DIR.glob("*.h")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def build_library() -> Path:

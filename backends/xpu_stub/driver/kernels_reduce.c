@@ -4,6 +4,14 @@
  * Softmax, LogSoftmax: bufs [x, y]  iargs [dtype, outer, axis_len, inner]   (float32)
  *         x and y are contiguous [outer, axis_len, inner]; each (outer, inner) line is
  *         normalised along axis_len after subtracting its maximum, so exp never overflows.
+ *         Along the last axis (inner == 1, the usual case) rows are split over the device's
+ *         threads and each is three vectorized passes (max; exp into y with xpu_expf and a
+ *         16-lane sum; scale), all in float32; other axes take the strided double path.
+ * LayerNormalization:
+ *         bufs [x, scale, bias or 0, y]  iargs [dtype, rows, len]  fargs [epsilon]   (float32)
+ *         each row of len elements: y = (x - mean) / sqrt(var + epsilon) * scale + bias,
+ *         mean and (biased) variance in float32 with 16-lane sums; scale and bias hold len
+ *         elements (the caller expands a broadcast one). Rows split over the threads.
  * ReduceSum, ReduceMean, ReduceMax, ReduceMin:
  *         bufs [x, y]  iargs [dtype, ndim, shape[ndim], reduce_mask[ndim]]
  *         x is contiguous with `shape`; y is contiguous over the kept dimensions (keepdims
@@ -12,6 +20,7 @@
  *         Max -inf / INT64_MIN, Min +inf / INT64_MAX, as the ONNX spec says for Max and Min.
  */
 #include "xpu_internal.h"
+#include "xpu_vmath.h"
 
 #include <math.h>
 
@@ -65,8 +74,109 @@ static void softmax_impl(const xpu_args *a, bool log_out) {
     }
 }
 
-static void run_softmax(const xpu_args *a) { softmax_impl(a, false); }
-static void run_log_softmax(const xpu_args *a) { softmax_impl(a, true); }
+typedef struct rows_ctx {
+    const float *x, *scale, *bias;
+    float *y;
+    int64_t len;
+    bool log_out;
+    float epsilon;
+} rows_ctx;
+
+static void softmax_rows(void *vc, int64_t lo, int64_t hi) {
+    const rows_ctx *c = vc;
+    int64_t len = c->len;
+    for (int64_t row = lo; row < hi; row++) {
+        const float *restrict x = c->x + row * len;
+        float *restrict y = c->y + row * len;
+        float m = xpu_maxf(x, len);
+        for (int64_t k = 0; k < len; k++) {
+            y[k] = xpu_expf(x[k] - m);
+        }
+        float sum = xpu_sumf(y, len);
+        if (c->log_out) {
+            float ls = logf(sum);
+            for (int64_t k = 0; k < len; k++) {
+                y[k] = (x[k] - m) - ls;
+            }
+        } else {
+            float inv = 1.0f / sum;
+            for (int64_t k = 0; k < len; k++) {
+                y[k] *= inv;
+            }
+        }
+    }
+}
+
+static void softmax_dispatch(const xpu_args *a, bool log_out) {
+    if (a->i[3] != 1) {
+        softmax_impl(a, log_out);
+        return;
+    }
+    rows_ctx c = {(const float *)a->ptr[0], NULL, NULL, (float *)a->ptr[1], a->i[2], log_out, 0};
+    xpu_parallel_for(a->i[1], 8.0 * (double)a->i[2], softmax_rows, &c);
+}
+
+static void run_softmax(const xpu_args *a) { softmax_dispatch(a, false); }
+static void run_log_softmax(const xpu_args *a) { softmax_dispatch(a, true); }
+
+/* ---- LayerNormalization ------------------------------------------------------------------ */
+
+static int check_layernorm(const xpu_args *a) {
+    int st = xpu_check_counts(a, 4, 3, 1);
+    if (st == XPU_OK) {
+        st = xpu_check_dtype(a, a->i[0], false);
+    }
+    int64_t numel = 0;
+    if (st == XPU_OK) {
+        st = xpu_check_numel(a, 2, a->i + 1, &numel);
+    }
+    if (st == XPU_OK) {
+        st = xpu_check_dense(a, 0, numel, 4);
+    }
+    if (st == XPU_OK) {
+        st = xpu_check_dense(a, 1, a->i[2], 4);
+    }
+    if (st == XPU_OK && a->ptr[2] != NULL) {
+        st = xpu_check_dense(a, 2, a->i[2], 4);
+    }
+    if (st == XPU_OK) {
+        st = xpu_check_dense(a, 3, numel, 4);
+    }
+    return st;
+}
+
+static void layernorm_rows(void *vc, int64_t lo, int64_t hi) {
+    const rows_ctx *c = vc;
+    int64_t len = c->len;
+    const float *restrict scale = c->scale, *restrict bias = c->bias;
+    for (int64_t row = lo; row < hi; row++) {
+        const float *restrict x = c->x + row * len;
+        float *restrict y = c->y + row * len;
+        float mean = xpu_sumf(x, len) / (float)len;
+        for (int64_t k = 0; k < len; k++) {
+            float d = x[k] - mean;
+            y[k] = d * d;
+        }
+        float rstd = 1.0f / sqrtf(xpu_sumf(y, len) / (float)len + c->epsilon);
+        if (bias != NULL) {
+            for (int64_t k = 0; k < len; k++) {
+                y[k] = (x[k] - mean) * rstd * scale[k] + bias[k];
+            }
+        } else {
+            for (int64_t k = 0; k < len; k++) {
+                y[k] = (x[k] - mean) * rstd * scale[k];
+            }
+        }
+    }
+}
+
+static void run_layernorm(const xpu_args *a) {
+    rows_ctx c = {(const float *)a->ptr[0], (const float *)a->ptr[1], (const float *)a->ptr[2],
+                  (float *)a->ptr[3], a->i[2], false, (float)a->f[0]};
+    if (a->i[2] > 0) {
+        xpu_parallel_for(a->i[1], 6.0 * (double)a->i[2], layernorm_rows, &c);
+    }
+}
 
 /* ---- Reduce ------------------------------------------------------------------------------ */
 
@@ -208,6 +318,7 @@ static void run_reduce_min(const xpu_args *a) { reduce_impl(a, R_MIN); }
 static const xpu_kernel_def kernels[] = {
     {"Softmax", check_softmax, run_softmax},
     {"LogSoftmax", check_softmax, run_log_softmax},
+    {"LayerNormalization", check_layernorm, run_layernorm},
     {"ReduceSum", check_reduce_any, run_reduce_sum},
     {"ReduceMean", check_reduce_float, run_reduce_mean},
     {"ReduceMax", check_reduce_any, run_reduce_max},

@@ -71,6 +71,7 @@ __all__ = [
     "xpu_matmul",
     "xpu_gemm",
     "xpu_softmax",
+    "xpu_layer_norm",
     "xpu_reduce",
     "xpu_transpose",
     "xpu_concat",
@@ -257,6 +258,39 @@ def xpu_softmax(
         length, inner = x.shape[ax], _numel(x.shape[ax + 1 :])
     out = x.driver.empty(x.shape, x.dtype)
     return _launch(op, op, out, [x], [code, outer, length, inner])
+
+
+def xpu_layer_norm(
+    x: XpuTensor, scale: XpuTensor, bias: XpuTensor | None, axis: int, epsilon: float
+) -> XpuTensor:
+    """ONNX LayerNormalization's ``Y``: each row of ``x.shape[axis:]`` normalised to mean 0
+    and variance 1, times ``scale`` plus ``bias`` (broadcast to ``x.shape[axis:]`` on the
+    device when they are smaller)."""
+    op = "LayerNormalization"
+    code = _dtype_code(op, x.dtype, allow_int64=False)
+    if x.ndim == 0:
+        raise KernelError(f"{op}: the input must have rank >= 1, got a scalar")
+    ax = _norm_axis(op, axis, x.ndim)
+    norm = tuple(x.shape[ax:])
+    temps = []
+    params = []
+    for name, t in (("Scale", scale), ("B", bias)):
+        if t is not None and tuple(t.shape) != norm:
+            if len(t.shape) > len(norm) or _broadcast(op, t.shape, norm) != norm:
+                raise KernelError(
+                    f"{op}: {name} of shape {tuple(t.shape)} does not broadcast to the "
+                    f"normalized shape {norm}"
+                )
+            t = xpu_expand(t, norm)
+            temps.append(t)
+        params.append(t)
+    try:
+        out = x.driver.empty(x.shape, x.dtype)
+        iargs = [code, _numel(x.shape[:ax]), _numel(norm)]
+        return _launch(op, op, out, [x, *params], iargs, [float(epsilon)])
+    finally:
+        for t in temps:
+            t.free()  # drains the queue first, so the launch has read it
 
 
 def xpu_reduce(

@@ -14,7 +14,8 @@
  * drains the queue, like CUDA's legacy default stream, so a host that copies a result out
  * always sees the kernels launched before. A launch that passes validation cannot fail later.
  *
- * Threads: the float32 MatMul and Gemm kernels run on xpu_get_num_threads() host threads;
+ * Threads: the float32 MatMul and Gemm kernels, and the element-wise, Softmax and
+ * LayerNormalization kernels on large tensors, run on xpu_get_num_threads() host threads;
  * xpu_set_num_threads(n) sets that for the process (0 restores the default:
  * $ANYCHIP_XPU_THREADS, else min(2, online cores)).
  *

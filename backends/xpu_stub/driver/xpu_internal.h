@@ -93,6 +93,13 @@ static inline bool xpu_next_index(int ndim, const int64_t *shape, int64_t *idx) 
     return false;
 }
 
+/* fn(ctx, lo, hi) computes items [lo, hi); see xpu_parallel.c. */
+typedef void (*xpu_range_fn)(void *ctx, int64_t lo, int64_t hi);
+
+/* Runs fn over [0, n) in contiguous pieces on the device's threads when n * work_per_item is
+ * large enough to pay for them, else on the caller. */
+void xpu_parallel_for(int64_t n, double work_per_item, xpu_range_fn fn, void *ctx);
+
 /* Kernel tables, one per kernel family file; the queue concatenates them. */
 const xpu_kernel_def *xpu_elementwise_kernels(int *count);
 const xpu_kernel_def *xpu_linalg_kernels(int *count);

@@ -82,6 +82,11 @@ def log_softmax(x, *, axis=-1):  # noqa: ANN001, ANN201
     return K.xpu_softmax(x, axis, log=True)
 
 
+@kernel("LayerNormalization", since=17, dtypes=F32)
+def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):  # noqa: ANN001, ANN201
+    return K.xpu_layer_norm(x, scale, bias, axis, epsilon)
+
+
 def _reduce_attr(op: str):  # noqa: ANN202
     def fn(x, *, axes=None, keepdims=1):  # noqa: ANN001, ANN202
         return K.xpu_reduce(op, x, axes, bool(keepdims))

@@ -285,3 +285,19 @@ def test_other_instruction_set_paths(tmp_path, march):
     assert json.loads(out.stdout) <= RTOL
     built = list(tmp_path.rglob("libxpu.so"))
     assert len(built) == 1  # built for this march in the test's own cache
+
+
+def test_few_rows_by_a_transposed_weight_one_and_two_threads(drv, threads):
+    """M <= 4 times a B stored transposed (a fully connected layer at batch 1-4): dot products
+    of contiguous rows (K not a multiple of the 16 lanes), split along N over the threads."""
+    rng = np.random.default_rng(6)
+    a, b = rand(rng, 3, 9999), rand(rng, 777, 9999)
+
+    def gemm(*t):
+        return K.xpu_gemm(*t, transB=1)
+
+    threads(1)
+    one = run(drv, gemm, a, b)
+    assert_close(one, a, b.T, a.astype(np.float64) @ b.T.astype(np.float64))
+    threads(2)
+    np.testing.assert_array_equal(run(drv, gemm, a, b), one)
