@@ -60,9 +60,10 @@ def recurrent(op: str, x: Any, w: Any, r: Any, *args: Any) -> Any:
         return _rnn_mod.recurrent(op, x, w, r, *args)
 
 
-def _matmul(a: np.ndarray, b: np.ndarray, out: Any) -> Any:
-    with team_for(a.size * (b.size // max(b.shape[0], 1)) if b.ndim == 2 else 0):
-        return _matmul_mod.matmul(a, b, out)
+def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> Any:
+    n = (b.shape[0] if trans_b else b.shape[1]) if b.ndim == 2 else 0
+    with team_for(a.size * n):
+        return _matmul_mod.matmul(a, b, out, trans_b)
 
 
 def _served(op: str, y: Any) -> Any:
@@ -305,6 +306,38 @@ def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = N
             return _served("MatMul", y)
     _served("MatMul", None)
     return op_matmul.matmul(a, b, out=out)
+
+
+@kernel("Gemm", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
+def gemm(
+    ctx: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray | None = None,
+    *,
+    out: np.ndarray | None = None,
+    **attrs: Any,
+) -> Any:
+    """Gemm through oneDNN's matmul when B is a constant 2-D float32, A is not transposed and
+    alpha is 1 (the fully connected layer); C added after. Else the numpy kernel, whose BLAS
+    runs on one thread inside a partition beside oneDNN (``blas_threads.py``)."""
+    weights = ctx.node.inputs[1]
+    beta = float(attrs.get("beta", 1.0))
+    if (
+        weights is not None
+        and weights.const is not None
+        and not attrs.get("transA")
+        and float(attrs.get("alpha", 1.0)) == 1.0
+        and a.ndim == 2
+        and (c is None or beta in (0.0, 1.0))
+    ):
+        y = _matmul(a, b, out, trans_b=bool(attrs.get("transB")))
+        if y is not None:
+            if c is not None and beta == 1.0:
+                y += c.astype(np.float32, copy=False)
+            return _served("Gemm", y)
+    _served("Gemm", None)
+    return op_matmul.gemm(a, b, c, out=out, **attrs)
 
 
 def _one_state(op: str, numpy_kernel: Any) -> None:

@@ -33,21 +33,25 @@ MIN_ROWS = 16
 MIN_MACS = 1 << 21
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray | None:
-    """``a @ b`` for a constant 2-D ``b``, written into ``out`` when it fits; None: numpy."""
+def matmul(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False
+) -> np.ndarray | None:
+    """``a @ b`` (``a @ b.T`` with ``trans_b``: Gemm's transB) for a constant 2-D ``b``,
+    written into ``out`` when it fits; None: numpy."""
     if get() is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
-    if a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0] or 0 in a.shape or 0 in b.shape:
+    if a.ndim < 2 or b.ndim != 2 or 0 in a.shape or 0 in b.shape:
         return None
-    m, (k, n) = math.prod(a.shape[:-1]), b.shape
-    if m < MIN_ROWS or m * k * n < MIN_MACS:
+    m, (k, n) = math.prod(a.shape[:-1]), (b.shape[::-1] if trans_b else b.shape)
+    if a.shape[-1] != k or m < MIN_ROWS or m * k * n < MIN_MACS:
         return None
     key = ("matmul", m, k, n, omp_threads())
     try:
         entry = P.cached(key, lambda: _build(m, k, n))
     except P.Unsupported:
         return None
-    packed = P.weights(key, (b,), lambda: _pack(entry, key, b))
+    # Cached per weight array: a transposed B is made contiguous once, when it is packed.
+    packed = P.weights(key + (trans_b,), (b,), lambda: _pack(entry, key, b.T if trans_b else b))
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         out = np.empty(y_shape, np.float32)

@@ -483,3 +483,32 @@ def test_outputs_that_leave_the_graph_are_c_contiguous() -> None:
     session = anychip.load(_model(nodes, {"X": x}, weights, ["A", "Y"]), devices=["cpu"])
     out = session.run(None, {"X": x})
     assert all(a.flags.c_contiguous for a in (out.values() if isinstance(out, dict) else out))
+
+
+GEMM_CASES = [
+    # A shape, B shape, attributes, C shape (None: no C), path
+    ((64, 256), (256, 192), {}, (192,), "onednn"),
+    ((64, 256), (192, 256), {"transB": 1}, (64, 192), "onednn"),
+    ((72, 200), (160, 200), {"transB": 1, "beta": 0.0}, (160,), "onednn"),
+    ((64, 256), (256, 192), {"alpha": 0.5}, (192,), "numpy"),  # alpha != 1
+    ((256, 64), (256, 192), {"transA": 1}, None, "numpy"),  # A transposed
+    ((8, 64), (64, 32), {}, (32,), "numpy"),  # fewer than MIN_ROWS rows
+]
+
+
+@pytest.mark.parametrize("case", range(len(GEMM_CASES)))
+def test_gemm_matches_onnxruntime(case: int) -> None:
+    """Gemm with a constant B takes oneDNN's matmul (transB packed once); C added after."""
+    a_shape, b_shape, attrs, c_shape, path = GEMM_CASES[case]
+    rng = np.random.default_rng(400 + case)
+    a, b = _rand(rng, *a_shape), _rand(rng, *b_shape)
+    weights = {"B": b}
+    inputs = ["A", "B"]
+    if c_shape is not None:
+        weights["C"] = _rand(rng, *c_shape)
+        inputs.append("C")
+    node = helper.make_node("Gemm", inputs, ["Y"], **attrs)
+    with _Counts() as n:
+        got, want = _run_both(_model([node], {"A": a}, weights, ["Y"]), {"A": a})
+    _close(got, want)
+    assert n.delta("Gemm", path) == 1
