@@ -14,6 +14,7 @@ input; every kernel output is a new ``XTensor`` counted in its space until ``rel
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -155,10 +156,7 @@ class XTensor:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

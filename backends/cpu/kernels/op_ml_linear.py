@@ -3,6 +3,8 @@ binary and post-transform rules of onnx's reference evaluator (which onnxruntime
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import ML, compiled, labels_of, post_transform
@@ -27,17 +29,31 @@ def _weights(coefficients: list[float], width: int, x: np.ndarray, op: str) -> n
 
 
 def _prepared(
-    ctx: KernelContext, coefficients: list[float], intercepts: list[float] | None, x: np.ndarray
+    ctx: KernelContext,
+    x: np.ndarray,
+    intercepts: list[float] | None,
+    weights: Callable[[], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Weights ``[F, C]`` (contiguous) and intercepts in ``x``'s type, made once per node and
-    type: converting the attribute lists on every run cost more than the product."""
+    """Weights ``[F, C]`` (``weights()``, made contiguous) and intercepts in ``x``'s type, made
+    once per node and type: converting the attribute lists on every run cost more than the
+    product."""
     cache: dict = compiled(ctx, dict)
     hit = cache.get(x.dtype)
     if hit is None:
-        w = np.ascontiguousarray(_weights(coefficients, x.shape[1], x, "LinearClassifier"))
+        w = np.ascontiguousarray(weights())
         b = np.asarray(intercepts, x.dtype) if intercepts else None
         hit = cache[x.dtype] = (w, b)
     return hit
+
+
+def _affine(op: str, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, per: str) -> np.ndarray:
+    """``x @ w + b``, or a ``KernelError`` when ``x``'s features are not ``w``'s."""
+    if w.shape[0] != x.shape[1]:
+        raise KernelError(f"{op}: {w.shape[0]} coefficients per {per}, {x.shape[1]} features")
+    y = x @ w
+    if b is not None:
+        y += b
+    return y
 
 
 @kernel("LinearClassifier", domain=ML, since=1, context=True)
@@ -53,14 +69,10 @@ def linear_classifier(
     post_transform: str = "NONE",
 ) -> tuple[np.ndarray, np.ndarray]:
     x = _rows(x)
-    w, b = _prepared(ctx, coefficients, intercepts, x)
-    if w.shape[0] != x.shape[1]:
-        raise KernelError(
-            f"LinearClassifier: {w.shape[0]} coefficients per class, {x.shape[1]} features"
-        )
-    scores = x @ w
-    if b is not None:
-        scores += b
+    w, b = _prepared(
+        ctx, x, intercepts, lambda: _weights(coefficients, x.shape[1], x, "LinearClassifier")
+    )
+    scores = _affine("LinearClassifier", x, w, b, "class")
     n_classes = max(len(classlabels_ints or []), len(classlabels_strings or []))
     if scores.shape[1] == 1 and n_classes == 2:
         scores = np.concatenate([-scores, scores], axis=1)
@@ -92,16 +104,7 @@ def linear_regressor(
     post_transform: str = "NONE",
 ) -> np.ndarray:
     x = _rows(x)
-    cache: dict = compiled(ctx, dict)
-    if x.dtype not in cache:
-        w = np.ascontiguousarray(np.asarray(coefficients, x.dtype).reshape(targets, -1).T)
-        cache[x.dtype] = (w, np.asarray(intercepts, x.dtype) if intercepts else None)
-    w, b = cache[x.dtype]
-    if w.shape[0] != x.shape[1]:
-        raise KernelError(
-            f"LinearRegressor: {w.shape[0]} coefficients per target, {x.shape[1]} features"
-        )
-    score = x @ w
-    if b is not None:
-        score += b
-    return post_transform_(score, post_transform)
+    w, b = _prepared(
+        ctx, x, intercepts, lambda: np.asarray(coefficients, x.dtype).reshape(targets, -1).T
+    )
+    return post_transform_(_affine("LinearRegressor", x, w, b, "target"), post_transform)

@@ -71,10 +71,7 @@ class ClTensor:
 
     @property
     def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def ndim(self) -> int:
