@@ -61,7 +61,11 @@ def recurrent(op: str, x: Any, w: Any, r: Any, *args: Any) -> Any:
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> Any:
-    n = (b.shape[0] if trans_b else b.shape[1]) if b.ndim == 2 else 0
+    if b.ndim != 2:
+        return None
+    n = b.shape[0] if trans_b else b.shape[1]
+    if a.size * n < _matmul_mod.MIN_MACS:
+        return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
     with team_for(a.size * n):
         return _matmul_mod.matmul(a, b, out, trans_b)
 
