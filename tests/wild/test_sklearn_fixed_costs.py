@@ -1,6 +1,6 @@
 """The scikit-learn models' fixed costs cut, each against onnxruntime and the path it
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
-OpenMP team."""
+OpenMP team; the tree kernels' C walk bound once per node."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
+import anychip
 from anychip.backends.cpu.onednn import kernels as onednn_kernels
+from bench._wild_sklearn import sklearn_cases
 from tests.wild._compare import anychip_run, assert_same, ort_run
 
 
@@ -47,3 +49,22 @@ def test_small_products_skip_the_openmp_team(op, monkeypatch) -> None:
     got, _ = anychip_run(model, feeds)
     assert onednn_kernels.RUNS[op, "numpy"] == before + 1
     assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+
+
+_TREES = ("DecisionTreeRegressor (regression)", "ExtraTreeClassifier (binary)")
+
+
+@pytest.mark.parametrize("name", _TREES)
+def test_tree_kernels_bound_call_matches_onnxruntime_and_numpy(name, monkeypatch) -> None:
+    """The C walk bound once per node and table, fed C- and Fortran-ordered rows, twice (the
+    settings parsed on the first call), against onnxruntime and the numpy walk."""
+    build = {n: b for n, b, _ in sklearn_cases(False)}[name]
+    model, feeds = build()
+    sess = anychip.load(model, devices=["cpu"])
+    x = feeds["X"]
+    want = ort_run(model, feeds)
+    for feed in (x, np.asfortranarray(x), x):
+        assert_same(sess.run(None, {"X": feed}), want, rtol=1e-6, atol=1e-6)
+    monkeypatch.setenv("ANYCHIP_NATIVE", "0")
+    walked, _ = anychip_run(model, feeds)
+    assert_same(sess.run(None, feeds), walked, rtol=0, atol=0)

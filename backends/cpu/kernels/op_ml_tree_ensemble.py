@@ -100,7 +100,9 @@ class _Forest:
         self.weights = np.asarray(weights, np.float64)
         self._tables: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pointers: tuple | None = None
-        self._table_pointers: dict[tuple, Any] = {}
+        self._calls: dict[tuple, Any] = {}
+        #: The attribute settings a kernel reads on every call, parsed on the first.
+        self.settings: tuple | None = None
         self._packed: tuple | None = None
         self.max_feature = int(self.feature.max()) if self.feature.size else -1
         self.base: np.ndarray | None = None  # set by the kernel once
@@ -115,7 +117,7 @@ class _Forest:
     def table(self, width: int, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
         """``[nodes, width]`` leaf weights in ``dtype`` and a mask of the entries a leaf
         sets (cached per width and type)."""
-        key = (width, np.dtype(dtype))
+        key = (width, dtype)
         if key not in self._tables:
             n = len(self.rule)
             w, has = np.zeros((n, width)), np.zeros((n, width), bool)
@@ -168,39 +170,47 @@ class _Forest:
 
     def native_sum(self, lib: Any, x: np.ndarray, table: np.ndarray) -> np.ndarray:
         """Walk and sum in one C pass: ``[rows, width]`` in the table's type."""
+        key = (table.shape[1], table.dtype.type)
+        call = self._calls.get(key)
+        if call is None:
+            call = self._calls[key] = self._native_call(lib, table)
+        return call(x)
+
+    def _native_call(self, lib: Any, table: np.ndarray) -> Any:
+        """The C walk-and-sum over ``table`` as a callable of ``x``, everything but ``x`` and
+        the output bound once (its pointers, counts and flags cost more than a small walk)."""
         ffi, work = native.ffi(), table.dtype.type
         f32 = work is np.float32
-        x = np.ascontiguousarray(x, dtype=work)
-        key = (table.shape[1], work)
-        tp = self._table_pointers.get(key)
-        if tp is None:
-            tp = self._table_pointers[key] = _pointer(ffi, table, "float *" if f32 else "double *")
-        out = np.empty((x.shape[0], table.shape[1]), work)
-        xp = ffi.from_buffer("float[]" if f32 else "double[]", x)
-        op = ffi.from_buffer("float[]" if f32 else "double[]", out)
-        rows, cols, trees = x.shape[0], x.shape[1], len(self.roots)
+        ctype, width, trees = ("float[]" if f32 else "double[]"), table.shape[1], len(self.roots)
+        tp = _pointer(ffi, table, "float *" if f32 else "double *")  # table: in self._tables
+        from_buffer, empty = ffi.from_buffer, np.empty
         if len(self.rule) < 2**31 and self.max_feature < 2**31:
             nodes, all_leq = self.packed(ffi)
-            roots, width = self.pointers(ffi)[-1], table.shape[1]
-            threads = _threads(rows * trees)
-            lib.tree_packed_sum(
-                0 if f32 else 1,
-                xp,
-                rows,
-                cols,
-                nodes,
-                roots,
-                trees,
-                all_leq,
-                tp,
-                width,
-                op,
-                threads,
-            )  # noqa: E501
-        else:
-            walk = lib.tree_sum_f32 if f32 else lib.tree_sum_f64
-            walk(xp, rows, cols, *self.pointers(ffi), trees, tp, table.shape[1], op)
-        return out
+            roots, packed_sum, f64 = self.pointers(ffi)[-1], lib.tree_packed_sum, 0 if f32 else 1
+
+            def call(x: np.ndarray) -> np.ndarray:
+                if type(x) is not np.ndarray or x.dtype != work or not x.flags.c_contiguous:
+                    x = np.ascontiguousarray(x, dtype=work)
+                rows = x.shape[0]
+                out = empty((rows, width), work)
+                xp, op = from_buffer(ctype, x), from_buffer(ctype, out)
+                threads = _threads(rows * trees)
+                packed_sum(
+                    f64, xp, rows, x.shape[1], nodes, roots, trees, all_leq, tp, width, op, threads
+                )  # noqa: E501
+                return out
+
+            return call
+        walk, pointers = (lib.tree_sum_f32 if f32 else lib.tree_sum_f64), self.pointers(ffi)
+
+        def call_flat(x: np.ndarray) -> np.ndarray:
+            x = np.ascontiguousarray(x, dtype=work)
+            out = empty((x.shape[0], width), work)
+            xp, op = from_buffer(ctype, x), from_buffer(ctype, out)
+            walk(xp, x.shape[0], x.shape[1], *pointers, trees, tp, width, op)
+            return out
+
+        return call_flat
 
     def _native_leaves(self, lib: Any, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x)
@@ -253,13 +263,18 @@ def _base(forest: _Forest, a: dict[str, Any]) -> np.ndarray | None:
 
 
 def _work(x: np.ndarray) -> type:
-    return np.float64 if x.dtype == np.float64 else np.float32
+    return np.float64 if x.dtype == _F64 else np.float32
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _as_rows(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64):
+    if x.dtype != _F32 and x.dtype != _F64:
         x = x.astype(np.float32)
+    if x.ndim == 2:
+        return x
     return x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
 
 
@@ -285,8 +300,13 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
     forest: _Forest = compiled(ctx, lambda: _Forest(a, "target"))
     x = _as_rows(x)
     forest.check(x, "TreeEnsembleRegressor")
-    width = int(a.get("n_targets") or forest.n_out)
-    agg = a.get("aggregate_function") or "SUM"
+    if forest.settings is None:
+        forest.settings = (
+            int(a.get("n_targets") or forest.n_out),
+            a.get("aggregate_function") or "SUM",
+            a.get("post_transform") or "NONE",
+        )
+    width, agg, transform = forest.settings
     if agg in ("SUM", "AVERAGE"):
         table, _ = forest.table(width, _work(x))
         res = _sum_scores(forest, x, table)
@@ -306,7 +326,8 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
     base = _base(forest, a)
     if base is not None:
         res += base
-    return post_transform(res, a.get("post_transform")).astype(x.dtype)
+    res = post_transform(res, transform)
+    return res if res.dtype == x.dtype else res.astype(x.dtype)
 
 
 @kernel("TreeEnsembleClassifier", domain=ML, since=1, context=True)
@@ -316,22 +337,26 @@ def tree_ensemble_classifier(
     forest: _Forest = compiled(ctx, lambda: _Forest(a, "class"))
     x = _as_rows(x)
     forest.check(x, "TreeEnsembleClassifier")
-    ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
-    n_classes = max(len(ints or []), len(strings or []))
+    if forest.settings is None:
+        ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
+        one_column = len(set(forest.targets.tolist())) == 1
+        transform = a.get("post_transform") or "NONE"
+        forest.settings = (ints, strings, max(len(ints or []), len(strings or [])))
+        forest.settings += (transform, one_column)
+    ints, strings, n_classes, transform, one_column = forest.settings
     table, _ = forest.table(max(n_classes, forest.n_out), _work(x))
     res = _sum_scores(forest, x, table)[:, :n_classes]
     base = _base(forest, a)
     if base is not None:
         res += base
     res = res.astype(np.float32)
-    transform = a.get("post_transform") or "NONE"
-    if len(set(forest.targets.tolist())) == 1:  # binary: one class column was written
+    if one_column:  # binary: one class column was written
         if res.shape[1] == 1:
             res = np.concatenate([np.zeros_like(res), res], axis=1)
         else:
             res[:, 1] = res[:, 0]
         res[:, 0] = 1 - res[:, 1] if transform in ("NONE", "PROBIT") else -res[:, 1]
-    scores = post_transform(res, transform).astype(np.float32)
+    scores = post_transform(res, transform).astype(np.float32, copy=False)
     best = np.argmax(scores, axis=1)
     if ints is not None and len(ints) == 1:
         return np.where(best == 1, ints[0], 0).astype(np.int64), scores
