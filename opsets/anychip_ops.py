@@ -12,6 +12,9 @@
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
   PolynomialFeatures).
+* ``TreeEnsembleStack``: ``Concat([Reshape(S_i, shape) ...], axis)`` where ``S_i`` are the
+  scores of the tree ensembles of the graph ``body`` (its outputs, in order) run on ``X``
+  (skl2onnx's Bagging estimators).
 """
 
 from __future__ import annotations
@@ -119,6 +122,29 @@ def _column_products() -> OpSchema:
     )
 
 
+def _tree_ensemble_stack() -> OpSchema:
+    return OpSchema(
+        "TreeEnsembleStack",
+        ANYCHIP_DOMAIN,
+        1,
+        "Concat([Reshape(S_i, shape) for the body's scores S_i of X], axis).",
+        inputs=[OpSchema.FormalParameter("X", "T", "[rows, features]")],
+        outputs=[OpSchema.FormalParameter("Y", "T", "the scores stacked")],
+        type_constraints=_T,
+        attributes=[
+            OpSchema.Attribute("body", OpSchema.AttrType.GRAPH, "the tree ensembles"),
+            OpSchema.Attribute("shape", OpSchema.AttrType.INTS, "each score's Reshape target"),
+            OpSchema.Attribute("axis", OpSchema.AttrType.INT, "the Concat axis"),
+        ],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
-    return [_fused_elementwise(), _fused_attention(), _shape_memo(), _column_products()]
+    return [
+        _fused_elementwise(),
+        _fused_attention(),
+        _shape_memo(),
+        _column_products(),
+        _tree_ensemble_stack(),
+    ]

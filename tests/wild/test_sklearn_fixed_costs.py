@@ -1,6 +1,7 @@
 """The scikit-learn models' fixed costs cut, each against onnxruntime and the path it
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
-OpenMP team; the tree kernels' C walk bound once per node."""
+OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
+Concat run as one node (Bagging)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,34 @@ def test_tree_kernels_bound_call_matches_onnxruntime_and_numpy(name, monkeypatch
     monkeypatch.setenv("ANYCHIP_NATIVE", "0")
     walked, _ = anychip_run(model, feeds)
     assert_same(sess.run(None, feeds), walked, rtol=0, atol=0)
+
+
+_BAGGING = ("BaggingRegressor (regression)", "BaggingClassifier (multi)")
+
+
+@pytest.mark.parametrize("name", _BAGGING)
+def test_tree_stack_is_the_unfused_concat_bit_for_bit(name) -> None:
+    """Bagging's ten ensembles, reshapes and Concat as one node: equal to onnxruntime, and to
+    the unfused graph exactly (each ensemble sums its own trees in its own order)."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[name]()
+    sess = anychip.load(model, devices=["cpu"])
+    assert sess.partitions[0].info["fusions"]["fuse_tree_stack"] == 1
+    ops = [n.op_type for n in sess.partitions[0].graph.nodes]
+    assert "TreeEnsembleStack" in ops and "Concat" not in ops
+    got = sess.run(None, feeds)
+    assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+    off = {"cpu": {"disabled_passes": ["fuse_tree_stack"]}}
+    unfused = anychip.load(model, devices=["cpu"], device_options=off)
+    assert "TreeEnsembleStack" not in [n.op_type for n in unfused.partitions[0].graph.nodes]
+    assert_same(got, unfused.run(None, feeds), rtol=0, atol=0)
+
+
+def test_tree_stack_leaves_read_labels_and_mixed_inputs() -> None:
+    """A classifier whose labels are read, or a Concat input that is not a reshaped ensemble
+    score, keeps the graph as written (and its results)."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[_BAGGING[1]]()
+    label = next(n for n in model.graph.node if n.op_type == "TreeEnsembleClassifier").output[0]
+    model.graph.output.append(h.make_tensor_value_info(label, T.INT64, None))
+    sess = anychip.load(model, devices=["cpu"])
+    assert "fuse_tree_stack" not in sess.partitions[0].info.get("fusions", {})
+    assert_same(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-5, atol=1e-5)

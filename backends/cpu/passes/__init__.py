@@ -25,6 +25,7 @@ from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
+from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.ir.passes import Pass
 
@@ -39,6 +40,7 @@ __all__ = [
     "FuseElementwisePass",
     "FuseGemmPass",
     "FuseLayerNormPass",
+    "FuseTreeStackPass",
     "MemoShapesPass",
     "cpu_passes",
     "fuse_elementwise_on",
@@ -61,6 +63,7 @@ def cpu_passes() -> list[Pass]:
         FuseConvPass(),
         FuseGemmPass(),
         FuseColumnProductsPass(),
+        FuseTreeStackPass(),
         FuseElementwisePass(),
     ]
     for p in passes:
