@@ -60,17 +60,22 @@ class KernelContext:
         """For each declared output, whether the node has it (omitted optional: False)."""
         return [v is not None and bool(v.name) for v in self.node.outputs]
 
-    def run_graph(self, graph: Graph, inputs: Sequence[Any]) -> list[Any]:
-        """Run a nested graph of this node with its formal inputs bound to ``inputs``.
-
-        Values the nested graph reads from enclosing scopes are taken from the running frame.
-        """
+    def program(self, graph: Graph) -> Program:
+        """The compiled program of a nested graph of this node: its ``instrs`` hold each inner
+        node's kernel, context and attributes as the executor calls them."""
         prog = self._subprograms.get(id(graph))
         if prog is None:
             raise KernelError(
                 f"graph {graph.name!r} is not an attribute of node {self.node.name!r}"
             )
-        return prog.run(inputs, outer=self._frame)
+        return prog
+
+    def run_graph(self, graph: Graph, inputs: Sequence[Any]) -> list[Any]:
+        """Run a nested graph of this node with its formal inputs bound to ``inputs``.
+
+        Values the nested graph reads from enclosing scopes are taken from the running frame.
+        """
+        return self.program(graph).run(inputs, outer=self._frame)
 
 
 class Instr:

@@ -100,3 +100,21 @@ def test_tree_stack_leaves_read_labels_and_mixed_inputs() -> None:
     sess = anychip.load(model, devices=["cpu"])
     assert "fuse_tree_stack" not in sess.partitions[0].info.get("fusions", {})
     assert_same(sess.run(None, feeds), ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_tree_stack_one_c_call_finishes_each_ensemble_as_its_kernel(monkeypatch) -> None:
+    """Ensembles that average, add base values or differ in post transform, walked in one C
+    call: each finished as its own kernel does (bit for bit), and as the body run without C."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[_BAGGING[0]]()
+    rng = np.random.default_rng(7)
+    for i, node in enumerate(n for n in model.graph.node if n.op_type == "TreeEnsembleRegressor"):
+        if i % 2:
+            node.attribute.append(h.make_attribute("aggregate_function", "AVERAGE"))
+        if i % 3 == 0:
+            node.attribute.append(h.make_attribute("base_values", [float(rng.normal())]))
+    got = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+    off = {"cpu": {"disabled_passes": ["fuse_tree_stack"]}}
+    assert_same(got, anychip.load(model, "cpu", device_options=off).run(None, feeds), 0, 0)
+    monkeypatch.setenv("ANYCHIP_NATIVE", "0")  # the body with the kernels' numpy walks
+    assert_same(got, anychip.load(model, devices=["cpu"]).run(None, feeds), 0, 0)

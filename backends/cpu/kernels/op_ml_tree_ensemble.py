@@ -25,7 +25,14 @@ from anychip.backends.cpu.table import kernel
 from anychip.core.kernel_call import KernelContext
 from anychip.errors import KernelError
 
-__all__ = ["tree_ensemble_classifier", "tree_ensemble_regressor"]
+__all__ = [
+    "tree_ensemble_classifier",
+    "tree_ensemble_regressor",
+    "regressor_forest",
+    "classifier_forest",
+    "finish_regressor",
+    "finish_classifier",
+]
 
 _RULES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4}
 _RULES["BRANCH_NEQ"] = 5
@@ -156,15 +163,20 @@ class _Forest:
             self._pointers = tuple(_pointer(ffi, a, t) for a, t in zip(arrays, types))
         return self._pointers
 
+    def records(self) -> tuple[np.ndarray, int]:
+        """The nodes as ``packed_node`` records (``_PACKED``) and whether every branch is
+        BRANCH_LEQ."""
+        nodes = np.zeros(len(self.rule), _PACKED)
+        nodes["threshold"], nodes["feature"] = self.threshold, self.feature
+        nodes["true"], nodes["false"] = self.true, self.false
+        nodes["rule"], nodes["missing"] = self.rule, self.missing_u8
+        return nodes, int(bool(np.all((self.rule == 0) | (self.rule == _LEAF))))
+
     def packed(self, ffi: Any) -> tuple[Any, int]:
         """The nodes as one packed record each (``tree_packed_sum_*``'s ``packed_node``) and
         whether every branch is BRANCH_LEQ; made once."""
         if self._packed is None:
-            nodes = np.zeros(len(self.rule), _PACKED)
-            nodes["threshold"], nodes["feature"] = self.threshold, self.feature
-            nodes["true"], nodes["false"] = self.true, self.false
-            nodes["rule"], nodes["missing"] = self.rule, self.missing_u8
-            all_leq = int(bool(np.all((self.rule == 0) | (self.rule == _LEAF))))
+            nodes, all_leq = self.records()
             self._packed = (nodes, ffi.cast("packed_node *", ffi.from_buffer(nodes)), all_leq)
         return self._packed[1], self._packed[2]
 
@@ -295,23 +307,41 @@ def _sum_scores(forest: _Forest, x: np.ndarray, table: np.ndarray) -> np.ndarray
     return out
 
 
-@kernel("TreeEnsembleRegressor", domain=ML, since=1, context=True)
-def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
+def regressor_forest(ctx: KernelContext, a: dict[str, Any]) -> _Forest:
+    """The node's compiled trees, with ``settings``: (width, aggregate, post transform)."""
     forest: _Forest = compiled(ctx, lambda: _Forest(a, "target"))
-    x = _as_rows(x)
-    forest.check(x, "TreeEnsembleRegressor")
     if forest.settings is None:
         forest.settings = (
             int(a.get("n_targets") or forest.n_out),
             a.get("aggregate_function") or "SUM",
             a.get("post_transform") or "NONE",
         )
-    width, agg, transform = forest.settings
+    return forest
+
+
+def classifier_forest(ctx: KernelContext, a: dict[str, Any]) -> _Forest:
+    """The node's compiled trees, with ``settings``: (int labels, string labels, classes,
+    post transform, one class column written, table width)."""
+    forest: _Forest = compiled(ctx, lambda: _Forest(a, "class"))
+    if forest.settings is None:
+        ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
+        n_classes = max(len(ints or []), len(strings or []))
+        one_column = len(set(forest.targets.tolist())) == 1
+        transform = a.get("post_transform") or "NONE"
+        forest.settings = (ints, strings, n_classes, transform, one_column)
+        forest.settings += (max(n_classes, forest.n_out),)
+    return forest
+
+
+@kernel("TreeEnsembleRegressor", domain=ML, since=1, context=True)
+def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.ndarray:
+    forest = regressor_forest(ctx, a)
+    x = _as_rows(x)
+    forest.check(x, "TreeEnsembleRegressor")
+    width, agg, _ = forest.settings
     if agg in ("SUM", "AVERAGE"):
         table, _ = forest.table(width, _work(x))
         res = _sum_scores(forest, x, table)
-        if agg == "AVERAGE":
-            res /= len(forest.trees)
     elif agg in ("MIN", "MAX"):
         table, has = forest.table(width)
         res = np.empty((x.shape[0], width))
@@ -323,6 +353,14 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
             res[start : start + _CHUNK] = pick(vals, axis=1)
     else:
         raise KernelError(f"TreeEnsembleRegressor: aggregate_function {agg!r} is not supported")
+    return finish_regressor(forest, a, res, x)
+
+
+def finish_regressor(forest: _Forest, a: dict, res: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The regressor's scores from ``res``, its trees' aggregate (written in place)."""
+    _, agg, transform = forest.settings
+    if agg == "AVERAGE":
+        res /= len(forest.trees)
     base = _base(forest, a)
     if base is not None:
         res += base
@@ -334,18 +372,19 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
 def tree_ensemble_classifier(
     ctx: KernelContext, x: np.ndarray, **a: Any
 ) -> tuple[np.ndarray, np.ndarray]:
-    forest: _Forest = compiled(ctx, lambda: _Forest(a, "class"))
+    forest = classifier_forest(ctx, a)
     x = _as_rows(x)
     forest.check(x, "TreeEnsembleClassifier")
-    if forest.settings is None:
-        ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
-        one_column = len(set(forest.targets.tolist())) == 1
-        transform = a.get("post_transform") or "NONE"
-        forest.settings = (ints, strings, max(len(ints or []), len(strings or [])))
-        forest.settings += (transform, one_column)
-    ints, strings, n_classes, transform, one_column = forest.settings
-    table, _ = forest.table(max(n_classes, forest.n_out), _work(x))
-    res = _sum_scores(forest, x, table)[:, :n_classes]
+    table, _ = forest.table(forest.settings[5], _work(x))
+    return finish_classifier(forest, a, _sum_scores(forest, x, table))
+
+
+def finish_classifier(
+    forest: _Forest, a: dict, sums: np.ndarray, labels: bool = True
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """The classifier's labels (None without ``labels``) and scores from its trees' sums."""
+    ints, strings, n_classes, transform, one_column, _ = forest.settings
+    res = sums[:, :n_classes]
     base = _base(forest, a)
     if base is not None:
         res += base
@@ -357,6 +396,8 @@ def tree_ensemble_classifier(
             res[:, 1] = res[:, 0]
         res[:, 0] = 1 - res[:, 1] if transform in ("NONE", "PROBIT") else -res[:, 1]
     scores = post_transform(res, transform).astype(np.float32, copy=False)
+    if not labels:
+        return None, scores
     best = np.argmax(scores, axis=1)
     if ints is not None and len(ints) == 1:
         return np.where(best == 1, ints[0], 0).astype(np.int64), scores

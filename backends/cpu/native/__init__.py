@@ -46,6 +46,9 @@ typedef struct {
 } packed_node;
 void tree_packed_sum(int, const void*, int64_t, int64_t, const packed_node*, const int64_t*,
                      int64_t, int, const void*, int64_t, void*, int);
+void tree_packed_sum_groups(int, const void*, int64_t, int64_t, const packed_node*,
+                            const int64_t*, const int64_t*, int64_t, int, const void*, int64_t,
+                            void*, int);
 int svm_couple(const float*, int64_t, int64_t, float*);
 """
 _LOCK = threading.Lock()

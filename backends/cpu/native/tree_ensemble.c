@@ -208,3 +208,20 @@ EXPORT void tree_packed_sum(int f64, const void *x, int64_t rows, int64_t cols,
             run_packed_job(&jobs[i]);
     }
 }
+
+/* Several ensembles over the same rows in one call (anychip::TreeEnsembleStack): ensemble g
+ * is the next group_trees[g] roots, its sums written to out block g ([rows, width] each),
+ * each exactly as tree_packed_sum gives it alone. */
+EXPORT void tree_packed_sum_groups(int f64, const void *x, int64_t rows, int64_t cols,
+                                   const packed_node *nodes, const int64_t *roots,
+                                   const int64_t *group_trees, int64_t groups, int all_leq,
+                                   const void *table, int64_t width, void *out, int threads) {
+    size_t item = f64 ? sizeof(double) : sizeof(float);
+    int64_t first = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        char *block = (char *)out + (size_t)(g * rows * width) * item;
+        tree_packed_sum(f64, x, rows, cols, nodes, roots + first, group_trees[g], all_leq,
+                        table, width, block, threads);
+        first += group_trees[g];
+    }
+}
