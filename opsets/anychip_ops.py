@@ -15,6 +15,8 @@
 * ``TreeEnsembleStack``: ``Concat([Reshape(S_i, shape) ...], axis)`` where ``S_i`` are the
   scores of the tree ensembles of the graph ``body`` (its outputs, in order) run on ``X``
   (skl2onnx's Bagging estimators).
+* ``TreeEnsembleGroup``: the outputs of the graph ``body``'s tree ensembles run on ``X``
+  (skl2onnx's AdaBoost estimators).
 """
 
 from __future__ import annotations
@@ -139,6 +141,29 @@ def _tree_ensemble_stack() -> OpSchema:
     )
 
 
+def _tree_ensemble_group() -> OpSchema:
+    var = OpSchema.FormalParameterOption.Variadic
+    return OpSchema(
+        "TreeEnsembleGroup",
+        ANYCHIP_DOMAIN,
+        1,
+        "The outputs of the body's tree ensembles, all run on X.",
+        inputs=[OpSchema.FormalParameter("X", "T", "[rows, features]")],
+        outputs=[
+            OpSchema.FormalParameter("Y", "U", "outputs", param_option=var, is_homogeneous=False)
+        ],
+        type_constraints=_T
+        + [
+            (
+                "U",
+                ["tensor(float)", "tensor(double)", "tensor(int64)", "tensor(string)"],
+                "scores and labels",
+            )
+        ],
+        attributes=[OpSchema.Attribute("body", OpSchema.AttrType.GRAPH, "the tree ensembles")],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
     return [
@@ -147,4 +172,5 @@ def anychip_schemas() -> list[OpSchema]:
         _shape_memo(),
         _column_products(),
         _tree_ensemble_stack(),
+        _tree_ensemble_group(),
     ]

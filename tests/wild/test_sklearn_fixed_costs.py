@@ -1,7 +1,7 @@
 """The scikit-learn models' fixed costs cut, each against onnxruntime and the path it
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
 OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
-Concat run as one node (Bagging)."""
+Concat, or reading one input, run as one node (Bagging, AdaBoost)."""
 
 from __future__ import annotations
 
@@ -117,4 +117,27 @@ def test_tree_stack_one_c_call_finishes_each_ensemble_as_its_kernel(monkeypatch)
     off = {"cpu": {"disabled_passes": ["fuse_tree_stack"]}}
     assert_same(got, anychip.load(model, "cpu", device_options=off).run(None, feeds), 0, 0)
     monkeypatch.setenv("ANYCHIP_NATIVE", "0")  # the body with the kernels' numpy walks
+    assert_same(got, anychip.load(model, devices=["cpu"]).run(None, feeds), 0, 0)
+
+
+_ADABOOST = ("AdaBoostClassifier (multi)", "AdaBoostRegressor (regression)")
+
+
+@pytest.mark.parametrize("name", _ADABOOST)
+@pytest.mark.parametrize("read_labels", [False, True])
+def test_tree_group_is_the_unfused_graph_bit_for_bit(name, read_labels, monkeypatch) -> None:
+    """AdaBoost's twenty ensembles of X as one node (labels made only where read): equal to
+    onnxruntime, to the unfused graph exactly, and to the body run without the C call."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[name]()
+    if read_labels:  # a classifier's labels, or a regressor's scores, returned as they are
+        first = next(n for n in model.graph.node if n.op_type.startswith("TreeEnsemble"))
+        kind = T.INT64 if first.op_type == "TreeEnsembleClassifier" else T.FLOAT
+        model.graph.output.append(h.make_tensor_value_info(first.output[0], kind, None))
+    sess = anychip.load(model, devices=["cpu"])
+    assert sess.partitions[0].info["fusions"]["fuse_tree_group"] == 1
+    got = sess.run(None, feeds)
+    assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+    off = {"cpu": {"disabled_passes": ["fuse_tree_group"]}}
+    assert_same(got, anychip.load(model, "cpu", device_options=off).run(None, feeds), 0, 0)
+    monkeypatch.setenv("ANYCHIP_NATIVE", "0")
     assert_same(got, anychip.load(model, devices=["cpu"]).run(None, feeds), 0, 0)

@@ -1,6 +1,7 @@
 """``anychip::TreeEnsembleStack`` (``backends/cpu/passes/fuse_tree_stack.py``): the tree
 ensembles of ``body`` run on ``X``, their scores reshaped and concatenated as the Reshape and
-Concat nodes it replaces do.
+Concat nodes it replaces do; ``anychip::TreeEnsembleGroup`` (``passes/fuse_tree_group.py``):
+the body's outputs (the ensembles' read outputs) as they are.
 
 Where the C library is there and every ensemble sums its trees (SUM or AVERAGE) into tables
 of one width, all of them walk in one C call (``tree_packed_sum_groups``: each ensemble's
@@ -23,7 +24,7 @@ from anychip.core.kernel_call import KernelContext
 from anychip.ir.graph import Graph
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
-__all__ = ["tree_ensemble_stack"]
+__all__ = ["tree_ensemble_stack", "tree_ensemble_group"]
 
 
 class _Group:
@@ -102,21 +103,53 @@ def _group(ctx: KernelContext, body: Graph) -> _Group | None:
     return _Group(members, widths.pop())
 
 
+def _finished(
+    ctx: KernelContext, body: Graph, x: Any, labels: frozenset[int] = frozenset()
+) -> list[Any] | None:
+    """Per ensemble of ``body``, its outputs (a classifier's labels only for the ensembles
+    in ``labels``) through the one C call; None when it does not apply (see the module
+    docstring), the caller then runs the body."""
+    lib = native.library()
+    group = compiled(ctx, lambda: _group(ctx, body)) if lib is not None else None
+    if group is None:
+        return None
+    rows = trees._as_rows(x)
+    if rows.dtype != trees._work(rows) or group.max_feature >= rows.shape[1]:
+        return None  # the kernels' own paths and errors
+    sums = group.sums(lib, rows)
+    return [
+        (trees.finish_regressor(f, a, s, rows),)
+        if regressor
+        else trees.finish_classifier(f, a, s, labels=e in labels)
+        for e, ((f, a, regressor), s) in enumerate(zip(group.members, sums))
+    ]
+
+
 @kernel("TreeEnsembleStack", domain=ANYCHIP_DOMAIN, since=1, context=True)
 def tree_ensemble_stack(
     ctx: KernelContext, x: np.ndarray, *, body: Graph, shape: list[int], axis: int = 0
 ) -> np.ndarray:
-    lib = native.library()
-    group = compiled(ctx, lambda: _group(ctx, body)) if lib is not None else None
-    rows = trees._as_rows(x)
-    if group is None or rows.dtype != trees._work(rows) or group.max_feature >= rows.shape[1]:
-        scores = ctx.run_graph(body, [x])  # the kernels' own paths and errors
-    else:
-        sums = group.sums(lib, rows)
-        scores = [
-            trees.finish_regressor(f, a, s, rows)
-            if regressor
-            else trees.finish_classifier(f, a, s, labels=False)[1]
-            for (f, a, regressor), s in zip(group.members, sums)
-        ]
+    done = _finished(ctx, body, x)
+    scores = ctx.run_graph(body, [x]) if done is None else [out[-1] for out in done]
     return np.concatenate([np.reshape(s, shape) for s in scores], axis=axis)
+
+
+@kernel("TreeEnsembleGroup", domain=ANYCHIP_DOMAIN, since=1, context=True)
+def tree_ensemble_group(ctx: KernelContext, x: np.ndarray, *, body: Graph) -> tuple:
+    wanted = _wanted(ctx.node, body)
+    done = _finished(ctx, body, x, wanted[1])
+    if done is None:
+        return tuple(ctx.run_graph(body, [x]))
+    return tuple(done[e][i] for e, i in wanted[0])
+
+
+def _wanted(node: Any, body: Graph) -> tuple[list[tuple[int, int]], frozenset[int]]:
+    """Per body output, (its ensemble's position, its output index); and the ensembles whose
+    labels are read (kept on the node)."""
+    hit = node.meta.get("tree_group_outputs")
+    if hit is None:
+        where = [(body.nodes.index(w.producer), w.index) for w in body.outputs]
+        classifier = "TreeEnsembleClassifier"
+        labels = frozenset(e for e, i in where if i == 0 and body.nodes[e].op_type == classifier)
+        hit = node.meta["tree_group_outputs"] = (where, labels)
+    return hit

@@ -25,6 +25,7 @@ from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
+from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
 from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.ir.passes import Pass
@@ -40,6 +41,7 @@ __all__ = [
     "FuseElementwisePass",
     "FuseGemmPass",
     "FuseLayerNormPass",
+    "FuseTreeGroupPass",
     "FuseTreeStackPass",
     "MemoShapesPass",
     "cpu_passes",
@@ -64,6 +66,7 @@ def cpu_passes() -> list[Pass]:
         FuseGemmPass(),
         FuseColumnProductsPass(),
         FuseTreeStackPass(),
+        FuseTreeGroupPass(),
         FuseElementwisePass(),
     ]
     for p in passes:

@@ -5,7 +5,7 @@ the session's dispatch).
 
 Fires on a Concat whose every input is ``Reshape(S, const)`` with one constant shape (no 0:
 ``allowzero`` cannot matter), ``S`` the scores of an ``ai.onnx.ml`` TreeEnsembleRegressor
-(output 0) or TreeEnsembleClassifier (output 1, its labels unread) of the same ``X``, each
+(output 0) or TreeEnsembleClassifier (output 1, its labels unread) of the same float ``X``, each
 intermediate read once and not a graph output. The ensembles move, unchanged, into the fused
 node's ``body`` graph, which the kernel (``kernels/op_tree_ensemble_stack.py``) runs with the
 ensembles' own kernels, each summing its trees in its own order; the reshapes and the Concat
@@ -14,7 +14,7 @@ are the same numpy calls, so the result is the Concat's, bit for bit.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
@@ -71,7 +71,7 @@ class FuseTreeStackPass(Pass):
         if len(found) < 2 or any(f is None for f in found):
             return 0
         x, shape = found[0][1].inputs[0], found[0][2]
-        if any(t.inputs[0] is not x or s != shape for _, t, s in found):
+        if x.dtype not in FLOATS or any(t.inputs[0] is not x or s != shape for _, t, s in found):
             return 0
         formal = Value(names.fresh(f"{x.name}_stacked"), x.dtype, x.shape)
         index = graph.nodes.index(cat)
