@@ -11,7 +11,8 @@ Figures per device (bytes):
   held (CPU, kernel-mode devices), planned arena included;
 * ``reserved``: what the device's pool holds (live and cached blocks);
 * ``arena``: the part of the plan kernels really write into (``out=``, the executor's out
-  protocol), the largest over the device's partitions; the rest of ``planned`` is allocated per
+  protocol), the largest over the device's partitions (an arena under
+  ``partition.MIN_ARENA_BYTES`` is not used: 0); the rest of ``planned`` is allocated per
   node by kernels without ``out``. ``declined``: planned views a kernel was handed and did not
   use, summed over runs (0 when every out-capable kernel wrote its output in place);
 * ``capacity``: the device's memory, None when unknown.

@@ -10,8 +10,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
+from anychip.core.memory import partition as memory_partition
 from anychip.errors import KernelError
 from bench.dispatch import chain_model
+
+
+@pytest.fixture(autouse=True)
+def _every_arena_used(monkeypatch):
+    """These tests exercise the arena on small models: every planned arena is used (below
+    ``MIN_ARENA_BYTES`` a session lets numpy allocate; tests/wild/test_sklearn_fixed_costs)."""
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
 
 
 def _ort(model, feeds):

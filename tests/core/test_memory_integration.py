@@ -18,11 +18,20 @@ from anychip.core import plugins
 from anychip.core.backend import Backend, DeviceModel
 from anychip.core.kernels import KernelTable
 from anychip.core.memory import MemoryPool, NumpyAllocator, check_plan, lifetimes
+from anychip.core.memory import partition as memory_partition
 from anychip.core.memory.partition import plan_program
 from anychip.core.memory.report import MemoryReport
 from anychip.errors import AnychipError, OutOfMemoryError
 from tests.backends.npu_stub.conftest import convnet
 from tests.models import transformer_layer
+
+
+@pytest.fixture(autouse=True)
+def _every_arena_used(monkeypatch):
+    """These tests exercise the arena on small models: every planned arena is used (below
+    ``MIN_ARENA_BYTES`` a session lets numpy allocate; tests/wild/test_sklearn_fixed_costs)."""
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
+
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(glob.glob(os.path.join(LIGHT, "light_*.onnx")))

@@ -1,7 +1,8 @@
 """The scikit-learn models' fixed costs cut, each against onnxruntime and the path it
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
 OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
-Concat, or reading one input, run as one node (Bagging, AdaBoost)."""
+Concat, or reading one input, run as one node (Bagging, AdaBoost); arenas under
+``MIN_ARENA_BYTES`` left to numpy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from onnx import numpy_helper
 
 import anychip
 from anychip.backends.cpu.onednn import kernels as onednn_kernels
+from anychip.core.memory import partition as memory_partition
 from bench._wild_sklearn import sklearn_cases
 from tests.wild._compare import anychip_run, assert_same, ort_run
 
@@ -141,3 +143,23 @@ def test_tree_group_is_the_unfused_graph_bit_for_bit(name, read_labels, monkeypa
     assert_same(got, anychip.load(model, "cpu", device_options=off).run(None, feeds), 0, 0)
     monkeypatch.setenv("ANYCHIP_NATIVE", "0")
     assert_same(got, anychip.load(model, devices=["cpu"]).run(None, feeds), 0, 0)
+
+
+def test_small_arenas_are_left_to_numpy_large_ones_used(monkeypatch) -> None:
+    """MLPRegressor's 40 KB arena (300 rows) is not taken from the pool; at 3000 rows its
+    arena (400 KB) is. Both equal onnxruntime, and the small one equals the arena path."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}["MLPRegressor (regression)"]()
+    big = {"X": np.repeat(feeds["X"], 10, axis=0)}
+    results = []
+    for rows, used in ((feeds, False), (big, True)):
+        sess = anychip.load(model, devices=["cpu"])
+        got = [sess.run(None, rows) for _ in range(2)][1]  # the first run plans
+        assert_same(got, ort_run(model, rows), rtol=1e-4, atol=1e-4)
+        assert (sess.compiled.pools["cpu"].stats().alloc_count > 0) is used
+        assert (sess.memory()["cpu"].arena > 0) is used
+        results.append(got)
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
+    sess = anychip.load(model, devices=["cpu"])
+    planned = [sess.run(None, feeds) for _ in range(2)][1]
+    assert sess.compiled.pools["cpu"].stats().alloc_count == 1
+    assert_same(results[0], planned, 0, 0)

@@ -22,8 +22,17 @@ from anychip.backends.cpu.kernels import load_all
 from anychip.backends.cpu.kernels.op_elementwise import sum_
 from anychip.backends.cpu.kernels.op_matmul import matmul
 from anychip.backends.cpu.table import CPU_KERNELS
+from anychip.core.memory import partition as memory_partition
 from anychip.core.memory.partition import INPLACE_OPS
 from tests.node_cases import assert_outputs_close, load_case, node_cases
+
+
+@pytest.fixture(autouse=True)
+def _every_arena_used(monkeypatch):
+    """These tests exercise the arena on small models: every planned arena is used (below
+    ``MIN_ARENA_BYTES`` a session lets numpy allocate; tests/wild/test_sklearn_fixed_costs)."""
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
+
 
 load_all()
 
