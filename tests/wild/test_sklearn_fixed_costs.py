@@ -2,7 +2,7 @@
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
 OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
 Concat, or reading one input, run as one node (Bagging, AdaBoost); arenas under
-``MIN_ARENA_BYTES`` left to numpy."""
+``MIN_ARENA_BYTES`` left to numpy; LogSumExp's max over a short axis column by column."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 import anychip
+from anychip.backends.cpu.kernels import op_reduce
 from anychip.backends.cpu.onednn import kernels as onednn_kernels
 from anychip.core.memory import partition as memory_partition
 from bench._wild_sklearn import sklearn_cases
@@ -163,3 +164,27 @@ def test_small_arenas_are_left_to_numpy_large_ones_used(monkeypatch) -> None:
     planned = [sess.run(None, feeds) for _ in range(2)][1]
     assert sess.compiled.pools["cpu"].stats().alloc_count == 1
     assert_same(results[0], planned, 0, 0)
+
+
+@pytest.mark.parametrize("k", [2, 3, 16, 17])
+def test_log_sum_exp_short_axis_max_is_the_reduction(k, monkeypatch) -> None:
+    """ReduceLogSumExp over a short last axis takes its max column by column: equal to
+    onnxruntime, and bit for bit to numpy's reduction, with NaN, infinities and signed zeros."""
+    rng = np.random.default_rng(k)
+    x = (rng.standard_normal((40, k)) * 30).astype(np.float32)
+    x[1, 0], x[2, -1], x[3, :] = np.nan, np.inf, -np.inf
+    x[4, :] = 0.0
+    x[4, ::2] = -0.0
+    node = h.make_node("ReduceLogSumExp", ["X"], ["Y"], axes=[-1], keepdims=0)
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("X", T.FLOAT, ["N", k])],
+        [h.make_tensor_value_info("Y", T.FLOAT, None)],
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    got, _ = anychip_run(model, {"X": x})
+    assert_same(got, ort_run(model, {"X": x}), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(op_reduce, "_SHORT", 0)  # numpy's max reduction
+    reduced, _ = anychip_run(model, {"X": x})
+    np.testing.assert_array_equal(got[0].view(np.int32), reduced[0].view(np.int32))

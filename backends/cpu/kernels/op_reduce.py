@@ -75,13 +75,31 @@ def _log_sum(x, axes, keepdims):
         return np.log(np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype))
 
 
+#: Longest last axis whose max is taken column by column: numpy's reduction over a short
+#: inner axis pays its loop setup per row (300 x 3: 12 us, against 1.5 us for two maximums).
+_SHORT = 16
+
+
+def _short_max(x, axes):
+    """``np.max(x, axes, keepdims=True)``; the same values (max is exact; a NaN gives NaN
+    either way; only the sign of a zero may differ, which LogSumExp's ``x - m`` and
+    ``log(s) + m`` do not carry)."""
+    k = x.shape[-1] if x.ndim else 0
+    if axes != (x.ndim - 1,) or not 1 < k <= _SHORT or x.size == 0:
+        return np.max(x, axis=axes, keepdims=True)
+    m = x[..., :1].copy()
+    for i in range(1, k):
+        np.maximum(m, x[..., i : i + 1], out=m)
+    return m
+
+
 def _log_sum_exp(x, axes, keepdims):
     if x.size == 0 or x.dtype.kind in "iu":
         with np.errstate(divide="ignore"):
             wide = x.astype(np.float64)
             out = np.log(np.sum(np.exp(wide), axis=axes, keepdims=keepdims))
             return out.astype(x.dtype)
-    m = np.max(x, axis=axes, keepdims=True)
+    m = _short_max(x, axes)
     m = np.where(np.isfinite(m), m, np.zeros((), x.dtype))
     s = np.sum(np.exp(x - m), axis=axes, keepdims=True, dtype=x.dtype)
     with np.errstate(divide="ignore"):
