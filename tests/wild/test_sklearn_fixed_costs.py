@@ -2,7 +2,8 @@
 replaces: oneDNN's MatMul and Gemm wrappers declining a small product before switching the
 OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
 Concat, or reading one input, run as one node (Bagging, AdaBoost); arenas under
-``MIN_ARENA_BYTES`` left to numpy; LogSumExp's max over a short axis column by column."""
+``MIN_ARENA_BYTES`` left to numpy; LogSumExp's max over a short axis column by column; the
+Imputer's values made once per node."""
 
 from __future__ import annotations
 
@@ -188,3 +189,16 @@ def test_log_sum_exp_short_axis_max_is_the_reduction(k, monkeypatch) -> None:
     monkeypatch.setattr(op_reduce, "_SHORT", 0)  # numpy's max reduction
     reduced, _ = anychip_run(model, {"X": x})
     np.testing.assert_array_equal(got[0].view(np.int32), reduced[0].view(np.int32))
+
+
+@pytest.mark.parametrize("name", ["SimpleImputer", "SimpleImputer median"])
+def test_imputer_values_made_once_per_node(name) -> None:
+    """The Imputer's values converted on the first run and kept: the second and third runs,
+    on other NaN patterns, equal onnxruntime."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[name]()
+    sess = anychip.load(model, devices=["cpu"])
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        x = feeds["X"].copy()
+        x[rng.random(x.shape) < 0.2] = np.nan
+        assert_same(sess.run(None, {"X": x}), ort_run(model, {"X": x}), 0, 0)

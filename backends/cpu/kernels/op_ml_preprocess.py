@@ -43,8 +43,9 @@ def normalizer(x: np.ndarray, *, norm: str = "MAX") -> np.ndarray:
     return v / np.maximum(div, v.dtype.type(1e-30))
 
 
-@kernel("Imputer", domain=ML, since=1)
+@kernel("Imputer", domain=ML, since=1, context=True)
 def imputer(
+    ctx: KernelContext,
     x: np.ndarray,
     *,
     imputed_value_floats: list[float] | None = None,
@@ -54,17 +55,24 @@ def imputer(
 ) -> np.ndarray:
     """Replace ``replaced_value_*`` (NaN matches NaN) by the column's imputed value."""
     if imputed_value_floats:
-        values, target = np.asarray(imputed_value_floats), replaced_value_float
+        floats, target = True, replaced_value_float
     elif imputed_value_int64s:
-        values, target = np.asarray(imputed_value_int64s), replaced_value_int64
+        floats, target = False, replaced_value_int64
     else:
         raise KernelError("Imputer: neither imputed_value_floats nor imputed_value_int64s is given")
-    if x.ndim != 2 or values.shape[0] not in (1, x.shape[1]):
+    # The values as an array per input type, made once per node (converting the attribute
+    # list on every run cost as much as the replacement).
+    cache: dict = compiled(ctx, dict)
+    values = cache.get(x.dtype)
+    if values is None:
+        raw = np.asarray(imputed_value_floats if floats else imputed_value_int64s)
+        values = cache[x.dtype] = raw.astype(x.dtype).reshape(1, -1)
+    if x.ndim != 2 or values.shape[1] not in (1, x.shape[1]):
         raise KernelError(
-            f"Imputer: {values.shape[0]} imputed values for an input of shape {list(x.shape)}"
+            f"Imputer: {values.shape[1]} imputed values for an input of shape {list(x.shape)}"
         )
-    hit = np.isnan(x) if isinstance(target, float) and np.isnan(target) else x == target
-    return np.where(hit, values.astype(x.dtype).reshape(1, -1), x)
+    hit = np.isnan(x) if isinstance(target, float) and target != target else x == target
+    return np.where(hit, values, x)
 
 
 @kernel("OneHotEncoder", domain=ML, since=1, context=True)
