@@ -75,6 +75,9 @@ class StepProgram:
         self.device_slots: list[tuple[int, Any]] = []
         #: The transfer budget of one run in bytes (``load(max_copy_bytes=...)``), or None.
         self.max_copy_bytes: int | None = None
+        #: ``(step, feed order, output order)`` when the run is one host partition reading
+        #: feeds only and giving every output (one-device sessions): no slots to fill.
+        self.direct: tuple[Step, list[int], list[int]] | None = None
 
     @property
     def copy_steps(self) -> list[Step]:
@@ -83,6 +86,13 @@ class StepProgram:
     def run(self, feeds: Sequence[Any], times: list[float] | None = None) -> list[Any]:
         """Run every step on the host arrays ``feeds`` (graph input order); all outputs.
         ``times``, when given, receives each step's seconds (the session's feedback runs)."""
+        if self.direct is not None and times is None:
+            step, order, picks = self.direct
+            try:
+                outs = step.fn([feeds[i] for i in order])
+            except BaseException as e:
+                self._failed(e, step, None)
+            return [outs[j] for j in picks]
         slots: list[Any] = [None] * self.nslots
         for s, arr in zip(self.feed_slots, feeds):
             slots[s] = arr
@@ -115,17 +125,23 @@ class StepProgram:
                         release(slots[s])
                     slots[s] = None
         except BaseException as e:
-            self._release(slots)
-            if step is not None and not hasattr(e, "anychip_device"):
-                _blame(e, step)
-            if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
-                raise OutOfMemoryError(
-                    f"out of memory while running {step.label}: {type(e).__name__}: {e}. "
-                    "Run with a smaller input, or place part of the model on another device.",
-                    device=step.device,
-                ) from e
-            raise
+            self._failed(e, step, slots)
         return [slots[s] for s in self.output_slots]
+
+    def _failed(self, e: BaseException, step: Step | None, slots: list[Any] | None) -> None:
+        """Re-raise a run's error: device tensors given back, the failing step's device named
+        on it (failover), a raw ``MemoryError`` as ``OutOfMemoryError``."""
+        if slots is not None:
+            self._release(slots)
+        if step is not None and not hasattr(e, "anychip_device"):
+            _blame(e, step)
+        if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
+            raise OutOfMemoryError(
+                f"out of memory while running {step.label}: {type(e).__name__}: {e}. "
+                "Run with a smaller input, or place part of the model on another device.",
+                device=step.device,
+            ) from e
+        raise e
 
     def _over_budget(self, moved: int) -> None:
         edges = ", ".join(f"{st.label[5:]} ({st.last} B)" for st in self.steps if st.is_copy)
@@ -191,7 +207,21 @@ def build_steps(
     for st, fr in zip(prog.steps, frees):
         st.frees = tuple((s, release_of[s]) for s in fr)
     prog.nslots = len(slot)
+    prog.direct = _direct(prog)
     return prog
+
+
+def _direct(prog: StepProgram) -> tuple[Step, list[int], list[int]] | None:
+    """``StepProgram.direct`` for ``prog``, or None (copies, several partitions, constant or
+    fed-through outputs, device tensors)."""
+    if len(prog.steps) != 1 or prog.steps[0].is_copy or prog.consts or prog.device_slots:
+        return None
+    step = prog.steps[0]
+    fed = {s: i for i, s in enumerate(prog.feed_slots)}
+    made = {s: j for j, s in enumerate(step.outs)}
+    if any(s not in fed for s in step.ins) or any(s not in made for s in prog.output_slots):
+        return None
+    return step, [fed[s] for s in step.ins], [made[s] for s in prog.output_slots]
 
 
 def _blame(e: BaseException, step: Step) -> None:

@@ -202,3 +202,29 @@ def test_imputer_values_made_once_per_node(name) -> None:
         x = feeds["X"].copy()
         x[rng.random(x.shape) < 0.2] = np.nan
         assert_same(sess.run(None, {"X": x}), ort_run(model, {"X": x}), 0, 0)
+
+
+def test_one_partition_runs_direct_and_keeps_its_errors(monkeypatch) -> None:
+    """A one-device session runs its one partition without slots: outputs equal the slot
+    path's, and a kernel's MemoryError still reaches the caller as OutOfMemoryError."""
+    rng = np.random.default_rng(11)
+    model = _projection("MatMul", rng)
+    feeds = {"X": rng.standard_normal((30, 12)).astype(np.float32)}
+    sess = anychip.load(model, devices=["cpu"])
+    steps = sess.compiled.steps
+    assert steps.direct is not None
+    got = sess.run(None, feeds)
+    direct, steps.direct = steps.direct, None
+    assert_same(got, sess.run(None, feeds), 0, 0)
+    steps.direct = direct
+    assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
+
+    def no_memory(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise MemoryError("test")
+
+    ins = sess.partitions[0].program
+    program = getattr(getattr(ins, "wrapped", ins), "__self__", None)
+    program = getattr(program, "program", program)
+    monkeypatch.setattr(program.instrs[0], "fn", no_memory)
+    with pytest.raises(anychip.OutOfMemoryError, match="MatMul"):
+        sess.run(None, feeds)
