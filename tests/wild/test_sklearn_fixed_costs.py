@@ -3,7 +3,7 @@ replaces: oneDNN's MatMul and Gemm wrappers declining a small product before swi
 OpenMP team; the tree kernels' C walk bound once per node; sibling tree ensembles stacked by a
 Concat, or reading one input, run as one node (Bagging, AdaBoost); arenas under
 ``MIN_ARENA_BYTES`` left to numpy; LogSumExp's max over a short axis column by column; the
-Imputer's values made once per node."""
+Imputer's values made once per node; linear models' rows read without a copy."""
 
 from __future__ import annotations
 
@@ -228,3 +228,16 @@ def test_one_partition_runs_direct_and_keeps_its_errors(monkeypatch) -> None:
     monkeypatch.setattr(program.instrs[0], "fn", no_memory)
     with pytest.raises(anychip.OutOfMemoryError, match="MatMul"):
         sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("name", ["LinearRegression (regression)", "LinearSVC (multi)"])
+def test_linear_models_read_float32_rows_in_place(name) -> None:
+    """The linear kernels read float32 rows without a copy: the feed is left as it was, the
+    outputs are their own arrays, equal to onnxruntime."""
+    model, feeds = {n: b for n, b, _ in sklearn_cases(False)}[name]()
+    x = feeds["X"]
+    kept = x.copy()
+    got = anychip.load(model, devices=["cpu"]).run(None, {"X": x})
+    np.testing.assert_array_equal(x, kept)
+    assert not any(np.shares_memory(g, x) for g in got if isinstance(g, np.ndarray))
+    assert_same(got, ort_run(model, {"X": x}), rtol=1e-5, atol=1e-5)

@@ -15,9 +15,14 @@ from anychip.errors import KernelError
 __all__ = ["linear_classifier", "linear_regressor"]
 
 
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
 def _rows(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x)
-    x = x if x.dtype == np.float64 else x.astype(np.float32)
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
+    if x.dtype != _F32 and x.dtype != _F64:
+        x = x.astype(np.float32)
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
@@ -89,6 +94,8 @@ def linear_classifier(
 
 
 def post_transform_(scores: np.ndarray, name: str) -> np.ndarray:
+    if name == "NONE":
+        return scores
     out = post_transform(scores, name)
     return out.astype(np.float32, copy=False) if scores.dtype != np.float64 else out
 
