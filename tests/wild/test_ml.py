@@ -131,7 +131,7 @@ def test_threaded_tree_walk_is_bit_identical(monkeypatch) -> None:
     x = x.astype(np.float32)
     est = RandomForestRegressor(n_estimators=20, random_state=0).fit(x[:200], y[:200])
     model, feeds = convert(est, x[:1]), {"X": x[200:]}
-    assert len(x[200:]) * 20 >= te._THREAD_STEPS  # walks alone, whatever the depth
+    assert len(x[200:]) * 20 >= te._THREAD_WALKS
     outs = []
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("ANYCHIP_NATIVE_THREADS", threads)

@@ -43,10 +43,8 @@ _PACKED = np.dtype(
     + [("rule", "i1"), ("missing", "u1")],
     align=True,
 )
-#: Node visits (rows x trees x depth) below which the native walk stays on one thread: a
-#: deep forest's few walks are worth a thread (20 trees of depth 14 on 300 rows: 204 -> 115
-#: us at two threads, on a loaded machine), a single tree's are not (16 -> 47 us).
-_THREAD_STEPS = 16384
+#: Walks (rows x trees) below which the native walk stays on one thread.
+_THREAD_WALKS = 16384
 #: Rows walked at once: bounds the ``[rows, trees]`` temporaries.
 _CHUNK = 4096
 
@@ -201,7 +199,6 @@ class _Forest:
         if len(self.rule) < 2**31 and self.max_feature < 2**31:
             nodes, all_leq = self.packed(ffi)
             roots, packed_sum, f64 = self.pointers(ffi)[-1], lib.tree_packed_sum, 0 if f32 else 1
-            depth = self.depth
 
             def call(x: np.ndarray) -> np.ndarray:
                 if type(x) is not np.ndarray or x.dtype != work or not x.flags.c_contiguous:
@@ -209,7 +206,7 @@ class _Forest:
                 rows = x.shape[0]
                 out = empty((rows, width), work)
                 xp, op = from_buffer(ctype, x), from_buffer(ctype, out)
-                threads = _threads(rows * trees, depth)
+                threads = _threads(rows * trees)
                 packed_sum(
                     f64, xp, rows, x.shape[1], nodes, roots, trees, all_leq, tp, width, op, threads
                 )  # noqa: E501
@@ -239,12 +236,11 @@ class _Forest:
         return out
 
 
-def _threads(walks: int, depth: int = 1) -> int:
-    """Threads for ``walks`` (row, tree) walks of trees ``depth`` deep: one below
-    ``_THREAD_STEPS`` node visits (starting a thread costs about as much as 5000), else one
-    per usable core up to 8 (``ANYCHIP_NATIVE_THREADS`` caps it), as onnxruntime's tree kernel
-    splits its rows."""
-    if walks * max(depth, 1) < _THREAD_STEPS:
+def _threads(walks: int) -> int:
+    """Threads for ``walks`` (row, tree) walks: one below ``_THREAD_WALKS`` (starting a
+    thread costs about as much as 2000 walks), else one per usable core up to 8
+    (``ANYCHIP_NATIVE_THREADS`` caps it), as onnxruntime's tree kernel splits its rows."""
+    if walks < _THREAD_WALKS:
         return 1
     cap = os.environ.get("ANYCHIP_NATIVE_THREADS", "")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

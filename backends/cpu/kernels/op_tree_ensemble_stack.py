@@ -48,7 +48,6 @@ class _Group:
         self.roots = np.concatenate([f.roots + off for f, off in zip(forests, offsets)])
         self.counts = np.array([len(f.roots) for f in forests], np.int64)
         self.max_feature = max(f.max_feature for f in forests)
-        self.depth = max(f.depth for f in forests)
         self._tables: dict[type, np.ndarray] = {}
 
     def table(self, work: type) -> np.ndarray:
@@ -59,8 +58,7 @@ class _Group:
         return t
 
     def sums(self, lib: Any, x: np.ndarray) -> np.ndarray:
-        """``[ensembles, rows, width]``: each ensemble's trees summed in its own order (threads
-        per ensemble, as each ensemble's own walk would take them)."""
+        """``[ensembles, rows, width]``: each ensemble's trees summed in its own order."""
         ffi, work = native.ffi(), x.dtype.type
         table = self.table(work)
         ctype = "float[]" if work is np.float32 else "double[]"
@@ -79,7 +77,7 @@ class _Group:
             ffi.from_buffer(ctype, table),
             self.width,
             ffi.from_buffer(ctype, out),
-            trees._threads(x.shape[0] * int(self.counts.max()), self.depth),
+            trees._threads(x.shape[0] * len(self.roots)),
         )
         return out
 
