@@ -58,7 +58,8 @@ class _Group:
         return t
 
     def sums(self, lib: Any, x: np.ndarray) -> np.ndarray:
-        """``[ensembles, rows, width]``: each ensemble's trees summed in its own order."""
+        """``[ensembles, rows, width]``: each ensemble's trees summed in its own order (threads
+        by one ensemble's walks, as its own kernel would take them)."""
         ffi, work = native.ffi(), x.dtype.type
         table = self.table(work)
         ctype = "float[]" if work is np.float32 else "double[]"
@@ -77,7 +78,7 @@ class _Group:
             ffi.from_buffer(ctype, table),
             self.width,
             ffi.from_buffer(ctype, out),
-            trees._threads(x.shape[0] * len(self.roots)),
+            trees._threads(x.shape[0] * int(self.counts.max())),
         )
         return out
 
