@@ -449,6 +449,7 @@ MATMUL_CASES = [
     ((96, 33), (33, 130), True, "numpy"),  # fewer than MIN_MACS multiply-adds
     ((3, 64), (64, 16), True, "numpy"),  # fewer than MIN_ROWS rows
     ((300, 12), (12, 4), True, "numpy"),  # fewer than MIN_MACS multiply-adds
+    ((1, 128, 32), (32, 32), True, "numpy"),  # the tiny exports' 3-D A under MIN_MACS
     ((40, 16), (16, 8), False, "numpy"),  # B is an input, not weights
     ((2, 24, 16), (2, 16, 8), True, "numpy"),  # batched weights
 ]
