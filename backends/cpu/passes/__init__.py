@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
+from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
@@ -30,6 +31,7 @@ from anychip.ir.passes import Pass
 
 __all__ = [
     "EliminateTransposeReshapePass",
+    "FoldConvAffinePass",
     "FuseAttentionPass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
@@ -53,6 +55,7 @@ def cpu_passes() -> list[Pass]:
     passes = [
         MemoShapesPass(),
         FoldPadIntoConvPass(),
+        FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),

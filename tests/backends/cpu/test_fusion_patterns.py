@@ -35,7 +35,8 @@ def test_conv_bias_activation(act, attrs, monkeypatch):
         inits=[("b", rand(13, 4, 1, 1))],
     )
     assert ops(m) == ["FusedConv"]
-    assert check(m) == {"fuse_conv": 1}
+    # the per-channel Add becomes the Conv's bias first (fold_conv_affine)
+    assert check(m) == {"fold_conv_affine": 1, "fuse_conv": 1}
 
 
 def test_conv_residual_and_clip_with_constant_bounds(monkeypatch):
