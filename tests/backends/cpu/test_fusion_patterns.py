@@ -51,6 +51,24 @@ def test_conv_residual_and_clip_with_constant_bounds(monkeypatch):
     assert check(m) == {"fuse_conv": 1}
 
 
+def test_conv_residual_sum_of_two_then_relu(monkeypatch):
+    force_fuse_conv(monkeypatch)
+    # ResNet-50 v1 writes its residual as Sum(conv, shortcut)
+    m = _conv(
+        N("Sum", ["c", "z"], ["s"]), N("Relu", ["s"], ["y"]), inputs=XS + [("z", [1, 4, 8, 8])]
+    )
+    assert ops(m) == ["FusedConv"]
+    assert check(m) == {"fuse_conv": 1}
+    # three operands are not one residual
+    m = _conv(
+        N("Sum", ["c", "z", "z"], ["s"]),
+        N("Relu", ["s"], ["y"]),
+        inputs=XS + [("z", [1, 4, 8, 8])],
+    )
+    assert "Sum" in ops(m)
+    check(m)
+
+
 def test_conv_not_fused_with_the_numpy_kernel():
     m = _conv(N("Relu", ["c"], ["y"]))
     assert ("FusedConv" in ops(m)) == fast_fused_conv()
