@@ -246,7 +246,7 @@ def test_pointwise_conv_on_nchw_runs_as_matmul(
     act: int, with_z: bool, group: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 1x1 FusedConv whose output a numpy node (Concat) reads writes NCHW through oneDNN's
-    matmul (conv1x1.py: bias and Z as post-ops; with groups the bias and a Relu in numpy, any
+    matmul (conv1x1.py: bias and Z as post-ops; with groups the bias and a Relu in one C pass, any
     other activation on the convolution primitive), batch 2, equal to onnxruntime's."""
     from anychip.backends.cpu.onednn import conv1x1
 
