@@ -26,6 +26,7 @@ from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
+from anychip.backends.cpu.passes.lower_batch_norm import LowerBatchNormPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.ir.passes import Pass
 
@@ -41,6 +42,7 @@ __all__ = [
     "FuseElementwisePass",
     "FuseGemmPass",
     "FuseLayerNormPass",
+    "LowerBatchNormPass",
     "MemoShapesPass",
     "cpu_passes",
     "fuse_elementwise_on",
@@ -64,6 +66,7 @@ def cpu_passes() -> list[Pass]:
         FuseConvPass(),
         FuseGemmPass(),
         FuseColumnProductsPass(),
+        LowerBatchNormPass(),
         FuseElementwisePass(),
     ]
     for p in passes:
