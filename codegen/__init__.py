@@ -33,13 +33,15 @@ class CFunction:
 
     def __init__(self, spec: KernelSpec, ffi: Any, fn: Any) -> None:
         self.spec, self.ffi, self.fn = spec, ffi, fn
-        self.ptr = f"{_EMITTER.ctypes[spec.dtype]}[]"
+        # the array type resolved once (a string is looked up in cffi's cache on every call)
+        self.ptr = ffi.typeof(f"{_EMITTER.ctypes[spec.dtype]}[]")
 
     def __call__(self, layout: Layout, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
         buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
-        mods = layout.r_mods
         ptrs = [buf(ptr, a) for a in arrays]
-        self.fn(layout.outer, layout.inner, *ptrs, *mods, buf(ptr, out, require_writable=True))
+        self.fn(
+            layout.outer, layout.inner, *ptrs, *layout.r_mods, buf(ptr, out, require_writable=True)
+        )
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:

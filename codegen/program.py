@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from anychip.codegen.expr import Expr
 
@@ -81,10 +82,15 @@ class Layout:
         full shape first, so the kernel reads it as ``F``."""
         return tuple("F" if c == "X" else c for c in self.classes)
 
-    @property
-    def r_mods(self) -> list[int]:
+    @cached_property
+    def r_mods(self) -> tuple[int, ...]:
         """The kernel's modulus arguments: one per ``R`` input, in input order."""
-        return [m for m, c in zip(self.mods, self.classes) if c == "R"]
+        return tuple(m for m, c in zip(self.mods, self.classes) if c == "R")
+
+    @cached_property
+    def broadcasts(self) -> bool:
+        """Whether an input is broadcast to the full shape before the call (class ``X``)."""
+        return "X" in self.classes
 
 
 def _padded(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:

@@ -8,6 +8,9 @@
   ``* scale``); ``Kt`` is K already transposed, as the MatMul it replaces read it.
 * ``ShapeMemo``: the graph ``body`` that reads only the shapes of its inputs; its outputs are
   kept per input signature.
+* ``MatMulAdd``: ``Y = A @ B + C`` for an activation ``A`` of rank 3 or more, a constant 2-D
+  ``B`` and a constant ``C`` of ``B``'s width along the last axis (a transformer's linear
+  layer before its heads are split).
 * ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
@@ -164,6 +167,22 @@ def _tree_ensemble_group() -> OpSchema:
     )
 
 
+def _matmul_add() -> OpSchema:
+    return OpSchema(
+        "MatMulAdd",
+        ANYCHIP_DOMAIN,
+        1,
+        "Y = A @ B + C (MatMul, then Add broadcasting C along the last axis).",
+        inputs=[
+            OpSchema.FormalParameter("A", "T", "activations [..., K]"),
+            OpSchema.FormalParameter("B", "T", "weights [K, N]"),
+            OpSchema.FormalParameter("C", "T", "bias of N elements, along the last axis"),
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "T", "[..., N]")],
+        type_constraints=_T,
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
     return [
@@ -173,4 +192,5 @@ def anychip_schemas() -> list[OpSchema]:
         _column_products(),
         _tree_ensemble_stack(),
         _tree_ensemble_group(),
+        _matmul_add(),
     ]

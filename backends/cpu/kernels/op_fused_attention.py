@@ -9,6 +9,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_softmax import _softmax
 from anychip.backends.cpu.table import kernel
+from anychip.codegen.rows import softmax_rows
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
@@ -29,6 +30,16 @@ def fused_attention(
     """Scaled dot-product attention; ``divide``: the scores are divided by ``scale`` (else
     multiplied)."""
     s = np.matmul(q, kt)
+    if not softmax_rows(s, s, mask, scale, 1 if divide else 2):  # float32 in C, else numpy
+        s = _scaled_softmax(s, mask, scale, divide)
+    shape = np.broadcast_shapes(s.shape[:-2], v.shape[:-2]) + (s.shape[-2], v.shape[-1])
+    if fits(out, shape, s.dtype):
+        return np.matmul(s, v, out=out)
+    return np.matmul(s, v)
+
+
+def _scaled_softmax(s: np.ndarray, mask: np.ndarray | None, scale: float, divide: int):
+    """The scores scaled, masked and normalized with numpy, in place where the mask fits."""
     c = s.dtype.type(scale)
     if divide:
         np.divide(s, c, out=s)
@@ -39,8 +50,4 @@ def fused_attention(
             np.add(s, mask, out=s)
         else:
             s = s + mask
-    s = _softmax(s, -1, out=s)
-    shape = np.broadcast_shapes(s.shape[:-2], v.shape[:-2]) + (s.shape[-2], v.shape[-1])
-    if fits(out, shape, s.dtype):
-        return np.matmul(s, v, out=out)
-    return np.matmul(s, v)
+    return _softmax(s, -1, out=s)

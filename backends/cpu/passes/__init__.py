@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
+from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
@@ -27,11 +28,13 @@ from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
 from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
+from anychip.backends.cpu.passes.lower_batch_norm import LowerBatchNormPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.ir.passes import Pass
 
 __all__ = [
     "EliminateTransposeReshapePass",
+    "FoldConvAffinePass",
     "FuseAttentionPass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
@@ -43,6 +46,7 @@ __all__ = [
     "FuseLayerNormPass",
     "FuseTreeGroupPass",
     "FuseTreeStackPass",
+    "LowerBatchNormPass",
     "MemoShapesPass",
     "cpu_passes",
     "fuse_elementwise_on",
@@ -57,6 +61,7 @@ def cpu_passes() -> list[Pass]:
     passes = [
         MemoShapesPass(),
         FoldPadIntoConvPass(),
+        FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
@@ -67,6 +72,7 @@ def cpu_passes() -> list[Pass]:
         FuseColumnProductsPass(),
         FuseTreeStackPass(),
         FuseTreeGroupPass(),
+        LowerBatchNormPass(),
         FuseElementwisePass(),
     ]
     for p in passes:

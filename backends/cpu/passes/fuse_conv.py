@@ -7,7 +7,8 @@ is not a graph output, and:
 
 * the bias Add's other input is a float constant of ``C`` elements laid out along the
   channel axis (``[C, 1, 1]`` or ``[1, C, 1, 1]``); it is added to the Conv's own bias;
-* the residual Add's other input has the Conv output's static shape (no broadcasting);
+* the residual Add's (or two-input Sum's) other input has the Conv output's static shape (no
+  broadcasting);
 * the activation is Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, or Clip with constant
   bounds (the activations FusedConv's kernels compute);
 * the CPU's FusedConv kernel is a fast one (``require_fast_kernel``): the numpy kernel
@@ -89,6 +90,13 @@ def _residual(add: Node, y: Value) -> Value | None:
     return other if other.dtype == y.dtype else None
 
 
+def _is_add(node: Node) -> bool:
+    """Add, or Sum of two inputs (ResNet-50 v1's residuals): the same ``a + b``."""
+    if node.domain:
+        return False
+    return node.op_type == "Add" or (node.op_type == "Sum" and len(node.inputs) == 2)
+
+
 def fast_fused_conv() -> bool:
     """Whether the CPU's FusedConv kernel is fast (``_common.fast_kernel``)."""
     from anychip.backends.cpu.kernels import op_contrib_conv
@@ -130,7 +138,7 @@ class FuseConvPass(Pass):
             if extra is not None and (bias is None or bias.const is not None):
                 bias_add, tail = nxt, nxt.outputs[0]
                 nxt = _only_reader(tail, graph)
-        if nxt is not None and nxt.op_type == "Add" and not nxt.domain:
+        if nxt is not None and _is_add(nxt):
             z = _residual(nxt, tail)
             if z is not None:
                 residual, tail = nxt, nxt.outputs[0]

@@ -17,7 +17,7 @@ from tests.backends.cpu._fusion_models import force_fuse_conv
     [
         ("squeezenet", "fuse_conv"),
         ("shufflenet", "fuse_conv"),
-        ("inception_v2", "fuse_elementwise"),
+        ("inception_v2", "fold_conv_affine"),  # its Caffe Scale layers: Mul, Add
     ],
 )
 def test_light_model_fused_equals_unfused_and_onnxruntime(name, fired, monkeypatch):

@@ -35,7 +35,8 @@ def test_conv_bias_activation(act, attrs, monkeypatch):
         inits=[("b", rand(13, 4, 1, 1))],
     )
     assert ops(m) == ["FusedConv"]
-    assert check(m) == {"fuse_conv": 1}
+    # the per-channel Add becomes the Conv's bias first (fold_conv_affine)
+    assert check(m) == {"fold_conv_affine": 1, "fuse_conv": 1}
 
 
 def test_conv_residual_and_clip_with_constant_bounds(monkeypatch):
@@ -48,6 +49,24 @@ def test_conv_residual_and_clip_with_constant_bounds(monkeypatch):
     )
     assert ops(m) == ["FusedConv"]
     assert check(m) == {"fuse_conv": 1}
+
+
+def test_conv_residual_sum_of_two_then_relu(monkeypatch):
+    force_fuse_conv(monkeypatch)
+    # ResNet-50 v1 writes its residual as Sum(conv, shortcut)
+    m = _conv(
+        N("Sum", ["c", "z"], ["s"]), N("Relu", ["s"], ["y"]), inputs=XS + [("z", [1, 4, 8, 8])]
+    )
+    assert ops(m) == ["FusedConv"]
+    assert check(m) == {"fuse_conv": 1}
+    # three operands are not one residual
+    m = _conv(
+        N("Sum", ["c", "z", "z"], ["s"]),
+        N("Relu", ["s"], ["y"]),
+        inputs=XS + [("z", [1, 4, 8, 8])],
+    )
+    assert "Sum" in ops(m)
+    check(m)
 
 
 def test_conv_not_fused_with_the_numpy_kernel():

@@ -246,7 +246,7 @@ def test_pointwise_conv_on_nchw_runs_as_matmul(
     act: int, with_z: bool, group: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 1x1 FusedConv whose output a numpy node (Concat) reads writes NCHW through oneDNN's
-    matmul (conv1x1.py: bias and Z as post-ops; with groups the bias and a Relu in numpy, any
+    matmul (conv1x1.py: bias and Z as post-ops; with groups the bias and a Relu in one C pass, any
     other activation on the convolution primitive), batch 2, equal to onnxruntime's."""
     from anychip.backends.cpu.onednn import conv1x1
 
@@ -449,6 +449,7 @@ MATMUL_CASES = [
     ((96, 33), (33, 130), True, "numpy"),  # fewer than MIN_MACS multiply-adds
     ((3, 64), (64, 16), True, "numpy"),  # fewer than MIN_ROWS rows
     ((300, 12), (12, 4), True, "numpy"),  # fewer than MIN_MACS multiply-adds
+    ((1, 128, 32), (32, 32), True, "numpy"),  # the tiny exports' 3-D A under MIN_MACS
     ((40, 16), (16, 8), False, "numpy"),  # B is an input, not weights
     ((2, 24, 16), (2, 16, 8), True, "numpy"),  # batched weights
 ]

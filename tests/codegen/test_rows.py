@@ -1,0 +1,121 @@
+"""The C row kernels (``codegen/rows.py``) against the numpy kernels they replace, on seeded
+random inputs with NaN, +-Inf and masks of several broadcast shapes; the numpy fallback with
+the compiler hidden."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anychip.backends.cpu.kernels.op_fused_attention import _scaled_softmax, fused_attention
+from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
+from anychip.backends.cpu.kernels.op_softmax import softmax
+from anychip.codegen import build, rows
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 3e38, -3e38, 88.8, -104.5]
+
+
+def _specials(rng: np.random.Generator, x: np.ndarray, count: int) -> np.ndarray:
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, size=min(flat.size, count), replace=False)
+    flat[idx] = np.resize(np.array(SPECIALS, x.dtype), idx.size)
+    return x
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN positions differ"
+    np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=2e-6, atol=1e-9)
+
+
+def _numpy(fn, *args, **kw):
+    """``fn`` run with the compiler hidden: the numpy kernels' own steps."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CC", "/nonexistent/cc")
+        return fn(*args, **kw)
+
+
+@pytest.fixture
+def no_compiler(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    rows.forget()
+    yield
+    monkeypatch.delenv("CC")
+    rows.forget()
+
+
+SHAPES = [(7,), (3, 5), (2, 3, 130), (1, 2, 128, 128), (4, 1000), (2, 2, 3, 300)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_rows_match_numpy_with_nan_and_inf(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 6).astype(np.float32)
+    x = _specials(rng, x, 4)  # a few rows get a NaN or an infinity, the rest stay finite
+    want = _numpy(_scaled_softmax, x.copy(), None, 1.0, 0)
+    got = np.empty_like(x)
+    assert rows.softmax_rows(x, got)
+    _close(got, want)
+    assert np.isnan(got).any() or not np.isnan(x).any()
+
+
+MASKS = [(1, 1, 16, 24), (1, 1, 1, 24), (2, 1, 16, 24), (16, 24), (24,), (1, 3, 16, 1)]
+
+
+@pytest.mark.parametrize("mshape", MASKS)
+@pytest.mark.parametrize("divide", [1, 0])
+def test_attention_scores_in_c_match_numpy(mshape, divide):
+    rng = np.random.default_rng(len(mshape) * 10 + divide)
+    s = (rng.standard_normal((2, 3, 16, 24)) * 4).astype(np.float32)
+    mask = rng.standard_normal(mshape).astype(np.float32)
+    mask.reshape(-1)[::5] = -np.inf  # causal-style masked positions
+    s = _specials(rng, s, 3)
+    want = _numpy(_scaled_softmax, s.copy(), mask, 0.25 if divide else 4.0, divide)
+    got = s.copy()
+    assert rows.softmax_rows(got, got, mask, 0.25 if divide else 4.0, 1 if divide else 2)
+    _close(got, want)
+
+
+def test_fused_attention_c_against_numpy_steps():
+    rng = np.random.default_rng(3)
+    q, kt, v = (rng.standard_normal(sh).astype(np.float32) for sh in
+                [(1, 2, 128, 16), (1, 2, 16, 128), (1, 2, 128, 16)])  # fmt: skip
+    mask = np.where(rng.random((1, 1, 128, 128)) < 0.2, -np.inf, 0.0).astype(np.float32)
+    want = np.matmul(_numpy(_scaled_softmax, np.matmul(q, kt), mask, 4.0, 1), v)
+    got = fused_attention(q, kt, v, mask, scale=4.0, divide=1)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-7)
+
+
+def test_softmax_kernel_without_compiler_is_numpy(no_compiler):
+    x = np.random.default_rng(1).standard_normal((4, 33)).astype(np.float32)
+    assert not rows.softmax_rows(x, np.empty_like(x))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_array_equal(softmax(x), e / e.sum(-1, keepdims=True))
+
+
+def test_softmax_rows_refuse_what_they_do_not_run():
+    x = np.ones((2, 3, 4, 5, 6), np.float32)
+    assert not rows.softmax_rows(x, np.empty_like(x))  # rank 5
+    x = np.ones((4, 6), np.float64)
+    assert not rows.softmax_rows(x, np.empty_like(x))
+    x = np.ones((4, 6), np.float32)
+    assert not rows.softmax_rows(x, np.empty_like(x), np.ones((3, 6), np.float32))
+    assert not rows.softmax_rows(x.T, np.empty((6, 4), np.float32))  # not C-contiguous
+
+
+@pytest.mark.parametrize("shape,axis", [((128, 32), 1), ((1, 128, 32), -1), ((2, 3, 130), 1),
+                                        ((3, 300), 1), ((5, 7), 0), ((2, 9, 4), -1)])  # fmt: skip
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_bit_identical_to_numpy_steps(shape, axis, with_bias):
+    rng = np.random.default_rng(len(shape) + axis)
+    x = _specials(rng, (rng.standard_normal(shape) * 3 + 1).astype(np.float32), 2)
+    norm = shape[axis:]
+    scale = rng.standard_normal(norm).astype(np.float32)
+    bias = rng.standard_normal(norm).astype(np.float32) if with_bias else None
+    got = layer_normalization(x, scale, bias, axis=axis, epsilon=1e-5)
+    want = _numpy(layer_normalization, x, scale, bias, axis=axis, epsilon=1e-5)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)  # NaN where NaN, bit for bit elsewhere
