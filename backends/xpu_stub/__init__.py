@@ -22,6 +22,16 @@ def anychip_register_backends(registry: Registry) -> None:
 
 
 @hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    # Scaled dot-product attention becomes anychip::FusedAttention on XPU partitions too (the
+    # CPU's pattern match, reused: the rewrite is the same graph fact on either device); the
+    # XPU's kernel keeps each block's scores in cache (driver/kernels_attention.c).
+    from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
+
+    registry.add_pass(FuseAttentionPass(), backend="xpu")
+
+
+@hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
     from anychip.backends.xpu_stub.kernels import XPU_KERNELS
 
