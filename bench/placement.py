@@ -11,7 +11,7 @@ order rotating round by round. Printed
 per row: median ms, ratio to the fastest single device among the set's own, copies and bytes
 per run, and the nodes per device.
 
-    python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
+    python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp] [--sets "cpu;xpu,cpu"]
 """
 
 from __future__ import annotations
@@ -73,13 +73,15 @@ def _feeds(sess: anychip.Session, shapes: dict | None) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _sessions(model: bytes, available: set[str]) -> dict[str, anychip.Session]:
+def _sessions(
+    model: bytes, available: set[str], sets: list[list[str]]
+) -> dict[str, anychip.Session]:
     """Each device set's session, and each device alone where it runs the whole model."""
     out = {}
-    for devices in SETS:
+    for devices in sets:
         if set(devices) <= available:
             out[",".join(devices)] = anychip.load(model, devices=devices, calibration="auto")
-    for dev in sorted({d for s in SETS for d in s} & available):
+    for dev in sorted({d for s in sets for d in s} & available):
         try:
             out[f"{dev} alone"] = anychip.load(model, devices=[dev], strict=True, cost_model=False)
         except anychip.AnychipError:
@@ -92,7 +94,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="runs per round (best taken)")
     ap.add_argument("--models", default=None)
+    ap.add_argument(
+        "--sets",
+        default=None,
+        help="device sets, ';'-separated (default: cpu;xpu,cpu;npu,cpu;npu,xpu,cpu)",
+    )
     args = ap.parse_args()
+    sets = [s.split(",") for s in args.sets.split(";")] if args.sets else SETS
     available = {d.name for d in anychip.devices() if d.available}
     names = args.models.split(",") if args.models else None
     print(
@@ -101,7 +109,7 @@ def main() -> None:
     )
     worst = 0.0
     for mname, (model, shapes) in _models(names).items():
-        sessions = _sessions(model, available)
+        sessions = _sessions(model, available, sets)
         feeds = _feeds(next(iter(sessions.values())), shapes)
         for sess in sessions.values():
             # Warm-up, then the feedback's runs and trials (re-placement happens here).
