@@ -95,8 +95,8 @@ _DATA = {
 def op_class(op_type: str, const_weight: bool = False, rows: bool = False) -> str:
     """The measured class whose points estimate ``op_type`` (``const_weight``: a MatMul or
     Gemm whose second operand is a constant, the ``linear`` class; ``rows``: a Transpose that
-    keeps the last axis, the ``data_rows`` class)."""
-    if op_type == "Transpose" and rows:
+    keeps the last axis, or a Concat, Split, Slice: the ``data_rows`` class)."""
+    if op_type in _DATA and rows:
         return "data_rows"
     if op_type in _MATMUL:
         return "linear" if const_weight else "matmul"

@@ -75,9 +75,16 @@ def _const_weight(node: Node) -> bool:
     return len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const is not None
 
 
+#: Data movement that copies contiguous runs (whole rows or blocks), priced by ``data_rows``.
+_ROW_COPIES = frozenset({"Concat", "Split", "Slice"})
+
+
 def _keeps_rows(node: Node) -> bool:
     """A Transpose whose permutation keeps the last axis (rows of at least 8 elements are
-    moved whole, as in attention's head splits), priced by the ``data_rows`` class."""
+    moved whole, as in attention's head splits), or a Concat, Split or Slice (contiguous
+    blocks): priced by the ``data_rows`` class, not by the 2-D transpose of ``data``."""
+    if node.op_type in _ROW_COPIES:
+        return True
     if node.op_type != "Transpose" or not node.inputs or node.inputs[0] is None:
         return False
     shape = node.inputs[0].shape

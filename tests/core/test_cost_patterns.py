@@ -92,6 +92,18 @@ def test_head_split_transposes_are_priced_as_row_copies():
     elements = 2 * 16 * 32
     assert t["Transpose_5"] == pytest.approx(cal.time("data_rows", elements))  # perm 0,2,1,3
     assert t["Transpose_7"] == pytest.approx(cal.time("data", elements))  # perm 0,2,3,1
+    from anychip.core.cost import node_time
+
+    concat = onnx.helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
+    a, b = (onnx.helper.make_tensor_value_info(x, 1, [64, 32]) for x in "ab")
+    c = onnx.helper.make_tensor_value_info("c", 1, [64, 64])
+    proto = onnx.helper.make_model(
+        onnx.helper.make_graph([concat], "cat", [a, b], [c]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)],
+    )
+    node = _graph(proto.SerializeToString()).nodes[0]
+    got = node_time(node, reg.backends["cpu"].device, cal)
+    assert got == pytest.approx(cal.time("data_rows", 64 * 64))  # blocks, not a transpose
 
 
 def test_the_block_is_split_when_measured_costs_make_the_split_cheaper(cache):
