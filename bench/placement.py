@@ -2,7 +2,8 @@
 
 For each model (the nine light CNNs with seeded random weights, the held-out models of
 ``bench/models.py``, GPT-2's block ``attention_mix`` of ``bench/mixed_model.py`` whose parts
-run fastest on different devices, and the Hugging Face BERT and GPT-2 exports of
+run fastest on different devices (also at sequence 512, ``attention_long``, and narrow at
+sequence 1024, ``attention_1k``: d 128, 4 heads), and the Hugging Face BERT and GPT-2 exports of
 ``tests/data`` at batch 8, sequence 128) and each device set (``cpu``, ``xpu,cpu``,
 ``npu,cpu``, ``npu,xpu,cpu``, those available here), the session is loaded with measured costs
 (``calibration="auto"``), warmed up through its feedback runs, then timed; each device alone
@@ -11,7 +12,8 @@ order rotating round by round. Printed
 per row: median ms, ratio to the fastest single device among the set's own, copies and bytes
 per run, and the nodes per device.
 
-    python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp] [--sets "cpu;xpu,cpu"]
+    python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
+                              [--sets "cpu;xpu,cpu"] [--cpu-time]
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
     extra = {  # parts faster on different devices
         "attention_mix": (attention_mix, None),
         "attention_long": (lambda: attention_mix(batch=2, seq=512), None),
+        # a narrow block over a long context: the attention is most of the work
+        "attention_1k": (lambda: attention_mix(batch=1, seq=1024, d=128, heads=4), None),
     }
     for name, (make, shapes) in {**HELD_OUT, **extra}.items():
         if names is None or name in names:
@@ -93,6 +97,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="runs per round (best taken)")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU time (all its threads) instead of wall time: on a loaded "
+        "machine it counts each session's own work; a second thread's gain does not show",
+    )
     ap.add_argument("--models", default=None)
     ap.add_argument(
         "--sets",
@@ -101,6 +111,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     sets = [s.split(",") for s in args.sets.split(";")] if args.sets else SETS
+    clock = time.process_time if args.cpu_time else time.perf_counter
     available = {d.name for d in anychip.devices() if d.available}
     names = args.models.split(",") if args.models else None
     print(
@@ -125,9 +136,9 @@ def main() -> None:
             for key, sess in order[r % len(order) :] + order[: r % len(order)]:
                 best = float("inf")
                 for _ in range(args.runs):
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     sess.run(None, feeds)
-                    best = min(best, time.perf_counter() - t0)
+                    best = min(best, clock() - t0)
                 times[key].append(best)
         med = {k: statistics.median(v) for k, v in times.items()}
         for key, sess in sessions.items():
