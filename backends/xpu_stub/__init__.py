@@ -24,11 +24,11 @@ def anychip_register_backends(registry: Registry) -> None:
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
     # Scaled dot-product attention becomes anychip::FusedAttention on XPU partitions too (the
-    # CPU's pattern match, reused: the rewrite is the same graph fact on either device); the
-    # XPU's kernel keeps each block's scores in cache (driver/kernels_attention.c).
-    from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
+    # CPU's pattern match, as OpenCL registers it; an optimization): the XPU's kernel keeps each
+    # block's scores in cache (driver/kernels_attention.c).
+    from anychip.backends.cpu.passes import fuse_attention_on
 
-    registry.add_pass(FuseAttentionPass(), backend="xpu")
+    fuse_attention_on(registry, ["xpu"])
 
 
 @hookimpl
