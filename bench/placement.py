@@ -93,6 +93,32 @@ def _sessions(
     return out
 
 
+def _timed_rounds(
+    name: str, sessions: dict, feeds: dict, rounds: int, runs: int, clock
+) -> dict[str, list[float]]:
+    """Each session warmed up through its feedback, then timed in interleaved rounds (the
+    best of ``runs`` per round)."""
+    for sess in sessions.values():
+        # Warm-up, then the feedback's runs and trials (re-placement happens here).
+        for n in range(60):
+            sess.run(None, feeds)
+            if n >= 4 and (sess.feedback is None or sess.feedback.done):
+                break
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    order = list(sessions.items())
+    for r in progress(range(rounds), f"{name}: rounds"):
+        # The order rotates round by round: a session run right after another pays for
+        # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
+        for key, sess in order[r % len(order) :] + order[: r % len(order)]:
+            best = float("inf")
+            for _ in range(runs):
+                t0 = clock()
+                sess.run(None, feeds)
+                best = min(best, clock() - t0)
+            times[key].append(best)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -122,24 +148,7 @@ def main() -> None:
     for mname, (model, shapes) in _models(names).items():
         sessions = _sessions(model, available, sets)
         feeds = _feeds(next(iter(sessions.values())), shapes)
-        for sess in sessions.values():
-            # Warm-up, then the feedback's runs and trials (re-placement happens here).
-            for n in range(60):
-                sess.run(None, feeds)
-                if n >= 4 and (sess.feedback is None or sess.feedback.done):
-                    break
-        times: dict[str, list[float]] = {k: [] for k in sessions}
-        order = list(sessions.items())
-        for r in progress(range(args.rounds), f"{mname}: rounds"):
-            # The order rotates round by round: a session run right after another pays for
-            # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
-            for key, sess in order[r % len(order) :] + order[: r % len(order)]:
-                best = float("inf")
-                for _ in range(args.runs):
-                    t0 = clock()
-                    sess.run(None, feeds)
-                    best = min(best, clock() - t0)
-                times[key].append(best)
+        times = _timed_rounds(mname, sessions, feeds, args.rounds, args.runs, clock)
         med = {k: statistics.median(v) for k, v in times.items()}
         for key, sess in sessions.items():
             if key.endswith("alone"):
