@@ -119,7 +119,7 @@ def test_the_block_is_split_when_measured_costs_make_the_split_cheaper(cache):
     reg = get_registry()
     C._save(reg.backends["xpu"], _cal("xpu", xpu, (1e-5, 4e10)))
     C._save(reg.backends["cpu"], _cal("cpu", {}))
-    model = attention_mix(batch=2, seq=128, d=64, heads=4)
+    model = attention_mix(batch=1, seq=1024, d=128, heads=4)  # bench/placement.py's attention_1k
     sess = anychip.load(model, devices=["xpu", "cpu"], calibration="cached")
     rep = sess.placement()
     device = {n.name: n.device for n in rep.nodes}
@@ -129,7 +129,7 @@ def test_the_block_is_split_when_measured_costs_make_the_split_cheaper(cache):
     assert all(device[n] == "cpu" for n in weight_products), str(rep)
     assert device["Tanh_25"] == "cpu" and device["Pow_21"] == "cpu"
     assert "estimated" in rep.decision and "single" not in rep.decision
-    x = np.random.default_rng(0).standard_normal((2, 128, 64)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1, 1024, 128)).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-4)
 
