@@ -10,7 +10,9 @@ kernel is. The calibration therefore measures the chain as a whole (the ``attent
 ``core/calibration_probes.py``: the same four nodes loaded on the device, so each device's own
 fusion is in the figure), and ``Costs`` gives each node of a chain an equal share of the
 chain's measured time. Equal shares make every node of a chain want the same move, so the
-node-level moves (``core/cost_moves.py``) move a chain whole. A device without measured
+node-level moves (``core/cost_moves.py``) move a chain whole. A chain split over two devices
+is not fused there and is priced too low (a known approximation: the scores tensor such a split
+copies makes it rare, and the session's feedback measures it). A device without measured
 ``attention`` points prices the nodes one by one, as before.
 """
 
