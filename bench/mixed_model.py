@@ -1,17 +1,17 @@
 """A model whose parts run fastest on different devices: the demo of placement that pays.
 
 ``attention_mix`` is GPT-2's pre-LayerNorm block, as its ONNX export writes it, built with
-``onnx.helper`` and seeded numpy weights (no downloads). Its parts favour different devices
-here: the projections (MatMul by a constant weight: the CPU runs them through oneDNN with
-packed weights) and the attention (the CPU fuses it into one kernel), Tanh (numpy's SIMD
-loop) on the CPU; LayerNormalization (the XPU's one-pass-per-row, 2-thread kernel against
-numpy's several passes) and the GELU's ``Pow(x, 3)`` (numpy's float32 power calls powf per
-element, 60 ns each for negative bases; the XPU's kernel multiplies, as onnxruntime's does) on
-the XPU. Every node can run on either device, so the CPU alone and the XPU alone are real
-alternatives; the measured cost model splits the block by itself
-(``python bench/placement.py --models attention_mix``) where those parts pay for their copies.
-Since the CPU computes ``Pow(x, 3)`` as products too, they no longer do at this size: the block
-stays on the CPU. ``attention_long`` (sequence 512) gives the attention a larger share.
+``onnx.helper`` and seeded numpy weights (no downloads). Every node can run on the CPU and on
+the XPU, so each device alone is a real alternative. Its parts favour different devices: the
+attention (MatMul, scale, Softmax, MatMul) is one kernel on both after their fusion passes,
+and the XPU's keeps each block of scores in cache on 2 threads
+(``backends/xpu_stub/driver/kernels_attention.c``) where the CPU's materializes them and runs
+numpy's matmul at one BLAS thread; the head-split Transposes and LayerNormalization are
+cheaper on the XPU too. The weight products (oneDNN, packed weights) and the GELU chain (one
+fused element-wise kernel on the CPU, nine launches on the XPU) favour the CPU. The measured
+cost model splits the block by itself and the session's feedback keeps the split because it
+measures faster: ``python bench/placement.py --models attention_mix,attention_long --sets
+"cpu;xpu,cpu"`` (``attention_long``: sequence 512, where the attention's share is larger).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 For each model (the nine light CNNs with seeded random weights, the held-out models of
 ``bench/models.py``, GPT-2's block ``attention_mix`` of ``bench/mixed_model.py`` whose parts
-run fastest on different devices, and the Hugging Face BERT and GPT-2 exports of
+run fastest on different devices (also at sequence 512, ``attention_long``, and narrow at
+sequence 1024, ``attention_1k``: d 128, 4 heads), and the Hugging Face BERT and GPT-2 exports of
 ``tests/data`` at batch 8, sequence 128) and each device set (``cpu``, ``xpu,cpu``,
 ``npu,cpu``, ``npu,xpu,cpu``, those available here), the session is loaded with measured costs
 (``calibration="auto"``), warmed up through its feedback runs, then timed; each device alone
@@ -12,6 +13,7 @@ per row: median ms, ratio to the fastest single device among the set's own, copi
 per run, and the nodes per device.
 
     python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
+                              [--sets "cpu;xpu,cpu"] [--cpu-time]
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
     extra = {  # parts faster on different devices
         "attention_mix": (attention_mix, None),
         "attention_long": (lambda: attention_mix(batch=2, seq=512), None),
+        # a narrow block over a long context: the attention is most of the work
+        "attention_1k": (lambda: attention_mix(batch=1, seq=1024, d=128, heads=4), None),
     }
     for name, (make, shapes) in {**HELD_OUT, **extra}.items():
         if names is None or name in names:
@@ -73,13 +77,15 @@ def _feeds(sess: anychip.Session, shapes: dict | None) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _sessions(model: bytes, available: set[str]) -> dict[str, anychip.Session]:
+def _sessions(
+    model: bytes, available: set[str], sets: list[list[str]]
+) -> dict[str, anychip.Session]:
     """Each device set's session, and each device alone where it runs the whole model."""
     out = {}
-    for devices in SETS:
+    for devices in sets:
         if set(devices) <= available:
             out[",".join(devices)] = anychip.load(model, devices=devices, calibration="auto")
-    for dev in sorted({d for s in SETS for d in s} & available):
+    for dev in sorted({d for s in sets for d in s} & available):
         try:
             out[f"{dev} alone"] = anychip.load(model, devices=[dev], strict=True, cost_model=False)
         except anychip.AnychipError:
@@ -87,12 +93,51 @@ def _sessions(model: bytes, available: set[str]) -> dict[str, anychip.Session]:
     return out
 
 
+def _timed_rounds(
+    name: str, sessions: dict, feeds: dict, rounds: int, runs: int, clock
+) -> dict[str, list[float]]:
+    """Each session warmed up through its feedback, then timed in interleaved rounds (the
+    best of ``runs`` per round)."""
+    for sess in sessions.values():
+        # Warm-up, then the feedback's runs and trials (re-placement happens here).
+        for n in range(60):
+            sess.run(None, feeds)
+            if n >= 4 and (sess.feedback is None or sess.feedback.done):
+                break
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    order = list(sessions.items())
+    for r in progress(range(rounds), f"{name}: rounds"):
+        # The order rotates round by round: a session run right after another pays for
+        # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
+        for key, sess in order[r % len(order) :] + order[: r % len(order)]:
+            best = float("inf")
+            for _ in range(runs):
+                t0 = clock()
+                sess.run(None, feeds)
+                best = min(best, clock() - t0)
+            times[key].append(best)
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="runs per round (best taken)")
+    ap.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU time (all its threads) instead of wall time: on a loaded "
+        "machine it counts each session's own work; a second thread's gain does not show",
+    )
     ap.add_argument("--models", default=None)
+    ap.add_argument(
+        "--sets",
+        default=None,
+        help="device sets, ';'-separated (default: cpu;xpu,cpu;npu,cpu;npu,xpu,cpu)",
+    )
     args = ap.parse_args()
+    sets = [s.split(",") for s in args.sets.split(";")] if args.sets else SETS
+    clock = time.process_time if args.cpu_time else time.perf_counter
     available = {d.name for d in anychip.devices() if d.available}
     names = args.models.split(",") if args.models else None
     print(
@@ -101,26 +146,9 @@ def main() -> None:
     )
     worst = 0.0
     for mname, (model, shapes) in _models(names).items():
-        sessions = _sessions(model, available)
+        sessions = _sessions(model, available, sets)
         feeds = _feeds(next(iter(sessions.values())), shapes)
-        for sess in sessions.values():
-            # Warm-up, then the feedback's runs and trials (re-placement happens here).
-            for n in range(60):
-                sess.run(None, feeds)
-                if n >= 4 and (sess.feedback is None or sess.feedback.done):
-                    break
-        times: dict[str, list[float]] = {k: [] for k in sessions}
-        order = list(sessions.items())
-        for r in progress(range(args.rounds), f"{mname}: rounds"):
-            # The order rotates round by round: a session run right after another pays for
-            # the threads that one leaves spinning (OpenBLAS's, the NPU's), unequally.
-            for key, sess in order[r % len(order) :] + order[: r % len(order)]:
-                best = float("inf")
-                for _ in range(args.runs):
-                    t0 = time.perf_counter()
-                    sess.run(None, feeds)
-                    best = min(best, time.perf_counter() - t0)
-                times[key].append(best)
+        times = _timed_rounds(mname, sessions, feeds, args.rounds, args.runs, clock)
         med = {k: statistics.median(v) for k, v in times.items()}
         for key, sess in sessions.items():
             if key.endswith("alone"):

@@ -37,6 +37,8 @@ SHAPES = [
     (1024, 1024, 1024),
     (1, 512, 512),
     (64, 768, 3072),
+    (512, 512, 32),  # attention's probabilities @ V (one head): A read in place, not packed
+    (512, 32, 512),  # attention's Q @ Kt (one head)
 ]
 """(M, K, N): (M x K) @ (K x N)."""
 
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds per shape")
     parser.add_argument("--cooldown", type=float, default=0.15, help="seconds between samples")
     parser.add_argument("--threads", type=int, default=0, help="XPU threads (0: default)")
+    parser.add_argument("--shapes", default=None, help="M,K,N;M,K,N... (default: all)")
     args = parser.parse_args(argv)
     set_num_threads(args.threads)
     drv = XpuDriver(heap_bytes=512 << 20, name="xpu-bench")
@@ -136,7 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(header)
     print("-" * len(header))
-    for m, k, n in SHAPES:
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in x.split(",")) for x in args.shapes.split(";")]
+    for m, k, n in shapes:
         burst = max(1, min(512, int(4e8 / (2.0 * m * n * k))))
         secs = _measure(_timers(drv, m, k, n, burst, 2), args.rounds, burst, args.cooldown)
         gf = {name: 2.0 * m * n * k / s / 1e9 for name, s in secs.items()}

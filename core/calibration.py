@@ -13,7 +13,12 @@ Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul o
 activations, as in attention), ``linear`` (MatMul by a constant weight; Gemm with a constant B
 too: backends pack such weights once, so it runs at another speed), ``conv`` (3x3 Conv),
 ``reduce`` (Softmax; reductions and normalizations), ``data`` (Transpose; the data-movement
-ops).
+ops), ``data_rows`` (a Transpose that keeps the last axis, as attention's head splits do: a
+copy of whole rows, several times faster per element than the 2-D transpose that stands for
+``data``; ``cost.node_time`` prices such Transposes with it), ``attention`` (MatMul, Mul,
+Softmax, MatMul over 8 heads of 32: the chain the backends fuse into one kernel, measured as
+the device runs it; ``core/cost_patterns.py`` prices such chains with it, in FLOPs of the two
+products).
 
 The element-wise ops and LayerNormalization differ too much within a class (numpy's float32
 power is a hundred Adds), so each is also measured on its own (``op:<type>`` points) the first
@@ -55,8 +60,8 @@ __all__ = [
     "op_class",
 ]
 
-FORMAT = 2
-_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data")
+FORMAT = 3  # 3: the attention class
+_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows", "attention")
 _MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 _CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
 _REDUCE = {
@@ -87,9 +92,12 @@ _DATA = {
 }
 
 
-def op_class(op_type: str, const_weight: bool = False) -> str:
+def op_class(op_type: str, const_weight: bool = False, rows: bool = False) -> str:
     """The measured class whose points estimate ``op_type`` (``const_weight``: a MatMul or
-    Gemm whose second operand is a constant, the ``linear`` class)."""
+    Gemm whose second operand is a constant, the ``linear`` class; ``rows``: a Transpose that
+    keeps the last axis, or a Concat, Split, Slice: the ``data_rows`` class)."""
+    if op_type in _DATA and rows:
+        return "data_rows"
     if op_type in _MATMUL:
         return "linear" if const_weight else "matmul"
     if op_type in _CONV:

@@ -73,14 +73,46 @@ def _data(n: int) -> tuple[bytes, float]:
     return _model("Transpose", [[n, n]], [n, n], perm=[1, 0]), float(n * n)
 
 
+def _data_rows(m: int) -> tuple[bytes, float]:
+    """Attention's head split: [4, m, 8, 32] -> [4, 8, m, 32], rows of 32 moved whole."""
+    shape = [4, m, 8, 32]
+    out = [4, 8, m, 32]
+    return _model("Transpose", [shape], out, perm=[0, 2, 1, 3]), float(4 * m * 8 * 32)
+
+
+def _attention(s: int, heads: int = 8, dh: int = 32) -> tuple[bytes, float]:
+    """softmax(Q Kt * c) V on ``heads`` heads of ``dh`` at sequence ``s``: the four nodes the
+    backends fuse (``core/cost_patterns.py``), so the figure is the fused kernel's."""
+    from onnx import helper, numpy_helper
+
+    n = helper.make_node
+    nodes = [
+        n("MatMul", ["q", "kt"], ["s"]),
+        n("Mul", ["s", "c"], ["sc"]),
+        n("Softmax", ["sc"], ["p"], axis=-1),
+        n("MatMul", ["p", "v"], ["y"]),
+    ]
+    shapes = {"q": [heads, s, dh], "kt": [heads, dh, s], "v": [heads, s, dh]}
+    inputs = [helper.make_tensor_value_info(k, F, v) for k, v in shapes.items()]
+    y = helper.make_tensor_value_info("y", F, [heads, s, dh])
+    c = numpy_helper.from_array(np.array(dh**-0.5, np.float32), "c")
+    graph = helper.make_graph(nodes, "probe_attention", inputs, [y], [c])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString(), 2.0 * heads * s * s * (dh + dh)
+
+
 #: class -> probes (model bytes, work) at three sizes.
 PROBES = {
     "elementwise": [lambda n=n: _elementwise(n) for n in (4096, 65536, 1 << 20)],
     "matmul": [lambda n=n: _matmul(n) for n in (32, 128, 256)],
-    "linear": [lambda n=n: _linear(n) for n in (32, 128, 256)],
+    # up to 512: a transformer's layers are 0.1-1 GFLOP, far past 256's 34 MFLOP
+    "linear": [lambda n=n: _linear(n) for n in (32, 128, 512)],
     "conv": [lambda c=c, hw=hw: _conv(c, hw) for c, hw in ((16, 16), (32, 32), (64, 28))],
     "reduce": [lambda r=r: _reduce(r) for r in (16, 256, 2048)],
     "data": [lambda n=n: _data(n) for n in (64, 256, 1024)],
+    "data_rows": [lambda m=m: _data_rows(m) for m in (64, 256, 1024)],
+    "attention": [lambda s=s: _attention(s) for s in (64, 256, 512)],
 }
 
 

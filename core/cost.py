@@ -75,6 +75,25 @@ def _const_weight(node: Node) -> bool:
     return len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const is not None
 
 
+#: Data movement that copies contiguous runs (whole rows or blocks), priced by ``data_rows``.
+_ROW_COPIES = frozenset({"Concat", "Split", "Slice"})
+
+
+def _keeps_rows(node: Node) -> bool:
+    """A Transpose whose permutation keeps the last axis (rows of at least 8 elements are
+    moved whole, as in attention's head splits), or a Concat, Split or Slice (contiguous
+    blocks): priced by the ``data_rows`` class, not by the 2-D transpose of ``data``."""
+    if node.op_type in _ROW_COPIES:
+        return True
+    if node.op_type != "Transpose" or not node.inputs or node.inputs[0] is None:
+        return False
+    shape = node.inputs[0].shape
+    perm = node.attr("perm", None)
+    if not shape or perm is None or not isinstance(shape[-1], int):
+        return False
+    return list(perm)[-1] == len(shape) - 1 and shape[-1] >= 8
+
+
 def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -> float | None:
     """Estimated seconds for ``node`` on ``device`` (measured where ``cal`` has its op class),
     or None when shapes are unknown."""
@@ -85,7 +104,10 @@ def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -
         key = op_key(node.op_type)
         measured = cal.time(key, flops) if key else None  # the op's own points, if any
         if measured is None:
-            measured = cal.time(op_class(node.op_type, _const_weight(node)), flops)
+            cls = op_class(node.op_type, _const_weight(node), _keeps_rows(node))
+            measured = cal.time(cls, flops)
+            if measured is None and cls == "data_rows":  # a calibration from before the class
+                measured = cal.time("data", flops)
         if measured is not None:
             return measured
     nbytes = node_bytes(node)

@@ -105,11 +105,14 @@ def _groups(graph: Graph, want: dict[Node, str], device_of: dict[Node, str]) -> 
 
 
 def _wanted_moves(
-    graph: Graph, backends: list[Backend], capable: Callable, costs: Costs
-) -> tuple[dict[Node, str], dict[Node, str]]:
-    """The current devices and, per node that would be faster elsewhere, its fastest device."""
+    graph: Graph,
+    backends: list[Backend],
+    capable: Callable,
+    costs: Costs,
+    device_of: dict[Node, str],
+) -> dict[Node, str]:
+    """Per node that would be faster elsewhere under ``device_of``, its fastest device."""
     kernel_mode = [b for b in backends if not b.graph_mode]
-    device_of = {n: n.meta["device"] for n in graph.nodes}
     want: dict[Node, str] = {}
     names = {b.name for b in kernel_mode}
     for n in graph.nodes:
@@ -127,23 +130,22 @@ def _wanted_moves(
                 best, best_t = b.name, t
         if best is not None:
             want[n] = best
-    return device_of, want
+    return want
 
 
-def move_faster_groups(
-    graph: Graph, backends: list[Backend], capable: Callable, costs: Costs, assign: Assign
-) -> int:
-    """Move groups of nodes to the device estimated faster for them when the whole placement's
-    estimate improves (see the module docstring); returns the number of nodes moved.
-
-    ``capable(backend, node)`` is placement's capability test.
-    """
+def _search(
+    graph: Graph,
+    backends: list[Backend],
+    capable: Callable,
+    costs: Costs,
+    device_of: dict[Node, str],
+) -> dict[Node, str]:
+    """The group moves from ``device_of`` (changed in place); the reason of each move."""
     host = backends[-1].name
-    by_name = {b.name: b for b in backends}
     outputs = set(graph.outputs)
-    moved_total = 0
+    why: dict[Node, str] = {}
     for _ in range(MAX_PASSES):
-        device_of, want = _wanted_moves(graph, backends, capable, costs)
+        want = _wanted_moves(graph, backends, capable, costs, device_of)
         scored = []
         for group in _groups(graph, want, device_of):
             d = _delta(group, want[group[0]], device_of, costs, host, outputs)
@@ -157,15 +159,65 @@ def move_faster_groups(
             if d is None or d <= MIN_ISLAND_GAIN:
                 continue
             src = device_of[group[0]]
-            why = (
-                f"cost: {len(group)} node(s) estimated {d * 1e6:.1f} us faster per run on "
-                f"{target} than on {src}, copies included"
-            )
             for n in group:
-                assign(n, by_name[target], why)
+                why[n] = (
+                    f"cost: {len(group)} node(s) estimated {d * 1e6:.1f} us faster per run on "
+                    f"{target} than on {src}, copies included"
+                )
                 device_of[n] = target
             moved += len(group)
-        moved_total += moved
         if not moved:
             break
-    return moved_total
+    return why
+
+
+def _host_start(
+    graph: Graph, backends: list[Backend], capable: Callable, device_of: dict[Node, str]
+) -> dict[Node, str]:
+    """``device_of`` with every movable kernel-mode node the host can run on the host."""
+    host = backends[-1]
+    kernel_mode = {b.name for b in backends if not b.graph_mode}
+    out = dict(device_of)
+    for n in graph.nodes:
+        movable = out[n] in kernel_mode and n.meta.get("placement_reason") != "pinned"
+        if movable and capable(host, n):
+            out[n] = host.name
+    return out
+
+
+def move_faster_groups(
+    graph: Graph, backends: list[Backend], capable: Callable, costs: Costs, assign: Assign
+) -> int:
+    """Move groups of nodes to the device estimated faster for them when the whole placement's
+    estimate improves (see the module docstring); returns the number of nodes moved.
+
+    The moves are searched twice: from the current placement (priority and the islands
+    rule: the accelerator first) and from the host-only one (the host first, the
+    accelerators taking the groups they are faster at). Greedy moves from one end miss a split
+    reached from the other: from the XPU's side the attention's neighbours move one by one
+    and leave the block in pieces; from the CPU's side the attention moves as one group. The
+    result with the lower whole-placement estimate is applied (the current one on a tie).
+    ``capable(backend, node)`` is placement's capability test.
+    """
+    from anychip.core.cost_search import estimate
+
+    host = backends[-1].name
+    by_name = {b.name: b for b in backends}
+    current = {n: n.meta["device"] for n in graph.nodes}
+    results = []
+    for start in (dict(current), _host_start(graph, backends, capable, current)):
+        why = _search(graph, backends, capable, costs, start)
+        seconds = estimate(graph, start, costs, host).seconds
+        results.append((float("inf") if seconds is None else seconds, start, why))
+    best = min(results, key=lambda r: r[0])
+    _, device_of, why = best
+    moved = 0
+    for n in graph.nodes:
+        if device_of[n] != current[n]:
+            reason = why.get(n) or (
+                f"cost: the host-first search's placement, estimated {best[0] * 1e3:.3f} ms "
+                f"per run against {results[0][0] * 1e3:.3f} ms from the priority placement"
+            )
+            assign(n, by_name[device_of[n]], reason)
+            moved += 1
+    return moved

@@ -4,14 +4,15 @@ would be faster.
 ``Costs`` prices a node on a device and a copy over a device's host link, from the measured
 calibration where there is one (``core/calibration.py``) and the declared ``DeviceModel``
 otherwise, each multiplied by the device's *feedback factor* (measured / estimated time of its
-partitions in the session's first runs; 1.0 until then). ``estimate`` sums a placement:
-every node on its device, every per-run copy (a value read on another device than the one it
-lives on; graph inputs and outputs live on the host), and one launch per partition of a
-graph-mode device. ``prefer_single_device`` compares the placement priority and the island
-rule produced with each device that can run the whole graph alone, and moves every node to
-the fastest when that is estimated faster by more than ``MARGIN``: adding a device to the list
-then never makes a model slower, as far as the estimates are right (and the session's
-feedback corrects them once).
+partitions in the session's first runs; 1.0 until then); the nodes of an attention chain share
+the chain's measured time (``core/cost_patterns.py``), as the backends run it as one kernel.
+``estimate`` sums a placement: every node on its device, every per-run copy (a value read on
+another device than the one it lives on; graph inputs and outputs live on the host), and one
+launch per partition of a graph-mode device. ``prefer_single_device`` compares the placement
+priority, the island rule and the moves produced with each device that can run the whole
+graph alone, and moves every node to the fastest when that is estimated faster by more than
+``MARGIN``: adding a device to the list then never makes a model slower, as far as the
+estimates are right (and the session's feedback corrects them once).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from anychip.core.calibration import measure_op_points, op_key
 from anychip.core.cost import copy_time, node_time
+from anychip.core.cost_patterns import attention_chains
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend
@@ -51,6 +53,7 @@ class Costs:
         #: ``capable(device name, node) -> bool`` (placement's capability), when known.
         self._capable = capable
         self._memo: dict[tuple[Node, str], float | None] = {}
+        self._chains: dict[Graph, dict] = {}
         #: Whether an op measured one by one (``calibration.op_key``) but not yet measured on a
         #: calibrated device is measured now (calibration mode ``auto``).
         self.measure = measure
@@ -66,9 +69,26 @@ class Costs:
             op = op_key(node.op_type)
             if self.measure and cal is not None and op is not None and op not in cal.points:
                 measure_op_points(b, cal, node.op_type)
-            t = node_time(node, b.device, self.cals.get(device))
+            t = self._chain_share(node, cal)
+            if t is None:
+                t = node_time(node, b.device, cal)
             self._memo[key] = None if t is None else t * self.factors.get(device, 1.0)
         return self._memo[key]
+
+    def _chain_share(self, node: Node, cal: Any) -> float | None:
+        """``node``'s equal share of its attention chain's measured time on a device whose
+        calibration has the ``attention`` class (``core/cost_patterns.py``), else None."""
+        if cal is None or not cal.points.get("attention") or node.graph is None:
+            return None
+        chains = self._chains.get(node.graph)
+        if chains is None:
+            chains = self._chains[node.graph] = attention_chains(node.graph)
+        entry = chains.get(node)
+        if entry is None:
+            return None
+        chain, work = entry
+        t = cal.time("attention", work)
+        return None if t is None else t / len(chain)
 
     def copy(self, nbytes: int | None, device: str) -> float:
         b = self.by_name[device]

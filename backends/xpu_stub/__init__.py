@@ -22,6 +22,16 @@ def anychip_register_backends(registry: Registry) -> None:
 
 
 @hookimpl
+def anychip_register_passes(registry: Registry) -> None:
+    # Scaled dot-product attention becomes anychip::FusedAttention on XPU partitions too (the
+    # CPU's pattern match, as OpenCL registers it; an optimization): the XPU's kernel keeps each
+    # block's scores in cache (driver/kernels_attention.c).
+    from anychip.backends.cpu.passes import fuse_attention_on
+
+    fuse_attention_on(registry, ["xpu"])
+
+
+@hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
     from anychip.backends.xpu_stub.kernels import XPU_KERNELS
 

@@ -28,7 +28,8 @@ def _backend(name: str):
 def test_calibration_is_measured_once_then_read_from_the_cache(cache, monkeypatch):
     cpu = _backend("cpu")
     first = C.calibration_for(cpu)
-    assert set(first.points) == {"elementwise", "matmul", "linear", "conv", "reduce", "data"}
+    classes = {"elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows"}
+    assert set(first.points) == classes | {"attention"}
     assert first.link is None  # host memory
     files = list((cache / "calibration").glob("cpu-*.json"))
     assert len(files) == 1

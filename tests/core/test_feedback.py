@@ -225,3 +225,52 @@ def test_a_trial_starts_its_own_compiles_and_is_measured_once_they_are_done():
     assert len(fb.trial_samples) == 1 and fb.paired_samples == []
     fb.run(compiled, [])  # compiled before this run: measured
     assert len(fb.trial_samples) == 2
+
+
+def _timed(clock: list[float], durations: list[float]):  # noqa: ANN202 - a stand-in model
+    """A stand-in CompiledModel whose runs take the next of ``durations`` on ``clock``."""
+    from types import SimpleNamespace
+
+    left = list(durations)
+
+    def run(arrays, times=None):  # noqa: ANN001, ANN202
+        clock[0] += left.pop(0)
+        return ["out"]
+
+    return SimpleNamespace(steps=SimpleNamespace(run=run), specialized={})
+
+
+@pytest.mark.parametrize(
+    "placed,tried,taken",
+    [
+        ([10.0] * 6, [5.0, 20.0, 20.0, 5.0, 5.0, 5.0], True),
+        ([10.0] * 6, [5.0, 20.0, 20.0, 20.0, 20.0, 20.0], False),
+        # The placement's first runs slowed by load: all six pairs' medians say 0.5x, the
+        # later three alone 1.0x: not taken.
+        ([30.0, 30.0, 30.0, 10.0, 10.0, 10.0], [5.0, 40.0, 40.0, 10.0, 10.0, 10.0], False),
+    ],
+    ids=["confirmed", "not-confirmed", "not-confirmed-by-the-later-pairs"],
+)
+def test_a_trial_whose_best_and_typical_runs_disagree_is_measured_longer(
+    monkeypatch, placed, tried, taken
+):
+    """Best run 0.5x the placement's, typical run 2x: undecided after TIMED_RUNS pairs, so as
+    many pairs again; then decided on all of them, the later pairs' median confirming by
+    itself (one slow run of three under load had kept a 1.9x placement; a second chance must
+    not make false wins more likely)."""
+    from anychip.core import feedback as F
+
+    clock = [0.0]
+    monkeypatch.setattr(F.time, "perf_counter", lambda: clock[0])
+    compiled = _timed(clock, placed)
+    trial = _timed(clock, [1.0, *tried])  # a warm-up, then the trial's runs
+    fb = F.Feedback(recompile=None, trials=True)
+    fb.trial, fb.trial_samples, fb.best = ("cpu alone", trial), [], (1.0, "placed", compiled)
+    fb.seen = [{"n": "placed"}]  # nothing else to try after this trial
+    for _ in range(1 + 2 * F.TIMED_RUNS):
+        fb.run(compiled, [])
+    assert fb.trial is not None and "tried" not in fb.decision  # undecided: measured on
+    for _ in range(2 * F.TIMED_RUNS):
+        _, now = fb.run(compiled, [])
+    assert fb.done and f"({2 * F.TIMED_RUNS} pairs)" in fb.decision
+    assert (now is trial) == taken, fb.decision

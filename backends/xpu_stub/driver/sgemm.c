@@ -120,6 +120,37 @@ static void micro_kernel(int64_t kc, const float *restrict a, const float *restr
     }
 }
 
+/* The same product with A' read in place (element (r, p) of the tile at a[r * ars + p * acs])
+ * instead of from a packed micro-panel: the same fused multiply-adds in the same order, so
+ * the result is bit for bit the packed kernel's. For rows < MR the missing rows repeat the
+ * last valid one (read in bounds; their results land in the scratch tile and are dropped). */
+static void micro_kernel_direct(int64_t kc, int64_t rows, const float *restrict a, int64_t ars,
+                                int64_t acs, const float *restrict b, float *restrict c,
+                                int64_t ldc, bool add) {
+    const float *row[MR];
+    UNROLL for (int r = 0; r < MR; r++) { row[r] = a + (r < rows ? r : rows - 1) * ars; }
+    vf acc[MR][NV];
+    UNROLL for (int r = 0; r < MR; r++) {
+        UNROLL for (int v = 0; v < NV; v++) { acc[r][v] = v_zero(); }
+    }
+    for (int64_t p = 0; p < kc; p++) {
+        vf bv[NV];
+        UNROLL for (int v = 0; v < NV; v++) { bv[v] = v_load(b + v * VW); }
+        int64_t off = p * acs;
+        UNROLL for (int r = 0; r < MR; r++) {
+            vf av = v_bcast(row[r][off]);
+            UNROLL for (int v = 0; v < NV; v++) { acc[r][v] = v_fma(av, bv[v], acc[r][v]); }
+        }
+        b += NR;
+    }
+    UNROLL for (int r = 0; r < MR; r++) {
+        UNROLL for (int v = 0; v < NV; v++) {
+            float *dst = c + r * ldc + v * VW;
+            v_store(dst, add ? v_add(acc[r][v], v_load(dst)) : acc[r][v]);
+        }
+    }
+}
+
 /* ---- packing ------------------------------------------------------------------------------ */
 
 /* mc x kc of A' (strides rs, cs) into MR-row micro-panels, zero rows past mc. */
@@ -185,6 +216,31 @@ static void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float *pa, co
         }
     }
 }
+
+/* macro_kernel with A' read in place (micro_kernel_direct): for narrow products, where each
+ * element of A' is used by one or two column tiles and packing it would cost as much as the
+ * multiply-adds (attention's probabilities @ V: N = the head size, 32 or 64). */
+static void macro_kernel_direct(int64_t mc, int64_t nc, int64_t kc, const float *a, int64_t ars,
+                                int64_t acs, const float *pb, float *y, int64_t ldy, bool add) {
+    float tile[MR * NR] __attribute__((aligned(64)));
+    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        int64_t cols = min64(NR, nc - j0);
+        for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+            int64_t rows = min64(MR, mc - i0);
+            const float *ai = a + i0 * ars, *b = pb + j0 * kc;
+            float *c = y + i0 * ldy + j0;
+            if (rows == MR && cols == NR) {
+                micro_kernel_direct(kc, MR, ai, ars, acs, b, c, ldy, add);
+            } else {
+                micro_kernel_direct(kc, rows, ai, ars, acs, b, tile, NR, false);
+                write_edge(tile, rows, cols, c, ldy, add);
+            }
+        }
+    }
+}
+
+/* Products at most this many columns wide read A' in place (see macro_kernel_direct). */
+#define DIRECT_N (2 * NR)
 
 static void zero_y(const xpu_sgemm *g) {
     for (int64_t i = 0; i < g->M; i++) {
@@ -302,8 +358,14 @@ void xpu_sgemm_serial(const xpu_sgemm *g, float *work) {
             pack_b(kc, nc, g->B + pc * g->rsb + jc * g->csb, g->rsb, g->csb, pb);
             for (int64_t ic = 0; ic < g->M; ic += MC) {
                 int64_t mc = min64(MC, g->M - ic);
-                pack_a(mc, kc, g->A + ic * g->rsa + pc * g->csa, g->rsa, g->csa, pa);
-                macro_kernel(mc, nc, kc, pa, pb, g->Y + ic * g->ldy + jc, g->ldy, pc > 0);
+                const float *a = g->A + ic * g->rsa + pc * g->csa;
+                float *y = g->Y + ic * g->ldy + jc;
+                if (g->N <= DIRECT_N) {
+                    macro_kernel_direct(mc, nc, kc, a, g->rsa, g->csa, pb, y, g->ldy, pc > 0);
+                } else {
+                    pack_a(mc, kc, a, g->rsa, g->csa, pa);
+                    macro_kernel(mc, nc, kc, pa, pb, y, g->ldy, pc > 0);
+                }
             }
         }
     }

@@ -105,6 +105,7 @@ const xpu_kernel_def *xpu_elementwise_kernels(int *count);
 const xpu_kernel_def *xpu_linalg_kernels(int *count);
 const xpu_kernel_def *xpu_reduce_kernels(int *count);
 const xpu_kernel_def *xpu_copy_kernels(int *count);
+const xpu_kernel_def *xpu_attention_kernels(int *count);
 
 /* Resolves a launch's handle to a heap pointer and size; handle 0 gives NULL and 0. */
 int xpu_resolve_for_launch(xpu_device *dev, uint64_t handle, char **ptr, size_t *nbytes);

@@ -38,6 +38,8 @@ static void fill_table(void) {
     add_family(defs, n);
     defs = xpu_copy_kernels(&n);
     add_family(defs, n);
+    defs = xpu_attention_kernels(&n);
+    add_family(defs, n);
 }
 
 static void build_table(void) { pthread_once(&table_once, fill_table); }

@@ -144,3 +144,10 @@ def reshape(x, shape, *, allowzero=0):  # noqa: ANN001, ANN201
 @kernel("Expand", since=8)
 def expand(x, shape):  # noqa: ANN001, ANN201
     return K.xpu_expand(x, _ints(shape))
+
+
+@kernel("FusedAttention", domain="anychip", since=1, dtypes=F32)
+def fused_attention(q, kt, v, mask=None, *, scale, divide=1):  # noqa: ANN001, ANN201
+    from anychip.backends.xpu_stub.driver.launch_attention import xpu_attention
+
+    return xpu_attention(q, kt, v, mask, scale=scale, divide=divide)

@@ -123,6 +123,8 @@ def test_matmul_zero_sized(drv, sa, sb):
         ((1, 4, 9, 6), (3, 1, 6, 5)),
         ((7, 64, 64), (7, 64, 64)),  # 7 products on 2 threads: split, then dealt
         ((300, 3, 4), (300, 4, 5)),  # more products than fit one group of the dispatcher
+        ((3, 2, 301, 300), (3, 2, 300, 32)),  # narrow (N <= 2 tiles): A' read unpacked
+        ((5, 97, 513), (5, 513, 64)),
         ((1000,), (1000, 17)),
         ((17, 1000), (1000,)),
         ((2, 5, 1000), (1000,)),
@@ -180,6 +182,8 @@ def test_gemm_k_zero_gives_beta_c(drv):
         ((300, 301), (301, 299)),
         ((5, 300, 40), (40, 50)),
         ((3, 130, 140), (3, 140, 150)),
+        ((50, 3000), (3000, 100)),  # packed A on one thread, read in place in the N pieces
+        ((16, 512, 512), (16, 512, 32)),  # attention's probabilities @ V
     ],
     ids=str,
 )
