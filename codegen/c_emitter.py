@@ -6,7 +6,8 @@ IEEE semantics. gcc vectorizes glibc's ``expf`` only under fast-math, so float32
 range reduction and polynomials (about 1 ulp) written as branch-free selects that gcc turns
 into vector blends, with NaN, overflow to +inf, underflow through the denormals to 0 and
 +-inf handled explicitly; float32 ``erf`` is the CPU Erf kernel's formula over ``ac_expf``.
-``log`` and ``pow`` stay glibc's (exact, scalar); float64 uses glibc throughout.
+``log`` and ``pow`` stay glibc's (exact, scalar; ``pow(x, 0.5)`` a sqrt written out with
+pow's values at -inf and -0); float64 uses glibc throughout.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ C_PRELUDE = r"""
 #include <stdint.h>
 
 static inline float ac_bits(int32_t i) { float f; memcpy(&f, &i, 4); return f; }
+
+/* pow with C99's values everywhere: gcc takes pow(x, 0.5) as sqrt in the vector loop only
+   (-inf gives NaN and -0 gives -0 there, +inf and +0 in the scalar tail), so a half exponent
+   is a sqrt written out, with pow's +inf for -inf and +0 for -0 (-0 + 0 is +0). */
+static inline float ac_powf(float x, float y) {
+    if (y == 0.5f) { float s = sqrtf(x) + 0.0f; return x == -INFINITY ? INFINITY : s; }
+    return powf(x, y);
+}
+static inline double ac_pow(double x, double y) {
+    if (y == 0.5) { double s = sqrt(x) + 0.0; return x == -INFINITY ? INFINITY : s; }
+    return pow(x, y);
+}
 
 /* exp for float32: x = n ln2 + r, |r| <= ln2/2; 2^n applied as two factors so results in
    the denormal range round once. */
@@ -97,6 +110,11 @@ class CEmitter(Emitter):
                 "sigmoid": f"(1.0f / (1.0f + ac_expf(-{a})))",
             }[op]
         return super().unary(op, a, ctype)
+
+    def binary(self, op: str, a: str, b: str, ctype: str) -> str:
+        if op == "pow":
+            return f"ac_pow{self.suffix(ctype)}({a}, {b})"
+        return super().binary(op, a, b, ctype)
 
     def signature(self, spec: KernelSpec) -> str:
         """The C declaration (also cffi's ``cdef``)."""

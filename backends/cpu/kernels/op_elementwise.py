@@ -74,6 +74,18 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.divide(a, b)
 
 
+def ieee_power(x: np.ndarray, y: np.ndarray | np.generic) -> np.ndarray:
+    """``np.power`` with C's ``pow`` at the two points numpy's shortcut changes: a size-1
+    exponent of 0.5 is taken as ``sqrt``, which gives NaN for -inf and -0 for -0, where C99's
+    ``pow`` (onnxruntime's Pow, the fused kernel's C, the XPU and OpenCL) gives +inf and +0."""
+    r = np.power(x, y)
+    if np.size(y) == 1 and r.dtype.kind == "f" and float(np.ravel(y)[0]) == 0.5:
+        r = np.asarray(r)
+        np.copyto(r, np.inf, where=np.isneginf(x))
+        r += 0.0  # -0 + 0 is +0 when rounding to nearest; every other value stays
+    return r
+
+
 def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """``x ** y`` with the dtype of ``x`` (ONNX Pow's output type is the base's)."""
     if x.dtype.kind in "iu":
@@ -85,7 +97,7 @@ def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         if y.size == 1 and y.ndim <= x.ndim and x.dtype.kind == "f" and y.item() == 3.0:
             # x * x * x, as onnxruntime's Pow and the fused kernel's C (codegen/onnx_ops.py)
             return x * x * x
-        return np.power(x, y.astype(x.dtype, copy=False))
+        return ieee_power(x, y.astype(x.dtype, copy=False))
 
 
 def _binary(name: str, fn, dtypes, ufunc=None, kinds: str = "biufc") -> None:

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels.op_elementwise import erf_array
+from anychip.backends.cpu.kernels.op_elementwise import erf_array, ieee_power
 from anychip.backends.cpu.table import kernel
 from anychip.codegen import KernelSpec, c_kernel, classify, parse
 from anychip.codegen.expr import Expr
@@ -45,7 +45,7 @@ _BINARY = {
     "div": np.divide,
     "max": np.maximum,
     "min": np.minimum,
-    "pow": np.power,
+    "pow": ieee_power,
     "lt": np.less,
     "le": np.less_equal,
     "gt": np.greater,

@@ -155,3 +155,25 @@ def test_the_fused_kernel_writes_over_its_dying_first_input(monkeypatch):
 def test_optimize_false_keeps_the_nodes_as_written():
     s = anychip.load(_silu_chain().SerializeToString(), "cpu", optimize=False)
     assert [n.op_type for n in s.partitions[0].graph.nodes][:3] == ["Add", "Sigmoid", "Mul"]
+
+
+@pytest.mark.parametrize("fusion", [True, False])
+def test_pow_by_a_half_is_c_pow_at_minus_inf_and_minus_zero(fusion):
+    # numpy takes a size-1 exponent of 0.5 as sqrt: NaN for -inf, -0 for -0; onnxruntime's Pow
+    # and the fused kernel's C give +inf and +0. Both of anychip's paths must give C's.
+    import onnxruntime as ort
+
+    m = model(
+        [N("Mul", ["x", "one"], ["a"]), N("Pow", ["a", "half"], ["y"])],
+        X,
+        [("y", [2, 4, 3, 5])],
+        [("one", np.array(1.0, np.float32)), ("half", np.array(0.5, np.float32))],
+    )
+    x = rand(7, 2, 4, 3, 5) * 5
+    x.reshape(-1)[:6] = [-np.inf, -0.0, 0.0, np.inf, np.nan, -4.0]
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    got = anychip.load(m.SerializeToString(), "cpu", optimize=fusion).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
