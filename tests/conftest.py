@@ -8,6 +8,7 @@ made here, from every worker's reports, because no single xdist worker sees the 
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import Counter
 from typing import Any
@@ -86,6 +87,15 @@ class _ConformanceSummary:
             )
         for problem in self.problems():
             terminalreporter.write_line(f"FAILED conformance placement check: {problem}", red=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection made (about 580,000 objects: the modules, 8,000 items, the
+    conformance cases) out of the collector's reach. Each full collection walked them all
+    (0.3-0.5 s each; ``Session.close()``, the kit's memory checks and the tests of freed
+    memory ask for about 80 of them per run) though none of them is ever garbage; after this
+    a full collection walks only what the tests made."""
+    gc.freeze()
 
 
 def pytest_configure(config: pytest.Config) -> None:
