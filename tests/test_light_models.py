@@ -68,13 +68,24 @@ def _feed(sess: anychip.Session, seed: int = 0) -> dict[str, np.ndarray]:
     return {info.name: rng.random(info.shape, dtype=np.float32)}
 
 
+#: Their fully connected layers hold 240-550 MB of weights: with random weights each takes
+#: 6-20 s to make, load and run twice, and 0.4-1.5 s CPU loaded as shipped (their weights
+#: folded from constant fills at load), so they run in the full suite (``-m slow``); the
+#: other six cover every op kind of theirs.
+_BIG = {"bvlc_alexnet", "vgg19", "zfnet512"}
+
+
+def _slow_if_big(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in _BIG else n for n in names]
+
+
 def _assert_logits_close(got: np.ndarray, want: np.ndarray) -> None:
     scale = float(np.max(np.abs(want)))
     assert scale > 0
     np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_RTOL * scale)
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+@pytest.mark.parametrize("name", _slow_if_big(LIGHT_MODELS))
 def test_light_model_matches_expected_output(name):
     path = light_model_path(name)
     model, has_logits = _with_logits(onnx.load(path), name)
@@ -93,14 +104,7 @@ def test_light_model_matches_expected_output(name):
     )
 
 
-#: Their fully connected layers hold 240-550 MB of weights: with random weights each takes
-#: 6-20 s to make, load and run twice, so they run in the full suite (``-m slow``).
-_BIG = {"bvlc_alexnet", "vgg19", "zfnet512"}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in _BIG else n for n in LIGHT_MODELS]
-)
+@pytest.mark.parametrize("name", _slow_if_big(LIGHT_MODELS))
 def test_light_model_matches_onnxruntime(name):
     ort = pytest.importorskip("onnxruntime")
     model = onnx.ModelProto()
