@@ -106,6 +106,24 @@ def pytest_collection(session: pytest.Session) -> Any:
         gc.set_threshold(young, middle, old)
 
 
+#: Objects a test module may leave for good (the modules it imported, module caches) before
+#: they are frozen too: test_public_api imports every module (45,000 objects), the
+#: wild-model tests scikit-learn (30,000); each later full collection walked them again.
+_FREEZE_ABOVE = 50_000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    result = yield
+    next_module = getattr(nextitem, "module", None)
+    if next_module is not getattr(item, "module", None) and (
+        len(gc.get_objects(generation=2)) > _FREEZE_ABOVE
+    ):
+        gc.collect()  # garbage first: frozen objects are never collected
+        gc.freeze()
+    return result
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the process that prints the summary
         config.pluginmanager.register(_ConformanceSummary(), "anychip-conformance-summary")
