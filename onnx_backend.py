@@ -60,6 +60,8 @@ class AnychipBackendRep(BackendRep):
         self.session = session
         self._input_names = [i.name for i in session.inputs]
         self._output_names = [o.name for o in session.outputs]
+        # onnx's namedtupledict builds a class (namedtuple: an eval) per call; once per rep.
+        self._outputs_type = namedtupledict("Outputs", self._output_names)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         if isinstance(inputs, Mapping):
@@ -75,7 +77,7 @@ class AnychipBackendRep(BackendRep):
                 )
             feeds = dict(zip(self._input_names, inputs))
         outputs = self.session.run(None, feeds)
-        return namedtupledict("Outputs", self._output_names)(*outputs)
+        return self._outputs_type(*outputs)
 
 
 class AnychipBackend(Backend):
