@@ -20,7 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 import anychip
-from anychip.zoo import LIGHT_MODELS, light_model, light_model_path
+from anychip.zoo import LIGHT_MODELS, light_model_path
+from tests.models import light
 
 #: Logits are compared to 1e-5 of their largest magnitude: float32 accumulations over
 #: thousands of terms in another order differ by a few ulps of the sum's magnitude.
@@ -53,13 +54,6 @@ def _with_logits(model: onnx.ModelProto, name: str) -> tuple[onnx.ModelProto, bo
         return model, False
     model.graph.output.append(info)
     return model, True
-
-
-@functools.cache
-def _random_weights(name: str) -> onnx.ModelProto:
-    """The model with seeded random weights (made once per model and kept for the
-    module's three tests: VGG-19's take seconds)."""
-    return light_model(name, seed=1)
 
 
 def _feed(sess: anychip.Session, seed: int = 0) -> dict[str, np.ndarray]:
@@ -107,9 +101,7 @@ def test_light_model_matches_expected_output(name):
 @pytest.mark.parametrize("name", _slow_if_big(LIGHT_MODELS))
 def test_light_model_matches_onnxruntime(name):
     ort = pytest.importorskip("onnxruntime")
-    model = onnx.ModelProto()
-    model.CopyFrom(_random_weights(name))
-    model, has_logits = _with_logits(model, name)
+    model, has_logits = _with_logits(light(name, seed=1), name)
     data = model.SerializeToString()
     sess = anychip.load(data, devices=["cpu"])
     feeds = _feed(sess, seed=2)
