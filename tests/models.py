@@ -1,12 +1,38 @@
-"""Small models built in code for tests and benchmarks: a transformer encoder layer."""
+"""Small models built in code for tests and benchmarks: a transformer encoder layer; onnx's
+light CNNs with seeded random weights, made once per process."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["transformer_layer"]
+__all__ = ["light", "transformer_layer"]
+
+
+def light(name: str, seed: int = 0) -> onnx.ModelProto:
+    """``anychip.zoo.light_model(name, seed)``, a fresh copy per call of one made once per
+    process: light ResNet-50's random weights take 0.4 s CPU to draw and five test files ask
+    for them."""
+    if name in _BIG:  # 240-550 MB each, slow tier only, once per test: not kept
+        from anychip.zoo import light_model
+
+        return light_model(name, seed=seed)
+    model = onnx.ModelProto()
+    model.CopyFrom(_light(name, seed))
+    return model
+
+
+_BIG = {"bvlc_alexnet", "vgg19", "zfnet512"}
+
+
+@functools.lru_cache(maxsize=4)  # the largest asked for in the default tier: ResNet-50, 97 MB
+def _light(name: str, seed: int) -> onnx.ModelProto:
+    from anychip.zoo import light_model
+
+    return light_model(name, seed=seed)
 
 
 def transformer_layer(

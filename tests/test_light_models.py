@@ -20,7 +20,8 @@ import pytest
 from onnx import numpy_helper
 
 import anychip
-from anychip.zoo import LIGHT_MODELS, light_model, light_model_path
+from anychip.zoo import LIGHT_MODELS, light_model_path
+from tests.models import light
 
 #: Logits are compared to 1e-5 of their largest magnitude: float32 accumulations over
 #: thousands of terms in another order differ by a few ulps of the sum's magnitude.
@@ -55,17 +56,21 @@ def _with_logits(model: onnx.ModelProto, name: str) -> tuple[onnx.ModelProto, bo
     return model, True
 
 
-@functools.cache
-def _random_weights(name: str) -> onnx.ModelProto:
-    """The model with seeded random weights (made once per model and kept for the
-    module's three tests: VGG-19's take seconds)."""
-    return light_model(name, seed=1)
-
-
 def _feed(sess: anychip.Session, seed: int = 0) -> dict[str, np.ndarray]:
     info = next(i for i in sess.inputs if not i.optional)
     rng = np.random.default_rng(seed)
     return {info.name: rng.random(info.shape, dtype=np.float32)}
+
+
+#: Their fully connected layers hold 240-550 MB of weights: with random weights each takes
+#: 6-20 s to make, load and run twice, and 0.4-1.5 s CPU loaded as shipped (their weights
+#: folded from constant fills at load), so they run in the full suite (``-m slow``); the
+#: other six cover every op kind of theirs.
+_BIG = {"bvlc_alexnet", "vgg19", "zfnet512"}
+
+
+def _slow_if_big(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in _BIG else n for n in names]
 
 
 def _assert_logits_close(got: np.ndarray, want: np.ndarray) -> None:
@@ -74,7 +79,7 @@ def _assert_logits_close(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_RTOL * scale)
 
 
-@pytest.mark.parametrize("name", LIGHT_MODELS)
+@pytest.mark.parametrize("name", _slow_if_big(LIGHT_MODELS))
 def test_light_model_matches_expected_output(name):
     path = light_model_path(name)
     model, has_logits = _with_logits(onnx.load(path), name)
@@ -93,19 +98,10 @@ def test_light_model_matches_expected_output(name):
     )
 
 
-#: Their fully connected layers hold 240-550 MB of weights: with random weights each takes
-#: 6-20 s to make, load and run twice, so they run in the full suite (``-m slow``).
-_BIG = {"bvlc_alexnet", "vgg19", "zfnet512"}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in _BIG else n for n in LIGHT_MODELS]
-)
+@pytest.mark.parametrize("name", _slow_if_big(LIGHT_MODELS))
 def test_light_model_matches_onnxruntime(name):
     ort = pytest.importorskip("onnxruntime")
-    model = onnx.ModelProto()
-    model.CopyFrom(_random_weights(name))
-    model, has_logits = _with_logits(model, name)
+    model, has_logits = _with_logits(light(name, seed=1), name)
     data = model.SerializeToString()
     sess = anychip.load(data, devices=["cpu"])
     feeds = _feed(sess, seed=2)

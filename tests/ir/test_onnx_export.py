@@ -78,10 +78,10 @@ def test_light_model_round_trip(path: str) -> None:
     models carry seeded random weights (their initializers exported as real data); the three
     with 240-550 MB fully connected layers keep the shipped constant fills, which export the
     same way (exporting an initializer is the same code for any size)."""
-    from anychip.zoo import light_model
+    from tests.models import light
 
     name = os.path.basename(path)[len("model_") : -len(".onnx")]
-    original = onnx.load(path) if name in _BIG else light_model(name, seed=0)
+    original = onnx.load(path) if name in _BIG else light(name, seed=0)
     model = import_model(original.SerializeToString())
     out = export_model(model)
     onnx.checker.check_model(out)

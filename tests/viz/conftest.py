@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 import anychip
-from anychip.zoo import light_model
-from tests.models import transformer_layer
+from tests.models import light, transformer_layer
 
 CASES = {
-    "resnet50-npu": (lambda: light_model("resnet50", seed=0), ["npu", "cpu"], {}),
+    "resnet50-npu": (lambda: light("resnet50", seed=0), ["npu", "cpu"], {}),
     "transformer-npu": (lambda: transformer_layer(), ["npu", "cpu"], {}),
     "transformer-xpu": (
         lambda: transformer_layer(ln_mean=True),

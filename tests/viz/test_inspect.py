@@ -9,8 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import anychip
 from anychip.viz.inspect import inspect_model
-from anychip.zoo import light_model
-from tests.models import transformer_layer
+from tests.models import light, transformer_layer
 
 
 def _small() -> onnx.ModelProto:
@@ -55,7 +54,7 @@ def test_flops_and_parameters_of_a_small_model() -> None:
 
 
 def test_resnet50_flops_are_the_known_four_gigamacs() -> None:
-    model = light_model("resnet50", seed=0)
+    model = light("resnet50", seed=0)
     s = inspect_model(model)
     conv = s.flops_by_op["Conv"] + s.flops_by_op["Gemm"]
     assert 2 * 4.0e9 < conv < 2 * 4.2e9  # ResNet-50 at 224x224: about 4.1 GMACs

@@ -10,8 +10,6 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
-from skl2onnx import to_onnx
-from sklearn.preprocessing import PolynomialFeatures
 
 from tests.backends.cpu._fusion_models import ops
 from tests.wild._compare import anychip_run, ort_run
@@ -23,6 +21,9 @@ from tests.wild._compare import anychip_run, ort_run
     [(2, False, np.float32), (3, True, np.float32), (3, False, np.float32)],
 )
 def test_polynomial_features_fused_and_equal_to_onnxruntime(degree, interaction_only, dtype):
+    from skl2onnx import to_onnx  # imported here, not at collection (1-2 s per xdist worker)
+    from sklearn.preprocessing import PolynomialFeatures
+
     rng = np.random.default_rng(degree)
     x = rng.standard_normal((50, 6)).astype(dtype)
     poly = PolynomialFeatures(degree, interaction_only=interaction_only).fit(x)

@@ -4,6 +4,8 @@ refused with a reason."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from bench.wild_corpus import all_cases, run_case, table
@@ -25,15 +27,23 @@ _SUBSET = {
     "scikit-learn": ("GradientBoostingClassifier (multi)", "SVC rbf probability (multi)"),
     "old-exporter": ("LayerNormalization at opset 13", "wrong declared output shape"),
 }
-_CASES = [c for c in all_cases() if c.name in _SUBSET.get(c.source, ())]
+_IDS = [f"{source}/{name}" for source, names in _SUBSET.items() for name in names]
+
+
+@functools.cache
+def _cases() -> dict:
+    """The subset's cases by id, made when a test first asks (all_cases() imports scikit-learn
+    and onnxruntime's quantizer: 1-2 s in each pytest-xdist worker's collection)."""
+    return {f"{c.source}/{c.name}": c for c in all_cases() if c.name in _SUBSET.get(c.source, ())}
 
 
 def test_the_subset_is_in_the_corpus() -> None:
-    assert len(_CASES) == sum(len(v) for v in _SUBSET.values())
+    assert sorted(_cases()) == sorted(_IDS)
 
 
-@pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c.source}/{c.name}")
-def test_corpus_case(case) -> None:
+@pytest.mark.parametrize("case_id", _IDS)
+def test_corpus_case(case_id) -> None:
+    case = _cases()[case_id]
     result = run_case(case)
     if "NCHWc" in case.name:
         # onnxruntime's machine-specific layout ops (com.microsoft.nchwc) are refused, named.
@@ -43,7 +53,7 @@ def test_corpus_case(case) -> None:
 
 
 def test_table_counts_by_source() -> None:
-    case = next(c for c in _CASES if c.source == "old-exporter")
+    case = next(c for c in _cases().values() if c.source == "old-exporter")
     text = table([run_case(case)])
     assert "old-exporter" in text.splitlines()[1] and " 1 " in text.splitlines()[1]
 

@@ -3,6 +3,7 @@ kernels with their C loops and, with ``ANYCHIP_NATIVE=0``, their numpy paths."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -35,18 +36,24 @@ _NAMES = (
     "AdaBoostClassifier (multi)",
     "OrdinalEncoder strings",
 )
-_CASES = {name: build for name, build, _ in sklearn_cases(False) if name in _NAMES}
+
+
+@functools.cache
+def _cases() -> dict:
+    """The named cases' builders (scikit-learn imported when a test first runs, not at
+    collection: 1-2 s in each pytest-xdist worker)."""
+    return {name: build for name, build, _ in sklearn_cases(False) if name in _NAMES}
 
 
 def test_every_named_case_exists() -> None:
-    assert sorted(_CASES) == sorted(_NAMES)
+    assert sorted(_cases()) == sorted(_NAMES)
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize("name", _NAMES)
 def test_sklearn_model_matches_onnxruntime(name, native, monkeypatch) -> None:
     monkeypatch.setenv("ANYCHIP_NATIVE", native)
-    model, feeds = _CASES[name]()
+    model, feeds = _cases()[name]()
     got, _ = anychip_run(model, feeds)
     assert_same(got, ort_run(model, feeds), rtol=1e-4, atol=1e-4)
 

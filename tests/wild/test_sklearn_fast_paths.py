@@ -4,6 +4,8 @@ the per-run feed check's fast path, and oneDNN's MatMul declining small products
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnx
 import pytest
@@ -16,12 +18,17 @@ from bench._wild_sklearn import sklearn_cases
 from tests.wild._compare import anychip_run, assert_same, ort_run
 
 _KNN = ("KNeighborsClassifier (multi)", "KNeighborsRegressor (regression)")
-_CASES = {name: build for name, build, _ in sklearn_cases(False) if name in _KNN}
+
+
+@functools.cache
+def _cases() -> dict:
+    """The KNeighbors builders (scikit-learn imported when a test runs, not at collection)."""
+    return {name: build for name, build, _ in sklearn_cases(False) if name in _KNN}
 
 
 @pytest.mark.parametrize("name", _KNN)
 def test_kneighbors_batched_scan_matches_onnxruntime_and_the_loop(name, monkeypatch) -> None:
-    model, feeds = _CASES[name]()
+    model, feeds = _cases()[name]()
     calls = []
     real = _scan_vector._run_block
     monkeypatch.setattr(_scan_vector, "_run_block", lambda *a: calls.append(1) or real(*a))

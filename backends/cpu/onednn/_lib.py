@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import site
 import sys
@@ -257,8 +258,14 @@ def _hidden() -> bool:
 
 
 def findable() -> bool:
-    """Whether a library file is there and not hidden (cheap: no loading)."""
-    return not _hidden() and any(p.exists() for p in _candidates())
+    """Whether a library file is there and not hidden (cheap: no loading; the file search is
+    made once per ``ANYCHIP_ONEDNN_LIB`` value, as every CPU partition's load asks)."""
+    return not _hidden() and _found_file(os.environ.get("ANYCHIP_ONEDNN_LIB"))
+
+
+@functools.lru_cache(maxsize=4)
+def _found_file(env_lib: str | None) -> bool:
+    return any(p.exists() for p in _candidates())
 
 
 def get() -> Lib | None:

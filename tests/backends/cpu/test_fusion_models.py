@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 
 import anychip
-from anychip.zoo import light_model
 from tests.backends.cpu._fusion_models import force_fuse_conv
+from tests.models import light
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ from tests.backends.cpu._fusion_models import force_fuse_conv
 )
 def test_light_model_fused_equals_unfused_and_onnxruntime(name, fired, monkeypatch):
     force_fuse_conv(monkeypatch)
-    data = light_model(name).SerializeToString()
+    data = light(name).SerializeToString()
     fused = anychip.load(data, "cpu")
     plain = anychip.load(data, "cpu", device_options={"cpu": {"fusion": False}})
     inp = fused.inputs[0]

@@ -14,7 +14,7 @@ from anychip.backends.cpu.kernels.op_conv import conv as numpy_conv
 from anychip.backends.cpu.onednn import _lib
 from anychip.backends.cpu.onednn.conv import conv as onednn_conv
 from anychip.backends.cpu.onednn.kernels import RUNS
-from anychip.zoo import light_model
+from tests.models import light
 
 F = TensorProto.FLOAT
 
@@ -95,7 +95,7 @@ def test_hidden_onednn_runs_the_numpy_kernels_with_the_same_results(
 
 
 def test_light_resnet50_matches_onnxruntime() -> None:
-    model = light_model("resnet50", seed=1)
+    model = light("resnet50", seed=1)
     name = model.graph.input[0].name
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     want = ort.InferenceSession(model.SerializeToString()).run(None, {name: x})[0]

@@ -10,8 +10,7 @@ import onnxruntime as ort
 import pytest
 
 import anychip
-from anychip.zoo import light_model
-from tests.models import transformer_layer
+from tests.models import light, transformer_layer
 
 pytestmark = pytest.mark.usefixtures("cl_device")
 
@@ -38,7 +37,7 @@ def _compare(model, devices, rtol: float, atol: float) -> anychip.Session:
 
 
 def test_light_resnet50_strict(cl_device):
-    model = light_model("resnet50")
+    model = light("resnet50")
     # The model ends in Softmax: compare its logits too (the probabilities hide errors).
     from tests.test_light_models import _with_logits
 
