@@ -60,7 +60,7 @@ __all__ = [
     "op_class",
 ]
 
-FORMAT = 3  # 3: the attention class
+FORMAT = 4  # 3: the attention class; 4: static-shape devices timed on their executables
 _CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows", "attention")
 _MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 _CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
