@@ -163,8 +163,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         sess.run(None, feeds)
         t_first = time.perf_counter() - t0
-        for _ in range(8):  # the session's feedback runs: it may re-place once
+        # the session's feedback runs, until it has decided (its trials take a few requests
+        # each; it may re-place once)
+        for _ in range(DEMO_MAX_FEEDBACK_RUNS):
             sess.run(None, feeds)
+            if sess.feedback is None or sess.feedback.done:
+                break
         t_steady = min(_timed(sess, feeds) for _ in range(3))
         (out,) = sess.run(None, feeds)
         if ref is None:
@@ -180,6 +184,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if rep.decision:
             print(f"  {'':<10} cost model: {rep.decision}")
     return 0
+
+
+#: The demo's bound on a session's feedback runs (each trial is a warm-up and three pairs).
+DEMO_MAX_FEEDBACK_RUNS = 60
 
 
 def _timed(sess: object, feeds: dict[str, np.ndarray]) -> float:
