@@ -186,8 +186,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The demo's bound on a session's feedback runs (each trial is a warm-up and three pairs).
-DEMO_MAX_FEEDBACK_RUNS = 60
+#: The demo's bound on a session's feedback runs (each trial: a warm-up, then three to six
+#: pairs, each run after the other placement's preceded by an untimed one).
+DEMO_MAX_FEEDBACK_RUNS = 100
 
 
 def _timed(sess: object, feeds: dict[str, np.ndarray]) -> float:

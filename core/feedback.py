@@ -14,7 +14,8 @@ another, copies that overlap), so the other placements worth having are *measure
 after another, each over the requests that come next (a warm-up, then ``TIMED_RUNS`` runs of it
 in turn with as many of the placement, so each pair is measured under the same conditions; all
 serving those requests): the host alone, and for each other device the most it can take
-(onnxruntime's PREFER_<device>). A placement identical to one measured is skipped; a trial that
+(onnxruntime's PREFER_<device>); a run right after the other placement's is not timed, since
+what that one left spinning slows it. A placement identical to one measured is skipped; a trial that
 fails is dropped (its request is served by the current placement). The fastest relative to the
 placement's paired runs wins if it is ``MARGIN`` faster, in its best run and its median one (one
 lucky run of three must not move a session; when the best runs win and the typical ones do not,
@@ -109,6 +110,9 @@ class Feedback:
         self.paired_samples: list[float] = []
         #: The fastest measured so far: (its time / the placement's, label, compiled model).
         self.best: tuple[float, str, CompiledModel] | None = None
+        #: Which of the two ran last in a trial ("trial" or "placed"): a run right after the
+        #: other one is not timed (see ``_run_trial``).
+        self.last = "placed"
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -176,8 +180,24 @@ class Feedback:
         first runs of every placement are slower than later ones, unequally)."""
         label, trial = self.trial
         turn = len(self.trial_samples) + len(self.paired_samples)
+        side = "trial" if turn == 0 or turn % 2 == 1 else "placed"
+        if turn > 0 and side != self.last:
+            # A run right after the other placement's is not timed: what that one left
+            # running (OpenBLAS's workers spin for about 0.1 s after a product, OpenMP's too)
+            # slows the first run of the next. An NPU placement's numpy products made the CPU
+            # alone's paired runs 2x slower, and ResNet-50 kept the NPU at 1.6x the CPU alone.
+            self.last = side
+            if side == "placed":
+                return compiled.steps.run(arrays), compiled
+            try:
+                return trial.steps.run(arrays), compiled
+            except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
+                self.decision += f"; {label}, tried, failed ({type(e).__name__})"
+                self._end_trial(compiled)
+                return self._finish(compiled.steps.run(arrays), compiled)
+        self.last = side
         t0 = time.perf_counter()
-        if turn == 0 or turn % 2 == 1:
+        if side == "trial":
             before = _compiling(trial)
             try:
                 outs = trial.steps.run(arrays)
@@ -222,7 +242,7 @@ class Feedback:
         return self._finish(outs, compiled)
 
     def _end_trial(self, compiled: CompiledModel) -> None:
-        self.trial, self.paired_samples = None, []
+        self.trial, self.paired_samples, self.last = None, [], "placed"
         self._next_trial(compiled)
         self.done = self.trial is None
 

@@ -102,10 +102,13 @@ def test_with_dynamic_shapes_the_host_alone_is_tried_and_kept_when_faster(chip):
     chip.mode = "slow"
     sess = anychip.load(_model("N"), devices=["badchip", "cpu"], calibration="off")
     assert sess.placement().by_device() == {"badchip": 2}  # no estimate: priority decides
-    # Warm-up, timed runs; the trial's warm-up, then trial and placement in turn.
-    for n in range(1, 3 + 3 * TIMED_RUNS):
+    # Warm-up, timed runs; the trial's warm-up, then trial and placement in turn (each after
+    # the other's preceded by an untimed run).
+    for n in range(1, 40):
         x = np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
+        if sess.feedback.done:
+            break
     report = sess.placement()
     assert report.by_device() == {"cpu": 2}, str(report)
     assert "cpu alone, tried" in report.decision and sess.feedback.done
@@ -119,7 +122,7 @@ def _slow_figures(chip) -> None:
     C._save(chip, C.Calibration("badchip", C.cache_key(chip), slow, (1.0, 1e3)))
 
 
-def _run_until_done(sess, limit: int = 20) -> None:
+def _run_until_done(sess, limit: int = 80) -> None:
     for n in range(limit):
         x = np.random.default_rng(n).standard_normal((4, 64)).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], _expected(x), rtol=1e-6)
@@ -262,15 +265,17 @@ def test_a_trial_whose_best_and_typical_runs_disagree_is_measured_longer(
 
     clock = [0.0]
     monkeypatch.setattr(F.time, "perf_counter", lambda: clock[0])
-    compiled = _timed(clock, placed)
-    trial = _timed(clock, [1.0, *tried])  # a warm-up, then the trial's runs
+    # Each timed run after the other placement's comes after an untimed one (1000: were it
+    # timed, no trial would win and no placement lose).
+    compiled = _timed(clock, [t for p in placed for t in (1000.0, p)])
+    trial = _timed(clock, [1.0, tried[0], *(t for p in tried[1:] for t in (1000.0, p))])
     fb = F.Feedback(recompile=None, trials=True)
     fb.trial, fb.trial_samples, fb.best = ("cpu alone", trial), [], (1.0, "placed", compiled)
     fb.seen = [{"n": "placed"}]  # nothing else to try after this trial
-    for _ in range(1 + 2 * F.TIMED_RUNS):
+    for _ in range(4 * F.TIMED_RUNS):
         fb.run(compiled, [])
     assert fb.trial is not None and "tried" not in fb.decision  # undecided: measured on
-    for _ in range(2 * F.TIMED_RUNS):
+    for _ in range(4 * F.TIMED_RUNS):
         _, now = fb.run(compiled, [])
     assert fb.done and f"({2 * F.TIMED_RUNS} pairs)" in fb.decision
     assert (now is trial) == taken, fb.decision
