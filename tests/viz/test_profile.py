@@ -48,7 +48,12 @@ def test_profile_times_every_node_and_copy(mixed, tmp_path) -> None:
     page = Page(html)
     assert len(page.with_class("span")) == len(prof.events)
     assert external_references(html) == []
-    assert "ln1" in str(prof) and "ms" in prof._repr_html_()
+    # The top-N table names the slowest node (not a fixed one: which nodes make the top N
+    # depends on the run's timings; "ln1" was left out once in about ten runs).
+    totals: dict[str, float] = {}
+    for e in nodes:
+        totals[e.name] = totals.get(e.name, 0.0) + e.seconds
+    assert max(totals, key=totals.get) in str(prof) and "ms" in prof._repr_html_()
 
 
 def test_graph_mode_partitions_are_timed_whole(tmp_path) -> None:
