@@ -16,7 +16,10 @@ from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.value import Value
 
-__all__ = ["Names", "single_use", "new_node", "attrs", "constant"]
+__all__ = ["Names", "single_use", "scalar_const", "new_node", "attrs", "constant", "FLOATS"]
+
+#: The element types the fused kernels compute (ONNX FLOAT, DOUBLE).
+FLOATS = (1, 11)
 
 
 class Names:
@@ -37,6 +40,13 @@ class Names:
 def single_use(v: Value, graph: Graph) -> bool:
     """True when ``v`` has one reader and is not an output of ``graph`` (so it may vanish)."""
     return len(v.uses) == 1 and v not in graph.outputs
+
+
+def scalar_const(v: Value | None) -> float | None:
+    """The float value of a one-element constant, else None."""
+    if v is None or v.const is None or v.const.size != 1 or v.const.dtype.kind != "f":
+        return None
+    return float(v.const.reshape(-1)[0])
 
 
 def attrs(**values: Any) -> dict[str, Attr]:

@@ -7,13 +7,10 @@ from typing import Any
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
-from anychip.ir.passes.rewrite import new_node
+from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const
 from anychip.ir.value import Value
 
 __all__ = ["record", "producer", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
-
-#: The element types the fused kernels compute (float32, float64).
-FLOATS = (1, 11)
 
 
 def record(graph: Graph, name: str, count: int) -> None:
@@ -32,13 +29,6 @@ def producer(v: Value | None, graph: Graph, op_type: str | None = None) -> Node 
     if node.domain or (op_type is not None and node.op_type != op_type):
         return None
     return node
-
-
-def scalar_const(v: Value | None) -> float | None:
-    """The float value of a one-element constant, else None."""
-    if v is None or v.const is None or v.const.size != 1 or v.const.dtype.kind != "f":
-        return None
-    return float(v.const.reshape(-1)[0])
 
 
 def fused_node(
