@@ -181,20 +181,11 @@ class Feedback:
         label, trial = self.trial
         turn = len(self.trial_samples) + len(self.paired_samples)
         side = "trial" if turn == 0 or turn % 2 == 1 else "placed"
-        if turn > 0 and side != self.last:
-            # A run right after the other placement's is not timed: what that one left
-            # running (OpenBLAS's workers spin for about 0.1 s after a product, OpenMP's too)
-            # slows the first run of the next. An NPU placement's numpy products made the CPU
-            # alone's paired runs 2x slower, and ResNet-50 kept the NPU at 1.6x the CPU alone.
-            self.last = side
-            if side == "placed":
-                return compiled.steps.run(arrays), compiled
-            try:
-                return trial.steps.run(arrays), compiled
-            except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
-                self.decision += f"; {label}, tried, failed ({type(e).__name__})"
-                self._end_trial(compiled)
-                return self._finish(compiled.steps.run(arrays), compiled)
+        # A run right after the other placement's is not timed (it serves its request): what
+        # that one left running (OpenBLAS's workers spin for about 0.1 s after a product,
+        # OpenMP's too) slows the next run. An NPU placement's numpy products made the CPU
+        # alone's paired runs 2x slower, and ResNet-50 kept the NPU at 1.6x the CPU alone.
+        timed = turn == 0 or side == self.last
         self.last = side
         t0 = time.perf_counter()
         if side == "trial":
@@ -210,11 +201,13 @@ class Feedback:
             # one runs the host serves its partitions: a time of the host, not of the trial.
             for sp in trial.specialized.values():
                 sp.start_compiles()
-            if turn > 0 and (before or _compiling(trial)):
+            if not timed or (turn > 0 and (before or _compiling(trial))):
                 return outs, compiled
             self.trial_samples.append(elapsed)  # the first is its warm-up
         else:
             outs = compiled.steps.run(arrays)
+            if not timed:
+                return outs, compiled
             self.paired_samples.append(time.perf_counter() - t0)
         need = self.trial_runs
         if len(self.paired_samples) < need or len(self.trial_samples) < 1 + need:
