@@ -106,7 +106,7 @@ def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -
         if measured is None:
             cls = op_class(node.op_type, _const_weight(node), _keeps_rows(node))
             measured = cal.time(cls, flops)
-            if measured is None and cls == "data_rows":  # a calibration from before the class
+            if measured is None and cls == "data_rows":  # its probe did not run on the device
                 measured = cal.time("data", flops)
         if measured is not None:
             return measured

@@ -25,6 +25,20 @@ def _stat_shape(x: np.ndarray, stat: np.ndarray, spatial: int) -> tuple[int, ...
     return (1,) + stat.shape
 
 
+def inference_constants(
+    scale: np.ndarray,
+    b: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    epsilon: float,
+    dt: np.dtype,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(a, shift)`` of the inference form ``y = x * a + shift``, computed in ``dt`` (the
+    kernel's and ``passes/lower_batch_norm``'s, so the lowered graph gives the same bits)."""
+    a = scale.astype(dt) / np.sqrt(var.astype(dt) + np.asarray(epsilon, dt))
+    return a, b.astype(dt) - mean.astype(dt) * a
+
+
 def _infer(x, scale, b, mean, var, epsilon, spatial, out=None) -> np.ndarray:
     if x.ndim < 2:
         raise KernelError(
@@ -32,8 +46,7 @@ def _infer(x, scale, b, mean, var, epsilon, spatial, out=None) -> np.ndarray:
         )
     dt = x.dtype
     shape = _stat_shape(x, scale, spatial)
-    a = scale.astype(dt) / np.sqrt(var.astype(dt) + np.asarray(epsilon, dt))
-    shift = b.astype(dt) - mean.astype(dt) * a
+    a, shift = inference_constants(scale, b, mean, var, epsilon, dt)
     if fits(out, x.shape, dt):  # in place over x is fine: each step is element-wise
         np.multiply(x, a.reshape(shape), out=out)
         return np.add(out, shift.reshape(shape), out=out)

@@ -4,9 +4,10 @@ runs next takes it into the same pass over memory as its neighbours (DenseNet's
 Concat -> BatchNormalization -> Relu -> Conv: 62 of them in DenseNet-121, each two numpy
 passes, then a third for the Relu).
 
-The constants are the CPU kernel's own (``kernels/op_batch_normalization._infer``):
-``a = scale / sqrt(var + epsilon)`` and ``shift = bias - mean * a``, computed in the input's
-dtype, and ``x * a + shift`` rounds each step as it does: the fused result is bit-identical.
+The constants come from the CPU kernel's own function
+(``kernels/op_batch_normalization.inference_constants``: ``a = scale / sqrt(var + epsilon)``,
+``shift = bias - mean * a``, in the input's dtype), and ``x * a + shift`` rounds each step
+as it does: the fused result is bit-identical.
 
 Fires on a default-domain BatchNormalization of a float32/float64 input of known rank >= 2
 with one output (the inference form: no running statistics asked for), ``training_mode`` 0,
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.kernels.op_batch_normalization import inference_constants
 from anychip.backends.cpu.passes._common import FLOATS, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
@@ -40,11 +42,8 @@ def _constants(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     c = x.shape[1]
     if any(s is None or s.ndim != 1 or s.shape[0] != c for s in stats) or not isinstance(c, int):
         return None
-    scale, bias, mean, var = stats
     dt = np.dtype(np.float32) if x.dtype == 1 else np.dtype(np.float64)
-    eps = np.asarray(float(bn.attr("epsilon", 1e-5)), dt)
-    a = scale.astype(dt) / np.sqrt(var.astype(dt) + eps)
-    shift = bias.astype(dt) - mean.astype(dt) * a
+    a, shift = inference_constants(*stats, float(bn.attr("epsilon", 1e-5)), dt)
     shape = (c,) + (1,) * (len(x.shape) - 2)
     return a.reshape(shape), shift.reshape(shape)
 
