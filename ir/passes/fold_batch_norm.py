@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from anychip.ir.graph import Graph
     from anychip.ir.node import Node
 
-__all__ = ["FoldBatchNormPass", "fold_batch_norm"]
+__all__ = ["FoldBatchNormPass", "fold_batch_norm", "fold_affine_into_conv"]
 
 _CONV = (("", "Conv"),)
 
@@ -61,11 +61,20 @@ def fold_batch_norm(
 def _fold_pair(graph: Graph, names: Names, conv: Node, bn: Node) -> None:
     """Replace ``conv -> bn`` by one conv (a function of its own, so no local keeps the old
     weights alive once it returns)."""
-    w = conv.inputs[1]
-    b = conv.inputs[2] if len(conv.inputs) > 2 else None
     scale, bias, mean, var = (v.const.astype(np.float64) for v in bn.inputs[1:5])
     a = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
-    shift = bias - mean * a
+    fold_affine_into_conv(graph, names, conv, bn, a, bias - mean * a, bn.inputs[1].name)
+
+
+def fold_affine_into_conv(
+    graph: Graph, names: Names, conv: Node, after: Node, a: np.ndarray, shift: np.ndarray, stem: str
+) -> None:
+    """Replace ``conv -> after``, where ``after`` computes ``y * a + shift`` per output
+    channel (float64 vectors of the channel count), by one conv with weights ``W * a`` and bias
+    ``B * a + shift``. The weights are scaled in their own dtype (a float32 product rounds as
+    the float64 one cast back would), the bias in float64."""
+    w = conv.inputs[1]
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
     dt = w.const.dtype
     # One array of the weights' size and dtype: no float64 copy of large weights.
     w_new = w.const * a.astype(dt).reshape((-1,) + (1,) * (w.const.ndim - 1))
@@ -73,19 +82,19 @@ def _fold_pair(graph: Graph, names: Names, conv: Node, bn: Node) -> None:
     b_new = (b_old * a + shift).astype(dt)
     ins = [
         conv.inputs[0],
-        constant(graph, names, f"{w.name}_bnfold", w_new),
-        constant(graph, names, f"{bn.inputs[1].name}_bnfold_bias", b_new),
+        constant(graph, names, f"{w.name}_fold", w_new),
+        constant(graph, names, f"{stem}_fold_bias", b_new),
     ]
     index = graph.nodes.index(conv)
-    y = bn.outputs[0]
-    graph.remove(bn)
+    y = after.outputs[0]
+    graph.remove(after)
     replacement = new_node(conv, conv.op_type, ins, [y], dict(conv.attributes), domain=conv.domain)
     graph.remove(conv)
     graph.insert(index, replacement)
     # Drop the unfolded constants now, and the removed conv's hold on them (the loop's
     # node list still holds the conv): a model's old and new weights are then never all
     # alive at once.
-    for v in [w, b, *bn.inputs[1:5]]:
+    for v in [w, b, *after.inputs]:
         if v is not None and not v.uses and graph.initializers.get(v.name) is v:
             if v not in graph.outputs and v not in graph.inputs:
                 del graph.initializers[v.name]

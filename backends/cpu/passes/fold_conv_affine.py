@@ -26,7 +26,8 @@ from anychip.backends.cpu.passes._common import record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, constant, new_node, single_use
+from anychip.ir.passes.fold_batch_norm import fold_affine_into_conv
+from anychip.ir.passes.rewrite import Names, single_use
 
 __all__ = ["FoldConvAffinePass"]
 
@@ -67,23 +68,9 @@ def _foldable(conv: Node, graph: Graph) -> tuple[Node, np.ndarray] | None:
 
 
 def _fold(graph: Graph, names: Names, conv: Node, op: Node, k: np.ndarray) -> None:
-    w, b = conv.inputs[1], conv.inputs[2] if len(conv.inputs) > 2 else None
-    dt = w.const.dtype
-    bias = b.const.astype(np.float64) if b is not None else np.zeros(w.const.shape[0])
-    if op.op_type == "Mul":
-        shape = (-1,) + (1,) * (w.const.ndim - 1)
-        scaled = (w.const.astype(np.float64) * k.reshape(shape)).astype(dt)
-        w = constant(graph, names, f"{w.name}_fold", scaled)
-        bias = bias * k
-    else:
-        bias = bias + k
-    ins = [conv.inputs[0], w, constant(graph, names, f"{w.name}_fold_bias", bias.astype(dt))]
-    index = graph.nodes.index(conv)
-    out = op.outputs[0]
-    graph.remove(op)
-    fused = new_node(conv, "Conv", ins, [out], dict(conv.attributes))
-    graph.remove(conv)
-    graph.insert(index, fused)
+    one, zero = np.ones_like(k), np.zeros_like(k)
+    a, shift = (k, zero) if op.op_type == "Mul" else (one, k)
+    fold_affine_into_conv(graph, names, conv, op, a, shift, conv.inputs[1].name)
 
 
 class FoldConvAffinePass(Pass):
