@@ -119,7 +119,7 @@ def _timed_rounds(
     return times
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3, help="runs per round (best taken)")
@@ -135,10 +135,16 @@ def main() -> None:
         default=None,
         help="device sets, ';'-separated (default: cpu;xpu,cpu;npu,cpu;npu,xpu,cpu)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     sets = [s.split(",") for s in args.sets.split(";")] if args.sets else SETS
     clock = time.process_time if args.cpu_time else time.perf_counter
     available = {d.name for d in anychip.devices() if d.available}
+    unusable = sorted({d for s in sets for d in s} - available)
+    if unusable:
+        ap.error(
+            f"--sets names {', '.join(unusable)}, not an available device here "
+            f"(available: {', '.join(sorted(available))}; `anychip devices` says why)"
+        )
     names = args.models.split(",") if args.models else None
     print(
         f"{'model':<14} {'devices':<12} {'ms':>9} {'vs best single':>14} {'copies':>6} "

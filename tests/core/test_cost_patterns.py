@@ -163,3 +163,11 @@ def test_the_moves_start_from_both_ends_and_the_lower_estimate_wins(cache, monke
     best = min(searched, key=lambda r: r[0])[1]
     placed = {n.name: n.device for n in sess.placement().nodes}
     assert {n.name: d for n, d in best.items()} == placed
+
+
+def test_the_placement_bench_refuses_a_device_set_it_cannot_run(capsys):
+    from bench import placement
+
+    with pytest.raises(SystemExit):
+        placement.main(["--models", "mlp", "--sets", "cpu;nosuchchip,cpu"])
+    assert "--sets names nosuchchip, not an available device" in capsys.readouterr().err
