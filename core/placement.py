@@ -246,8 +246,8 @@ def _prefer_single_device(
     costs: Costs,
     options: PlacementOptions,
 ) -> None:
-    """Move every node to one device when that is estimated faster than the mixed placement
-    (``min-copies``: when it makes fewer copies per run)."""
+    """Move every node to one device when that is estimated faster than the placement so far
+    (mixed, or on another device alone; ``min-copies``: when it makes fewer copies per run)."""
 
     capable = _capable_fn(tables)
     by_copies = options.policy == "min-copies"
@@ -256,10 +256,9 @@ def _prefer_single_device(
         return
     target, alone, mixed = found
     rule = "fewest copies" if by_copies else "cost"
-    why = (
-        f"{rule}: the whole graph on {target.name} is estimated {alone}, the mixed placement "
-        f"{mixed}"
-    )
+    devices = {n.meta["device"] for n in graph.nodes}
+    before = "the mixed placement" if len(devices) > 1 else f"on {devices.pop()}"
+    why = f"{rule}: the whole graph on {target.name} is estimated {alone}, {before} {mixed}"
     for n in graph.nodes:
         if n.meta["device"] != target.name:
             _assign(n, target, tables, why)
