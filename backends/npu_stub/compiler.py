@@ -13,7 +13,9 @@ What compiling does, in order:
 
 At run time the executable reads its inputs at their device offsets, writes its outputs to
 freshly allocated device tensors (the caller releases them), and computes every node on views
-of device memory. Weights and the activation block are freed when the executable is dropped.
+of device memory, with numpy's OpenBLAS at one thread (the simulated chip takes no host cores
+beyond the caller's, and leaves no BLAS workers spinning after it). Weights and the activation
+block are freed when the executable is dropped.
 """
 
 from __future__ import annotations
@@ -307,4 +309,11 @@ def compile_graph(memory: NpuMemory, graph: Graph, *, precision: str) -> Compile
         "precision": precision,
         "memory_capacity": memory.capacity,
     }
-    return CompiledGraph(exe.run, info=info)
+    # The simulated chip computes on one host thread: numpy's OpenBLAS workers, at two threads,
+    # spun about 0.1 s after each run on the cores the host device needed next (the CPU
+    # alone's trial of GPT-like read 14.4 ms right after an NPU run against 3.4 at one thread;
+    # the NPU's own run 26 ms against 4.2 on the loaded machine). A real NPU leaves no host
+    # thread running.
+    from anychip.backends.cpu.blas_threads import single_blas_thread
+
+    return CompiledGraph(single_blas_thread(exe.run), info=info)
