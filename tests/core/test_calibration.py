@@ -142,3 +142,49 @@ def test_a_static_shape_device_is_timed_on_its_own_executable(cache, monkeypatch
         for sp in s.compiled.specialized.values():
             t = sp.telemetry()
             assert t["host_runs"] == 0 and t["compiles"] >= 1, t
+
+
+class _Clock:
+    """A clock that a probe's calls advance by scripted durations (the first: the warm-up)."""
+
+    def __init__(self, durations: list[float]) -> None:
+        self.now, self.durations, self.calls = 0.0, list(durations), 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def run(self) -> None:
+        self.calls += 1
+        self.now += self.durations.pop(0)
+
+
+def test_a_probe_whose_runs_spread_widely_is_timed_again():
+    # Another process took a core for most of the first round: its runs spread (median 20,
+    # fastest 8); the next round, undisturbed, gives the device's time.
+    clock = _Clock([50.0, 20.0, 20.0, 8.0, 20.0, 20.0, 1.0, 1.1, 1.0, 1.2, 1.0])
+    assert C.best_of(clock.run, 5, clock) == 1.0
+    assert clock.calls == 11 and not clock.durations
+    # Runs that agree are timed once.
+    steady = _Clock([50.0, 5.0, 5.2, 5.1, 5.0, 5.3, 1.0])
+    assert C.best_of(steady.run, 5, steady) == 5.0
+    assert steady.calls == 6
+    # At most MAX_ROUNDS rounds, however wide.
+    noisy = _Clock([50.0] + [1.0, 9.0, 9.0] * C.MAX_ROUNDS + [0.1] * 3)
+    assert C.best_of(noisy.run, 3, noisy) == 1.0
+    assert noisy.calls == 1 + 3 * C.MAX_ROUNDS
+
+
+def test_each_point_is_the_faster_of_two_sweeps(cache, monkeypatch):
+    sweeps: dict[str, int] = {}
+
+    def measure(backend, cls, repeat):
+        sweeps[cls] = sweeps.get(cls, 0) + 1
+        if cls != "matmul":
+            return []
+        # A burst of load over the first sweep's large probe, over the second's small one.
+        return [(1e3, 5e-6), (1e6, 9e-4)] if sweeps[cls] == 1 else [(1e3, 8e-6), (1e6, 3e-4)]
+
+    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", measure)
+    cal = C.calibrate(_backend("cpu"))
+    assert cal.points == {"matmul": [(1e3, 5e-6), (1e6, 3e-4)]}
+    assert set(sweeps.values()) == {C.SWEEPS} and C.SWEEPS == 2
