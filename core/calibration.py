@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import platform
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -63,7 +64,13 @@ __all__ = [
     "clear_calibrations",
     "cache_root",
     "op_class",
+    "attention_key",
+    "measure_attention_points",
 ]
+
+#: One attention chain's shapes: Q, Kt, V, the mask (None: none) and the scale's op.
+Dims = tuple[int, ...]
+AttentionShape = tuple[Dims, Dims, Dims, Dims | None, str]
 
 FORMAT = 5  # 3: attention class; 4: static-shape devices on their executables; 5: robust probes
 _CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows", "attention")
@@ -128,12 +135,42 @@ def measure_op_points(backend: Any, cal: Calibration, op_type: str) -> None:
     from anychip.core.calibration_probes import measure_op
 
     key = op_key(op_type)
+    if key is not None:
+        _measure_points(backend, cal, key, op_type, lambda: measure_op(backend, op_type, cal.link))
+
+
+def attention_key(shape: AttentionShape) -> str:
+    """The key of one attention chain's own measured point (``cost_patterns.chain_shape``)."""
+    q, kt, v, mask, scale_op = shape
+    dims = ["x".join(map(str, d)) for d in (q, kt, v)]
+    dims.append("-" if mask is None else "x".join(map(str, mask)))
+    return "attention:" + "/".join(dims) + "/" + scale_op
+
+
+_ATTENTION_KEY = re.compile(r"attention:[0-9x]+/[0-9x]+/[0-9x]+/(-|[0-9x]*)/(Mul|Div)")
+
+
+def measure_attention_points(backend: Any, cal: Calibration, shape: AttentionShape) -> None:
+    """Measure one attention chain at its own shapes on ``backend`` now (first use by a
+    placement) into ``cal`` and the cache: the class's probes (8 heads, one batch, sequence 64
+    to 512) are read at the chain's FLOPs, and the fused kernels' speed per FLOP depends on the
+    shape (the XPU's at batch 4 x 8 heads x 128 took 1.49 ms, the class read 0.94)."""
+    from anychip.core.calibration_probes import measure_attention
+
+    key = attention_key(shape)
+    label = f"attention {key.split(':', 1)[1]}"
+    _measure_points(backend, cal, key, label, lambda: measure_attention(backend, shape, cal.link))
+
+
+def _measure_points(
+    backend: Any, cal: Calibration, key: str, label: str, measure: Callable[[], list]
+) -> None:
     with _lock:
-        if key is None or key in cal.points:
+        if key in cal.points:
             return
-        with task(f"calibrating {op_type} on {backend.name}", 1):
+        with task(f"calibrating {label} on {backend.name}", 1):
             try:
-                cal.points[key] = measure_op(backend, op_type, cal.link)
+                cal.points[key] = measure()
             except (OSError, ValueError) as e:
                 logging.getLogger("anychip").warning("anychip: measuring %s failed: %s", key, e)
                 cal.points[key] = []
@@ -192,7 +229,7 @@ class Calibration:
             str(k): sorted((float(w), float(t)) for w, t in v) for k, v in data["points"].items()
         }
         for k, v in points.items():
-            known = k in _CLASSES or op_key(k[3:]) == k
+            known = k in _CLASSES or op_key(k[3:]) == k or _ATTENTION_KEY.fullmatch(k)
             if not known or any(not (w >= 0 and t > 0) for w, t in v):
                 raise ValueError(f"bad calibration points for {k!r}")
         link = data.get("link")

@@ -17,7 +17,14 @@ import numpy as np
 from anychip.core.report import quiet_fallbacks
 from anychip.errors import AnychipError
 
-__all__ = ["measure_class", "measure_link", "measure_op", "PROBES", "OP_PROBES"]
+__all__ = [
+    "measure_class",
+    "measure_link",
+    "measure_op",
+    "measure_attention",
+    "PROBES",
+    "OP_PROBES",
+]
 
 log = logging.getLogger("anychip.calibration")
 
@@ -83,23 +90,36 @@ def _data_rows(m: int) -> tuple[bytes, float]:
 def _attention(s: int, heads: int = 8, dh: int = 32) -> tuple[bytes, float]:
     """softmax(Q Kt * c) V on ``heads`` heads of ``dh`` at sequence ``s``: the four nodes the
     backends fuse (``core/cost_patterns.py``), so the figure is the fused kernel's."""
+    shape = ((heads, s, dh), (heads, dh, s), (heads, s, dh), None, "Mul")
+    return _attention_model(shape), 2.0 * heads * s * s * (dh + dh)
+
+
+def _attention_model(shape: tuple) -> bytes:
+    """The attention chain on inputs of ``shape`` (Q, Kt, V, the mask or None, the scale's
+    op): MatMul, scale, [Add of a constant mask], Softmax, MatMul."""
     from onnx import helper, numpy_helper
 
+    q, kt, v, mask, scale_op = shape
     n = helper.make_node
-    nodes = [
-        n("MatMul", ["q", "kt"], ["s"]),
-        n("Mul", ["s", "c"], ["sc"]),
-        n("Softmax", ["sc"], ["p"], axis=-1),
+    nodes = [n("MatMul", ["q", "kt"], ["s"]), n(scale_op, ["s", "c"], ["sc"])]
+    dh = q[-1]
+    consts = [numpy_helper.from_array(np.array(dh**-0.5, np.float32), "c")]
+    if mask is not None:
+        m = np.random.default_rng(1).standard_normal(mask).astype(np.float32)
+        consts.append(numpy_helper.from_array(m, "mask"))
+        nodes.append(n("Add", ["sc", "mask"], ["sm"]))
+    nodes += [
+        n("Softmax", [nodes[-1].output[0]], ["p"], axis=-1),
         n("MatMul", ["p", "v"], ["y"]),
     ]
-    shapes = {"q": [heads, s, dh], "kt": [heads, dh, s], "v": [heads, s, dh]}
-    inputs = [helper.make_tensor_value_info(k, F, v) for k, v in shapes.items()]
-    y = helper.make_tensor_value_info("y", F, [heads, s, dh])
-    c = numpy_helper.from_array(np.array(dh**-0.5, np.float32), "c")
-    graph = helper.make_graph(nodes, "probe_attention", inputs, [y], [c])
+    shapes = {"q": list(q), "kt": list(kt), "v": list(v)}
+    inputs = [helper.make_tensor_value_info(k, F, d) for k, d in shapes.items()]
+    batch = np.broadcast_shapes(tuple(q[:-2]), tuple(kt[:-2]), tuple(v[:-2]))
+    y = helper.make_tensor_value_info("y", F, [*batch, q[-2], v[-1]])
+    graph = helper.make_graph(nodes, "probe_attention", inputs, [y], consts)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    return model.SerializeToString(), 2.0 * heads * s * s * (dh + dh)
+    return model.SerializeToString()
 
 
 #: class -> probes (model bytes, work) at three sizes.
@@ -231,3 +251,14 @@ def measure_op(backend: Any, op: str, link: tuple | None, repeat: int = 3) -> li
             return []
         points.append((work, t))
     return sorted(points)
+
+
+def measure_attention(backend: Any, shape: tuple, link: tuple | None, repeat: int = 3) -> list:
+    """``[(work, seconds)]``: one attention chain of ``shape`` (``calibration.AttentionShape``)
+    on ``backend``, its work the FLOPs of its two products (``cost_patterns.attention_work``);
+    empty when the device cannot run it."""
+    q, kt, v, _, _ = shape
+    batch = np.broadcast_shapes(tuple(q[:-2]), tuple(kt[:-2]))
+    work = 2.0 * float(np.prod(batch)) * q[-2] * kt[-1] * (q[-1] + v[-1])
+    t = _probe_time(backend, _attention_model(shape), work, link, repeat, positive=False)
+    return [] if t is None else [(work, t)]

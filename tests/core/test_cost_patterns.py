@@ -171,3 +171,57 @@ def test_the_placement_bench_refuses_a_device_set_it_cannot_run(capsys):
     with pytest.raises(SystemExit):
         placement.main(["--models", "mlp", "--sets", "cpu;nosuchchip,cpu"])
     assert "--sets names nosuchchip, not an available device" in capsys.readouterr().err
+
+
+def test_a_chain_is_priced_at_its_own_shapes_measured_on_first_use(cache, monkeypatch):
+    """The class's points (8 heads, one batch, no mask) would split the block as in the test
+    above; the chain measured at its own shapes (a stand-in for the probe: the XPU 3x slower
+    than the CPU there, as a masked or broadcast chain runs unfused on it) keeps it on the CPU.
+    Measured once per device and shape, then read from the cache."""
+    from anychip.core import calibration_probes as P
+
+    base = 1e-10
+    xpu = {"attention": base / 1.6, "data_rows": base / 1.6, "op:LayerNormalization": base / 2}
+    xpu |= {"linear": base * 1.1} | {f"op:{op}": base * 3 for op in ("Add", "Mul", "Pow", "Tanh")}
+    reg = get_registry()
+    C._save(reg.backends["xpu"], _cal("xpu", xpu, (1e-5, 4e10)))
+    C._save(reg.backends["cpu"], _cal("cpu", {}))
+    measured: list[tuple[str, tuple]] = []
+
+    def measure(backend, shape, link, repeat=3):
+        measured.append((backend.name, shape))
+        work = 2.0 * 4 * 1024 * 1024 * (32 + 32)
+        return [(work, 1e-6 + work * base * (3 if backend.name == "xpu" else 1))]
+
+    monkeypatch.setattr(P, "measure_attention", measure)
+    model = attention_mix(batch=1, seq=1024, d=128, heads=4)
+    sess = anychip.load(model, devices=["xpu", "cpu"], calibration="auto")
+    device = {n.name: n.device for n in sess.placement().nodes}
+    assert all(device[n] == "cpu" for n in ATTENTION), str(sess.placement())
+    shape = ((1, 4, 1024, 32), (1, 4, 32, 1024), (1, 4, 1024, 32), None, "Mul")
+    assert sorted(measured) == [("cpu", shape), ("xpu", shape)]
+    key = C.attention_key(shape)
+    assert key in C.load_calibration(reg.backends["xpu"]).points
+    anychip.load(model, devices=["xpu", "cpu"], calibration="auto")
+    assert len(measured) == 2  # cached
+    x = np.random.default_rng(4).standard_normal((1, 1024, 128)).astype(np.float32)
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_the_chain_probe_runs_at_the_chain_shapes_with_its_mask(cache):
+    """The probe model of a masked chain: its FLOPs as ``attention_work`` counts them, and
+    the same result as onnxruntime on the same model."""
+    from anychip.core.calibration_probes import _attention_model, measure_attention
+
+    shape = ((2, 4, 16, 8), (2, 4, 8, 16), (2, 4, 16, 8), (1, 1, 16, 16), "Div")
+    ((work, seconds),) = measure_attention(get_registry().backends["cpu"], shape, None, 1)
+    assert work == 2.0 * (2 * 4 * 16 * 16) * (8 + 8) and seconds > 0
+    ort = pytest.importorskip("onnxruntime")
+    model = _attention_model(shape)
+    rng = np.random.default_rng(9)
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip(("q", "kt", "v"), shape)}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
