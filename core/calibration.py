@@ -152,9 +152,10 @@ _ATTENTION_KEY = re.compile(r"attention:[0-9x]+/[0-9x]+/[0-9x]+/(-|[0-9x]*)/(Mul
 
 def measure_attention_points(backend: Any, cal: Calibration, shape: AttentionShape) -> None:
     """Measure one attention chain at its own shapes on ``backend`` now (first use by a
-    placement) into ``cal`` and the cache: the class's probes (8 heads, one batch, sequence 64
-    to 512) are read at the chain's FLOPs, and the fused kernels' speed per FLOP depends on the
-    shape (the XPU's at batch 4 x 8 heads x 128 took 1.49 ms, the class read 0.94)."""
+    placement) into ``cal`` and the cache: the class's probes (one batch of 8 heads, sequence
+    64 to 512, no mask) are read at the chain's FLOPs, and a device's speed per FLOP depends on
+    the shape and the mask (the XPU runs a masked chain unfused: GPT-like's took 6.36 ms there,
+    the class read 0.40)."""
     from anychip.core.calibration_probes import measure_attention
 
     key = attention_key(shape)
