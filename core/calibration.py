@@ -23,7 +23,9 @@ products).
 The machine may be busy while it calibrates, and load only ever adds time: each probe is the
 fastest of its runs, timed again while a round's runs spread widely (``best_of``), and every
 class is swept twice, each point the faster of the two (a burst spanning one probe's rounds
-does not span both sweeps).
+does not span both sweeps). The load average is kept with the figures; a calibration taken
+under at least ``LOAD_STEP`` more load than the machine has on a later use (a minute on at
+least) is measured again, each point the faster of old and new.
 
 The element-wise ops and LayerNormalization differ too much within a class (numpy's float32
 power is a hundred Adds), so each is also measured on its own (``op:<type>`` points) the first
@@ -191,6 +193,10 @@ class Calibration:
     points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     link: tuple[float, float] | None = None
     seconds: float = 0.0
+    #: The machine's load average when the classes were measured (None: unknown), and when
+    #: (seconds since the epoch).
+    load: float | None = None
+    when: float = 0.0
 
     def time(self, cls: str, work: float) -> float | None:
         """Seconds for ``work`` units of ``cls`` (piecewise linear through the measured
@@ -220,6 +226,8 @@ class Calibration:
             "points": {k: [list(p) for p in v] for k, v in self.points.items()},
             "link": list(self.link) if self.link else None,
             "seconds": self.seconds,
+            "load": self.load,
+            "when": self.when,
         }
 
     @classmethod
@@ -237,7 +245,18 @@ class Calibration:
         link_t = (float(link[0]), float(link[1])) if link else None
         if link_t is not None and not (link_t[0] >= 0 and link_t[1] > 0):
             raise ValueError("bad link figures")
-        return cls(str(data["device"]), str(data["key"]), points, link_t, float(data["seconds"]))
+        load = data.get("load")
+        load_f = None if load is None else float(load)
+        when = float(data.get("when", 0.0))
+        return cls(
+            str(data["device"]),
+            str(data["key"]),
+            points,
+            link_t,
+            float(data["seconds"]),
+            load_f,
+            when,
+        )
 
 
 # -- the cache ---------------------------------------------------------------------------------
@@ -337,15 +356,17 @@ def resolve_calibration_mode(mode: str | None) -> str:
 
 
 def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None:
-    """The cached calibration, measured now (and cached) when missing and ``measure``.
-    A device that fails to calibrate keeps its declared figures (None)."""
+    """The cached calibration, measured now (and cached) when missing and ``measure``, or
+    measured again when it was taken under more load than now (``_quieter_now``). A device
+    that fails to calibrate keeps its declared figures (None)."""
     from anychip.errors import AnychipError
 
     with _lock:
         cal = load_calibration(backend)
-        if cal is None and measure and backend.available()[0]:  # an unavailable one: no try
+        busier = cal is not None and _quieter_now(cal)
+        if (cal is None or busier) and measure and backend.available()[0]:  # unavailable: no try
             try:
-                cal = calibrate(backend)
+                cal = calibrate(backend, since=cal)
             except (AnychipError, OSError) as e:
                 logging.getLogger("anychip").warning(
                     "anychip: calibrating %s failed (%s); its declared figures are used",
@@ -380,12 +401,38 @@ def _faster(
     return [(w, min(t0, t1)) for (w, t0), (_, t1) in zip(old, new)]
 
 
-def calibrate(backend: Any, *, repeat: int = 5) -> Calibration:
-    """Measure ``backend`` now (about a second or two), cache and return the figures."""
+#: A calibration taken at a load average this much above the machine's load now is measured
+#: again (one core's worth of other work, on a 2-core machine, doubles a threaded probe).
+LOAD_STEP = 1.0
+MIN_AGE = 60.0
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on this platform
+        return None
+
+
+def _quieter_now(cal: Calibration) -> bool:
+    """Whether ``cal`` was measured under ``LOAD_STEP`` more load than the machine has now,
+    at least ``MIN_AGE`` seconds ago (the load average is a one-minute average)."""
+    if cal.load is None or time.time() - cal.when < MIN_AGE:
+        return False
+    now = _load_average()
+    return now is not None and cal.load > now + LOAD_STEP
+
+
+def calibrate(backend: Any, *, repeat: int = 5, since: Calibration | None = None) -> Calibration:
+    """Measure ``backend`` now (about a second or two), cache and return the figures.
+    ``since``: an earlier calibration taken under more load; each of its points is kept where
+    it is faster than the new one (load only adds time), its per-op and per-chain points too."""
     from anychip.core.calibration_probes import measure_class, measure_link
 
     t0 = time.perf_counter()
-    cal = Calibration(backend.name, cache_key(backend))
+    cal = Calibration(backend.name, cache_key(backend), load=_load_average(), when=time.time())
+    if since is not None:
+        cal.points = {k: list(v) for k, v in since.points.items()}
     with task(f"calibrating {backend.name}", SWEEPS * len(_CLASSES)) as advance:
         # Every class twice, a sweep apart, each point the faster of the two: a burst of
         # another process's work that spans one probe's rounds does not span both sweeps.

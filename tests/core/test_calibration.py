@@ -188,3 +188,36 @@ def test_each_point_is_the_faster_of_two_sweeps(cache, monkeypatch):
     cal = C.calibrate(_backend("cpu"))
     assert cal.points == {"matmul": [(1e3, 5e-6), (1e6, 3e-4)]}
     assert set(sweeps.values()) == {C.SWEEPS} and C.SWEEPS == 2
+
+
+def test_a_calibration_taken_under_more_load_is_measured_again_when_quieter(cache, monkeypatch):
+    """Taken at load 8 two minutes ago, the machine at load 2 now: the classes are measured
+    again, each point the faster of old and new, the per-op points kept; not again while the
+    new one is under a minute old, nor for a load within ``LOAD_STEP`` of now's."""
+    import time
+
+    cpu = _backend("cpu")
+    old = C.Calibration("cpu", C.cache_key(cpu), load=8.0, when=time.time() - 120)
+    old.points = {"matmul": [(1e3, 5e-6), (1e6, 9e-4)], "op:Tanh": [(4096.0, 2e-6)]}
+    C._save(cpu, old)
+    sweeps: list[str] = []
+
+    def measure(backend, cls, repeat):
+        sweeps.append(cls)
+        return [(1e3, 8e-6), (1e6, 3e-4)] if cls == "matmul" else []
+
+    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", measure)
+    monkeypatch.setattr(C, "_load_average", lambda: 2.0)
+    cal = C.calibration_for(cpu)
+    assert sweeps.count("matmul") == C.SWEEPS
+    assert cal.points["matmul"] == [(1e3, 5e-6), (1e6, 3e-4)]
+    assert cal.points["op:Tanh"] == [(4096.0, 2e-6)] and cal.load == 2.0
+    assert C.load_calibration(cpu).points == cal.points  # cached
+    C.calibration_for(cpu)
+    assert sweeps.count("matmul") == C.SWEEPS  # a minute has not passed
+    near = C.Calibration("cpu", C.cache_key(cpu), old.points, load=2.0 + C.LOAD_STEP)
+    near.when = time.time() - 120
+    C._save(cpu, near)
+    C.calibration_for(cpu)
+    assert sweeps.count("matmul") == C.SWEEPS  # not busier than now by a step
+    assert C.calibration_for(cpu, measure=False) is not None
