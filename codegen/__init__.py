@@ -6,7 +6,8 @@ Back half: ``emitter.Emitter`` and its subclasses ``c_emitter.CEmitter`` and
 ``opencl_emitter.OpenCLEmitter``; ``build`` compiles C with gcc and loads it through cffi.
 
 ``c_kernel(spec)`` is what the CPU's fused kernel calls: a callable running the generated C
-over numpy arrays, or None (no compiler; the caller computes with numpy).
+over numpy arrays, or None (no compiler; the caller computes with numpy). Calls with enough
+work (``PARALLEL_WORK``) run on the OpenMP team that oneDNN uses (``omp``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,46 @@ from typing import Any
 
 import numpy as np
 
+from anychip.codegen import omp
 from anychip.codegen.build import load
 from anychip.codegen.c_emitter import CEmitter
 from anychip.codegen.expr import Expr, parse
-from anychip.codegen.program import KernelSpec, Layout, classify
+from anychip.codegen.program import KernelSpec, Layout, classify, linearize
 
-__all__ = ["Expr", "parse", "KernelSpec", "Layout", "classify", "c_kernel", "CFunction"]
+__all__ = [
+    "Expr",
+    "parse",
+    "KernelSpec",
+    "Layout",
+    "classify",
+    "c_kernel",
+    "CFunction",
+    "PARALLEL_WORK",
+    "work_per_element",
+]
 
 _EMITTER = CEmitter()
 _cache: dict[tuple[KernelSpec, str], Any] = {}
+
+
+#: Work per element of each primitive, in units of an add (``exp`` and the functions built on
+#: it are polynomials of about 12 operations; ``log`` and ``pow`` are glibc's scalar calls).
+_COST = {"exp": 12, "sigmoid": 14, "tanh": 16, "erf": 18, "log": 20, "pow": 30}
+#: A call runs on the OpenMP team (``omp.max_threads()``) from this much work on (elements times
+#: ``work_per_element``), below it on one thread. With ``OMP_WAIT_POLICY=PASSIVE`` a parallel
+#: region wakes the sleeping second thread and the first sleeps until it ends: 60-100 us a
+#: call on this 2-core VM (``bench/codegen_threads.py``, load average 0.6: x * sigmoid(x) over
+#: 256K floats 178 us on one thread, 194 on two; over 1M 695 and 471; Gelu over 256K 304
+#: and 211). A unit is about 0.05 ns on one thread, so the threshold is about 200 us of work.
+PARALLEL_WORK = 1 << 22
+
+
+def work_per_element(spec: KernelSpec) -> int:
+    """``spec``'s work per output element: its steps' ``_COST`` (1 for the others) plus one
+    per array read or written."""
+    steps = linearize(spec.expr)
+    ops = sum(_COST.get(s.op, 1) for s in steps if s.op not in ("in", "const"))
+    return ops + len(spec.classes) + 1
 
 
 class CFunction:
@@ -35,13 +67,14 @@ class CFunction:
         self.spec, self.ffi, self.fn = spec, ffi, fn
         # the array type resolved once (a string is looked up in cffi's cache on every call)
         self.ptr = ffi.typeof(f"{_EMITTER.ctypes[spec.dtype]}[]")
+        self.work = work_per_element(spec)
 
     def __call__(self, layout: Layout, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
         buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
         ptrs = [buf(ptr, a) for a in arrays]
-        self.fn(
-            layout.outer, layout.inner, *ptrs, *layout.r_mods, buf(ptr, out, require_writable=True)
-        )
+        n = 1 if layout.outer * layout.inner * self.work < PARALLEL_WORK else omp.max_threads()
+        y = buf(ptr, out, require_writable=True)
+        self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, n)
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:
@@ -50,6 +83,6 @@ def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:
     key = (spec, os.environ.get("CC", ""))  # a test hides the compiler through CC
     if key in _cache:
         return _cache[key]
-    loaded = load(_EMITTER.source(spec), _EMITTER.signature(spec), spec.name)
+    loaded = load(_EMITTER.source(spec), _EMITTER.signature(spec), spec.name, openmp=True)
     _cache[key] = None if loaded is None else CFunction(spec, loaded[0], loaded[2])
     return _cache[key]

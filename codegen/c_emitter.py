@@ -97,7 +97,7 @@ static inline float ac_erff(float x) {
 
 class CEmitter(Emitter):
     """C99 for gcc/clang: ``void anychip_fused(long outer, long inner, const T *in0, ...,
-    long m<k> (R inputs), T *out)``."""
+    long m<k> (R inputs), T *out, int nthreads)``; built with OpenMP where it can be."""
 
     name = "c"
 
@@ -122,26 +122,62 @@ class CEmitter(Emitter):
         params = ["long outer", "long inner"]
         params += [f"const {ctype} *in{k}" for k in range(len(spec.classes))]
         params += [f"long m{k}" for k, c in enumerate(spec.classes) if c == "R"]
-        params.append(f"{ctype} *out")
+        params += [f"{ctype} *out", "int nthreads"]
         return f"void {spec.name}({', '.join(params)})"
 
     def source(self, spec: KernelSpec) -> str:
+        """``ac_range`` computes the flat output elements ``[start, end)`` row piece by row
+        piece; the kernel runs it once, or on ``nthreads`` OpenMP threads over contiguous
+        ranges split at multiples of 16 elements (whole cache lines per thread)."""
+        n = len(spec.classes)
+        mods = [f"m{k}" for k, c in enumerate(spec.classes) if c == "R"]
+        args = ", ".join([f"in{k}" for k in range(n)] + mods)
+        lines = [C_PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif", ""]
+        lines += self._range(spec, mods)
+        lines += [
+            self.signature(spec) + " {",
+            "    const long total = outer * inner;",
+            "#ifdef _OPENMP",
+            "    if (nthreads > 1) {",
+            "#pragma omp parallel num_threads(nthreads)",
+            "        {",
+            "            const long nt = omp_get_num_threads(), t = omp_get_thread_num();",
+            "            long a = total / nt * t, b = total / nt * (t + 1);",
+            "            a -= a % 16;",
+            "            b = t + 1 == nt ? total : b - b % 16;",
+            f"            if (a < b) ac_range(a, b, inner, {args}, out);",
+            "        }",
+            "        return;",
+            "    }",
+            "#endif",
+            "    (void)nthreads;",
+            f"    ac_range(0, total, inner, {args}, out);",
+            "}",
+            "",
+        ]
+        return "\n".join(lines)
+
+    def _range(self, spec: KernelSpec, mods: list[str]) -> list[str]:
         ctype = self.ctypes[spec.dtype]
         # restrict on every input but the first: the output may be in0's own memory (the
         # planner's in-place hint); gcc then versions the loop and runs it vectorized anyway
-        sig = self.signature(spec).replace("*in", "*restrict in").replace("*restrict in0", "*in0")
-        lines = [C_PRELUDE, sig + " {", f"    {ctype} *y = out;"]
+        ins = [f"const {ctype} *{'restrict ' if k else ''}in{k}" for k in range(len(spec.classes))]
+        params = ["long start", "long end", "long inner", *ins, *[f"long {m}" for m in mods]]
+        lines = [f"static void ac_range({', '.join(params)}, {ctype} *y) {{"]
         for k, c in enumerate(spec.classes):
             if c == "S":
                 lines.append(f"    const {ctype} s{k} = in{k}[0];")
-        lines.append("    for (long o = 0; o < outer; o++) {")
-        lines.append("        const long base = o * inner;")
+        lines += [
+            "    long o = start / inner, i0 = start - o * inner;",
+            "    for (long pos = start; pos < end; o++, i0 = 0) {",
+            "        const long i1 = end - pos < inner - i0 ? i0 + (end - pos) : inner;",
+            "        const long base = o * inner;",
+        ]
         for k, c in enumerate(spec.classes):
             if c == "R":
                 lines.append(f"        const {ctype} r{k} = in{k}[o % m{k}];")
-        lines.append("        for (long i = 0; i < inner; i++) {")
+        lines.append("        for (long i = i0; i < i1; i++) {")
         body = self.body(spec, " " * 12)
         lines += body
         lines.append(f"            y[base + i] = t{len(body) - 1};")
-        lines += ["        }", "    }", "}", ""]
-        return "\n".join(lines)
+        return lines + ["        }", "        pos += i1 - i0;", "    }", "}", ""]

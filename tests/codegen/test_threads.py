@@ -1,0 +1,149 @@
+"""Generated C on the OpenMP team: threaded results equal the one-thread results bit for bit
+(element-wise chains of every broadcast class, softmax and layer-norm rows, NaN and +-Inf
+included) and numpy's within the C's own tolerance; a build without OpenMP still runs; a fused
+transformer layer with every threshold at zero equals onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import anychip.codegen as cg
+from anychip.backends.cpu.kernels.op_fused_elementwise import (
+    evaluate,
+    forget_plans,
+    fused_elementwise,
+)
+from anychip.codegen import build, omp, parse, rows
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 3e38, -3e38, 88.8, -104.5]
+
+
+def _rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, size=min(flat.size, 2 * len(SPECIALS)), replace=False)
+    flat[idx] = np.resize(np.array(SPECIALS, np.float32), idx.size)
+    return x
+
+
+@pytest.fixture
+def team(monkeypatch):
+    """Two OpenMP threads, every call on the team (the thresholds at zero); counts how often
+    a kernel asked for the team. Yields a function that runs a callable on one thread."""
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    asked = []
+    real = omp.max_threads
+
+    def counted() -> int:
+        asked.append(1)
+        return real()
+
+    kept = real()
+    omp.set_threads(2)
+    monkeypatch.setattr(cg, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(omp, "max_threads", counted)
+
+    def serial(fn, *args, **kw):
+        with monkeypatch.context() as mp:
+            mp.setattr(cg, "PARALLEL_WORK", 1 << 62)
+            return fn(*args, **kw)
+
+    serial.asked = asked
+    yield serial
+    omp.set_threads(kept)
+
+
+EXPRS = [
+    "mul(in0,sigmoid(add(in0,in1)))",
+    "add(mul(tanh(in0),in1),erf(div(in0,1.4142135)))",
+    "select(gt(in0,in1),exp(in0),pow(abs(in1),0.5))",
+]
+SHAPES = [  # the second input: full, per-row (R), per-inner (I), scalar
+    ((3, 7, 1001), (3, 7, 1001)),
+    ((5, 37, 53), (5, 1, 1)),
+    ((2, 129, 33), (33,)),
+    ((4099,), (1,)),
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_threaded_elementwise_equals_one_thread(team, expr, shapes):
+    rng = np.random.default_rng(len(expr) + shapes[0][-1])
+    a, b = _rand(rng, shapes[0]), _rand(rng, shapes[1])
+    one = team(fused_elementwise, a, b, expr=expr)
+    before = len(team.asked)
+    got = fused_elementwise(a, b, expr=expr)
+    assert len(team.asked) > before, "the threaded path did not run"
+    np.testing.assert_array_equal(got, one)  # NaN in the same places, every bit else
+    want = evaluate(parse(expr), [a, b], np.dtype(np.float32))
+    ok = np.isfinite(want)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~ok & ~np.isnan(want)], want[~ok & ~np.isnan(want)])
+    np.testing.assert_allclose(got[ok], want[ok], rtol=5e-6, atol=2e-7)
+
+
+def test_threaded_in_place(team):
+    rng = np.random.default_rng(3)
+    x = _rand(rng, (6, 1000))
+    want = team(fused_elementwise, x, expr="mul(in0,sigmoid(in0))")
+    y = x.copy()
+    got = fused_elementwise(y, expr="mul(in0,sigmoid(in0))", out=y)
+    assert got is y
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17, 129)])
+def test_threaded_softmax_rows_equal_one_thread(team, shape):
+    rng = np.random.default_rng(shape[-1])
+    x = _rand(rng, shape)
+    mask = _rand(rng, shape[-2:])
+    one, got = np.empty_like(x), np.empty_like(x)
+    assert team(rows.softmax_rows, x, one, mask, 8.0, 1)
+    before = len(team.asked)
+    assert rows.softmax_rows(x, got, mask, 8.0, 1)
+    assert len(team.asked) > before
+    np.testing.assert_array_equal(got, one)
+
+
+def test_threaded_layer_norm_rows_equal_one_thread(team):
+    rng = np.random.default_rng(11)
+    x = _rand(rng, (3, 41, 96))
+    scale, bias = _rand(rng, (96,)), _rand(rng, (96,))
+    one = team(rows.layer_norm_rows, x, scale, bias, 1e-5, -1)
+    got = rows.layer_norm_rows(x, scale, bias, 1e-5, -1)
+    for g, o in zip(got, one):
+        np.testing.assert_array_equal(g, o)
+
+
+def test_built_without_openmp_runs_on_one_thread(team, monkeypatch, tmp_path):
+    rng = np.random.default_rng(5)
+    x, b = _rand(rng, (4, 300)), _rand(rng, (300,))
+    expr = "add(mul(in0,in1),exp(in1))"
+    want = team(fused_elementwise, x, b, expr=expr)  # built with OpenMP, run on one thread
+    monkeypatch.setenv("ANYCHIP_CODEGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "OPENMP", ("-fno-such-openmp-flag-anychip",))
+    monkeypatch.setattr(build, "_loaded", {})
+    monkeypatch.setattr(cg, "_cache", {})
+    forget_plans()
+    got = fused_elementwise(x, b, expr=expr)
+    forget_plans()
+    assert len(list(tmp_path.glob("*.so"))) == 1  # the build without the flag
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_transformer_layer_on_the_team_equals_onnxruntime(team, monkeypatch, causal):
+    from anychip.backends.cpu.onednn import _lib
+    from tests.backends.cpu._fusion_models import check
+    from tests.models import transformer_layer
+
+    monkeypatch.setattr(_lib, "SMALL_WORK", 0)  # oneDNN's primitives on the team too
+    before = len(team.asked)
+    counts = check(transformer_layer(seq=16, hidden=64, heads=2, ffn=128, causal=causal))
+    assert counts["fuse_attention"] == 1 and counts["fuse_gelu"] == 1
+    assert len(team.asked) > before
