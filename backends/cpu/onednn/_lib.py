@@ -130,6 +130,7 @@ int dnnl_primitive_execute(const_dnnl_primitive_t primitive, dnnl_stream_t strea
 int dnnl_primitive_destroy(dnnl_primitive_t primitive);
 int dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 int dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
+int dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
 int dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
 int dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
 int dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
@@ -167,6 +168,8 @@ class C:
     query_src_md = 129
     query_weights_md = 131
     query_dst_md = 133
+    query_scratchpad_md = 136
+    scratchpad_mode_user = 1
     arg_src, arg_src_1, arg_src_2 = 1, 2, 3
     arg_dst, arg_dst_1, arg_dst_2 = 17, 18, 19
     arg_weights, arg_weights_1 = 33, 34

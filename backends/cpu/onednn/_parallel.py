@@ -1,0 +1,110 @@
+"""Several oneDNN primitives executed at once, one per OpenMP thread, in one parallel region.
+
+Made for work that oneDNN's own team splits badly: a recurrence at a small batch is one
+fork-join per time step inside the primitive (with ``OMP_WAIT_POLICY=PASSIVE`` a wake of the
+sleeping thread each, 60-100 us on this VM), so ``rnn.py`` instead runs one primitive per
+batch part, each on one thread, and pays one wake for the whole sequence. That is how
+onnxruntime's LSTM takes its second thread at batch 8 (its batch-parallel mode).
+
+A 15-line C helper, built by ``codegen.build`` with OpenMP, calls ``dnnl_primitive_execute``
+and ``dnnl_stream_wait`` through the addresses of the functions cffi loaded (so it needs no
+oneDNN headers or link step). Each part has its own stream (a stream is not shared between
+threads) and its own primitive (memory objects are bound per primitive); oneDNN runs a
+primitive called inside a parallel region on the calling thread alone, and its scratchpad is
+per thread. Without a compiler (or OpenMP) the parts run one after another, with the same
+results.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import check
+from anychip.codegen.build import load
+
+__all__ = ["run_all", "RUNS"]
+
+#: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
+RUNS: Counter[str] = Counter()
+
+_SOURCE = r"""
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+typedef int (*ac_exec_t)(const void *, void *, int, const void *);
+typedef int (*ac_wait_t)(void *);
+
+void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
+                 const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status) {
+    const ac_exec_t ex = (ac_exec_t)exec;
+    const ac_wait_t wt = (ac_wait_t)wait;
+#pragma omp parallel for num_threads(n) schedule(static, 1)
+    for (int i = 0; i < n; i++) {
+#ifdef _OPENMP
+        omp_set_num_threads(1); /* as the primitive was made: oneDNN sizes its work by it */
+#endif
+        int s = ex((const void *)prims[i], (void *)streams[i], nargs[i], (const void *)args[i]);
+        status[i] = s == 0 ? wt((void *)streams[i]) : s;
+    }
+}
+"""
+_CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
+    const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status)"""
+
+_streams: list[Any] = []
+
+
+def _stream(k: int) -> Any:
+    """The ``k``-th extra stream of the CPU engine (made once)."""
+    L = P.lib()
+    while len(_streams) <= k:
+        out = L.ffi.new("dnnl_stream_t *")
+        check(L.dnnl.dnnl_stream_create(out, L.engine, 1), "creating a stream")
+        _streams.append(out[0])
+    return _streams[k]
+
+
+def _address(ffi: Any, cdata: Any) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def run_all(prims: list[P.Prim], buffers: list[dict[int, np.ndarray]]) -> None:
+    """Execute ``prims[k]`` on ``buffers[k]`` (as ``Prim.run``), all at once where the helper
+    builds; the primitives must be distinct."""
+    built = load(_SOURCE, _CDEF, "ac_exec_all", openmp=True) if len(prims) > 1 else None
+    RUNS["together" if built is not None else "in turn"] += 1
+    if built is None:
+        for p, b in zip(prims, buffers):
+            p.run(b)
+        return
+    hffi, _, fn = built
+    L = P.lib()
+    ffi, dn = L.ffi, L.dnnl
+    for p in prims:
+        p.lock.acquire()
+    try:
+        for p, bufs in zip(prims, buffers):
+            for arg, a in bufs.items():
+                dn.dnnl_memory_set_data_handle(p.mems[arg], a.__array_interface__["data"][0])
+        n = len(prims)
+        status = hffi.new("int[]", n)
+        fn(
+            n,
+            _address(ffi, ffi.addressof(dn, "dnnl_primitive_execute")),
+            _address(ffi, ffi.addressof(dn, "dnnl_stream_wait")),
+            [_address(ffi, p.prim) for p in prims],
+            [_address(ffi, _stream(k)) for k in range(n)],
+            [len(p.mems) for p in prims],
+            [_address(ffi, p.args) for p in prims],
+            status,
+        )
+    finally:
+        for p in prims:
+            p.lock.release()
+    for p, s in zip(prims, status):
+        check(s, "executing " + p.info)
