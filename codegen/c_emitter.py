@@ -127,8 +127,9 @@ class CEmitter(Emitter):
 
     def source(self, spec: KernelSpec) -> str:
         """``ac_range`` computes the flat output elements ``[start, end)`` row piece by row
-        piece; the kernel runs it once, or on ``nthreads`` OpenMP threads over contiguous
-        ranges split at multiples of 16 elements (whole cache lines per thread)."""
+        piece; the kernel runs it once, or on ``nthreads`` OpenMP threads over about four
+        chunks per thread (multiples of 16 elements: whole cache lines) taken as each thread
+        comes free: a thread the OS runs late leaves its chunks to the others."""
         n = len(spec.classes)
         mods = [f"m{k}" for k, c in enumerate(spec.classes) if c == "R"]
         args = ", ".join([f"in{k}" for k in range(n)] + mods)
@@ -139,13 +140,13 @@ class CEmitter(Emitter):
             "    const long total = outer * inner;",
             "#ifdef _OPENMP",
             "    if (nthreads > 1) {",
-            "#pragma omp parallel num_threads(nthreads)",
-            "        {",
-            "            const long nt = omp_get_num_threads(), t = omp_get_thread_num();",
-            "            long a = total / nt * t, b = total / nt * (t + 1);",
-            "            a -= a % 16;",
-            "            b = t + 1 == nt ? total : b - b % 16;",
-            f"            if (a < b) ac_range(a, b, inner, {args}, out);",
+            "        long chunk = total / (4 * (long)nthreads);",
+            "        chunk = chunk < 4096 ? 4096 : chunk - chunk % 16;",
+            "        const long chunks = (total + chunk - 1) / chunk;",
+            "#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)",
+            "        for (long c = 0; c < chunks; c++) {",
+            "            const long a = c * chunk, b = a + chunk < total ? a + chunk : total;",
+            f"            ac_range(a, b, inner, {args}, out);",
             "        }",
             "        return;",
             "    }",

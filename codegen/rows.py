@@ -113,14 +113,16 @@ static void ac_softmax_row(long r, long d1, long d2, long n, const float *x, flo
     for (long j = 0; j < n; j++) yr[j] = yr[j] / s;
 }
 
-/* Every row, on nthreads OpenMP threads (static schedule: contiguous blocks of rows). */
+/* Every row, on nthreads OpenMP threads: blocks of rows (about four per thread) taken as each
+   thread comes free, so a thread the OS runs late leaves its blocks to the others. */
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
                 int nthreads) {
     const long rows = d0 * d1 * d2;
 #ifdef _OPENMP
     if (nthreads > 1) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+        const long block = rows / (4 * (long)nthreads) + 1;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, block)
         for (long r = 0; r < rows; r++)
             ac_softmax_row(r, d1, d2, n, x, y, mask, m0, m1, m2, mj, c, op);
         return;
@@ -151,7 +153,8 @@ void ac_layer_norm(long rows, long n, const float *x, const float *scale, const 
                    float eps, float *y, float *mean, float *inv_std, int nthreads) {
 #ifdef _OPENMP
     if (nthreads > 1) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
+        const long block = rows / (4 * (long)nthreads) + 1;
+#pragma omp parallel for num_threads(nthreads) schedule(dynamic, block)
         for (long r = 0; r < rows; r++)
             ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
         return;
