@@ -7,7 +7,8 @@ Back half: ``emitter.Emitter`` and its subclasses ``c_emitter.CEmitter`` and
 
 ``c_kernel(spec)`` is what the CPU's fused kernel calls: a callable running the generated C
 over numpy arrays, or None (no compiler; the caller computes with numpy). Calls with enough
-work (``PARALLEL_WORK``) run on the OpenMP team that oneDNN uses (``omp``).
+work (``PARALLEL_WORK``) run on as many threads as the OpenMP count that oneDNN uses
+(``omp``), through the thread pool of ``pool``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.codegen import omp
+from anychip.codegen import omp, pool
 from anychip.codegen.build import load
 from anychip.codegen.c_emitter import CEmitter
 from anychip.codegen.expr import Expr, parse
@@ -43,13 +44,13 @@ _cache: dict[tuple[KernelSpec, str], Any] = {}
 #: Work per element of each primitive, in units of an add (``exp`` and the functions built on
 #: it are polynomials of about 12 operations; ``log`` and ``pow`` are glibc's scalar calls).
 _COST = {"exp": 12, "sigmoid": 14, "tanh": 16, "erf": 18, "log": 20, "pow": 30}
-#: A call runs on the OpenMP team (``omp.max_threads()``) from this much work on (elements times
-#: ``work_per_element``), below it on one thread. With ``OMP_WAIT_POLICY=PASSIVE`` a parallel
-#: region wakes the sleeping second thread and the first sleeps until it ends: 60-100 us a
-#: call on this 2-core VM (``bench/codegen_threads.py``, load average 0.6: x * sigmoid(x) over
-#: 256K floats 178 us on one thread, 194 on two; over 1M 695 and 471; Gelu over 256K 304
-#: and 211). A unit is about 0.05 ns on one thread, so the threshold is about 200 us of work.
-PARALLEL_WORK = 1 << 22
+#: A call runs on the threads of ``pool`` (as many as ``omp.max_threads()``) from this much
+#: work on (elements times ``work_per_element``), below it on its caller. Measured with
+#: ``bench/codegen_threads.py`` in a second of an idle machine (99% idle, medians of 40, one /
+#: two threads): x * sigmoid(x) over 64K floats (2^20 units) 50.0 / 51.3 us, over 256K 181 /
+#: 119; erf-GELU over 64K 80.5 / 61.5; softmax rows over 256K 287 / 176. A unit is about
+#: 0.05 ns on one thread, so the threshold is about 100 us of work.
+PARALLEL_WORK = 1 << 21
 
 
 def work_per_element(spec: KernelSpec) -> int:
@@ -72,9 +73,12 @@ class CFunction:
     def __call__(self, layout: Layout, arrays: Sequence[np.ndarray], out: np.ndarray) -> None:
         buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
         ptrs = [buf(ptr, a) for a in arrays]
-        n = 1 if layout.outer * layout.inner * self.work < PARALLEL_WORK else omp.max_threads()
         y = buf(ptr, out, require_writable=True)
-        self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, n)
+        if layout.outer * layout.inner * self.work < PARALLEL_WORK:
+            self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, 1, 0)
+        else:
+            n = omp.max_threads()
+            self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, n, pool.address())
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:
@@ -83,6 +87,6 @@ def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:
     key = (spec, os.environ.get("CC", ""))  # a test hides the compiler through CC
     if key in _cache:
         return _cache[key]
-    loaded = load(_EMITTER.source(spec), _EMITTER.signature(spec), spec.name, openmp=True)
+    loaded = load(_EMITTER.source(spec), _EMITTER.signature(spec), spec.name)
     _cache[key] = None if loaded is None else CFunction(spec, loaded[0], loaded[2])
     return _cache[key]

@@ -13,6 +13,7 @@ pow's values at -inf and -0); float64 uses glibc throughout.
 from __future__ import annotations
 
 from anychip.codegen.emitter import Emitter
+from anychip.codegen.pool import SOURCE_DECL
 from anychip.codegen.program import KernelSpec
 
 __all__ = ["CEmitter", "C_PRELUDE"]
@@ -97,7 +98,7 @@ static inline float ac_erff(float x) {
 
 class CEmitter(Emitter):
     """C99 for gcc/clang: ``void anychip_fused(long outer, long inner, const T *in0, ...,
-    long m<k> (R inputs), T *out, int nthreads)``; built with OpenMP where it can be."""
+    long m<k> (R inputs), T *out, int nthreads, uintptr_t pool)``."""
 
     name = "c"
 
@@ -122,37 +123,42 @@ class CEmitter(Emitter):
         params = ["long outer", "long inner"]
         params += [f"const {ctype} *in{k}" for k in range(len(spec.classes))]
         params += [f"long m{k}" for k, c in enumerate(spec.classes) if c == "R"]
-        params += [f"{ctype} *out", "int nthreads"]
+        params += [f"{ctype} *out", "int nthreads", "uintptr_t pool"]
         return f"void {spec.name}({', '.join(params)})"
 
     def source(self, spec: KernelSpec) -> str:
         """``ac_range`` computes the flat output elements ``[start, end)`` row piece by row
-        piece; the kernel runs it once, or on ``nthreads`` OpenMP threads over about four
-        chunks per thread (multiples of 16 elements: whole cache lines) taken as each thread
-        comes free: a thread the OS runs late leaves its chunks to the others."""
+        piece; the kernel runs it once, or, given ``nthreads`` and the pool's entry point
+        (``codegen/pool.py``), over about eight chunks per thread (multiples of 16 elements:
+        whole cache lines) that the caller and the pool's threads take as they come free."""
+        ctype = self.ctypes[spec.dtype]
         n = len(spec.classes)
         mods = [f"m{k}" for k, c in enumerate(spec.classes) if c == "R"]
-        args = ", ".join([f"in{k}" for k in range(n)] + mods)
-        lines = [C_PRELUDE, "#ifdef _OPENMP", "#include <omp.h>", "#endif", ""]
+        names = [f"in{k}" for k in range(n)] + mods
+        fields = [f"const {ctype} *in{k};" for k in range(n)] + [f"long {m};" for m in mods]
+        lines = [C_PRELUDE, SOURCE_DECL]
         lines += self._range(spec, mods)
         lines += [
+            "struct ac_args { long total, inner, chunk; "
+            + " ".join(fields)
+            + f" {ctype} *out; }};",
+            "static void ac_chunk(void *p, long c) {",
+            "    const struct ac_args *a = (const struct ac_args *)p;",
+            "    const long s = c * a->chunk;",
+            "    const long e = s + a->chunk < a->total ? s + a->chunk : a->total;",
+            f"    ac_range(s, e, a->inner, {', '.join('a->' + x for x in names)}, a->out);",
+            "}",
+            "",
             self.signature(spec) + " {",
             "    const long total = outer * inner;",
-            "#ifdef _OPENMP",
-            "    if (nthreads > 1) {",
-            "        long chunk = total / (4 * (long)nthreads);",
+            "    if (nthreads > 1 && pool) {",
+            "        long chunk = total / (8 * (long)nthreads);",
             "        chunk = chunk < 4096 ? 4096 : chunk - chunk % 16;",
-            "        const long chunks = (total + chunk - 1) / chunk;",
-            "#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)",
-            "        for (long c = 0; c < chunks; c++) {",
-            "            const long a = c * chunk, b = a + chunk < total ? a + chunk : total;",
-            f"            ac_range(a, b, inner, {args}, out);",
-            "        }",
+            f"        struct ac_args a = {{total, inner, chunk, {', '.join(names)}, out}};",
+            "        ((ac_pool_fn)pool)(ac_chunk, &a, (total + chunk - 1) / chunk, nthreads);",
             "        return;",
             "    }",
-            "#endif",
-            "    (void)nthreads;",
-            f"    ac_range(0, total, inner, {args}, out);",
+            f"    ac_range(0, total, inner, {', '.join(names)}, out);",
             "}",
             "",
         ]

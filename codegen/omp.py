@@ -1,10 +1,8 @@
-"""The OpenMP team that generated C and oneDNN share: the system ``libgomp.so.1``.
+"""The OpenMP count that oneDNN uses, read and set through the system ``libgomp.so.1``.
 
-oneDNN's wheel (``onednn-cpu-gomp``) and the C that ``build.load`` compiles with ``-fopenmp``
-both link ``libgomp.so.1``, so the process holds one copy of it and one pool of threads: the
-count ``threadpoolctl`` (``anychip bench --threads``) or ``omp_set_num_threads`` set is the
-one both use, and a parallel region in generated C wakes the threads oneDNN's last primitive
-left sleeping instead of starting its own.
+oneDNN's wheel (``onednn-cpu-gomp``) links ``libgomp.so.1``; ``threadpoolctl`` (``anychip
+bench --threads``) or ``OMP_NUM_THREADS`` set its count, which is also the number of threads
+generated C takes (``codegen/pool.py``: the threads a session was given, one way to set them).
 
 ``max_threads()`` is that count (1 where libgomp cannot be loaded); ``set_threads`` changes it
 (``onednn/_lib.team_for``). ``passive_wait()`` sets ``OMP_WAIT_POLICY=PASSIVE`` unless the

@@ -10,8 +10,9 @@ accumulators, blocks of 128, halves rounded down to a multiple of 8) added to a 
 layer norm's statistics and output are bit-identical to numpy's; maxima propagate NaN as
 ``np.max``; ``exp`` is the prelude's ``ac_expf`` (within 4 ulp of numpy's). Without a
 compiler, ``softmax_rows`` and ``layer_norm_rows`` return None and the callers use numpy.
-Rows are split over the OpenMP team (``codegen/omp.py``) from ``codegen.PARALLEL_WORK`` on;
-each row is computed whole by one thread, so the results do not depend on the thread count.
+From ``codegen.PARALLEL_WORK`` on, blocks of rows go to the threads of ``codegen/pool.py``
+(as many as the OpenMP count, ``codegen/omp.py``); each row is computed whole by one thread,
+so the results do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -23,16 +24,14 @@ from typing import Any
 import numpy as np
 
 from anychip import codegen
-from anychip.codegen import omp
+from anychip.codegen import omp, pool
 from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
+from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["softmax_rows", "layer_norm_rows", "forget"]
 
 _SOURCE = r"""
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
 #define AC_PSUM(NAME, T)                                                        \
 static float NAME(const float *a, long n) {                                    \
@@ -113,21 +112,32 @@ static void ac_softmax_row(long r, long d1, long d2, long n, const float *x, flo
     for (long j = 0; j < n; j++) yr[j] = yr[j] / s;
 }
 
-/* Every row, on nthreads OpenMP threads: blocks of rows (about four per thread) taken as each
-   thread comes free, so a thread the OS runs late leaves its blocks to the others. */
+struct ac_softmax_args {
+    long d1, d2, n, m0, m1, m2, mj, block, rows;
+    const float *x, *mask;
+    float *y, c;
+    int op;
+};
+static void ac_softmax_block(void *p, long b) {
+    const struct ac_softmax_args *a = (const struct ac_softmax_args *)p;
+    const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
+    for (long r = b * a->block; r < end; r++)
+        ac_softmax_row(r, a->d1, a->d2, a->n, a->x, a->y, a->mask, a->m0, a->m1, a->m2, a->mj,
+                       a->c, a->op);
+}
+
+/* Every row; on nthreads threads of the pool (codegen/pool.py) in blocks of rows, about
+   eight per thread, taken as each thread comes free. */
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
-                int nthreads) {
+                int nthreads, uintptr_t pool) {
     const long rows = d0 * d1 * d2;
-#ifdef _OPENMP
-    if (nthreads > 1) {
-        const long block = rows / (4 * (long)nthreads) + 1;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, block)
-        for (long r = 0; r < rows; r++)
-            ac_softmax_row(r, d1, d2, n, x, y, mask, m0, m1, m2, mj, c, op);
+    if (nthreads > 1 && pool) {
+        const long block = rows / (8 * (long)nthreads) + 1;
+        struct ac_softmax_args a = {d1, d2, n, m0, m1, m2, mj, block, rows, x, mask, y, c, op};
+        ((ac_pool_fn)pool)(ac_softmax_block, &a, (rows + block - 1) / block, nthreads);
         return;
     }
-#endif
     for (long r = 0; r < rows; r++)
         ac_softmax_row(r, d1, d2, n, x, y, mask, m0, m1, m2, mj, c, op);
 }
@@ -149,17 +159,27 @@ static void ac_layer_norm_row(long r, long n, const float *x, const float *scale
     inv_std[r] = inv;
 }
 
+struct ac_layer_norm_args {
+    long n, block, rows;
+    const float *x, *scale, *bias;
+    float eps, *y, *mean, *inv_std;
+};
+static void ac_layer_norm_block(void *p, long b) {
+    const struct ac_layer_norm_args *a = (const struct ac_layer_norm_args *)p;
+    const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
+    for (long r = b * a->block; r < end; r++)
+        ac_layer_norm_row(r, a->n, a->x, a->scale, a->bias, a->eps, a->y, a->mean, a->inv_std);
+}
+
 void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads) {
-#ifdef _OPENMP
-    if (nthreads > 1) {
-        const long block = rows / (4 * (long)nthreads) + 1;
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, block)
-        for (long r = 0; r < rows; r++)
-            ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
+                   float eps, float *y, float *mean, float *inv_std, int nthreads,
+                   uintptr_t pool) {
+    if (nthreads > 1 && pool) {
+        const long block = rows / (8 * (long)nthreads) + 1;
+        struct ac_layer_norm_args a = {n, block, rows, x, scale, bias, eps, y, mean, inv_std};
+        ((ac_pool_fn)pool)(ac_layer_norm_block, &a, (rows + block - 1) / block, nthreads);
         return;
     }
-#endif
     for (long r = 0; r < rows; r++)
         ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
 }
@@ -168,9 +188,10 @@ void ac_layer_norm(long rows, long n, const float *x, const float *scale, const 
 _CDEF = """
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
-                int nthreads);
+                int nthreads, uintptr_t pool);
 void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads)
+                   float eps, float *y, float *mean, float *inv_std, int nthreads,
+                   uintptr_t pool)
 """
 #: Work per element, in ``codegen.PARALLEL_WORK``'s units: softmax's exp and five passes;
 #: layer norm's two sums and three passes.
@@ -184,7 +205,7 @@ def _lib() -> Any | None:
     """``(ffi, lib)``, or None without a compiler (``$CC`` is part of the key: tests hide it)."""
     key = os.environ.get("CC", "")
     if key not in _built:
-        loaded = load(C_PRELUDE + _SOURCE, _CDEF, "ac_softmax", openmp=True)
+        loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
         _built[key] = None if loaded is None else (loaded[0], loaded[1])
     return _built[key]
 
@@ -194,9 +215,12 @@ def forget() -> None:
     _built.clear()
 
 
-def _threads(work: int) -> int:
-    """The OpenMP team for ``work`` (``codegen.PARALLEL_WORK``'s units): 1 below it."""
-    return 1 if work < codegen.PARALLEL_WORK else omp.max_threads()
+def _threads(work: int) -> tuple[int, int]:
+    """``(threads, pool)`` for ``work`` (``codegen.PARALLEL_WORK``'s units): one thread and
+    no pool below it."""
+    if work < codegen.PARALLEL_WORK:
+        return 1, 0
+    return omp.max_threads(), pool.address()
 
 
 def _ok(a: np.ndarray) -> bool:
@@ -241,7 +265,7 @@ def softmax_rows(
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
         ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out, require_writable=True),
-        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, _threads(x.size * SOFTMAX_WORK),
+        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *_threads(x.size * SOFTMAX_WORK),
     )  # fmt: skip
     return True
 
@@ -280,6 +304,6 @@ def layer_norm_rows(
         rows, n, buf("float[]", x), buf("float[]", scale),
         ffi.NULL if bias is None else buf("float[]", bias), float(np.float32(eps)),
         buf("float[]", y, require_writable=True), buf("float[]", mean, require_writable=True),
-        buf("float[]", inv, require_writable=True), _threads(x.size * LAYER_NORM_WORK),
+        buf("float[]", inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
     return y, mean, inv

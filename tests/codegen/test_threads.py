@@ -1,9 +1,12 @@
-"""Generated C on the OpenMP team: threaded results equal the one-thread results bit for bit
-(element-wise chains of every broadcast class, softmax and layer-norm rows, NaN and +-Inf
-included) and numpy's within the C's own tolerance; a build without OpenMP still runs; a fused
-transformer layer with every threshold at zero equals onnxruntime."""
+"""Generated C on several threads (``codegen/pool.py``): threaded results equal the one-thread
+results bit for bit (element-wise chains of every broadcast class, softmax and layer-norm rows,
+NaN and +-Inf included, in place) and numpy's within the C's own tolerance; without the pool
+the chunks run on the caller; callers from many Python threads at once; a fused transformer
+layer with every threshold at zero equals onnxruntime."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -11,10 +14,9 @@ import pytest
 import anychip.codegen as cg
 from anychip.backends.cpu.kernels.op_fused_elementwise import (
     evaluate,
-    forget_plans,
     fused_elementwise,
 )
-from anychip.codegen import build, omp, parse, rows
+from anychip.codegen import build, omp, parse, pool, rows
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 
@@ -120,20 +122,33 @@ def test_threaded_layer_norm_rows_equal_one_thread(team):
         np.testing.assert_array_equal(g, o)
 
 
-def test_built_without_openmp_runs_on_one_thread(team, monkeypatch, tmp_path):
+def test_without_the_pool_the_chunks_run_on_the_caller(team, monkeypatch):
     rng = np.random.default_rng(5)
-    x, b = _rand(rng, (4, 300)), _rand(rng, (300,))
+    x, b = _rand(rng, (4, 3000)), _rand(rng, (3000,))
     expr = "add(mul(in0,in1),exp(in1))"
-    want = team(fused_elementwise, x, b, expr=expr)  # built with OpenMP, run on one thread
-    monkeypatch.setenv("ANYCHIP_CODEGEN_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "OPENMP", ("-fno-such-openmp-flag-anychip",))
-    monkeypatch.setattr(build, "_loaded", {})
-    monkeypatch.setattr(cg, "_cache", {})
-    forget_plans()
-    got = fused_elementwise(x, b, expr=expr)
-    forget_plans()
-    assert len(list(tmp_path.glob("*.so"))) == 1  # the build without the flag
-    np.testing.assert_array_equal(got, want)
+    want = team(fused_elementwise, x, b, expr=expr)
+    monkeypatch.setattr(pool, "address", lambda: 0)  # the pool could not be built
+    np.testing.assert_array_equal(fused_elementwise(x, b, expr=expr), want)
+    one, got = np.empty_like(x), np.empty_like(x)
+    assert team(rows.softmax_rows, x, one) and rows.softmax_rows(x, got)
+    np.testing.assert_array_equal(got, one)
+
+
+def test_pool_called_from_many_threads_at_once(team):
+    """One job at a time: callers that find the pool busy run their chunks themselves."""
+    rng = np.random.default_rng(9)
+    xs = [_rand(rng, (8, 4096)) for _ in range(6)]
+    expr = "mul(in0,sigmoid(in0))"
+    want = [team(fused_elementwise, x, expr=expr) for x in xs]
+
+    def work(k: int) -> bool:
+        return all(
+            np.array_equal(fused_elementwise(xs[k], expr=expr), want[k], equal_nan=True)
+            for _ in range(30)
+        )
+
+    with ThreadPoolExecutor(6) as ex:
+        assert all(ex.map(work, range(6)))
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -1,18 +1,19 @@
-"""Several oneDNN primitives executed at once, one per OpenMP thread, in one parallel region.
+"""Several oneDNN primitives executed at once, one per thread of ``codegen/pool.py``.
 
 Made for work that oneDNN's own team splits badly: a recurrence at a small batch is one
 fork-join per time step inside the primitive (with ``OMP_WAIT_POLICY=PASSIVE`` a wake of the
-sleeping thread each, 60-100 us on this VM), so ``rnn.py`` instead runs one primitive per
-batch part, each on one thread, and pays one wake for the whole sequence. That is how
-onnxruntime's LSTM takes its second thread at batch 8 (its batch-parallel mode).
+sleeping thread each, about 60 us on this VM), so ``rnn.py`` instead runs one primitive per
+batch part and pays at most one wake for the whole sequence. That is how onnxruntime's LSTM
+takes its second thread at batch 8 (its batch-parallel mode).
 
-A 15-line C helper, built by ``codegen.build`` with OpenMP, calls ``dnnl_primitive_execute``
-and ``dnnl_stream_wait`` through the addresses of the functions cffi loaded (so it needs no
-oneDNN headers or link step). Each part has its own stream (a stream is not shared between
-threads) and its own primitive (memory objects are bound per primitive); oneDNN runs a
-primitive called inside a parallel region on the calling thread alone, and its scratchpad is
-per thread. Without a compiler (or OpenMP) the parts run one after another, with the same
-results.
+A small C helper, built by ``codegen.build``, hands the parts to the pool as chunks; each
+calls ``dnnl_primitive_execute`` and ``dnnl_stream_wait`` through the addresses of the
+functions cffi loaded (no oneDNN headers or link step). The caller takes parts itself, so a
+pool thread that wakes late leaves its part to the caller. Each part has its own stream (a
+stream is not shared between threads), its own primitive (memory objects are bound per
+primitive) and its own scratchpad (oneDNN's is per thread, sized when a primitive is made:
+``_prim.user_scratchpad``); the pool's threads run oneDNN on one OpenMP thread. Without a
+compiler the parts run one after another, with the same results.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import check
+from anychip.codegen import pool
 from anychip.codegen.build import load
+from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["run_all", "RUNS"]
 
@@ -32,29 +35,34 @@ __all__ = ["run_all", "RUNS"]
 RUNS: Counter[str] = Counter()
 
 _SOURCE = r"""
-#include <stdint.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 typedef int (*ac_exec_t)(const void *, void *, int, const void *);
 typedef int (*ac_wait_t)(void *);
+struct ac_exec_args {
+    ac_exec_t ex;
+    ac_wait_t wt;
+    const uintptr_t *prims, *streams, *args;
+    const int *nargs;
+    int *status;
+};
+
+static void ac_exec_one(void *p, long i) {
+    const struct ac_exec_args *a = (const struct ac_exec_args *)p;
+    int s = a->ex((const void *)a->prims[i], (void *)a->streams[i], a->nargs[i],
+                  (const void *)a->args[i]);
+    a->status[i] = s == 0 ? a->wt((void *)a->streams[i]) : s;
+}
 
 void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
-                 const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status) {
-    const ac_exec_t ex = (ac_exec_t)exec;
-    const ac_wait_t wt = (ac_wait_t)wait;
-#pragma omp parallel for num_threads(n) schedule(static, 1)
-    for (int i = 0; i < n; i++) {
-#ifdef _OPENMP
-        omp_set_num_threads(1); /* as the primitive was made: oneDNN sizes its work by it */
-#endif
-        int s = ex((const void *)prims[i], (void *)streams[i], nargs[i], (const void *)args[i]);
-        status[i] = s == 0 ? wt((void *)streams[i]) : s;
-    }
+                 const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+                 uintptr_t pool) {
+    struct ac_exec_args a = {(ac_exec_t)exec, (ac_wait_t)wait, prims, streams, args, nargs,
+                             status};
+    ((ac_pool_fn)pool)(ac_exec_one, &a, n, n);
 }
 """
 _CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
-    const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status)"""
+    const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+    uintptr_t pool)"""
 
 _streams: list[Any] = []
 
@@ -76,7 +84,8 @@ def _address(ffi: Any, cdata: Any) -> int:
 def run_all(prims: list[P.Prim], buffers: list[dict[int, np.ndarray]]) -> None:
     """Execute ``prims[k]`` on ``buffers[k]`` (as ``Prim.run``), all at once where the helper
     builds; the primitives must be distinct."""
-    built = load(_SOURCE, _CDEF, "ac_exec_all", openmp=True) if len(prims) > 1 else None
+    address = pool.address() if len(prims) > 1 else 0
+    built = load(SOURCE_DECL + _SOURCE, _CDEF, "ac_exec_all") if address else None
     RUNS["together" if built is not None else "in turn"] += 1
     if built is None:
         for p, b in zip(prims, buffers):
@@ -102,6 +111,7 @@ def run_all(prims: list[P.Prim], buffers: list[dict[int, np.ndarray]]) -> None:
             [len(p.mems) for p in prims],
             [_address(ffi, p.args) for p in prims],
             status,
+            address,
         )
     finally:
         for p in prims:

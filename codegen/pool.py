@@ -1,0 +1,165 @@
+"""A small thread pool for generated C whose caller never waits for a thread to wake.
+
+A kernel splits its work into chunks and calls ``ac_pool_run(fn, ctx, chunks, threads)``
+(its address is passed to the kernel as an integer). The caller publishes the job, wakes the
+pool's sleeping threads and starts taking chunks itself at once; each thread that wakes takes
+chunks until none are left. So a thread that wakes late (60-100 us after a futex wake on this
+VM, or never while other processes hold the cores) only takes fewer chunks: the call costs at
+most the one-thread time plus a wake-up call (a few us) and waits, at the end, only for chunks
+already running. An OpenMP parallel region instead waits for every thread of the team to
+arrive (``bench/codegen_threads.py`` measured both).
+
+Claims carry the job's generation (one 64-bit atomic: generation << 32 | next chunk), so a
+thread that slept through a job and wakes during the next one never runs the old job's
+chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
+kernel of a model, usually that close, starts it without a wake. One job at a time: a call
+while another runs (sessions in other Python threads) runs its chunks on its caller alone.
+The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
+(``onednn/_parallel.py``) runs on that thread alone. Threads are made on first use, up to the
+count asked (at most 64), and live as long as the process.
+Without a compiler ``address()`` is 0 and kernels run their chunks in turn.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from anychip.codegen.build import load
+
+__all__ = ["address", "SOURCE_DECL"]
+
+#: What a kernel using the pool declares (C).
+SOURCE_DECL = r"""
+#include <stdint.h>
+typedef void (*ac_chunk_fn)(void *ctx, long chunk);
+typedef void (*ac_pool_fn)(ac_chunk_fn fn, void *ctx, long chunks, int threads);
+"""
+
+_SOURCE = (
+    SOURCE_DECL
+    + r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define AC_MAX_THREADS 64
+#ifndef AC_SPIN_NS
+#define AC_SPIN_NS 50000L
+#endif
+static pthread_mutex_t ac_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t ac_busy = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ac_cv = PTHREAD_COND_INITIALIZER;
+static _Atomic unsigned long ac_gen = 0; /* written under ac_mu */
+static int ac_sleepers = 0;              /* threads in pthread_cond_wait, under ac_mu */
+static ac_chunk_fn ac_fn;                /* the job, under ac_mu */
+static void *ac_ctx;
+static long ac_chunks;
+static _Atomic uint64_t ac_ticket;       /* (generation << 32) | next chunk */
+static _Atomic long ac_done;             /* chunks finished in this generation */
+static int ac_made = 0;                  /* threads made, under ac_busy */
+
+static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks) {
+    uint64_t t = atomic_load(&ac_ticket);
+    for (;;) {
+        if ((t >> 32) != (gen & 0xffffffffu) || (long)(t & 0xffffffffu) >= chunks) return;
+        if (atomic_compare_exchange_weak(&ac_ticket, &t, t + 1)) {
+            fn(ctx, (long)(t & 0xffffffffu));
+            atomic_fetch_add(&ac_done, 1);
+            t = atomic_load(&ac_ticket);
+        }
+    }
+}
+
+static long ac_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Spin up to AC_SPIN_NS for the next job (a model's next kernel often follows within tens of
+   us, and a futex wake costs the caller ~10 us and this thread ~60), then sleep. */
+static void ac_wait(unsigned long seen) {
+    const long until = ac_ns() + AC_SPIN_NS;
+    for (int k = 0; atomic_load(&ac_gen) == seen; k++) {
+        if ((k & 63) == 63 && ac_ns() > until) break;
+    }
+    pthread_mutex_lock(&ac_mu);
+    ac_sleepers++;
+    while (atomic_load(&ac_gen) == seen) pthread_cond_wait(&ac_cv, &ac_mu);
+    ac_sleepers--;
+}
+
+static void *ac_worker(void *arg) {
+    (void)arg;
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    pthread_mutex_lock(&ac_mu);
+    unsigned long seen = atomic_load(&ac_gen);
+    pthread_mutex_unlock(&ac_mu);
+    for (;;) {
+        ac_wait(seen);  /* returns holding ac_mu */
+        seen = atomic_load(&ac_gen);
+        ac_chunk_fn fn = ac_fn;
+        void *ctx = ac_ctx;
+        long chunks = ac_chunks;
+        pthread_mutex_unlock(&ac_mu);
+        ac_take(seen, fn, ctx, chunks);
+    }
+    return 0;
+}
+
+void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
+    if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
+        for (long c = 0; c < chunks; c++) fn(ctx, c);
+        return;
+    }
+    if (threads > AC_MAX_THREADS) threads = AC_MAX_THREADS;
+    while (ac_made < threads - 1) {
+        pthread_t t;
+        if (pthread_create(&t, 0, ac_worker, 0) != 0) break;
+        pthread_detach(t);
+        ac_made++;
+    }
+    pthread_mutex_lock(&ac_mu);
+    unsigned long gen = atomic_load(&ac_gen) + 1;
+    ac_fn = fn;
+    ac_ctx = ctx;
+    ac_chunks = chunks;
+    atomic_store(&ac_done, 0);
+    atomic_store(&ac_ticket, (uint64_t)(gen & 0xffffffffu) << 32);
+    atomic_store(&ac_gen, gen);  /* a spinning thread sees it and takes ac_mu for the job */
+    if (ac_sleepers) pthread_cond_broadcast(&ac_cv);
+    pthread_mutex_unlock(&ac_mu);
+    ac_take(gen, fn, ctx, chunks);
+    /* only chunks a thread is running are left: wait for them */
+    for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
+        if (spins > 1000) sched_yield();
+    pthread_mutex_unlock(&ac_busy);
+}
+
+uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
+"""
+)
+_CDEF = "uintptr_t ac_pool_address(void)"
+_address: dict[str, int] = {}
+
+
+def address() -> int:
+    """``ac_pool_run``'s address for a kernel's ``pool`` argument; 0 without a compiler
+    (``$CC`` is part of the key: tests hide it)."""
+    key = os.environ.get("CC", "")
+    if key not in _address:
+        built: Any = load(_SOURCE, _CDEF, "ac_pool_address", openmp=True)
+        _address[key] = 0 if built is None else int(built[2]())
+        if built is not None:
+            _keep.append(built)  # the library stays loaded while its address is handed out
+    return _address[key]
+
+
+_keep: list[Any] = []
