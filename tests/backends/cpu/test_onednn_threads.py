@@ -32,6 +32,7 @@ def split(monkeypatch):
     kept = omp.max_threads()
     omp.set_threads(2)
     monkeypatch.setattr(rnn, "BATCH_SPLIT_WORK", 0)
+    monkeypatch.setattr(rnn, "MIN_PART_ROWS", 1)
     yield
     omp.set_threads(kept)
 
@@ -70,6 +71,14 @@ def test_split_without_the_helper_runs_the_parts_in_turn(split, monkeypatch):
     got, want = _run_both(model, feeds)
     assert _parallel.RUNS["in turn"] == before + 1
     _close(got, want)
+
+
+def test_small_batches_are_not_split(split, monkeypatch):
+    monkeypatch.setattr(rnn, "MIN_PART_ROWS", 4)
+    model, feeds = _rnn_model("LSTM", 4, 7, 3, 8, {}, {"B"})  # 7 rows: one part of 4 or more
+    before = dict(_parallel.RUNS)
+    _close(*_run_both(model, feeds))
+    assert dict(_parallel.RUNS) == before
 
 
 def test_one_thread_never_splits(monkeypatch):
