@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -96,6 +97,7 @@ def cache_dir() -> Path:
     return cache_root() / "codegen"
 
 
+@functools.cache
 def _cpu() -> str:
     text = platform.machine()
     try:

@@ -12,7 +12,9 @@ arrive (``bench/codegen_threads.py`` measured both).
 Claims carry the job's generation (one 64-bit atomic: generation << 32 | next chunk), so a
 thread that slept through a job and wakes during the next one never runs the old job's
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
-kernel of a model, usually that close, starts it without a wake. One job at a time: a call
+kernel of a model, usually that close, starts it without a wake. When the caller waited for
+a preempted thread's chunk over a quarter of a call twice in a row (other processes hold the
+cores), the next 64 calls run on the caller alone (``AC_BACKOFF``). One job at a time: a call
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
 (``onednn/_parallel.py``) runs on that thread alone. Threads are made on first use, up to the
@@ -27,7 +29,7 @@ from typing import Any
 
 from anychip.codegen.build import load
 
-__all__ = ["address", "SOURCE_DECL"]
+__all__ = ["address", "stats", "SOURCE_DECL"]
 
 #: What a kernel using the pool declares (C).
 SOURCE_DECL = r"""
@@ -48,6 +50,7 @@ _SOURCE = (
 #endif
 
 #define AC_MAX_THREADS 64
+#define AC_BACKOFF 64
 #ifndef AC_SPIN_NS
 #define AC_SPIN_NS 50000L
 #endif
@@ -62,12 +65,17 @@ static long ac_chunks;
 static _Atomic uint64_t ac_ticket;       /* (generation << 32) | next chunk */
 static _Atomic long ac_done;             /* chunks finished in this generation */
 static int ac_made = 0;                  /* threads made, under ac_busy */
+static int ac_strikes = 0, ac_backoff = 0; /* under ac_busy */
+/* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
+   jobs run on the caller because of a backoff */
+static _Atomic long ac_stats[4];
 
-static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks) {
+static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks, int mine_only) {
     uint64_t t = atomic_load(&ac_ticket);
     for (;;) {
         if ((t >> 32) != (gen & 0xffffffffu) || (long)(t & 0xffffffffu) >= chunks) return;
         if (atomic_compare_exchange_weak(&ac_ticket, &t, t + 1)) {
+            if (mine_only == 0) atomic_fetch_add(&ac_stats[1], 1);
             fn(ctx, (long)(t & 0xffffffffu));
             atomic_fetch_add(&ac_done, 1);
             t = atomic_load(&ac_ticket);
@@ -109,16 +117,28 @@ static void *ac_worker(void *arg) {
         void *ctx = ac_ctx;
         long chunks = ac_chunks;
         pthread_mutex_unlock(&ac_mu);
-        ac_take(seen, fn, ctx, chunks);
+        ac_take(seen, fn, ctx, chunks, 0);
     }
     return 0;
 }
 
+static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
+    for (long c = 0; c < chunks; c++) fn(ctx, c);
+}
+
 void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
-        for (long c = 0; c < chunks; c++) fn(ctx, c);
+        ac_serial(fn, ctx, chunks);
         return;
     }
+    if (ac_backoff > 0) { /* the threads were late lately: the cores are taken */
+        ac_backoff--;
+        atomic_fetch_add(&ac_stats[3], 1);
+        pthread_mutex_unlock(&ac_busy);
+        ac_serial(fn, ctx, chunks);
+        return;
+    }
+    const long start = ac_ns();
     if (threads > AC_MAX_THREADS) threads = AC_MAX_THREADS;
     while (ac_made < threads - 1) {
         pthread_t t;
@@ -136,17 +156,29 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     atomic_store(&ac_gen, gen);  /* a spinning thread sees it and takes ac_mu for the job */
     if (ac_sleepers) pthread_cond_broadcast(&ac_cv);
     pthread_mutex_unlock(&ac_mu);
-    ac_take(gen, fn, ctx, chunks);
+    ac_take(gen, fn, ctx, chunks, 1);
     /* only chunks a thread is running are left: wait for them */
+    const long mine = ac_ns();
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
         if (spins > 1000) sched_yield();
+    /* A wait over a quarter of the call, twice in a row, means a thread was preempted with a
+       chunk (other processes hold the cores): the next AC_BACKOFF calls run on the caller. */
+    const long end = ac_ns();
+    atomic_fetch_add(&ac_stats[0], 1);
+    atomic_fetch_add(&ac_stats[2], end - mine);
+    ac_strikes = (end - mine) * 4 > end - start ? ac_strikes + 1 : 0;
+    if (ac_strikes >= 2) {
+        ac_backoff = AC_BACKOFF;
+        ac_strikes = 0;
+    }
     pthread_mutex_unlock(&ac_busy);
 }
 
 uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
+void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
 """
 )
-_CDEF = "uintptr_t ac_pool_address(void)"
+_CDEF = "uintptr_t ac_pool_address(void); void ac_pool_stats(long *out)"
 _address: dict[str, int] = {}
 
 
@@ -163,3 +195,16 @@ def address() -> int:
 
 
 _keep: list[Any] = []
+
+
+def stats() -> dict[str, int]:
+    """Counters since the process started: ``jobs`` run on the pool, ``pool_chunks`` the
+    pool's threads ran, ``wait_us`` the callers spent waiting for their chunks at the end,
+    ``backoff_jobs`` run on the caller alone after late threads (zeros without the pool)."""
+    if not address() or not _keep:
+        return dict.fromkeys(("jobs", "pool_chunks", "wait_us", "backoff_jobs"), 0)
+    ffi, lib, _ = _keep[-1]
+    out = ffi.new("long[4]")
+    lib.ac_pool_stats(out)
+    return {"jobs": out[0], "pool_chunks": out[1], "wait_us": out[2] // 1000,
+            "backoff_jobs": out[3]}  # fmt: skip

@@ -70,8 +70,9 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     n = b.shape[0] if trans_b else b.shape[1]
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
+    team = omp_threads()  # the threads given: a one-thread product may split its rows
     with team_for(a.size * n):
-        return _matmul_mod.matmul(a, b, out, trans_b)
+        return _matmul_mod.matmul(a, b, out, trans_b, team)
 
 
 def _served(op: str, y: Any) -> Any:

@@ -1,17 +1,27 @@
-"""oneDNN's recurrences split by batch over the OpenMP team (``onednn/rnn.py``,
-``onednn/_parallel.py``): with two threads and the threshold at zero, every LSTM, GRU and RNN
-case oneDNN runs gives what onnxruntime and the unsplit primitive give; without the C helper
+"""oneDNN's recurrences split by batch and MatMuls split by rows over the pool's threads
+(``onednn/rnn.py``, ``onednn/matmul.py``, ``onednn/_parallel.py``): with two threads and the
+thresholds at zero, every LSTM, GRU and RNN case oneDNN runs, the Gemm cases and a
+transformer layer give what onnxruntime and the unsplit primitive give; without the C helper
 the parts run in turn with the same results."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import anychip
-from anychip.backends.cpu.onednn import _lib, _parallel, rnn
+from anychip.backends.cpu.onednn import _lib, _parallel, matmul, rnn
 from anychip.codegen import build, omp
-from tests.backends.cpu.test_onednn import RNN_CASES, _close, _rnn_model, _run_both
+from tests.backends.cpu.test_onednn import (
+    GEMM_CASES,
+    RNN_CASES,
+    _close,
+    _model,
+    _rand,
+    _rnn_model,
+    _run_both,
+)
 
 #: The cases oneDNN runs (the others are the numpy kernel's: nothing to split).
 ONEDNN_CASES = [
@@ -65,7 +75,7 @@ def test_split_parts_ran_together(split):
 
 
 def test_split_without_the_helper_runs_the_parts_in_turn(split, monkeypatch):
-    monkeypatch.setattr(_parallel, "load", lambda *a, **k: None)  # no compiler
+    monkeypatch.setattr(_parallel, "_helper", lambda: None)  # no compiler
     model, feeds = _rnn_model("GRU", 5, 3, 4, 8, {"linear_before_reset": 1}, {"B", "h"})
     before = _parallel.RUNS["in turn"]
     got, want = _run_both(model, feeds)
@@ -92,3 +102,50 @@ def test_one_thread_never_splits(monkeypatch):
         assert dict(_parallel.RUNS) == before
     finally:
         omp.set_threads(kept)
+
+
+@pytest.fixture
+def row_split(monkeypatch):
+    """Two OpenMP threads and every oneDNN MatMul split by rows (parts of 8 rows or more),
+    however small."""
+    assert _lib.available(), _lib.unavailable_reason()
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    monkeypatch.setattr(matmul, "ROW_SPLIT_WORK", 0)
+    monkeypatch.setattr(matmul, "ROWS_PER_PART", 8)
+    monkeypatch.setattr(matmul, "MIN_MACS", 0)  # every constant-weight product on oneDNN
+    yield
+    omp.set_threads(kept)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in range(len(GEMM_CASES)) if GEMM_CASES[c][4] == "onednn"]
+)
+def test_row_split_gemm_equals_onnxruntime_and_unsplit(row_split, monkeypatch, case):
+    a_shape, b_shape, attrs, c_shape, _ = GEMM_CASES[case]
+    rng = np.random.default_rng(500 + case)
+    a, b = _rand(rng, *a_shape), _rand(rng, *b_shape)
+    weights = {"B": b} | ({"C": _rand(rng, *c_shape)} if c_shape else {})
+    node = helper.make_node("Gemm", ["A", *weights], ["Y"], **attrs)
+    model = _model([node], {"A": a}, weights, ["Y"])
+    before = _parallel.RUNS["together"] + _parallel.RUNS["in turn"]
+    got, want = _run_both(model, {"A": a})
+    assert _parallel.RUNS["together"] + _parallel.RUNS["in turn"] == before + 1
+    _close(got, want)
+    with monkeypatch.context() as mp:
+        mp.setattr(matmul, "ROW_SPLIT_WORK", 1 << 62)
+        one = anychip.load(model, devices=["cpu"]).run(None, {"A": a})
+    _close(got, [np.asarray(y) for y in one], tol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_row_split_transformer_layer_equals_onnxruntime(row_split, causal):
+    """The 3-D activations of a layer's linear layers (MatMulAdd, FusedGemm) split too."""
+    from tests.backends.cpu._fusion_models import check
+    from tests.models import transformer_layer
+
+    before = _parallel.RUNS["together"] + _parallel.RUNS["in turn"]
+    check(transformer_layer(seq=40, hidden=64, heads=2, ffn=128, causal=causal))
+    assert _parallel.RUNS["together"] + _parallel.RUNS["in turn"] > before
