@@ -92,10 +92,10 @@ static long ac_ns(void) {
 /* Spin up to AC_SPIN_NS for the next job (a model's next kernel often follows within tens of
    us, and a futex wake costs the caller ~10 us and this thread ~60), then sleep. */
 static void ac_wait(unsigned long seen) {
+    /* Yielding each time round: a thread spinning on the core its caller waits for (the
+       other core taken by another process) would hold that core for its whole slice. */
     const long until = ac_ns() + AC_SPIN_NS;
-    for (int k = 0; atomic_load(&ac_gen) == seen; k++) {
-        if ((k & 63) == 63 && ac_ns() > until) break;
-    }
+    while (atomic_load(&ac_gen) == seen && ac_ns() < until) sched_yield();
     pthread_mutex_lock(&ac_mu);
     ac_sleepers++;
     while (atomic_load(&ac_gen) == seen) pthread_cond_wait(&ac_cv, &ac_mu);
@@ -160,7 +160,7 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     /* only chunks a thread is running are left: wait for them */
     const long mine = ac_ns();
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
-        if (spins > 1000) sched_yield();
+        if (spins > 64) sched_yield();
     /* A wait over a quarter of the call, twice in a row, means a thread was preempted with a
        chunk (other processes hold the cores): the next AC_BACKOFF calls run on the caller. */
     const long end = ac_ns();
