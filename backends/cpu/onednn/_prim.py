@@ -38,6 +38,7 @@ __all__ = [
     "ptr",
     "query_md",
     "reorder_into",
+    "scratchpad_arg",
     "user_scratchpad",
     "weights",
 ]
@@ -218,6 +219,13 @@ def user_scratchpad() -> Any:
         "setting the scratchpad mode",
     )
     return attr
+
+
+def scratchpad_arg(pd: Any, args: dict[int, Any]) -> np.ndarray:
+    """Add the scratchpad to ``args`` (a primitive made with ``user_scratchpad()``) and return
+    a buffer for it, to pass as ``C.arg_scratchpad`` on every run."""
+    args[C.arg_scratchpad] = query_md(pd, C.query_scratchpad_md)
+    return empty_for(args[C.arg_scratchpad])
 
 
 def impl_info(pd: Any) -> str:

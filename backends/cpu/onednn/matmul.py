@@ -127,10 +127,7 @@ def _build(m: int, k: int, n: int, own: bool = False) -> _MatMul:
     )
     w_md = P.query_md(pd, C.query_weights_md)
     args = {C.arg_src: src, C.arg_weights: w_md, C.arg_dst: dst}
-    scratch = None
-    if own:
-        args[C.arg_scratchpad] = P.query_md(pd, C.query_scratchpad_md)
-        scratch = P.empty_for(args[C.arg_scratchpad])
+    scratch = P.scratchpad_arg(pd, args) if own else None
     return _MatMul(P.Prim(pd, args), w_md, k, n, scratch)
 
 

@@ -183,8 +183,7 @@ def _build(
 ) -> _Rnn:
     """``own``: the scratchpad is an argument (the batch parts run on other threads)."""
     L = P.lib()
-    dn = L.dnnl
-    null = L.ffi.NULL
+    dn, null = L.dnnl, L.ffi.NULL
     attr = P.user_scratchpad() if own else null
     gates = _GATES[op]
     src = P.md((t, n, i), C.tnc)
@@ -194,22 +193,11 @@ def _build(
     bias = P.md((1, d, gates + int(lbr), h), C.ldgo)
     dst = P.md((t, n, d * h), C.tnc)
     common = (L.engine, C.forward_inference, ddir, src, state)
-    if op == "LSTM":
+    if op == "LSTM":  # no peepholes, no projection
         pd = P.make_pd(
-            dn.dnnl_lstm_forward_primitive_desc_create,
-            *common,
-            state,
-            wl,
-            wi,
-            null,
-            null,
-            bias,
-            dst,
-            state,
-            state,
-            0,
-            attr,
-        )
+            dn.dnnl_lstm_forward_primitive_desc_create, *common, state, wl, wi, null, null,
+            bias, dst, state, state, 0, attr,
+        )  # fmt: skip
     elif op == "RNN":
         pd = P.make_pd(
             dn.dnnl_vanilla_rnn_forward_primitive_desc_create,
@@ -242,10 +230,7 @@ def _build(
     args.update({C.arg_bias: bias, C.arg_dst: dst, C.arg_dst_1: state})
     if op == "LSTM":
         args.update({C.arg_src_2: state, C.arg_dst_2: state})
-    scratch = None
-    if own:
-        args[C.arg_scratchpad] = P.query_md(pd, C.query_scratchpad_md)
-        scratch = P.empty_for(args[C.arg_scratchpad])
+    scratch = P.scratchpad_arg(pd, args) if own else None
     return _Rnn(P.Prim(pd, args), wl_md, wi_md, (d, i, h, gates), scratch)
 
 
