@@ -12,9 +12,10 @@ arrive (``bench/codegen_threads.py`` measured both).
 Claims carry the job's generation (one 64-bit atomic: generation << 32 | next chunk), so a
 thread that slept through a job and wakes during the next one never runs the old job's
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
-kernel of a model, usually that close, starts it without a wake. When the caller waited for
-a preempted thread's chunk over a quarter of a call twice in a row (other processes hold the
-cores), the next 64 calls run on the caller alone (``AC_BACKOFF``). One job at a time: a call
+kernel of a model, usually that close, starts it without a wake. When the chunks' CPU time
+was under 1.2x a call's wall time twice in a row (the threads did not run side by side: other
+processes hold the cores), the next 64 calls run on their caller alone (``AC_BACKOFF``), and
+``try_parallel()`` tells the oneDNN splits to stay whole meanwhile. One job at a time: a call
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
 (``onednn/_parallel.py``) runs on that thread alone. Threads are made on first use, up to the
@@ -29,7 +30,7 @@ from typing import Any
 
 from anychip.codegen.build import load
 
-__all__ = ["address", "stats", "SOURCE_DECL"]
+__all__ = ["address", "stats", "try_parallel", "reset_backoff", "SOURCE_DECL"]
 
 #: What a kernel using the pool declares (C).
 SOURCE_DECL = r"""
@@ -65,10 +66,18 @@ static long ac_chunks;
 static _Atomic uint64_t ac_ticket;       /* (generation << 32) | next chunk */
 static _Atomic long ac_done;             /* chunks finished in this generation */
 static int ac_made = 0;                  /* threads made, under ac_busy */
-static int ac_strikes = 0, ac_backoff = 0; /* under ac_busy */
+static int ac_strikes = 0;               /* under ac_busy */
+static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
+static _Atomic long ac_cpu_ns;           /* CPU time of this job's chunks, all threads */
 /* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
    jobs run on the caller because of a backoff */
 static _Atomic long ac_stats[4];
+
+static long ac_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks, int mine_only) {
     uint64_t t = atomic_load(&ac_ticket);
@@ -76,7 +85,9 @@ static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks, i
         if ((t >> 32) != (gen & 0xffffffffu) || (long)(t & 0xffffffffu) >= chunks) return;
         if (atomic_compare_exchange_weak(&ac_ticket, &t, t + 1)) {
             if (mine_only == 0) atomic_fetch_add(&ac_stats[1], 1);
+            const long c0 = ac_cpu();
             fn(ctx, (long)(t & 0xffffffffu));
+            atomic_fetch_add(&ac_cpu_ns, ac_cpu() - c0);
             atomic_fetch_add(&ac_done, 1);
             t = atomic_load(&ac_ticket);
         }
@@ -126,14 +137,23 @@ static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
     for (long c = 0; c < chunks; c++) fn(ctx, c);
 }
 
+/* 0 while backing off (counting the call down), else 1. */
+int ac_pool_try(void) {
+    int b = atomic_load(&ac_backoff);
+    while (b > 0)
+        if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
+            atomic_fetch_add(&ac_stats[3], 1);
+            return 0;
+        }
+    return 1;
+}
+
 void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
         ac_serial(fn, ctx, chunks);
         return;
     }
-    if (ac_backoff > 0) { /* the threads were late lately: the cores are taken */
-        ac_backoff--;
-        atomic_fetch_add(&ac_stats[3], 1);
+    if (!ac_pool_try()) { /* no overlap lately: other processes hold the cores */
         pthread_mutex_unlock(&ac_busy);
         ac_serial(fn, ctx, chunks);
         return;
@@ -152,6 +172,7 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     ac_ctx = ctx;
     ac_chunks = chunks;
     atomic_store(&ac_done, 0);
+    atomic_store(&ac_cpu_ns, 0);
     atomic_store(&ac_ticket, (uint64_t)(gen & 0xffffffffu) << 32);
     atomic_store(&ac_gen, gen);  /* a spinning thread sees it and takes ac_mu for the job */
     if (ac_sleepers) pthread_cond_broadcast(&ac_cv);
@@ -161,24 +182,27 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     const long mine = ac_ns();
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
         if (spins > 64) sched_yield();
-    /* A wait over a quarter of the call, twice in a row, means a thread was preempted with a
-       chunk (other processes hold the cores): the next AC_BACKOFF calls run on the caller. */
+    /* The chunks' CPU time under 1.2x the call's wall time, twice in a row: the threads did
+       not run side by side (other processes hold the cores; a thread ran on its caller's
+       core): the next AC_BACKOFF calls run on their caller alone. */
     const long end = ac_ns();
     atomic_fetch_add(&ac_stats[0], 1);
     atomic_fetch_add(&ac_stats[2], end - mine);
-    ac_strikes = (end - mine) * 4 > end - start ? ac_strikes + 1 : 0;
+    ac_strikes = atomic_load(&ac_cpu_ns) * 5 < (end - start) * 6 ? ac_strikes + 1 : 0;
     if (ac_strikes >= 2) {
-        ac_backoff = AC_BACKOFF;
+        atomic_store(&ac_backoff, AC_BACKOFF);
         ac_strikes = 0;
     }
     pthread_mutex_unlock(&ac_busy);
 }
 
 uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
+void ac_pool_reset(void) { atomic_store(&ac_backoff, 0); }
 void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
 """
 )
-_CDEF = "uintptr_t ac_pool_address(void); void ac_pool_stats(long *out)"
+_CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
+void ac_pool_reset(void)"""
 _address: dict[str, int] = {}
 
 
@@ -197,10 +221,24 @@ def address() -> int:
 _keep: list[Any] = []
 
 
+def try_parallel() -> bool:
+    """False while the pool backs off (counting this call down): the caller should run its
+    work whole, on itself. True without a pool too (the parts then run in turn)."""
+    if not address() or not _keep:
+        return True
+    return bool(_keep[-1][1].ac_pool_try())
+
+
+def reset_backoff() -> None:
+    """End a backoff now (tests, benchmarks that switch thresholds)."""
+    if address() and _keep:
+        _keep[-1][1].ac_pool_reset()
+
+
 def stats() -> dict[str, int]:
     """Counters since the process started: ``jobs`` run on the pool, ``pool_chunks`` the
     pool's threads ran, ``wait_us`` the callers spent waiting for their chunks at the end,
-    ``backoff_jobs`` run on the caller alone after late threads (zeros without the pool)."""
+    ``backoff_jobs`` run on their caller alone while backing off (zeros without the pool)."""
     if not address() or not _keep:
         return dict.fromkeys(("jobs", "pool_chunks", "wait_us", "backoff_jobs"), 0)
     ffi, lib, _ = _keep[-1]

@@ -26,6 +26,7 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
 
 __all__ = ["MIN_ROWS", "MIN_MACS", "ROW_SPLIT_WORK", "ROWS_PER_PART", "matmul"]
 
@@ -55,8 +56,8 @@ def matmul(
     if a.shape[-1] != k or m < MIN_ROWS or m * k * n < MIN_MACS:
         return None
     parts, threads = 1, omp_threads()
-    if team > 1 and m * k * n >= ROW_SPLIT_WORK and threads == 1:
-        parts = min(2 * team, m // ROWS_PER_PART)
+    if team > 1 and m * k * n >= ROW_SPLIT_WORK and threads == 1 and m >= 2 * ROWS_PER_PART:
+        parts = min(2 * team, m // ROWS_PER_PART) if pool.try_parallel() else 1
     rows = -(-m // max(parts, 1))
     bounds = list(range(0, m, rows)) + [m]
     packs: dict[int, np.ndarray] = {}  # B packed once per part height (the last may differ)

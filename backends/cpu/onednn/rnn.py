@@ -23,6 +23,7 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
 
 __all__ = ["recurrent"]
 
@@ -109,6 +110,7 @@ def recurrent(
     parts = 1
     if team > 1 and omp_threads() == 1 and t * n * d * gh * (i + h) >= BATCH_SPLIT_WORK:
         parts = max(1, min(team, n // MIN_PART_ROWS))
+        parts = parts if parts > 1 and pool.try_parallel() else 1
     bounds = [n * k // parts for k in range(parts + 1)]
     try:
         runs = [_part(spec, x, w, r, b, initial, lo, hi, parts) for lo, hi in pairwise(bounds)]

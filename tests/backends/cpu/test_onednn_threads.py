@@ -12,7 +12,7 @@ from onnx import helper
 
 import anychip
 from anychip.backends.cpu.onednn import _lib, _parallel, matmul, rnn
-from anychip.codegen import build, omp
+from anychip.codegen import build, omp, pool
 from tests.backends.cpu.test_onednn import (
     GEMM_CASES,
     RNN_CASES,
@@ -43,6 +43,7 @@ def split(monkeypatch):
     omp.set_threads(2)
     monkeypatch.setattr(rnn, "BATCH_SPLIT_WORK", 0)
     monkeypatch.setattr(rnn, "MIN_PART_ROWS", 1)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)  # no backoff on a busy machine
     yield
     omp.set_threads(kept)
 
@@ -116,6 +117,7 @@ def row_split(monkeypatch):
     monkeypatch.setattr(matmul, "ROW_SPLIT_WORK", 0)
     monkeypatch.setattr(matmul, "ROWS_PER_PART", 8)
     monkeypatch.setattr(matmul, "MIN_MACS", 0)  # every constant-weight product on oneDNN
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
     yield
     omp.set_threads(kept)
 
