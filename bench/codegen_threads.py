@@ -3,8 +3,9 @@
 Each case is one call of a fused element-wise chain (``add``, ``silu`` x*sigmoid(x), ``gelu``
 the erf form) or a row kernel (``softmax`` over rows of 128, ``layernorm`` over rows of 256) on
 N floats, run on one thread and on two (the threshold switched per call), interleaved in a new
-random order each round; medians of wall time, and the work in ``PARALLEL_WORK``'s units. Run
-it on an idle machine: on a loaded one the second thread gets no core of its own.
+random order each round (the pool's backoff reset before each call); medians of wall time, and
+the work in ``PARALLEL_WORK``'s units. Run it on an idle machine: on a loaded one the second
+thread gets no core of its own.
 
     python bench/codegen_threads.py [--rounds 200] [--cases silu,gelu] [--sizes 65536,262144]
 """
@@ -59,7 +60,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="16384,65536,262144,1048576")
     args = ap.parse_args()
     import anychip.codegen as cg
-    from anychip.codegen import omp
+    from anychip.codegen import omp, pool
 
     if not omp.available():
         sys.exit("libgomp is not loadable: generated C runs on one thread")
@@ -79,6 +80,7 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for team in random.sample([1, 2], 2):
                         cg.PARALLEL_WORK = 1 << 62 if team == 1 else 0
+                        pool.reset_backoff()  # the threads' own figure, not the backoff's
                         t = time.perf_counter()
                         call()
                         wall[team].append(time.perf_counter() - t)

@@ -5,9 +5,10 @@ and ``rnn.BATCH_SPLIT_WORK``'s measurement.
 between); ``matmul``: one MatMul by constant weights (MxKxN); ``lstm``: one LSTM (TxNxIxH:
 steps, batch, input, hidden). Each runs with the primitives' team at one thread and at two
 (``SMALL_WORK`` switched: the primitive cache is keyed by the team, so both stay built) and,
-for ``lstm``, split by batch over the two (``split``), interleaved in a new random order each
-round; medians of wall and process CPU time. Run it on an idle machine: on a loaded one the
-second thread gets no core of its own (CPU time equals wall time) and every case reads about 1x.
+for ``lstm`` and ``matmul``, split by batch or rows over the two (``split``), interleaved in
+a new random order each round; medians of wall and process CPU time. Run it on an idle
+machine: on a loaded one the second thread gets no core of its own (CPU time equals wall
+time) and every case reads about 1x.
 
     python bench/onednn_team.py [--kind conv] [--rounds 60] [--cases 16x16x28,32x32x28]
 """
@@ -76,11 +77,15 @@ def _model(kind: str, case: list[int], rng: np.random.Generator):
 
 
 def _set(team: str) -> None:
-    """Thresholds for contender ``team``: "1", "2" (oneDNN's team) or "split" (by batch)."""
-    from anychip.backends.cpu.onednn import _lib, rnn
+    """Thresholds for contender ``team``: "1", "2" (oneDNN's team) or "split" (by batch or
+    rows, on ``codegen/pool.py``)."""
+    from anychip.backends.cpu.onednn import _lib, matmul, rnn
+    from anychip.codegen import pool
 
     _lib.SMALL_WORK = 1 if team == "2" else 1 << 62
     rnn.BATCH_SPLIT_WORK = 0 if team == "split" else 1 << 62
+    matmul.ROW_SPLIT_WORK = 0 if team == "split" else 1 << 62
+    pool.reset_backoff()  # the split's own figure, not the backoff's
 
 
 def main() -> None:
@@ -97,8 +102,10 @@ def main() -> None:
     if not _lib.available():
         sys.exit(f"oneDNN is not available: {_lib.unavailable_reason()}")
     rng = np.random.default_rng(0)
-    kept = _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK
-    teams = ["1", "2", "split"] if args.kind == "lstm" else ["1", "2"]
+    from anychip.backends.cpu.onednn import matmul
+
+    kept = _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK
+    teams = ["1", "2", "split"] if args.kind in ("lstm", "matmul") else ["1", "2"]
     print(f"load average {os.getloadavg()[0]:.2f}; SMALL_WORK now 2^{kept[0].bit_length() - 1}")
     print(f"case              MACs   wall {' / '.join(teams)} (us)   CPU {' / '.join(teams)} (us)")
     try:
@@ -124,7 +131,7 @@ def main() -> None:
             print(f"{case:16s} {macs / 1e6:7.1f}M   {' / '.join(f'{v:7.0f}' for v in w)}"
                   f"   {' / '.join(f'{v:7.0f}' for v in c)}")  # fmt: skip
     finally:
-        _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK = kept
+        _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK = kept
 
 
 if __name__ == "__main__":
