@@ -19,7 +19,7 @@ processes hold the cores), the next 64 calls run on their caller alone (``AC_BAC
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
 (``onednn/_parallel.py``) runs on that thread alone. Threads are made on first use, up to the
-count asked (at most 64), and live as long as the process.
+count asked (at most 64), and live as long as the process; a forked child makes its own.
 Without a compiler ``address()`` is 0 and kernels run their chunks in turn.
 """
 
@@ -148,7 +148,20 @@ int ac_pool_try(void) {
     return 1;
 }
 
+/* A forked child has none of the parent's threads and may have copied a locked mutex. */
+static void ac_after_fork(void) {
+    pthread_mutex_init(&ac_mu, 0);
+    pthread_mutex_init(&ac_busy, 0);
+    pthread_cond_init(&ac_cv, 0);
+    ac_made = 0;
+    ac_sleepers = 0;
+}
+
+static pthread_once_t ac_once = PTHREAD_ONCE_INIT;
+static void ac_init(void) { pthread_atfork(0, 0, ac_after_fork); }
+
 void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
+    pthread_once(&ac_once, ac_init);
     if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
         ac_serial(fn, ctx, chunks);
         return;

@@ -6,6 +6,7 @@ layer with every threshold at zero equals onnxruntime."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -162,3 +163,19 @@ def test_transformer_layer_on_the_team_equals_onnxruntime(team, monkeypatch, cau
     counts = check(transformer_layer(seq=16, hidden=64, heads=2, ffn=128, causal=causal))
     assert counts["fuse_attention"] == 1 and counts["fuse_gelu"] == 1
     assert len(team.asked) > before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_pool_works_in_a_forked_child(team):
+    """The child has none of the parent's pool threads: it makes its own."""
+    rng = np.random.default_rng(13)
+    x = _rand(rng, (8, 5000))
+    expr = "mul(in0,sigmoid(in0))"
+    want = team(fused_elementwise, x, expr=expr)
+    fused_elementwise(x, expr=expr)  # the parent's threads exist
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 when the threaded result is right
+        ok = np.array_equal(fused_elementwise(x, expr=expr), want, equal_nan=True)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
