@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import anychip.codegen as cg
+from anychip.backends.cpu.kernels import op_fused_attention
 from anychip.backends.cpu.kernels.op_fused_elementwise import (
     evaluate,
     fused_elementwise,
 )
-from anychip.codegen import build, omp, parse, pool, rows
+from anychip.codegen import attention, build, omp, parse, pool, rows
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 
@@ -159,6 +160,8 @@ def test_transformer_layer_on_the_team_equals_onnxruntime(team, monkeypatch, cau
     from tests.models import transformer_layer
 
     monkeypatch.setattr(_lib, "SMALL_WORK", 0)  # oneDNN's primitives on the team too
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
     before = len(team.asked)
     counts = check(transformer_layer(seq=16, hidden=64, heads=2, ffn=128, causal=causal))
     assert counts["fuse_attention"] == 1 and counts["fuse_gelu"] == 1
@@ -179,3 +182,57 @@ def test_pool_works_in_a_forked_child(team):
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.fixture
+def blas_one():
+    """numpy's OpenBLAS at one thread, as inside a CPU partition."""
+    from anychip.backends.cpu.blas_threads import openblas_threads
+
+    fns = openblas_threads()
+    if fns is None or attention.sgemm_address() == 0:
+        pytest.skip("needs numpy's ILP64 OpenBLAS")
+    kept = fns[0]()
+    fns[1](1)
+    yield
+    fns[1](kept)
+
+
+MASKS = [None, (1, 1, 33, 40), (2, 1, 1, 40), (40,), (2, 3, 33, 40)]
+
+
+@pytest.mark.parametrize("mask_shape", MASKS)
+@pytest.mark.parametrize("divide", [1, 0])
+def test_heads_on_the_pool_equal_the_numpy_path(team, blas_one, monkeypatch, mask_shape, divide):
+    rng = np.random.default_rng(len(mask_shape or ()) + divide)
+    q, kt, v = _rand(rng, (2, 3, 33, 16)), _rand(rng, (2, 3, 16, 40)), _rand(rng, (2, 3, 40, 24))
+    mask = None if mask_shape is None else _rand(rng, mask_shape)
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 1 << 62)
+    want = op_fused_attention.fused_attention(q, kt, v, mask, scale=4.0, divide=divide)
+    for threads in (1, 2):
+        got = attention.attention(q, kt, v, mask, 4.0, 1 if divide else 2, threads)
+        np.testing.assert_array_equal(got, want)  # the same sgemm and rows, NaN included
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    before = len(team.asked)
+    got = op_fused_attention.fused_attention(q, kt, v, mask, scale=4.0, divide=divide)
+    assert len(team.asked) > before
+    np.testing.assert_array_equal(got, want)
+
+
+def test_heads_path_declines_what_it_cannot_run(blas_one):
+    rng = np.random.default_rng(2)
+    q, kt, v = _rand(rng, (3, 8, 4)), _rand(rng, (3, 4, 9)), _rand(rng, (3, 9, 5))
+    assert attention.attention(q, kt, v, None, 2.0, 1, 2) is not None
+    assert attention.attention(q, kt[:1], v, None, 2.0, 1, 2) is None  # broadcast batch
+    assert attention.attention(q.astype(np.float64), kt, v, None, 2.0, 1, 2) is None
+    assert attention.attention(q, kt.transpose(0, 2, 1).copy().transpose(0, 2, 1), v, None,
+                               2.0, 1, 2) is None  # fmt: skip
+    from anychip.backends.cpu.blas_threads import openblas_threads
+
+    get, put = openblas_threads()
+    put(2)  # OpenBLAS threaded: numpy's own path
+    try:
+        assert attention.attention(q, kt, v, None, 2.0, 1, 2) is None
+    finally:
+        put(1)
