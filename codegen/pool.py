@@ -14,7 +14,7 @@ thread that slept through a job and wakes during the next one never runs the old
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
 kernel of a model, usually that close, starts it without a wake. When the chunks' CPU time
 was under 1.2x a call's wall time twice in a row (the threads did not run side by side: other
-processes hold the cores), the next 64 calls run on their caller alone (``AC_BACKOFF``), and
+processes hold the cores), the next 32 calls run on their caller alone (``AC_BACKOFF``), and
 ``try_parallel()`` tells the oneDNN splits to stay whole meanwhile. One job at a time: a call
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
@@ -51,7 +51,7 @@ _SOURCE = (
 #endif
 
 #define AC_MAX_THREADS 64
-#define AC_BACKOFF 64
+#define AC_BACKOFF 32
 #ifndef AC_SPIN_NS
 #define AC_SPIN_NS 50000L
 #endif
