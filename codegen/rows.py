@@ -92,16 +92,16 @@ static float ac_rowmax(const float *a, long n) {
 /* Softmax of row r of n (flat over (i0, i1, i2) < (d0, d1, d2)): y = softmax(x op c + mask),
    op: 0 none, 1 divide, 2 multiply; the mask row at i0*m0 + i1*m1 + i2*m2, its elements mj
    apart (0: one value per row). y may be x. */
-static void ac_softmax_row(long r, long d1, long d2, long n, const float *x, float *y,
+static inline void ac_softmax_row(long r, long d1, long d2, long n, const float *x, float *y,
                            const float *mask, long m0, long m1, long m2, long mj, float c,
                            int op) {
-    const long i2 = r % d2, i1 = (r / d2) % d1, i0 = r / (d1 * d2);
     const float *xr = x + r * n;
     float *yr = y + r * n;
     if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
     else if (op == 2) for (long j = 0; j < n; j++) yr[j] = xr[j] * c;
     else if (yr != xr) for (long j = 0; j < n; j++) yr[j] = xr[j];
     if (mask) {
+        const long i2 = r % d2, i1 = (r / d2) % d1, i0 = r / (d1 * d2);
         const float *mr = mask + i0 * m0 + i1 * m1 + i2 * m2;
         if (mj == 1) for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j];
         else for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j * mj];
@@ -143,7 +143,7 @@ void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
 }
 
 /* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. */
-static void ac_layer_norm_row(long r, long n, const float *x, const float *scale,
+static inline void ac_layer_norm_row(long r, long n, const float *x, const float *scale,
                               const float *bias, float eps, float *y, float *mean,
                               float *inv_std) {
     const float count = (float)n;
@@ -215,12 +215,13 @@ def forget() -> None:
     _built.clear()
 
 
+_ONE = (1, 0)
+
+
 def _threads(work: int) -> tuple[int, int]:
     """``(threads, pool)`` for ``work`` (``codegen.PARALLEL_WORK``'s units): one thread and
     no pool below it."""
-    if work < codegen.PARALLEL_WORK:
-        return 1, 0
-    return omp.max_threads(), pool.address()
+    return _ONE if work < codegen.PARALLEL_WORK else (omp.max_threads(), pool.address())
 
 
 def _ok(a: np.ndarray) -> bool:
