@@ -15,6 +15,10 @@
   ``ANYCHIP_COMPILE_CACHE=0`` (the test run) a per-user folder in the temp dir;
   ``ANYCHIP_CODEGEN_CACHE_DIR`` overrides both. Written under a temporary name and renamed,
   so concurrent processes share it. Each library is loaded once per process.
+* **OpenMP** (``load(..., openmp=True)``): built with ``-fopenmp``, which links the system
+  ``libgomp.so.1``, the one oneDNN's threads come from (``codegen/omp.py``); where that build
+  fails (a compiler without OpenMP) the same source is built without it, its ``#ifdef _OPENMP``
+  parts left out, and runs on one thread.
 * **No compiler** (``$CC`` names a missing program, or none of gcc/cc/clang exists) or a failed
   build: ``load`` returns None and the caller uses its numpy fallback; the reason is kept in
   ``status()``.
@@ -22,6 +26,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -34,7 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAGS", "compiler", "cache_dir", "load", "status", "builds"]
+from anychip.codegen import omp
+
+__all__ = ["FLAGS", "OPENMP", "compiler", "cache_dir", "load", "status", "builds"]
 
 FLAGS = (
     "-O3",
@@ -45,6 +52,8 @@ FLAGS = (
     "-shared",
     "-fPIC",
 )
+#: Added to ``FLAGS`` for ``load(..., openmp=True)``.
+OPENMP = ("-fopenmp",)
 log = logging.getLogger("anychip")
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
@@ -88,6 +97,7 @@ def cache_dir() -> Path:
     return cache_root() / "codegen"
 
 
+@functools.cache
 def _cpu() -> str:
     text = platform.machine()
     try:
@@ -102,12 +112,12 @@ def _cpu() -> str:
     return text
 
 
-def _key(source: str, cc: tuple[str, str]) -> str:
-    parts = [source, " ".join(FLAGS), cc[1], _cpu()]
+def _key(source: str, cc: tuple[str, str], flags: tuple[str, ...]) -> str:
+    parts = [source, " ".join(flags), cc[1], _cpu()]
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:40]
 
 
-def _build(path: Path, source: str, cc: tuple[str, str]) -> None:
+def _build(path: Path, source: str, cc: tuple[str, str], flags: tuple[str, ...]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".build-", dir=path.parent)
     os.close(fd)
@@ -116,7 +126,7 @@ def _build(path: Path, source: str, cc: tuple[str, str]) -> None:
         Path(src).write_text(source, encoding="utf-8")
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [cc[0], *FLAGS, "-o", tmp, src, "-lm"], capture_output=True, text=True, timeout=120
+            [cc[0], *flags, "-o", tmp, src, "-lm"], capture_output=True, text=True, timeout=120
         )
         if proc.returncode != 0:
             raise RuntimeError(f"{cc[0]} failed: {proc.stderr.strip()[:800]}")
@@ -128,35 +138,48 @@ def _build(path: Path, source: str, cc: tuple[str, str]) -> None:
                 os.unlink(p)
 
 
-def load(source: str, cdef: str, name: str) -> Any | None:
+def load(source: str, cdef: str, name: str, openmp: bool = False) -> Any | None:
     """The function ``name`` of ``source`` built and loaded (cached on disk and in this
-    process), or None when no compiler is present or the build failed (see ``status``)."""
+    process), or None when no compiler is present or the build failed (see ``status``).
+    ``openmp``: built with ``OPENMP`` where the compiler can, else without."""
     cc = compiler()
     if cc is None:
         _failed["compiler"] = "no C compiler (set CC, or install gcc)"
         return None
-    key = _key(source, cc)
+    key = _key(source, cc, FLAGS + (OPENMP if openmp else ()))
     fn = _loaded.get(key)
     if fn is not None or key in _failed:
         return fn
     with _lock:
         if key in _loaded or key in _failed:
             return _loaded.get(key)
-        try:
-            import cffi
+        tries = [FLAGS + OPENMP, FLAGS] if openmp else [FLAGS]
+        if openmp:
+            omp.passive_wait()  # before libgomp loads with the library
+        errors = []
+        for flags in tries:
+            try:
+                _loaded[key] = _load_built(source, cdef, name, cc, flags)
+                return _loaded[key]
+            except Exception as e:  # noqa: BLE001 - any build failure means the numpy fallback
+                errors.append(f"{type(e).__name__}: {e}"[:800])
+        _failed[key] = "; ".join(errors)
+        log.warning("anychip: generated C not built, numpy fallback: %s", _failed[key])
+    return None
 
-            path = cache_dir() / f"{key}.so"
-            if not path.exists():
-                _build(path, source, cc)
-            ffi = cffi.FFI()
-            ffi.cdef(cdef + ";")
-            lib = ffi.dlopen(str(path))
-            _loaded[key] = (ffi, lib, getattr(lib, name))
-        except Exception as e:  # noqa: BLE001 - any build failure means the numpy fallback
-            _failed[key] = f"{type(e).__name__}: {e}"[:800]
-            log.warning("anychip: generated C not built, numpy fallback: %s", _failed[key])
-            return None
-    return _loaded[key]
+
+def _load_built(
+    source: str, cdef: str, name: str, cc: tuple[str, str], flags: tuple[str, ...]
+) -> tuple[Any, Any, Any]:
+    import cffi
+
+    path = cache_dir() / f"{_key(source, cc, flags)}.so"
+    if not path.exists():
+        _build(path, source, cc, flags)
+    ffi = cffi.FFI()
+    ffi.cdef(cdef + ";")
+    lib = ffi.dlopen(str(path))
+    return ffi, lib, getattr(lib, name)
 
 
 def status() -> dict[str, Any]:

@@ -13,6 +13,7 @@ pow's values at -inf and -0); float64 uses glibc throughout.
 from __future__ import annotations
 
 from anychip.codegen.emitter import Emitter
+from anychip.codegen.pool import SOURCE_DECL
 from anychip.codegen.program import KernelSpec
 
 __all__ = ["CEmitter", "C_PRELUDE"]
@@ -97,7 +98,7 @@ static inline float ac_erff(float x) {
 
 class CEmitter(Emitter):
     """C99 for gcc/clang: ``void anychip_fused(long outer, long inner, const T *in0, ...,
-    long m<k> (R inputs), T *out)``."""
+    long m<k> (R inputs), T *out, int nthreads, uintptr_t pool)``."""
 
     name = "c"
 
@@ -122,26 +123,68 @@ class CEmitter(Emitter):
         params = ["long outer", "long inner"]
         params += [f"const {ctype} *in{k}" for k in range(len(spec.classes))]
         params += [f"long m{k}" for k, c in enumerate(spec.classes) if c == "R"]
-        params.append(f"{ctype} *out")
+        params += [f"{ctype} *out", "int nthreads", "uintptr_t pool"]
         return f"void {spec.name}({', '.join(params)})"
 
     def source(self, spec: KernelSpec) -> str:
+        """``ac_range`` computes the flat output elements ``[start, end)`` row piece by row
+        piece; the kernel runs it once, or, given ``nthreads`` and the pool's entry point
+        (``codegen/pool.py``), over about eight chunks per thread (multiples of 16 elements:
+        whole cache lines) that the caller and the pool's threads take as they come free."""
+        ctype = self.ctypes[spec.dtype]
+        n = len(spec.classes)
+        mods = [f"m{k}" for k, c in enumerate(spec.classes) if c == "R"]
+        names = [f"in{k}" for k in range(n)] + mods
+        fields = [f"const {ctype} *in{k};" for k in range(n)] + [f"long {m};" for m in mods]
+        lines = [C_PRELUDE, SOURCE_DECL]
+        lines += self._range(spec, mods)
+        lines += [
+            "struct ac_args { long total, inner, chunk; "
+            + " ".join(fields)
+            + f" {ctype} *out; }};",
+            "static void ac_chunk(void *p, long c) {",
+            "    const struct ac_args *a = (const struct ac_args *)p;",
+            "    const long s = c * a->chunk;",
+            "    const long e = s + a->chunk < a->total ? s + a->chunk : a->total;",
+            f"    ac_range(s, e, a->inner, {', '.join('a->' + x for x in names)}, a->out);",
+            "}",
+            "",
+            self.signature(spec) + " {",
+            "    const long total = outer * inner;",
+            "    if (nthreads > 1 && pool) {",
+            "        long chunk = total / (8 * (long)nthreads);",
+            "        chunk = chunk < 4096 ? 4096 : chunk - chunk % 16;",
+            f"        struct ac_args a = {{total, inner, chunk, {', '.join(names)}, out}};",
+            "        ((ac_pool_fn)pool)(ac_chunk, &a, (total + chunk - 1) / chunk, nthreads);",
+            "        return;",
+            "    }",
+            f"    ac_range(0, total, inner, {', '.join(names)}, out);",
+            "}",
+            "",
+        ]
+        return "\n".join(lines)
+
+    def _range(self, spec: KernelSpec, mods: list[str]) -> list[str]:
         ctype = self.ctypes[spec.dtype]
         # restrict on every input but the first: the output may be in0's own memory (the
         # planner's in-place hint); gcc then versions the loop and runs it vectorized anyway
-        sig = self.signature(spec).replace("*in", "*restrict in").replace("*restrict in0", "*in0")
-        lines = [C_PRELUDE, sig + " {", f"    {ctype} *y = out;"]
+        ins = [f"const {ctype} *{'restrict ' if k else ''}in{k}" for k in range(len(spec.classes))]
+        params = ["long start", "long end", "long inner", *ins, *[f"long {m}" for m in mods]]
+        lines = [f"static void ac_range({', '.join(params)}, {ctype} *y) {{"]
         for k, c in enumerate(spec.classes):
             if c == "S":
                 lines.append(f"    const {ctype} s{k} = in{k}[0];")
-        lines.append("    for (long o = 0; o < outer; o++) {")
-        lines.append("        const long base = o * inner;")
+        lines += [
+            "    long o = start / inner, i0 = start - o * inner;",
+            "    for (long pos = start; pos < end; o++, i0 = 0) {",
+            "        const long i1 = end - pos < inner - i0 ? i0 + (end - pos) : inner;",
+            "        const long base = o * inner;",
+        ]
         for k, c in enumerate(spec.classes):
             if c == "R":
                 lines.append(f"        const {ctype} r{k} = in{k}[o % m{k}];")
-        lines.append("        for (long i = 0; i < inner; i++) {")
+        lines.append("        for (long i = i0; i < i1; i++) {")
         body = self.body(spec, " " * 12)
         lines += body
         lines.append(f"            y[base + i] = t{len(body) - 1};")
-        lines += ["        }", "    }", "}", ""]
-        return "\n".join(lines)
+        return lines + ["        }", "        pos += i1 - i0;", "    }", "}", ""]

@@ -10,6 +10,9 @@ accumulators, blocks of 128, halves rounded down to a multiple of 8) added to a 
 layer norm's statistics and output are bit-identical to numpy's; maxima propagate NaN as
 ``np.max``; ``exp`` is the prelude's ``ac_expf`` (within 4 ulp of numpy's). Without a
 compiler, ``softmax_rows`` and ``layer_norm_rows`` return None and the callers use numpy.
+From ``codegen.PARALLEL_WORK`` on, blocks of rows go to the threads of ``codegen/pool.py``
+(as many as the OpenMP count, ``codegen/omp.py``); each row is computed whole by one thread,
+so the results do not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from anychip import codegen
+from anychip.codegen import omp, pool
 from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
+from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["softmax_rows", "layer_norm_rows", "forget"]
 
@@ -83,57 +89,113 @@ static float ac_rowmax(const float *a, long n) {
     return isnan ? NAN : r;
 }
 
-/* Softmax over rows of n: y = softmax(x op c + mask), op: 0 none, 1 divide, 2 multiply.
-   Rows are indexed (i0, i1, i2) < (d0, d1, d2); the mask row is at i0*m0 + i1*m1 + i2*m2,
-   its elements mj apart (0: one value per row). y may be x. */
-void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
-                const float *mask, long m0, long m1, long m2, long mj, float c, int op) {
-    for (long i0 = 0; i0 < d0; i0++)
-    for (long i1 = 0; i1 < d1; i1++)
-    for (long i2 = 0; i2 < d2; i2++) {
-        long row = ((i0 * d1 + i1) * d2 + i2) * n;
-        const float *xr = x + row;
-        float *yr = y + row;
-        if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
-        else if (op == 2) for (long j = 0; j < n; j++) yr[j] = xr[j] * c;
-        else if (yr != xr) for (long j = 0; j < n; j++) yr[j] = xr[j];
-        if (mask) {
-            const float *mr = mask + i0 * m0 + i1 * m1 + i2 * m2;
-            if (mj == 1) for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j];
-            else for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j * mj];
-        }
-        float m = ac_rowmax(yr, n);
-        for (long j = 0; j < n; j++) yr[j] = ac_expf(yr[j] - m);
-        float s = 0.0f + ac_psum(yr, n);
-        for (long j = 0; j < n; j++) yr[j] = yr[j] / s;
+/* Softmax of row r of n (flat over (i0, i1, i2) < (d0, d1, d2)): y = softmax(x op c + mask),
+   op: 0 none, 1 divide, 2 multiply; the mask row at i0*m0 + i1*m1 + i2*m2, its elements mj
+   apart (0: one value per row). y may be x. */
+static inline void ac_softmax_row(long r, long d1, long d2, long n, const float *x, float *y,
+                           const float *mask, long m0, long m1, long m2, long mj, float c,
+                           int op) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
+    else if (op == 2) for (long j = 0; j < n; j++) yr[j] = xr[j] * c;
+    else if (yr != xr) for (long j = 0; j < n; j++) yr[j] = xr[j];
+    if (mask) {
+        const long i2 = r % d2, i1 = (r / d2) % d1, i0 = r / (d1 * d2);
+        const float *mr = mask + i0 * m0 + i1 * m1 + i2 * m2;
+        if (mj == 1) for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j];
+        else for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j * mj];
     }
+    float m = ac_rowmax(yr, n);
+    for (long j = 0; j < n; j++) yr[j] = ac_expf(yr[j] - m);
+    float s = 0.0f + ac_psum(yr, n);
+    for (long j = 0; j < n; j++) yr[j] = yr[j] / s;
 }
 
-/* LayerNormalization over rows of n: the numpy kernel's steps; mean and inv_std per row. */
-void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std) {
-    const float count = (float)n;
-    for (long r = 0; r < rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        float mu = (0.0f + ac_psum(xr, n)) / count;
-        for (long j = 0; j < n; j++) yr[j] = xr[j] - mu;
-        float var = (0.0f + ac_psum_sq(yr, n)) / count;
-        float inv = 1.0f / sqrtf(var + eps);
-        if (bias) for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j] + bias[j];
-        else for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j];
-        mean[r] = mu;
-        inv_std[r] = inv;
+struct ac_softmax_args {
+    long d1, d2, n, m0, m1, m2, mj, block, rows;
+    const float *x, *mask;
+    float *y, c;
+    int op;
+};
+static void ac_softmax_block(void *p, long b) {
+    const struct ac_softmax_args *a = (const struct ac_softmax_args *)p;
+    const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
+    for (long r = b * a->block; r < end; r++)
+        ac_softmax_row(r, a->d1, a->d2, a->n, a->x, a->y, a->mask, a->m0, a->m1, a->m2, a->mj,
+                       a->c, a->op);
+}
+
+/* Every row; on nthreads threads of the pool (codegen/pool.py) in blocks of rows, about
+   eight per thread, taken as each thread comes free. */
+void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
+                const float *mask, long m0, long m1, long m2, long mj, float c, int op,
+                int nthreads, uintptr_t pool) {
+    const long rows = d0 * d1 * d2;
+    if (nthreads > 1 && pool) {
+        const long block = rows / (8 * (long)nthreads) + 1;
+        struct ac_softmax_args a = {d1, d2, n, m0, m1, m2, mj, block, rows, x, mask, y, c, op};
+        ((ac_pool_fn)pool)(ac_softmax_block, &a, (rows + block - 1) / block, nthreads);
+        return;
     }
+    for (long r = 0; r < rows; r++)
+        ac_softmax_row(r, d1, d2, n, x, y, mask, m0, m1, m2, mj, c, op);
+}
+
+/* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. */
+static inline void ac_layer_norm_row(long r, long n, const float *x, const float *scale,
+                              const float *bias, float eps, float *y, float *mean,
+                              float *inv_std) {
+    const float count = (float)n;
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float mu = (0.0f + ac_psum(xr, n)) / count;
+    for (long j = 0; j < n; j++) yr[j] = xr[j] - mu;
+    float var = (0.0f + ac_psum_sq(yr, n)) / count;
+    float inv = 1.0f / sqrtf(var + eps);
+    if (bias) for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j] + bias[j];
+    else for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j];
+    mean[r] = mu;
+    inv_std[r] = inv;
+}
+
+struct ac_layer_norm_args {
+    long n, block, rows;
+    const float *x, *scale, *bias;
+    float eps, *y, *mean, *inv_std;
+};
+static void ac_layer_norm_block(void *p, long b) {
+    const struct ac_layer_norm_args *a = (const struct ac_layer_norm_args *)p;
+    const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
+    for (long r = b * a->block; r < end; r++)
+        ac_layer_norm_row(r, a->n, a->x, a->scale, a->bias, a->eps, a->y, a->mean, a->inv_std);
+}
+
+void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
+                   float eps, float *y, float *mean, float *inv_std, int nthreads,
+                   uintptr_t pool) {
+    if (nthreads > 1 && pool) {
+        const long block = rows / (8 * (long)nthreads) + 1;
+        struct ac_layer_norm_args a = {n, block, rows, x, scale, bias, eps, y, mean, inv_std};
+        ((ac_pool_fn)pool)(ac_layer_norm_block, &a, (rows + block - 1) / block, nthreads);
+        return;
+    }
+    for (long r = 0; r < rows; r++)
+        ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
 }
 """
 
 _CDEF = """
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
-                const float *mask, long m0, long m1, long m2, long mj, float c, int op);
+                const float *mask, long m0, long m1, long m2, long mj, float c, int op,
+                int nthreads, uintptr_t pool);
 void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std)
+                   float eps, float *y, float *mean, float *inv_std, int nthreads,
+                   uintptr_t pool)
 """
+#: Work per element, in ``codegen.PARALLEL_WORK``'s units: softmax's exp and five passes;
+#: layer norm's two sums and three passes.
+SOFTMAX_WORK, LAYER_NORM_WORK = 20, 8
 
 _built: dict[str, Any] = {}
 _F32 = np.dtype(np.float32)
@@ -143,7 +205,7 @@ def _lib() -> Any | None:
     """``(ffi, lib)``, or None without a compiler (``$CC`` is part of the key: tests hide it)."""
     key = os.environ.get("CC", "")
     if key not in _built:
-        loaded = load(C_PRELUDE + _SOURCE, _CDEF, "ac_softmax")
+        loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
         _built[key] = None if loaded is None else (loaded[0], loaded[1])
     return _built[key]
 
@@ -151,6 +213,15 @@ def _lib() -> Any | None:
 def forget() -> None:
     """Look for the compiler again on the next call."""
     _built.clear()
+
+
+_ONE = (1, 0)
+
+
+def _threads(work: int) -> tuple[int, int]:
+    """``(threads, pool)`` for ``work`` (``codegen.PARALLEL_WORK``'s units): one thread and
+    no pool below it."""
+    return _ONE if work < codegen.PARALLEL_WORK else (omp.max_threads(), pool.address())
 
 
 def _ok(a: np.ndarray) -> bool:
@@ -195,7 +266,7 @@ def softmax_rows(
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
         ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out, require_writable=True),
-        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op,
+        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *_threads(x.size * SOFTMAX_WORK),
     )  # fmt: skip
     return True
 
@@ -234,6 +305,6 @@ def layer_norm_rows(
         rows, n, buf("float[]", x), buf("float[]", scale),
         ffi.NULL if bias is None else buf("float[]", bias), float(np.float32(eps)),
         buf("float[]", y, require_writable=True), buf("float[]", mean, require_writable=True),
-        buf("float[]", inv, require_writable=True),
+        buf("float[]", inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
     return y, mean, inv

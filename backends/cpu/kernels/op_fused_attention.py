@@ -1,6 +1,7 @@
 """``anychip::FusedAttention`` (``backends/cpu/passes/fuse_attention.py``):
 ``softmax(Q @ Kt (/ or *) scale [+ mask], last axis) @ V``, the unfused nodes' operations in
-their order, in one scores buffer (scaled, masked and normalized in place)."""
+their order, in one scores buffer (scaled, masked and normalized in place); given two threads
+or more and ``HEADS_SPLIT_WORK``, head by head on the pool (``codegen/attention.py``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,18 @@ import numpy as np
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_softmax import _softmax
 from anychip.backends.cpu.table import kernel
+from anychip.codegen import omp, pool
+from anychip.codegen.attention import attention
 from anychip.codegen.rows import softmax_rows
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
-__all__ = ["fused_attention"]
+__all__ = ["fused_attention", "HEADS_SPLIT_WORK"]
+
+#: Multiply-adds (both products) from which the heads go to ``codegen/pool.py``'s threads
+#: (``codegen/attention.py``): the BERT-like layer's 4 heads of 128x128x64 are 8.4M, 285-336
+#: us on one thread.
+HEADS_SPLIT_WORK = 1 << 22
 
 
 @kernel("FusedAttention", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE))
@@ -28,7 +36,13 @@ def fused_attention(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Scaled dot-product attention; ``divide``: the scores are divided by ``scale`` (else
-    multiplied)."""
+    multiplied). Large enough, given two threads or more: head by head on the pool."""
+    if q.dtype == np.float32 and q.size * kt.shape[-1] * 2 >= HEADS_SPLIT_WORK:
+        threads = omp.max_threads()
+        if threads > 1 and pool.try_parallel():
+            y = attention(q, kt, v, mask, scale, 1 if divide else 2, threads, out)
+            if y is not None:
+                return y
     s = np.matmul(q, kt)
     if not softmax_rows(s, s, mask, scale, 1 if divide else 2):  # float32 in C, else numpy
         s = _scaled_softmax(s, mask, scale, divide)

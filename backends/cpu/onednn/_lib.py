@@ -13,7 +13,6 @@ their values (``C``) were generated once with gcc from the 3.2 headers (they are
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import os
 import site
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from anychip.codegen import omp
 from anychip.errors import KernelError
 
 __all__ = [
@@ -130,6 +130,7 @@ int dnnl_primitive_execute(const_dnnl_primitive_t primitive, dnnl_stream_t strea
 int dnnl_primitive_destroy(dnnl_primitive_t primitive);
 int dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 int dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
+int dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
 int dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
 int dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
 int dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
@@ -167,6 +168,8 @@ class C:
     query_src_md = 129
     query_weights_md = 131
     query_dst_md = 133
+    query_scratchpad_md = 136
+    scratchpad_mode_user = 1
     arg_src, arg_src_1, arg_src_2 = 1, 2, 3
     arg_dst, arg_dst_1, arg_dst_2 = 17, 18, 19
     arg_weights, arg_weights_1 = 33, 34
@@ -228,11 +231,9 @@ def _load() -> None:
     except ImportError:  # pragma: no cover - cffi is a core dependency
         _state.update(lib=None, reason="cffi is not installed")
         return
-    # libgomp reads this once, when it loads (with libdnnl, if nothing loaded it before).
-    # Its default, spinning between parallel regions, collapsed on a shared 2-core machine:
-    # light ResNet-50 at 2 threads 983 ms spinning against 144 ms passive (90 at 1 thread).
-    # ``OMP_WAIT_POLICY=ACTIVE`` in the environment keeps the spinning.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # libgomp reads this once, when it loads (with libdnnl, if nothing loaded it before):
+    # see codegen/omp.py. ``OMP_WAIT_POLICY=ACTIVE`` in the environment keeps the spinning.
+    omp.passive_wait()
     errors = []
     for path in _candidates():
         if not path.exists():
@@ -296,8 +297,6 @@ def reset() -> None:
         _state.pop("reason", None)
 
 
-_omp: list[Any] = []
-
 #: Work (multiply-adds, or elements for pooling) under which a primitive runs on one OpenMP
 #: thread: waking the team's sleeping threads (``OMP_WAIT_POLICY=PASSIVE``) for each small
 #: primitive cost more than the second thread gave (2 threads against 1, wall, medians: LSTM
@@ -305,35 +304,21 @@ _omp: list[Any] = []
 SMALL_WORK = 1 << 24
 
 
-def _omp_fns() -> tuple[Any, Any] | None:
-    if not _omp:
-        try:
-            gomp = ctypes.CDLL("libgomp.so.1")
-            get, put = gomp.omp_get_max_threads, gomp.omp_set_num_threads
-            put.argtypes = [ctypes.c_int]
-            _omp.append((get, put))
-        except (OSError, AttributeError):
-            _omp.append(None)
-    return _omp[0]
-
-
 def omp_threads() -> int:
     """The OpenMP team size oneDNN will use (``omp_get_max_threads`` of the system libgomp)."""
-    fns = _omp_fns()
-    return int(fns[0]()) if fns is not None else 1
+    return omp.max_threads()
 
 
 @contextlib.contextmanager
 def team_for(work: float) -> Iterator[None]:
     """Inside: one OpenMP thread when ``work`` is under ``SMALL_WORK`` (primitives made and
     run there are keyed by that team size, ``omp_threads()``), else the team as it is."""
-    fns = _omp_fns()
-    n = int(fns[0]()) if fns is not None else 1
+    n = omp.max_threads()
     if n <= 1 or work >= SMALL_WORK:
         yield
         return
-    fns[1](1)
+    omp.set_threads(1)
     try:
         yield
     finally:
-        fns[1](n)
+        omp.set_threads(n)

@@ -38,6 +38,8 @@ __all__ = [
     "ptr",
     "query_md",
     "reorder_into",
+    "scratchpad_arg",
+    "user_scratchpad",
     "weights",
 ]
 
@@ -202,6 +204,28 @@ def post_ops(sum_z: bool, act: tuple[int, float, float] | None, add: Any = None)
     attr = ffi.gc(a[0], dn.dnnl_primitive_attr_destroy)
     dn.dnnl_primitive_attr_set_post_ops(attr, ops_h)
     return attr
+
+
+def user_scratchpad() -> Any:
+    """A primitive attribute asking for the scratchpad as an argument (``C.arg_scratchpad``,
+    described by ``query_md(pd, C.query_scratchpad_md)``): oneDNN's own is kept per thread
+    and grown when a primitive is made, so a primitive run on another thread needs its own."""
+    L = lib()
+    a = L.ffi.new("dnnl_primitive_attr_t *")
+    L.dnnl.dnnl_primitive_attr_create(a)
+    attr = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
+    check(
+        L.dnnl.dnnl_primitive_attr_set_scratchpad_mode(attr, C.scratchpad_mode_user),
+        "setting the scratchpad mode",
+    )
+    return attr
+
+
+def scratchpad_arg(pd: Any, args: dict[int, Any]) -> np.ndarray:
+    """Add the scratchpad to ``args`` (a primitive made with ``user_scratchpad()``) and return
+    a buffer for it, to pass as ``C.arg_scratchpad`` on every run."""
+    args[C.arg_scratchpad] = query_md(pd, C.query_scratchpad_md)
+    return empty_for(args[C.arg_scratchpad])
 
 
 def impl_info(pd: Any) -> str:

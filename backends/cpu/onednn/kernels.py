@@ -27,7 +27,7 @@ from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
 from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
-from anychip.backends.cpu.onednn._lib import C, team_for
+from anychip.backends.cpu.onednn._lib import C, omp_threads, team_for
 from anychip.backends.cpu.onednn._lib import available as _lib_available
 from anychip.backends.cpu.onednn._prim import channels_last as channels_last_shape
 from anychip.backends.cpu.onednn._prim import from_channels_last
@@ -59,8 +59,9 @@ def pool(x: np.ndarray, *args: Any) -> Any:
 
 def recurrent(op: str, x: Any, w: Any, r: Any, *args: Any) -> Any:
     steps = x.shape[0] if x is not None and x.ndim else 1
+    team = omp_threads()  # the threads given: a small-step recurrence may split its batch
     with team_for((x.size // max(steps, 1)) * ((w.size + r.size) // max(x.shape[-1], 1))):
-        return _rnn_mod.recurrent(op, x, w, r, *args)
+        return _rnn_mod.recurrent(op, x, w, r, *args, team=team)
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> Any:
@@ -69,8 +70,9 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     n = b.shape[0] if trans_b else b.shape[1]
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
+    team = omp_threads()  # the threads given: a one-thread product may split its rows
     with team_for(a.size * n):
-        return _matmul_mod.matmul(a, b, out, trans_b)
+        return _matmul_mod.matmul(a, b, out, trans_b, team)
 
 
 def _served(op: str, y: Any) -> Any:

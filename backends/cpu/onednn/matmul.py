@@ -18,26 +18,36 @@ that is not a constant of rank 2 (activations times activations, batched weights
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
 
-__all__ = ["MIN_ROWS", "MIN_MACS", "matmul"]
+__all__ = ["MIN_ROWS", "MIN_MACS", "ROW_SPLIT_WORK", "ROWS_PER_PART", "matmul"]
 
 #: Fewer rows of A than this: numpy's GEMV/GEMM (one call's Python overhead is ~10 us too).
 MIN_ROWS = 16
 #: Fewer multiply-adds than this (m * k * n): numpy (oneDNN's fixed cost dominates).
 MIN_MACS = 1 << 21
+#: From this many multiply-adds, with two threads or more given and oneDNN's team at one
+#: thread (under ``_lib.SMALL_WORK``), the rows are split into parts of ``ROWS_PER_PART`` or
+#: more (up to two per thread), one primitive each, run on ``codegen/pool.py``'s threads: the
+#: caller takes parts itself, so a thread that wakes late costs no wait.
+ROW_SPLIT_WORK = 1 << 22
+ROWS_PER_PART = 32
 
 
 def matmul(
-    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False, team: int = 1
 ) -> np.ndarray | None:
     """``a @ b`` (``a @ b.T`` with ``trans_b``: Gemm's transB) for a constant 2-D ``b``,
-    written into ``out`` when it fits; None: numpy."""
+    written into ``out`` when it fits; None: numpy. ``team``: the threads given (a product
+    run by one oneDNN thread may split its rows over them)."""
     if get() is None or a.dtype != np.float32 or b.dtype != np.float32:
         return None
     if a.ndim < 2 or b.ndim != 2 or 0 in a.shape or 0 in b.shape:
@@ -45,31 +55,66 @@ def matmul(
     m, (k, n) = math.prod(a.shape[:-1]), (b.shape[::-1] if trans_b else b.shape)
     if a.shape[-1] != k or m < MIN_ROWS or m * k * n < MIN_MACS:
         return None
-    key = ("matmul", m, k, n, omp_threads())
+    parts, threads = 1, omp_threads()
+    if team > 1 and m * k * n >= ROW_SPLIT_WORK and threads == 1 and m >= 2 * ROWS_PER_PART:
+        parts = min(2 * team, m // ROWS_PER_PART) if pool.try_parallel() else 1
+    rows = -(-m // max(parts, 1))
+    bounds = list(range(0, m, rows)) + [m]
+    packs: dict[int, np.ndarray] = {}  # B packed once per part height (the last may differ)
     try:
-        entry = P.cached(key, lambda: _build(m, k, n))
+        runs = [_part(b, trans_b, (hi - lo, k, n, threads), j, len(bounds) - 1, packs)
+                for j, (lo, hi) in enumerate(pairwise(bounds))]  # fmt: skip
     except P.Unsupported:
         return None
-    # Cached per weight array: a transposed B is made contiguous once, when it is packed.
-    packed = P.weights(key + (trans_b,), (b,), lambda: _pack(entry, key, b.T if trans_b else b))
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         out = np.empty(y_shape, np.float32)
-    entry.prim.run({C.arg_src: np.ascontiguousarray(a), C.arg_weights: packed, C.arg_dst: out})
+    a2, y2 = np.ascontiguousarray(a).reshape(m, k), out.reshape(m, n)
+    bufs = []
+    for (entry, packed), (lo, hi) in zip(runs, pairwise(bounds)):
+        bufs.append({C.arg_src: a2[lo:hi], C.arg_weights: packed, C.arg_dst: y2[lo:hi]})
+        if entry.scratch is not None:
+            bufs[-1][C.arg_scratchpad] = entry.scratch
+    if len(runs) == 1:
+        runs[0][0].prim.run(bufs[0])
+    else:
+        run_all([e.prim for e, _ in runs], bufs, team)
     return out
 
 
-class _MatMul:
-    __slots__ = ("prim", "w_md", "k", "n")
+def _part(
+    b: np.ndarray, trans_b: bool, dims: tuple[int, int, int, int], j: int, parts: int,
+    packs: dict[int, np.ndarray],
+) -> tuple[_MatMul, np.ndarray]:  # fmt: skip
+    """The primitive for part ``j`` of ``parts`` (``dims``: its rows, k, n and the OpenMP
+    count) and B packed for it (kept in ``packs`` by rows)."""
+    m, k, n, _ = dims
+    key = ("matmul", *dims)
+    if parts > 1:  # parts run at once: distinct primitives, each with its own scratchpad
+        entry = P.cached(key + (j, parts), lambda: _build(m, k, n, own=True))
+    else:
+        entry = P.cached(key, lambda: _build(m, k, n))
+    if m not in packs:
+        # Cached per weight array: a transposed B is made contiguous once, when it is packed.
+        packs[m] = P.weights(
+            key + (trans_b,), (b,), lambda: _pack(entry, key, b.T if trans_b else b)
+        )
+    return entry, packs[m]
 
-    def __init__(self, prim: P.Prim, w_md: Any, k: int, n: int) -> None:
+
+class _MatMul:
+    __slots__ = ("prim", "w_md", "k", "n", "scratch")
+
+    def __init__(self, prim: P.Prim, w_md: Any, k: int, n: int, scratch: Any) -> None:
         self.prim = prim
         self.w_md = w_md
         self.k = k
         self.n = n
+        self.scratch = scratch
 
 
-def _build(m: int, k: int, n: int) -> _MatMul:
+def _build(m: int, k: int, n: int, own: bool = False) -> _MatMul:
+    """``own``: the scratchpad is an argument (the part runs on another thread)."""
     L = P.lib()
     src, dst = P.md((m, k), C.ab), P.md((m, n), C.ab)
     pd = P.make_pd(
@@ -79,10 +124,12 @@ def _build(m: int, k: int, n: int) -> _MatMul:
         P.md((k, n), C.any),
         L.ffi.NULL,
         dst,
-        L.ffi.NULL,
+        P.user_scratchpad() if own else L.ffi.NULL,
     )
     w_md = P.query_md(pd, C.query_weights_md)
-    return _MatMul(P.Prim(pd, {C.arg_src: src, C.arg_weights: w_md, C.arg_dst: dst}), w_md, k, n)
+    args = {C.arg_src: src, C.arg_weights: w_md, C.arg_dst: dst}
+    scratch = P.scratchpad_arg(pd, args) if own else None
+    return _MatMul(P.Prim(pd, args), w_md, k, n, scratch)
 
 
 def _pack(entry: _MatMul, key: tuple, b: np.ndarray) -> np.ndarray:

@@ -15,12 +15,15 @@ and empty tensors.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
 
 __all__ = ["recurrent"]
 
@@ -60,6 +63,17 @@ def _supported(op: str, x: np.ndarray, arrays: Sequence[Any], attrs: dict[str, A
     return attrs.get("direction", "forward") in ("forward", "reverse", "bidirectional")
 
 
+#: Multiply-adds of a whole recurrence from which, with two or more OpenMP threads given and
+#: a step too small for oneDNN's team (``_lib.SMALL_WORK``), the batch is split into one
+#: primitive per thread, run at once (``_parallel.run_all``): one wake of the second thread
+#: per sequence instead of one per step.
+BATCH_SPLIT_WORK = 1 << 22
+#: Fewest batch rows per part: a part of the bench LSTM (T=32, 64 -> 128) costs 0.29 ms at
+#: batch 4 against 0.64 for the whole batch 8, but batches 2 and 4 split ran 0.6x their
+#: unsplit time (a step's fixed cost dominates there).
+MIN_PART_ROWS = 4
+
+
 def recurrent(
     op: str,
     x: np.ndarray,
@@ -69,8 +83,11 @@ def recurrent(
     sequence_lens: np.ndarray | None,
     initial: list[np.ndarray | None],
     attrs: dict[str, Any],
+    team: int = 1,
 ) -> tuple[np.ndarray, ...] | None:
-    """(Y, Y_h[, Y_c]) of an LSTM, GRU or RNN node, or None when oneDNN cannot run it."""
+    """(Y, Y_h[, Y_c]) of an LSTM, GRU or RNN node, or None when oneDNN cannot run it.
+    ``team``: the OpenMP threads given; with oneDNN's own team at one thread (the caller's
+    ``team_for``), a large enough recurrence runs split by batch over that many threads."""
     if not _supported(op, x, [w, r, b, *initial], attrs):
         return None
     layout = int(attrs.get("layout") or 0)
@@ -89,44 +106,87 @@ def recurrent(
     direction = attrs.get("direction", "forward")
     ddir = {"forward": C.left2right, "reverse": C.right2left}.get(direction, C.bidirectional_concat)
     act = _rnn_activation(attrs) if op == "RNN" else 0
-    key = (op, lbr, act, x.shape, h, d, ddir, omp_threads())
+    spec = (op, lbr, act, h, d, ddir)
+    parts = 1
+    if team > 1 and omp_threads() == 1 and t * n * d * gh * (i + h) >= BATCH_SPLIT_WORK:
+        parts = max(1, min(team, n // MIN_PART_ROWS))
+        parts = parts if parts > 1 and pool.try_parallel() else 1
+    bounds = [n * k // parts for k in range(parts + 1)]
     try:
-        entry = P.cached(key, lambda: _build(op, lbr, act, t, n, i, h, d, ddir))
+        runs = [_part(spec, x, w, r, b, initial, lo, hi, parts) for lo, hi in pairwise(bounds)]
     except P.Unsupported:
         return None
-    wl, wi, bias = P.weights(key, (w, r, b), lambda: _prepare(entry, key, op, lbr, w, r, b))
-    x = np.ascontiguousarray(x)
-    states = []
-    for s in initial:
-        s = np.zeros((d, n, h), np.float32) if s is None else np.ascontiguousarray(s, np.float32)
-        states.append(s)
-    dst = np.empty((t, n, d * h), np.float32)
-    outs = [np.empty((d, n, h), np.float32) for _ in initial]
-    bufs = {C.arg_src: x, C.arg_weights: wl, C.arg_weights_1: wi, C.arg_bias: bias}
-    bufs[C.arg_dst] = dst
-    for k, (s, o) in enumerate(zip(states, outs)):
-        bufs[C.arg_src_1 + k] = s
-        bufs[C.arg_dst_1 + k] = o
-    entry.prim.run(bufs)
+    if parts == 1:
+        runs[0][0].prim.run(runs[0][1])
+    else:
+        run_all([e.prim for e, _ in runs], [bufs for _, bufs in runs])
+    dst = np.concatenate([bufs[C.arg_dst] for _, bufs in runs], axis=1) if parts > 1 else None
+    dst = runs[0][1][C.arg_dst] if dst is None else dst
+    outs = [
+        np.concatenate([bufs[C.arg_dst_1 + k] for _, bufs in runs], axis=1)
+        for k in range(len(initial))
+    ]
     y = dst.reshape(t, n, d, h).transpose(0, 2, 1, 3)  # (T, D, N, H)
     if layout:
         return (y.transpose(2, 0, 1, 3),) + tuple(o.transpose(1, 0, 2) for o in outs)
     return (y,) + tuple(outs)
 
 
-class _Rnn:
-    __slots__ = ("prim", "wl_md", "wi_md", "dims")
+def _part(
+    spec: tuple,
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: np.ndarray | None,
+    initial: list[np.ndarray | None],
+    lo: int,
+    hi: int,
+    parts: int,
+) -> tuple[_Rnn, dict[int, np.ndarray]]:
+    """The primitive for batch rows ``[lo, hi)`` (of ``parts``) and its buffers."""
+    op, lbr, act, h, d, ddir = spec
+    t, n, i = x.shape
+    xs = x[:, lo:hi] if parts > 1 else x
+    # a split's parts are distinct primitives even at equal sizes: they run at once
+    key = (op, lbr, act, xs.shape, h, d, ddir, omp_threads()) + ((lo, parts) if parts > 1 else ())
+    entry = P.cached(key, lambda: _build(op, lbr, act, t, hi - lo, i, h, d, ddir, parts > 1))
+    wl, wi, bias = P.weights(key, (w, r, b), lambda: _prepare(entry, key, op, lbr, w, r, b))
+    bufs = {C.arg_src: np.ascontiguousarray(xs), C.arg_weights: wl, C.arg_weights_1: wi}
+    bufs[C.arg_bias] = bias
+    if entry.scratch is not None:
+        bufs[C.arg_scratchpad] = entry.scratch
+    bufs[C.arg_dst] = np.empty((t, hi - lo, d * h), np.float32)
+    for k, s in enumerate(initial):
+        if s is None:
+            s = np.zeros((d, hi - lo, h), np.float32)
+        else:
+            s = np.ascontiguousarray(s[:, lo:hi] if parts > 1 else s, np.float32)
+        bufs[C.arg_src_1 + k] = s
+        bufs[C.arg_dst_1 + k] = np.empty((d, hi - lo, h), np.float32)
+    return entry, bufs
 
-    def __init__(self, prim: P.Prim, wl_md: Any, wi_md: Any, dims: tuple) -> None:
+
+class _Rnn:
+    """A recurrent primitive, its weights' layouts and (``scratch``) its own scratchpad when
+    it runs on another thread."""
+
+    __slots__ = ("prim", "wl_md", "wi_md", "dims", "scratch")
+
+    def __init__(self, prim: P.Prim, wl_md: Any, wi_md: Any, dims: tuple, scratch: Any) -> None:
         self.prim = prim
         self.wl_md = wl_md
         self.wi_md = wi_md
         self.dims = dims
+        self.scratch = scratch
 
 
-def _build(op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int, ddir: int) -> _Rnn:
+def _build(
+    op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int, ddir: int, own: bool
+) -> _Rnn:
+    """``own``: the scratchpad is an argument (the batch parts run on other threads)."""
     L = P.lib()
     dn, null = L.dnnl, L.ffi.NULL
+    attr = P.user_scratchpad() if own else null
     gates = _GATES[op]
     src = P.md((t, n, i), C.tnc)
     state = P.md((1, d, n, h), C.ldnc)
@@ -135,22 +195,11 @@ def _build(op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int,
     bias = P.md((1, d, gates + int(lbr), h), C.ldgo)
     dst = P.md((t, n, d * h), C.tnc)
     common = (L.engine, C.forward_inference, ddir, src, state)
-    if op == "LSTM":
+    if op == "LSTM":  # no peepholes, no projection
         pd = P.make_pd(
-            dn.dnnl_lstm_forward_primitive_desc_create,
-            *common,
-            state,
-            wl,
-            wi,
-            null,
-            null,
-            bias,
-            dst,
-            state,
-            state,
-            0,
-            null,
-        )
+            dn.dnnl_lstm_forward_primitive_desc_create, *common, state, wl, wi, null, null,
+            bias, dst, state, state, 0, attr,
+        )  # fmt: skip
     elif op == "RNN":
         pd = P.make_pd(
             dn.dnnl_vanilla_rnn_forward_primitive_desc_create,
@@ -168,7 +217,7 @@ def _build(op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int,
             0,
             0.0,
             0.0,
-            null,
+            attr,
         )
     else:
         create = (
@@ -176,14 +225,15 @@ def _build(op: str, lbr: bool, act: int, t: int, n: int, i: int, h: int, d: int,
             if lbr
             else dn.dnnl_gru_forward_primitive_desc_create
         )
-        pd = P.make_pd(create, *common, wl, wi, bias, dst, state, 0, null)
+        pd = P.make_pd(create, *common, wl, wi, bias, dst, state, 0, attr)
     wl_md = P.query_md(pd, C.query_weights_md, 0)
     wi_md = P.query_md(pd, C.query_weights_md, 1)
     args = {C.arg_src: src, C.arg_src_1: state, C.arg_weights: wl_md, C.arg_weights_1: wi_md}
     args.update({C.arg_bias: bias, C.arg_dst: dst, C.arg_dst_1: state})
     if op == "LSTM":
         args.update({C.arg_src_2: state, C.arg_dst_2: state})
-    return _Rnn(P.Prim(pd, args), wl_md, wi_md, (d, i, h, gates))
+    scratch = P.scratchpad_arg(pd, args) if own else None
+    return _Rnn(P.Prim(pd, args), wl_md, wi_md, (d, i, h, gates), scratch)
 
 
 def _prepare(

@@ -1,0 +1,136 @@
+"""Several oneDNN primitives executed at once, one per thread of ``codegen/pool.py``.
+
+Made for work that oneDNN's own team splits badly: a recurrence at a small batch is one
+fork-join per time step inside the primitive (with ``OMP_WAIT_POLICY=PASSIVE`` a wake of the
+sleeping thread each, about 60 us on this VM), so ``rnn.py`` instead runs one primitive per
+batch part and pays at most one wake for the whole sequence. That is how onnxruntime's LSTM
+takes its second thread at batch 8 (its batch-parallel mode).
+
+A small C helper, built by ``codegen.build``, hands the parts to the pool as chunks; each
+calls ``dnnl_primitive_execute`` and ``dnnl_stream_wait`` through the addresses of the
+functions cffi loaded (no oneDNN headers or link step). The caller takes parts itself, so a
+pool thread that wakes late leaves its part to the caller. Each part has its own stream (a
+stream is not shared between threads), its own primitive (memory objects are bound per
+primitive) and its own scratchpad (oneDNN's is per thread, sized when a primitive is made:
+``_prim.user_scratchpad``); the pool's threads run oneDNN on one OpenMP thread. Without a
+compiler the parts run one after another, with the same results.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import check
+from anychip.codegen import pool
+from anychip.codegen.build import load
+from anychip.codegen.pool import SOURCE_DECL
+
+__all__ = ["run_all", "RUNS"]
+
+#: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
+RUNS: Counter[str] = Counter()
+
+_SOURCE = r"""
+typedef int (*ac_exec_t)(const void *, void *, int, const void *);
+typedef int (*ac_wait_t)(void *);
+struct ac_exec_args {
+    ac_exec_t ex;
+    ac_wait_t wt;
+    const uintptr_t *prims, *streams, *args;
+    const int *nargs;
+    int *status;
+};
+
+static void ac_exec_one(void *p, long i) {
+    const struct ac_exec_args *a = (const struct ac_exec_args *)p;
+    int s = a->ex((const void *)a->prims[i], (void *)a->streams[i], a->nargs[i],
+                  (const void *)a->args[i]);
+    a->status[i] = s == 0 ? a->wt((void *)a->streams[i]) : s;
+}
+
+void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
+                 const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+                 uintptr_t pool, int threads) {
+    struct ac_exec_args a = {(ac_exec_t)exec, (ac_wait_t)wait, prims, streams, args, nargs,
+                             status};
+    ((ac_pool_fn)pool)(ac_exec_one, &a, n, threads);
+}
+"""
+_CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
+    const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+    uintptr_t pool, int threads)"""
+
+_streams: list[Any] = []
+
+
+def _stream(k: int) -> Any:
+    """The ``k``-th extra stream of the CPU engine (made once)."""
+    L = P.lib()
+    while len(_streams) <= k:
+        out = L.ffi.new("dnnl_stream_t *")
+        check(L.dnnl.dnnl_stream_create(out, L.engine, 1), "creating a stream")
+        _streams.append(out[0])
+    return _streams[k]
+
+
+def _helper() -> Any | None:
+    """The built helper ``(ffi, lib, fn)``, or None; looked up once per ``$CC`` (a build's
+    cache key hashes the source: 60 us a call)."""
+    key = os.environ.get("CC", "")
+    if key not in _built:
+        _built[key] = load(SOURCE_DECL + _SOURCE, _CDEF, "ac_exec_all")
+    return _built[key]
+
+
+_built: dict[str, Any] = {}
+
+
+def _address(ffi: Any, cdata: Any) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def run_all(
+    prims: list[P.Prim], buffers: list[dict[int, np.ndarray]], threads: int | None = None
+) -> None:
+    """Execute ``prims[k]`` on ``buffers[k]`` (as ``Prim.run``) on ``threads`` threads (one
+    per primitive by default) where the helper builds; the primitives must be distinct."""
+    address = pool.address() if len(prims) > 1 else 0
+    built = _helper() if address else None
+    RUNS["together" if built is not None else "in turn"] += 1
+    if built is None:
+        for p, b in zip(prims, buffers):
+            p.run(b)
+        return
+    hffi, _, fn = built
+    L = P.lib()
+    ffi, dn = L.ffi, L.dnnl
+    for p in prims:
+        p.lock.acquire()
+    try:
+        for p, bufs in zip(prims, buffers):
+            for arg, a in bufs.items():
+                dn.dnnl_memory_set_data_handle(p.mems[arg], a.__array_interface__["data"][0])
+        n = len(prims)
+        status = hffi.new("int[]", n)
+        fn(
+            n,
+            _address(ffi, ffi.addressof(dn, "dnnl_primitive_execute")),
+            _address(ffi, ffi.addressof(dn, "dnnl_stream_wait")),
+            [_address(ffi, p.prim) for p in prims],
+            [_address(ffi, _stream(k)) for k in range(n)],
+            [len(p.mems) for p in prims],
+            [_address(ffi, p.args) for p in prims],
+            status,
+            address,
+            threads or n,
+        )
+    finally:
+        for p in prims:
+            p.lock.release()
+    for p, s in zip(prims, status):
+        check(s, "executing " + p.info)

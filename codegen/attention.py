@@ -1,0 +1,171 @@
+"""``softmax(Q @ Kt op c + mask) @ V`` head by head on ``codegen/pool.py``'s threads.
+
+``FusedAttention`` otherwise runs as numpy's batched matmul (OpenBLAS, at one thread inside a
+CPU partition: ``backends/cpu/blas_threads.py``), the softmax row kernel, and a second matmul:
+all on one thread. Here each (batch, head) is a chunk: its scores by numpy's own OpenBLAS
+``sgemm`` (the ``scipy_cblas_sgemm64_`` that numpy loaded, called through its address, with
+OpenBLAS at one thread so calls from two threads do not start its own), the scale, mask and
+softmax of ``rows.py`` row by row, and the product with V. The same sgemm, the same row code
+and the same order as the unthreaded path.
+
+Applies to float32, C-contiguous Q [..., S, D], Kt [..., D, T] and V [..., T, Dv] of one
+leading shape (rank 3 or 4) and a float32 mask that broadcasts to the scores; ``attention``
+returns None elsewhere (no compiler, no ILP64 OpenBLAS found, OpenBLAS running more than one
+thread, rank or shapes that differ) and the caller runs numpy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from anychip.codegen import pool, rows
+from anychip.codegen.build import load
+from anychip.codegen.c_emitter import C_PRELUDE
+from anychip.codegen.pool import SOURCE_DECL
+
+__all__ = ["attention", "sgemm_address"]
+
+_SOURCE = r"""
+typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc);
+struct ac_attn_args {
+    ac_sgemm_t gemm;
+    long h, s, d, t, dv, m0, m1, m2, mj;
+    const float *q, *kt, *v, *mask;
+    float *scores, *out, c;
+    int op;
+};
+
+/* Head ``k`` (flat over the leading axes): scores, their rows, the product with V. */
+static void ac_attn_head(void *p, long k) {
+    const struct ac_attn_args *a = (const struct ac_attn_args *)p;
+    float *sc = a->scores + k * a->s * a->t;
+    a->gemm(101, 111, 111, a->s, a->t, a->d, 1.0f, a->q + k * a->s * a->d, a->d,
+            a->kt + k * a->d * a->t, a->t, 0.0f, sc, a->t);
+    for (long r = k * a->s; r < (k + 1) * a->s; r++)
+        ac_softmax_row(r, a->h, a->s, a->t, a->scores, a->scores, a->mask, a->m0, a->m1,
+                       a->m2, a->mj, a->c, a->op);
+    a->gemm(101, 111, 111, a->s, a->dv, a->t, 1.0f, sc, a->t, a->v + k * a->t * a->dv, a->dv,
+            0.0f, a->out + k * a->s * a->dv, a->dv);
+}
+
+void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
+                  const float *kt, const float *v, const float *mask, long m0, long m1,
+                  long m2, long mj, float c, int op, float *scores, float *out,
+                  uintptr_t gemm, int nthreads, uintptr_t pool) {
+    struct ac_attn_args a = {(ac_sgemm_t)gemm, h, s, d, t, dv, m0, m1, m2, mj, q, kt, v,
+                             mask, scores, out, c, op};
+    if (nthreads > 1 && pool) {
+        ((ac_pool_fn)pool)(ac_attn_head, &a, heads, nthreads);
+        return;
+    }
+    for (long k = 0; k < heads; k++) ac_attn_head(&a, k);
+}
+"""
+_CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
+    const float *kt, const float *v, const float *mask, long m0, long m1, long m2, long mj,
+    float c, int op, float *scores, float *out, uintptr_t gemm, int nthreads, uintptr_t pool)"""
+_F32 = np.dtype(np.float32)
+_built: dict[str, Any] = {}
+_sgemm: list[int] = []
+
+
+def sgemm_address() -> int:
+    """The address of numpy's ILP64 OpenBLAS ``cblas_sgemm`` (0 where none is loaded)."""
+    if not _sgemm:
+        from anychip.backends.cpu.blas_threads import _loaded_openblas
+
+        found = 0
+        for path in _loaded_openblas():
+            try:
+                fn = getattr(ctypes.CDLL(path), "scipy_cblas_sgemm64_", None)
+            except OSError:
+                continue
+            if fn is not None:
+                found = ctypes.cast(fn, ctypes.c_void_p).value or 0
+                break
+        _sgemm.append(found)
+    return _sgemm[0]
+
+
+def _lib() -> Any | None:
+    key = os.environ.get("CC", "")
+    if key not in _built:
+        source = C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE
+        _built[key] = load(source, _CDEF, "ac_attention")
+    return _built[key]
+
+
+def _fits(q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> bool:
+    arrays = (q, kt, v)
+    if not all(a.dtype == _F32 and a.flags.c_contiguous and a.ndim in (3, 4) for a in arrays):
+        return False
+    lead = q.shape[:-2]
+    if kt.shape[:-2] != lead or v.shape[:-2] != lead:
+        return False
+    return q.shape[-1] == kt.shape[-2] and kt.shape[-1] == v.shape[-2]
+
+
+def attention(
+    q: np.ndarray,
+    kt: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None,
+    scale: float,
+    op: int,
+    threads: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """``softmax(q @ kt op scale + mask) @ v`` (``op``: 1 divide, 2 multiply) on ``threads``
+    threads, into ``out`` when it is a C-contiguous float32 array of the result's shape; None
+    where this path does not apply (see the module docstring)."""
+    if not _fits(q, kt, v) or q.size == 0 or kt.size == 0:
+        return None
+    gemm = sgemm_address()
+    built = _lib() if gemm else None
+    if built is None or not _blas_single():
+        return None
+    ffi, lib, _ = built
+    s, d, t, dv = q.shape[-2], q.shape[-1], kt.shape[-1], v.shape[-1]
+    lead4 = (1,) * (4 - q.ndim) + q.shape[:-2] + (s,)  # the scores' rows as (d0, d1, d2)
+    scores = np.empty(q.shape[:-2] + (s, t), _F32)
+    mptr, ms = ffi.NULL, (0, 0, 0, 0)
+    if mask is not None:
+        if mask.dtype != _F32 or mask.ndim > scores.ndim:
+            return None
+        try:
+            m = np.broadcast_to(mask, scores.shape)
+        except ValueError:
+            return None
+        if any(st % 4 for st in m.strides):
+            return None
+        mptr = ffi.cast("const float *", m.ctypes.data)
+        ms = (0,) * (4 - scores.ndim) + tuple(st // 4 for st in m.strides)
+    shape = q.shape[:-2] + (s, dv)
+    if out is None or out.shape != shape or out.dtype != _F32 or not out.flags.c_contiguous:
+        out = np.empty(shape, _F32)
+    if any(np.may_share_memory(out, a) for a in (q, kt, v)):
+        out = np.empty(shape, _F32)
+    buf = ffi.from_buffer
+    lib.ac_attention(
+        math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,
+        buf("float[]", q), buf("float[]", kt), buf("float[]", v), mptr,
+        ms[0], ms[1], ms[2], ms[3], float(scale), op,
+        buf("float[]", scores, require_writable=True), buf("float[]", out, require_writable=True),
+        gemm, threads, pool.address() if threads > 1 else 0,
+    )  # fmt: skip
+    return out
+
+
+def _blas_single() -> bool:
+    """Whether numpy's OpenBLAS runs one thread (inside CPU partitions it is kept so)."""
+    from anychip.backends.cpu.blas_threads import openblas_threads
+
+    fns = openblas_threads()
+    return fns is not None and fns[0]() == 1

@@ -1,0 +1,261 @@
+"""A small thread pool for generated C whose caller never waits for a thread to wake.
+
+A kernel splits its work into chunks and calls ``ac_pool_run(fn, ctx, chunks, threads)``
+(its address is passed to the kernel as an integer). The caller publishes the job, wakes the
+pool's sleeping threads and starts taking chunks itself at once; each thread that wakes takes
+chunks until none are left. So a thread that wakes late (60-100 us after a futex wake on this
+VM, or never while other processes hold the cores) only takes fewer chunks: the call costs at
+most the one-thread time plus a wake-up call (a few us) and waits, at the end, only for chunks
+already running. An OpenMP parallel region instead waits for every thread of the team to
+arrive (``bench/codegen_threads.py`` measured both).
+
+Claims carry the job's generation (one 64-bit atomic: generation << 32 | next chunk), so a
+thread that slept through a job and wakes during the next one never runs the old job's
+chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
+kernel of a model, usually that close, starts it without a wake. When the chunks' CPU time
+was under 1.2x a call's wall time twice in a row (the threads did not run side by side: other
+processes hold the cores), the next 32 calls run on their caller alone (``AC_BACKOFF``), and
+``try_parallel()`` tells the oneDNN splits to stay whole meanwhile. One job at a time: a call
+while another runs (sessions in other Python threads) runs its chunks on its caller alone.
+The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
+(``onednn/_parallel.py``) runs on that thread alone. Threads are made on first use, up to the
+count asked (at most 64), and live as long as the process; a forked child makes its own.
+Without a compiler ``address()`` is 0 and kernels run their chunks in turn.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from anychip.codegen.build import load
+
+__all__ = ["address", "stats", "try_parallel", "reset_backoff", "SOURCE_DECL"]
+
+#: What a kernel using the pool declares (C).
+SOURCE_DECL = r"""
+#include <stdint.h>
+typedef void (*ac_chunk_fn)(void *ctx, long chunk);
+typedef void (*ac_pool_fn)(ac_chunk_fn fn, void *ctx, long chunks, int threads);
+"""
+
+_SOURCE = (
+    SOURCE_DECL
+    + r"""
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define AC_MAX_THREADS 64
+#define AC_BACKOFF 32
+#ifndef AC_SPIN_NS
+#define AC_SPIN_NS 50000L
+#endif
+static pthread_mutex_t ac_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t ac_busy = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ac_cv = PTHREAD_COND_INITIALIZER;
+static _Atomic unsigned long ac_gen = 0; /* written under ac_mu */
+static int ac_sleepers = 0;              /* threads in pthread_cond_wait, under ac_mu */
+static ac_chunk_fn ac_fn;                /* the job, under ac_mu */
+static void *ac_ctx;
+static long ac_chunks;
+static _Atomic uint64_t ac_ticket;       /* (generation << 32) | next chunk */
+static _Atomic long ac_done;             /* chunks finished in this generation */
+static int ac_made = 0;                  /* threads made, under ac_busy */
+static int ac_strikes = 0;               /* under ac_busy */
+static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
+static _Atomic long ac_cpu_ns;           /* CPU time of this job's chunks, all threads */
+/* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
+   jobs run on the caller because of a backoff */
+static _Atomic long ac_stats[4];
+
+static long ac_cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks, int mine_only) {
+    uint64_t t = atomic_load(&ac_ticket);
+    for (;;) {
+        if ((t >> 32) != (gen & 0xffffffffu) || (long)(t & 0xffffffffu) >= chunks) return;
+        if (atomic_compare_exchange_weak(&ac_ticket, &t, t + 1)) {
+            if (mine_only == 0) atomic_fetch_add(&ac_stats[1], 1);
+            const long c0 = ac_cpu();
+            fn(ctx, (long)(t & 0xffffffffu));
+            atomic_fetch_add(&ac_cpu_ns, ac_cpu() - c0);
+            atomic_fetch_add(&ac_done, 1);
+            t = atomic_load(&ac_ticket);
+        }
+    }
+}
+
+static long ac_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Spin up to AC_SPIN_NS for the next job (a model's next kernel often follows within tens of
+   us, and a futex wake costs the caller ~10 us and this thread ~60), then sleep. */
+static void ac_wait(unsigned long seen) {
+    /* Yielding each time round: a thread spinning on the core its caller waits for (the
+       other core taken by another process) would hold that core for its whole slice. */
+    const long until = ac_ns() + AC_SPIN_NS;
+    while (atomic_load(&ac_gen) == seen && ac_ns() < until) sched_yield();
+    pthread_mutex_lock(&ac_mu);
+    ac_sleepers++;
+    while (atomic_load(&ac_gen) == seen) pthread_cond_wait(&ac_cv, &ac_mu);
+    ac_sleepers--;
+}
+
+static void *ac_worker(void *arg) {
+    (void)arg;
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    pthread_mutex_lock(&ac_mu);
+    unsigned long seen = atomic_load(&ac_gen);
+    pthread_mutex_unlock(&ac_mu);
+    for (;;) {
+        ac_wait(seen);  /* returns holding ac_mu */
+        seen = atomic_load(&ac_gen);
+        ac_chunk_fn fn = ac_fn;
+        void *ctx = ac_ctx;
+        long chunks = ac_chunks;
+        pthread_mutex_unlock(&ac_mu);
+        ac_take(seen, fn, ctx, chunks, 0);
+    }
+    return 0;
+}
+
+static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
+    for (long c = 0; c < chunks; c++) fn(ctx, c);
+}
+
+/* 0 while backing off (counting the call down), else 1. */
+int ac_pool_try(void) {
+    int b = atomic_load(&ac_backoff);
+    while (b > 0)
+        if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
+            atomic_fetch_add(&ac_stats[3], 1);
+            return 0;
+        }
+    return 1;
+}
+
+/* A forked child has none of the parent's threads and may have copied a locked mutex. */
+static void ac_after_fork(void) {
+    pthread_mutex_init(&ac_mu, 0);
+    pthread_mutex_init(&ac_busy, 0);
+    pthread_cond_init(&ac_cv, 0);
+    ac_made = 0;
+    ac_sleepers = 0;
+}
+
+static pthread_once_t ac_once = PTHREAD_ONCE_INIT;
+static void ac_init(void) { pthread_atfork(0, 0, ac_after_fork); }
+
+void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
+    pthread_once(&ac_once, ac_init);
+    if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
+        ac_serial(fn, ctx, chunks);
+        return;
+    }
+    if (!ac_pool_try()) { /* no overlap lately: other processes hold the cores */
+        pthread_mutex_unlock(&ac_busy);
+        ac_serial(fn, ctx, chunks);
+        return;
+    }
+    const long start = ac_ns();
+    if (threads > AC_MAX_THREADS) threads = AC_MAX_THREADS;
+    while (ac_made < threads - 1) {
+        pthread_t t;
+        if (pthread_create(&t, 0, ac_worker, 0) != 0) break;
+        pthread_detach(t);
+        ac_made++;
+    }
+    pthread_mutex_lock(&ac_mu);
+    unsigned long gen = atomic_load(&ac_gen) + 1;
+    ac_fn = fn;
+    ac_ctx = ctx;
+    ac_chunks = chunks;
+    atomic_store(&ac_done, 0);
+    atomic_store(&ac_cpu_ns, 0);
+    atomic_store(&ac_ticket, (uint64_t)(gen & 0xffffffffu) << 32);
+    atomic_store(&ac_gen, gen);  /* a spinning thread sees it and takes ac_mu for the job */
+    if (ac_sleepers) pthread_cond_broadcast(&ac_cv);
+    pthread_mutex_unlock(&ac_mu);
+    ac_take(gen, fn, ctx, chunks, 1);
+    /* only chunks a thread is running are left: wait for them */
+    const long mine = ac_ns();
+    for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
+        if (spins > 64) sched_yield();
+    /* The chunks' CPU time under 1.2x the call's wall time, twice in a row: the threads did
+       not run side by side (other processes hold the cores; a thread ran on its caller's
+       core): the next AC_BACKOFF calls run on their caller alone. */
+    const long end = ac_ns();
+    atomic_fetch_add(&ac_stats[0], 1);
+    atomic_fetch_add(&ac_stats[2], end - mine);
+    ac_strikes = atomic_load(&ac_cpu_ns) * 5 < (end - start) * 6 ? ac_strikes + 1 : 0;
+    if (ac_strikes >= 2) {
+        atomic_store(&ac_backoff, AC_BACKOFF);
+        ac_strikes = 0;
+    }
+    pthread_mutex_unlock(&ac_busy);
+}
+
+uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
+void ac_pool_reset(void) { atomic_store(&ac_backoff, 0); }
+void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
+"""
+)
+_CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
+void ac_pool_reset(void)"""
+_address: dict[str, int] = {}
+
+
+def address() -> int:
+    """``ac_pool_run``'s address for a kernel's ``pool`` argument; 0 without a compiler
+    (``$CC`` is part of the key: tests hide it)."""
+    key = os.environ.get("CC", "")
+    if key not in _address:
+        built: Any = load(_SOURCE, _CDEF, "ac_pool_address", openmp=True)
+        _address[key] = 0 if built is None else int(built[2]())
+        if built is not None:
+            _keep.append(built)  # the library stays loaded while its address is handed out
+    return _address[key]
+
+
+_keep: list[Any] = []
+
+
+def try_parallel() -> bool:
+    """False while the pool backs off (counting this call down): the caller should run its
+    work whole, on itself. True without a pool too (the parts then run in turn)."""
+    if not address() or not _keep:
+        return True
+    return bool(_keep[-1][1].ac_pool_try())
+
+
+def reset_backoff() -> None:
+    """End a backoff now (tests, benchmarks that switch thresholds)."""
+    if address() and _keep:
+        _keep[-1][1].ac_pool_reset()
+
+
+def stats() -> dict[str, int]:
+    """Counters since the process started: ``jobs`` run on the pool, ``pool_chunks`` the
+    pool's threads ran, ``wait_us`` the callers spent waiting for their chunks at the end,
+    ``backoff_jobs`` run on their caller alone while backing off (zeros without the pool)."""
+    if not address() or not _keep:
+        return dict.fromkeys(("jobs", "pool_chunks", "wait_us", "backoff_jobs"), 0)
+    ffi, lib, _ = _keep[-1]
+    out = ffi.new("long[4]")
+    lib.ac_pool_stats(out)
+    return {"jobs": out[0], "pool_chunks": out[1], "wait_us": out[2] // 1000,
+            "backoff_jobs": out[3]}  # fmt: skip

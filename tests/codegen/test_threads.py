@@ -1,0 +1,238 @@
+"""Generated C on several threads (``codegen/pool.py``): threaded results equal the one-thread
+results bit for bit (element-wise chains of every broadcast class, softmax and layer-norm rows,
+NaN and +-Inf included, in place) and numpy's within the C's own tolerance; without the pool
+the chunks run on the caller; callers from many Python threads at once; a fused transformer
+layer with every threshold at zero equals onnxruntime."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import anychip.codegen as cg
+from anychip.backends.cpu.kernels import op_fused_attention
+from anychip.backends.cpu.kernels.op_fused_elementwise import (
+    evaluate,
+    fused_elementwise,
+)
+from anychip.codegen import attention, build, omp, parse, pool, rows
+
+pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
+
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, 3e38, -3e38, 88.8, -104.5]
+
+
+def _rand(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = rng.choice(flat.size, size=min(flat.size, 2 * len(SPECIALS)), replace=False)
+    flat[idx] = np.resize(np.array(SPECIALS, np.float32), idx.size)
+    return x
+
+
+@pytest.fixture
+def team(monkeypatch):
+    """Two OpenMP threads, every call on the team (the thresholds at zero); counts how often
+    a kernel asked for the team. Yields a function that runs a callable on one thread."""
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    asked = []
+    real = omp.max_threads
+
+    def counted() -> int:
+        asked.append(1)
+        return real()
+
+    kept = real()
+    omp.set_threads(2)
+    monkeypatch.setattr(cg, "PARALLEL_WORK", 0)
+    monkeypatch.setattr(omp, "max_threads", counted)
+
+    def serial(fn, *args, **kw):
+        with monkeypatch.context() as mp:
+            mp.setattr(cg, "PARALLEL_WORK", 1 << 62)
+            return fn(*args, **kw)
+
+    serial.asked = asked
+    yield serial
+    omp.set_threads(kept)
+
+
+EXPRS = [
+    "mul(in0,sigmoid(add(in0,in1)))",
+    "add(mul(tanh(in0),in1),erf(div(in0,1.4142135)))",
+    "select(gt(in0,in1),exp(in0),pow(abs(in1),0.5))",
+]
+SHAPES = [  # the second input: full, per-row (R), per-inner (I), scalar
+    ((3, 7, 1001), (3, 7, 1001)),
+    ((5, 37, 53), (5, 1, 1)),
+    ((2, 129, 33), (33,)),
+    ((4099,), (1,)),
+]
+
+
+@pytest.mark.parametrize("expr", EXPRS)
+@pytest.mark.parametrize("shapes", SHAPES)
+def test_threaded_elementwise_equals_one_thread(team, expr, shapes):
+    rng = np.random.default_rng(len(expr) + shapes[0][-1])
+    a, b = _rand(rng, shapes[0]), _rand(rng, shapes[1])
+    one = team(fused_elementwise, a, b, expr=expr)
+    before = len(team.asked)
+    got = fused_elementwise(a, b, expr=expr)
+    assert len(team.asked) > before, "the threaded path did not run"
+    np.testing.assert_array_equal(got, one)  # NaN in the same places, every bit else
+    want = evaluate(parse(expr), [a, b], np.dtype(np.float32))
+    ok = np.isfinite(want)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~ok & ~np.isnan(want)], want[~ok & ~np.isnan(want)])
+    np.testing.assert_allclose(got[ok], want[ok], rtol=5e-6, atol=2e-7)
+
+
+def test_threaded_in_place(team):
+    rng = np.random.default_rng(3)
+    x = _rand(rng, (6, 1000))
+    want = team(fused_elementwise, x, expr="mul(in0,sigmoid(in0))")
+    y = x.copy()
+    got = fused_elementwise(y, expr="mul(in0,sigmoid(in0))", out=y)
+    assert got is y
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17, 129)])
+def test_threaded_softmax_rows_equal_one_thread(team, shape):
+    rng = np.random.default_rng(shape[-1])
+    x = _rand(rng, shape)
+    mask = _rand(rng, shape[-2:])
+    one, got = np.empty_like(x), np.empty_like(x)
+    assert team(rows.softmax_rows, x, one, mask, 8.0, 1)
+    before = len(team.asked)
+    assert rows.softmax_rows(x, got, mask, 8.0, 1)
+    assert len(team.asked) > before
+    np.testing.assert_array_equal(got, one)
+
+
+def test_threaded_layer_norm_rows_equal_one_thread(team):
+    rng = np.random.default_rng(11)
+    x = _rand(rng, (3, 41, 96))
+    scale, bias = _rand(rng, (96,)), _rand(rng, (96,))
+    one = team(rows.layer_norm_rows, x, scale, bias, 1e-5, -1)
+    got = rows.layer_norm_rows(x, scale, bias, 1e-5, -1)
+    for g, o in zip(got, one):
+        np.testing.assert_array_equal(g, o)
+
+
+def test_without_the_pool_the_chunks_run_on_the_caller(team, monkeypatch):
+    rng = np.random.default_rng(5)
+    x, b = _rand(rng, (4, 3000)), _rand(rng, (3000,))
+    expr = "add(mul(in0,in1),exp(in1))"
+    want = team(fused_elementwise, x, b, expr=expr)
+    monkeypatch.setattr(pool, "address", lambda: 0)  # the pool could not be built
+    np.testing.assert_array_equal(fused_elementwise(x, b, expr=expr), want)
+    one, got = np.empty_like(x), np.empty_like(x)
+    assert team(rows.softmax_rows, x, one) and rows.softmax_rows(x, got)
+    np.testing.assert_array_equal(got, one)
+
+
+def test_pool_called_from_many_threads_at_once(team):
+    """One job at a time: callers that find the pool busy run their chunks themselves."""
+    rng = np.random.default_rng(9)
+    xs = [_rand(rng, (8, 4096)) for _ in range(6)]
+    expr = "mul(in0,sigmoid(in0))"
+    want = [team(fused_elementwise, x, expr=expr) for x in xs]
+
+    def work(k: int) -> bool:
+        return all(
+            np.array_equal(fused_elementwise(xs[k], expr=expr), want[k], equal_nan=True)
+            for _ in range(30)
+        )
+
+    with ThreadPoolExecutor(6) as ex:
+        assert all(ex.map(work, range(6)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_transformer_layer_on_the_team_equals_onnxruntime(team, monkeypatch, causal):
+    from anychip.backends.cpu.onednn import _lib
+    from tests.backends.cpu._fusion_models import check
+    from tests.models import transformer_layer
+
+    monkeypatch.setattr(_lib, "SMALL_WORK", 0)  # oneDNN's primitives on the team too
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    before = len(team.asked)
+    counts = check(transformer_layer(seq=16, hidden=64, heads=2, ffn=128, causal=causal))
+    assert counts["fuse_attention"] == 1 and counts["fuse_gelu"] == 1
+    assert len(team.asked) > before
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_pool_works_in_a_forked_child(team):
+    """The child has none of the parent's pool threads: it makes its own."""
+    rng = np.random.default_rng(13)
+    x = _rand(rng, (8, 5000))
+    expr = "mul(in0,sigmoid(in0))"
+    want = team(fused_elementwise, x, expr=expr)
+    fused_elementwise(x, expr=expr)  # the parent's threads exist
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 when the threaded result is right
+        ok = np.array_equal(fused_elementwise(x, expr=expr), want, equal_nan=True)
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.fixture
+def blas_one():
+    """numpy's OpenBLAS at one thread, as inside a CPU partition."""
+    from anychip.backends.cpu.blas_threads import openblas_threads
+
+    fns = openblas_threads()
+    if fns is None or attention.sgemm_address() == 0:
+        pytest.skip("needs numpy's ILP64 OpenBLAS")
+    kept = fns[0]()
+    fns[1](1)
+    yield
+    fns[1](kept)
+
+
+MASKS = [None, (1, 1, 33, 40), (2, 1, 1, 40), (40,), (2, 3, 33, 40)]
+
+
+@pytest.mark.parametrize("mask_shape", MASKS)
+@pytest.mark.parametrize("divide", [1, 0])
+def test_heads_on_the_pool_equal_the_numpy_path(team, blas_one, monkeypatch, mask_shape, divide):
+    rng = np.random.default_rng(len(mask_shape or ()) + divide)
+    q, kt, v = _rand(rng, (2, 3, 33, 16)), _rand(rng, (2, 3, 16, 40)), _rand(rng, (2, 3, 40, 24))
+    mask = None if mask_shape is None else _rand(rng, mask_shape)
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 1 << 62)
+    want = op_fused_attention.fused_attention(q, kt, v, mask, scale=4.0, divide=divide)
+    for threads in (1, 2):
+        got = attention.attention(q, kt, v, mask, 4.0, 1 if divide else 2, threads)
+        np.testing.assert_array_equal(got, want)  # the same sgemm and rows, NaN included
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    before = len(team.asked)
+    got = op_fused_attention.fused_attention(q, kt, v, mask, scale=4.0, divide=divide)
+    assert len(team.asked) > before
+    np.testing.assert_array_equal(got, want)
+
+
+def test_heads_path_declines_what_it_cannot_run(blas_one):
+    rng = np.random.default_rng(2)
+    q, kt, v = _rand(rng, (3, 8, 4)), _rand(rng, (3, 4, 9)), _rand(rng, (3, 9, 5))
+    assert attention.attention(q, kt, v, None, 2.0, 1, 2) is not None
+    assert attention.attention(q, kt[:1], v, None, 2.0, 1, 2) is None  # broadcast batch
+    assert attention.attention(q.astype(np.float64), kt, v, None, 2.0, 1, 2) is None
+    assert attention.attention(q, kt.transpose(0, 2, 1).copy().transpose(0, 2, 1), v, None,
+                               2.0, 1, 2) is None  # fmt: skip
+    from anychip.backends.cpu.blas_threads import openblas_threads
+
+    get, put = openblas_threads()
+    put(2)  # OpenBLAS threaded: numpy's own path
+    try:
+        assert attention.attention(q, kt, v, None, 2.0, 1, 2) is None
+    finally:
+        put(1)
