@@ -30,6 +30,7 @@ from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
 from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
 from anychip.backends.cpu.passes.lower_batch_norm import LowerBatchNormPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
+from anychip.backends.cpu.passes.view_transposes import ViewTransposesPass
 from anychip.ir.passes import Pass
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "FuseTreeStackPass",
     "LowerBatchNormPass",
     "MemoShapesPass",
+    "ViewTransposesPass",
     "cpu_passes",
     "fuse_elementwise_on",
     "fuse_attention_on",
@@ -66,6 +68,7 @@ def cpu_passes() -> list[Pass]:
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
         FuseAttentionPass(),
+        ViewTransposesPass(),
         FuseGeluPass(),
         FuseConvPass(),
         FuseGemmPass(),
