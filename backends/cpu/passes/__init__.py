@@ -18,6 +18,7 @@ from typing import Any
 
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
+from anychip.backends.cpu.passes.fold_gemm_reshapes import FoldGemmReshapesPass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
@@ -36,6 +37,7 @@ from anychip.ir.passes import Pass
 __all__ = [
     "EliminateTransposeReshapePass",
     "FoldConvAffinePass",
+    "FoldGemmReshapesPass",
     "FuseAttentionPass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
@@ -65,6 +67,7 @@ def cpu_passes() -> list[Pass]:
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
+        FoldGemmReshapesPass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
         FuseAttentionPass(),
