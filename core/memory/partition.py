@@ -17,12 +17,12 @@ with dynamic shapes is planned on the first run of each input-shape signature, f
 that run produced, and the plan kept in a bounded ``PlanCache`` (hits, misses, re-plans).
 
 Aliases: kernels registered ``alias=True`` return views of their first input (the CPU's
-Reshape, Flatten, ...). Their outputs are not separate tensors: their reads count as reads of
-the viewed tensor, which lives until its last view is dead. Graph outputs are copied out of the
-arena by the executor, so the viewed tensors also live until the end of the run. In-place:
-kernels registered ``inplace=True`` (element-wise) may write their output over their first
-input when it dies there (same shape and dtype). Both facts are read from the kernel that
-runs the node, so a plugin's kernels declare their own.
+Reshape, Flatten, Split's pieces, ...). Their outputs are not separate tensors: their reads
+count as reads of the viewed tensor, which lives until its last view is dead. Graph outputs
+are copied out of the arena by the executor, so the viewed tensors also live until the end of
+the run. In-place: kernels registered ``inplace=True`` (element-wise) may write their output
+over their first input when it dies there (same shape and dtype). Both facts are read from the
+kernel that runs the node, so a plugin's kernels declare their own.
 
 In-place Concat (``core/memory/concat_inplace.py``): at batch 1 the inputs of a Concat written
 through ``out=`` are planned inside its output, so their producers write their slices and the
@@ -68,7 +68,9 @@ __all__ = [
 ]
 
 #: ONNX ops whose CPU kernels are registered ``alias=True`` (the planner reads the kernels).
-ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+ALIAS_OPS = frozenset(
+    {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Split"}
+)
 
 #: ONNX ops whose CPU kernels are registered ``inplace=True`` (the planner reads the kernels).
 INPLACE_OPS = frozenset(
