@@ -71,7 +71,7 @@ _FLAT_KEEP = 32
 def _flat_index(indices: np.ndarray, lead: tuple[int, ...], b: int) -> np.ndarray:
     """One flat row index per gathered slice (checked against ``lead``, the data's batch and
     indexed dimensions); cached for an index array nobody can write (the tiny BERT's mask
-    gather, [1, 1, 128, 128, 2] from a ShapeMemo: 43 -> 3 us a run)."""
+    gather, a [1, 1, 1, 128, 2] ShapeMemo result: 43 -> 14.5 us a run, timed in place)."""
     frozen = type(indices) is np.ndarray and indices.base is None and not indices.flags.writeable
     if frozen:
         hit = _FLAT.get((id(indices), lead, b))
@@ -93,7 +93,7 @@ def _compute_flat(indices: np.ndarray, lead: tuple[int, ...], b: int) -> np.ndar
     idx = np.asarray(indices, dtype=np.int64).reshape(nb, -1, k)
     # one flat index per gathered slice, then one np.take: numpy's fancy indexing with a tuple
     # of index arrays, after a negative-index pass over all of them, took several times as
-    # long on the tiny BERT's [1, 1, 128, 128, 2] mask gather
+    # long on the tiny BERT's mask gather
     lin = np.zeros(idx.shape[:2], np.int64)
     for i in range(k):
         col = idx[..., i]
