@@ -183,6 +183,19 @@ def _matmul_add() -> OpSchema:
     )
 
 
+def _transpose_view() -> OpSchema:
+    return OpSchema(
+        "TransposeView",
+        ANYCHIP_DOMAIN,
+        1,
+        "Transpose as a view of the input (no copy), for readers that take strided input.",
+        inputs=[OpSchema.FormalParameter("data", "T", "any tensor")],
+        outputs=[OpSchema.FormalParameter("transposed", "T", "data with axes permuted")],
+        type_constraints=_T,
+        attributes=[OpSchema.Attribute("perm", OpSchema.AttrType.INTS, "the permutation")],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
     return [
@@ -193,4 +206,5 @@ def anychip_schemas() -> list[OpSchema]:
         _tree_ensemble_stack(),
         _tree_ensemble_group(),
         _matmul_add(),
+        _transpose_view(),
     ]

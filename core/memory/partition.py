@@ -17,12 +17,16 @@ with dynamic shapes is planned on the first run of each input-shape signature, f
 that run produced, and the plan kept in a bounded ``PlanCache`` (hits, misses, re-plans).
 
 Aliases: kernels registered ``alias=True`` return views of their first input (the CPU's
-Reshape, Flatten, ...). Their outputs are not separate tensors: their reads count as reads of
-the viewed tensor, which lives until its last view is dead. Graph outputs are copied out of the
-arena by the executor, so the viewed tensors also live until the end of the run. In-place:
-kernels registered ``inplace=True`` (element-wise) may write their output over their first
-input when it dies there (same shape and dtype). Both facts are read from the kernel that
-runs the node, so a plugin's kernels declare their own.
+Reshape, Flatten, Split's pieces, ...). Their outputs are not separate tensors: their reads
+count as reads of the viewed tensor, which lives until its last view is dead. Graph outputs
+are copied out of the arena by the executor, so the viewed tensors also live until the end of
+the run. In-place: kernels registered ``inplace=True`` (element-wise) may write their output
+over their first input when it dies there (same shape and dtype). Both facts are read from the
+kernel that runs the node, so a plugin's kernels declare their own.
+
+In-place Concat (``core/memory/concat_inplace.py``): at batch 1 the inputs of a Concat written
+through ``out=`` are planned inside its output, so their producers write their slices and the
+Concat copies nothing (``ProgramPlan.inside`` holds their offsets).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from anychip.core.memory import (
     lifetimes,
     plan_memory,
 )
+from anychip.core.memory.concat_inplace import concat_members, resolve
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
@@ -63,7 +68,9 @@ __all__ = [
 ]
 
 #: ONNX ops whose CPU kernels are registered ``alias=True`` (the planner reads the kernels).
-ALIAS_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
+ALIAS_OPS = frozenset(
+    {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Split"}
+)
 
 #: ONNX ops whose CPU kernels are registered ``inplace=True`` (the planner reads the kernels).
 INPLACE_OPS = frozenset(
@@ -86,20 +93,27 @@ class ProgramPlan:
     Attributes:
         plan: Every intermediate tensor with a known shape (the reported figures).
         arena: The tensors written through ``out=`` (None when there are none).
+        inside: ``slot -> arena offset`` of Concat inputs planned inside their Concat's output.
         shapes: ``slot -> (shape, dtype)`` the plans were made for.
     """
 
-    __slots__ = ("plan", "arena", "shapes", "_layout", "_last")
+    __slots__ = ("plan", "arena", "shapes", "inside", "_layout", "_last")
 
-    def __init__(self, plan: MemoryPlan, arena: MemoryPlan | None, shapes: ShapeMap) -> None:
+    def __init__(
+        self,
+        plan: MemoryPlan,
+        arena: MemoryPlan | None,
+        shapes: ShapeMap,
+        inside: dict[int, int] | None = None,
+    ) -> None:
         self.plan = plan
         self.arena = arena
         self.shapes = shapes
-        self._layout = (
-            [(s, off, shapes[s][0], shapes[s][1]) for s, off in arena.offsets.items()]
-            if arena is not None
-            else []
-        )
+        #: Arena offsets of the Concat inputs placed inside their Concat's output.
+        self.inside = dict(inside or {})
+        offsets = dict(arena.offsets) if arena is not None else {}
+        offsets.update(self.inside)
+        self._layout = [(s, off, shapes[s][0], shapes[s][1]) for s, off in offsets.items()]
         #: The views made last, with the buffer they view: a pool handing back the same block
         #: run after run (a caching pool does) gets them again instead of one view per slot.
         self._last: tuple[Any, int, int, Arena] | None = None
@@ -177,15 +191,30 @@ def _plan(
     planned: set[int],
     root: dict[int, int],
     steps: Sequence[Step],
-) -> MemoryPlan:
-    """Plan the slots of ``planned`` (aliases resolved to the tensor they view)."""
-    final = Step(tuple(root.get(s, s) for s in program.output_slots), ())
+) -> tuple[MemoryPlan, dict[int, int]]:
+    """Plan the slots of ``planned`` (aliases resolved to the tensor they view, Concat inputs
+    placed inside the Concat's output: ``core/memory/concat_inplace.py``); returns the plan and
+    the offsets of those Concat inputs."""
+    placed = concat_members(program, shapes, planned, root)
+
+    def home(s: int) -> int:
+        return resolve(placed, root.get(s, s))[0]
+
+    final = Step(tuple(home(s) for s in program.output_slots), ())
     mapped = []
+    written: set[int] = set()
     for st in list(steps) + [final]:
-        reads = tuple(dict.fromkeys(r for r in (root.get(s, s) for s in st.reads) if r in planned))
-        writes = tuple(s for s in st.writes if s in planned and s not in root)
-        mapped.append(Step(reads, writes))
-    sizes = {s: prod(shapes[s][0]) * shapes[s][1].itemsize for s in planned}
+        reads = [r for r in (home(s) for s in st.reads) if r in planned]
+        writes = []
+        for w in st.writes:
+            if w not in planned or w in root:
+                continue
+            h = home(w)
+            # a Concat's inputs and itself write one tensor: its first write starts it
+            (reads if h in written else writes).append(h)
+            written.add(h)
+        mapped.append(Step(tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))))
+    sizes = {s: prod(shapes[s][0]) * shapes[s][1].itemsize for s in planned if s not in placed}
     tensors = lifetimes(mapped, sizes, outputs=set(program.output_slots) & planned)
     hints: dict[int, int] = {}
     for ins in program.instrs:
@@ -197,12 +226,18 @@ def _plan(
             and src in planned
             and src not in root
             and out not in root
+            and src not in placed
+            and out not in placed
             and shapes[out] == shapes[src]
         ):
             hints[out] = src
     plan = plan_memory(tensors, inplace=hints, alignment=_ALIGNMENT)
     check_plan(plan, tensors, inplace=hints)
-    return plan
+    inside = {}
+    for s in placed:
+        top, off = resolve(placed, s)
+        inside[s] = plan.offsets[top] + off
+    return plan, inside
 
 
 def plan_program(program: Program, shapes: ShapeMap) -> ProgramPlan:
@@ -215,16 +250,16 @@ def plan_program(program: Program, shapes: ShapeMap) -> ProgramPlan:
     outputs = set(program.output_slots)
     steps = program.memory_steps()
     candidates = {s for s in shapes if s not in outputs and s not in root}
-    plan = _plan(program, shapes, candidates, root, steps)
+    plan, inside = _plan(program, shapes, candidates, root, steps)
     out_written = {
         ins.outs[0] for ins in program.instrs if ins.takes_out and ins.outs[0] in candidates
     }
-    arena = None
+    arena, arena_inside = None, {}
     if out_written == candidates and candidates:
-        arena = plan
+        arena, arena_inside = plan, inside
     elif out_written:
-        arena = _plan(program, shapes, out_written, root, steps)
-    return ProgramPlan(plan, arena, shapes)
+        arena, arena_inside = _plan(program, shapes, out_written, root, steps)
+    return ProgramPlan(plan, arena, shapes, arena_inside)
 
 
 def default_pool(backend: Backend) -> MemoryPool:

@@ -1,4 +1,8 @@
-"""Concat: join inputs along ``axis`` (opset 1 defaults it to 1; negative from opset 11)."""
+"""Concat: join inputs along ``axis`` (opset 1 defaults it to 1; negative from opset 11).
+
+The memory planner may place the inputs inside the planned output (``core/memory/
+concat_inplace.py``): their producers then wrote them where they belong, and only the inputs
+not found at their place in ``out`` are copied."""
 
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ def concat(
             first = arrays[0]
             shape = first.shape[:a] + (sum(x.shape[a] for x in arrays),) + first.shape[a + 1 :]
             if fits(out, shape, first.dtype):
+                if out.base is not None and any(x.base is out.base for x in arrays):
+                    placed = _into_place(arrays, a, out)
+                    if placed is not None:
+                        return placed
                 try:
                     return np.concatenate(arrays, axis=a, out=out, casting="no")
                 except TypeError:
@@ -37,3 +45,32 @@ def concat(
         raise KernelError(
             f"Concat: input shapes {[t.shape for t in arrays]} differ outside axis {a} ({e})"
         ) from e
+
+
+def _into_place(arrays: list[np.ndarray], a: int, out: np.ndarray) -> np.ndarray | None:
+    """``out`` with every input copied into its slice, skipping the inputs that already are
+    that slice (planned there); None when an input's dtype or its shape off the axis differs
+    (numpy's promotion, or its refusal, then)."""
+    rest = out.shape[a + 1 :]
+    if any(x.dtype != out.dtype or x.ndim != out.ndim or x.shape[a + 1 :] != rest for x in arrays):
+        return None
+    lead = (slice(None),) * a
+    start = 0
+    for x in arrays:
+        stop = start + x.shape[a]
+        dst = out[lead + (slice(start, stop),)]
+        if not _same_memory(x, dst):
+            np.copyto(dst, x)
+        start = stop
+    return out
+
+
+def _same_memory(x: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether ``x`` is exactly the array ``dst`` views: same first byte and shape, both in C
+    order (numpy's flag ignores the strides of size-1 dimensions, which differ here)."""
+    return (
+        x.shape == dst.shape
+        and x.flags.c_contiguous
+        and dst.flags.c_contiguous
+        and x.__array_interface__["data"][0] == dst.__array_interface__["data"][0]
+    )

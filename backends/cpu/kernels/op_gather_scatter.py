@@ -55,13 +55,45 @@ def gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int = 0) -> 
         raise ModelError(
             f"GatherND: batch_dims {b} + index depth {k} exceeds data rank {data.ndim}"
         )
-    batch_shape = data.shape[:b]
-    nb = int(np.prod(batch_shape, dtype=np.int64))
+    lin = _flat_index(indices, data.shape[: b + k], b)
+    nb = int(np.prod(data.shape[:b], dtype=np.int64))
+    rows = data.reshape((nb * math.prod(data.shape[b : b + k]),) + data.shape[b + k :])
+    out = np.take(rows, lin, axis=0)
+    return out.reshape(indices.shape[:-1] + data.shape[b + k :])
+
+
+#: Flat indices of read-only index arrays (constants, ShapeMemo results), by the array's
+#: identity and the data's leading shape; the arrays are held, so an id is never reused.
+_FLAT: dict[tuple[int, tuple[int, ...], int], tuple[np.ndarray, np.ndarray]] = {}
+_FLAT_KEEP = 32
+
+
+def _flat_index(indices: np.ndarray, lead: tuple[int, ...], b: int) -> np.ndarray:
+    """One flat row index per gathered slice (checked against ``lead``, the data's batch and
+    indexed dimensions); cached for an index array nobody can write (the tiny BERT's mask
+    gather, a [1, 1, 1, 128, 2] ShapeMemo result: 43 -> 14.5 us a run, timed in place)."""
+    frozen = type(indices) is np.ndarray and indices.base is None and not indices.flags.writeable
+    if frozen:
+        hit = _FLAT.get((id(indices), lead, b))
+        if hit is not None and hit[0] is indices:
+            return hit[1]
+    lin = _compute_flat(indices, lead, b)
+    if frozen:
+        if len(_FLAT) >= _FLAT_KEEP:
+            _FLAT.pop(next(iter(_FLAT)))
+        lin.setflags(write=False)
+        _FLAT[(id(indices), lead, b)] = (indices, lin)
+    return lin
+
+
+def _compute_flat(indices: np.ndarray, lead: tuple[int, ...], b: int) -> np.ndarray:
+    k = indices.shape[-1]
+    nb = math.prod(lead[:b])
+    sizes = lead[b:]
     idx = np.asarray(indices, dtype=np.int64).reshape(nb, -1, k)
-    sizes = data.shape[b : b + k]
     # one flat index per gathered slice, then one np.take: numpy's fancy indexing with a tuple
     # of index arrays, after a negative-index pass over all of them, took several times as
-    # long on the tiny BERT's [1, 1, 128, 128, 2] mask gather
+    # long on the tiny BERT's mask gather
     lin = np.zeros(idx.shape[:2], np.int64)
     for i in range(k):
         col = idx[..., i]
@@ -76,9 +108,7 @@ def gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int = 0) -> 
         lin *= sizes[i]
         lin += col
     lin += np.arange(nb, dtype=np.int64)[:, None] * math.prod(sizes)
-    rows = data.reshape((nb * math.prod(sizes),) + data.shape[b + k :])
-    out = np.take(rows, lin.reshape(-1), axis=0)
-    return out.reshape(indices.shape[:-1] + data.shape[b + k :])
+    return lin.reshape(-1)
 
 
 def _scatter_at(

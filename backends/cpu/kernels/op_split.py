@@ -33,7 +33,7 @@ def _split(data: np.ndarray, axis: int, sizes: list[int] | None, count: int) -> 
     return tuple(parts)
 
 
-@kernel("Split", since=1, context=True)
+@kernel("Split", since=1, context=True, alias=True)
 def split_v1(
     ctx, data, split_input=None, *, axis: int | None = None, split: list[int] | None = None
 ):
@@ -42,19 +42,19 @@ def split_v1(
     return _split(data, 0 if axis is None else axis, sizes, ctx.num_outputs)
 
 
-@kernel("Split", since=2, context=True)
+@kernel("Split", since=2, context=True, alias=True)
 def split_v2(ctx, data, *, axis: int = 0, split: list[int] | None = None):
     """Opsets 2-12: sizes from the ``split`` attribute, else equal parts."""
     return _split(data, axis, int_list(split), ctx.num_outputs)
 
 
-@kernel("Split", since=13, context=True)
+@kernel("Split", since=13, context=True, alias=True)
 def split_v13(ctx, data, split=None, *, axis: int = 0):
     """Opsets 13-17: sizes from the optional ``split`` input, else equal parts."""
     return _split(data, axis, int_list(split), ctx.num_outputs)
 
 
-@kernel("Split", since=18, context=True)
+@kernel("Split", since=18, context=True, alias=True)
 def split(ctx, data, split=None, *, axis: int = 0, num_outputs: int | None = None):
     """Opset 18+: ``split`` input or ``num_outputs`` (ceil-sized parts, last one smaller)."""
     if split is not None and num_outputs is not None:

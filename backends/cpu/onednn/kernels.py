@@ -121,11 +121,12 @@ def _channel_concat(node: Any) -> bool:
 
 def _channels_last(ctx: Any, out: np.ndarray | None = None) -> bool:
     """Whether the node's output should stay channels-last: it has no planned ``out`` (Conv
-    and the pools always use the plan's C-contiguous buffer when given; FusedConv asks
-    without it, see ``fused_conv``), and every reader in this partition is a oneDNN kernel,
-    possibly through a Relu (numpy kernels write C-contiguous planned outputs, so for them a
-    strided read would cost more than one reorder here). The readers are looked at once per
-    node."""
+    uses the plan's C-contiguous buffer when given; FusedConv and the pools ask without it:
+    a pool keeps a channels-last source's layout for oneDNN readers, where writing the plan's
+    NCHW buffer cost a reorder there and another at the next convolution), and every reader
+    in this partition is a oneDNN kernel, possibly through a Relu (numpy kernels write
+    C-contiguous planned outputs, so for them a strided read would cost more than one reorder
+    here). The readers are looked at once per node."""
     if out is not None:
         return False
     node = ctx.node
@@ -239,7 +240,7 @@ fused_conv.fast = _lib_available  # type: ignore[attr-defined]
 def max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None, **attrs: Any) -> Any:
     """MaxPool through oneDNN when the Indices output is not asked for."""
     if ctx.num_outputs == 1 and not attrs.get("storage_order"):
-        keep = _channels_last(ctx, out)
+        keep = _channels_last(ctx)
         y = pool(x, C.pooling_max, attrs.get("kernel_shape"), attrs, "MaxPool", keep, out)
         if y is not None:
             return _served("MaxPool", y)
@@ -256,7 +257,7 @@ def average_pool(
         if attrs.get("count_include_pad")
         else C.pooling_avg_exclude_padding
     )
-    keep = _channels_last(ctx, out)
+    keep = _channels_last(ctx)
     y = pool(x, alg, attrs.get("kernel_shape"), attrs, "AveragePool", keep, out)
     _served("AveragePool", y)
     return y if y is not None else op_pool.average_pool(x, out=out, **attrs)
@@ -264,7 +265,7 @@ def average_pool(
 
 @kernel("GlobalAveragePool", since=1, dtypes=op_pool._FLOATS, context=True)
 def global_average_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
-    keep = _channels_last(ctx, out)
+    keep = _channels_last(ctx)
     y = pool(x, C.pooling_avg_exclude_padding, None, {}, "GlobalAveragePool", keep, out)
     _served("GlobalAveragePool", y)
     return y if y is not None else op_pool.global_average_pool(x, out=out)
@@ -274,7 +275,7 @@ def global_average_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = Non
 def global_max_pool(ctx: Any, x: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     y = _served(
         "GlobalMaxPool",
-        pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx, out), out),
+        pool(x, C.pooling_max, None, {}, "GlobalMaxPool", _channels_last(ctx), out),
     )
     return y if y is not None else op_pool.global_max_pool(x, out=out)
 

@@ -79,7 +79,12 @@ def pool(
     else:
         out = y = np.empty(y_shape, np.float32)
     prim.run({C.arg_src: x, C.arg_dst: out})
-    return np.ascontiguousarray(y) if src_cl and not channels_last else y
+    if src_cl and not channels_last:
+        if fits(planned, y_shape, np.dtype(np.float32)):
+            np.copyto(planned, y)  # a numpy reader: C order, in the plan (a Concat's slice)
+            return planned
+        return np.ascontiguousarray(y)
+    return y
 
 
 def _geometry(

@@ -18,6 +18,7 @@ from typing import Any
 
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
+from anychip.backends.cpu.passes.fold_gemm_reshapes import FoldGemmReshapesPass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
@@ -30,11 +31,13 @@ from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
 from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
 from anychip.backends.cpu.passes.lower_batch_norm import LowerBatchNormPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
+from anychip.backends.cpu.passes.view_transposes import ViewTransposesPass
 from anychip.ir.passes import Pass
 
 __all__ = [
     "EliminateTransposeReshapePass",
     "FoldConvAffinePass",
+    "FoldGemmReshapesPass",
     "FuseAttentionPass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
@@ -48,6 +51,7 @@ __all__ = [
     "FuseTreeStackPass",
     "LowerBatchNormPass",
     "MemoShapesPass",
+    "ViewTransposesPass",
     "cpu_passes",
     "fuse_elementwise_on",
     "fuse_attention_on",
@@ -63,9 +67,11 @@ def cpu_passes() -> list[Pass]:
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
+        FoldGemmReshapesPass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
         FuseAttentionPass(),
+        ViewTransposesPass(),
         FuseGeluPass(),
         FuseConvPass(),
         FuseGemmPass(),

@@ -63,3 +63,35 @@ def test_index_out_of_range_is_a_clear_error(bad):
     data = np.zeros((5, 3), np.float32)
     with pytest.raises(ModelError, match="out of range"):
         gather_nd(data, np.array([[0], [bad]], np.int64))
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_read_only_indices_are_cached_and_match_onnxruntime(case):
+    """A read-only index array (a constant, a ShapeMemo result) has its flat index cached:
+    the second call, on new data, must still give onnxruntime's result; another array with
+    other values (same shape) must not be served the first one's cached index."""
+    from anychip.backends.cpu.kernels import op_gather_scatter as mod
+
+    dshape, ishape, b, negative = CASES[case]
+    rng = np.random.default_rng(100 + case)
+    sizes = np.array(dshape[b : b + ishape[-1]])
+    frozen = []
+    for _ in range(2):
+        idx = rng.integers(0, sizes, size=ishape).astype(np.int64)
+        if negative:
+            idx = np.where(rng.random(ishape) < 0.5, idx - sizes, idx)
+        idx.setflags(write=False)
+        frozen.append(idx)
+    for idx in frozen + frozen:
+        data = rng.standard_normal(dshape).astype(np.float32)
+        np.testing.assert_array_equal(gather_nd(data, idx, batch_dims=b), _ort(data, idx, b))
+    assert any(hit[0] is frozen[0] for hit in mod._FLAT.values())
+
+
+def test_read_only_out_of_range_index_is_refused_every_time():
+    idx = np.array([[0, 1], [3, 0]], np.int64)
+    idx.setflags(write=False)
+    data = np.zeros((3, 2), np.float32)
+    for _ in range(2):
+        with pytest.raises(ModelError, match="out of range"):
+            gather_nd(data, idx)

@@ -137,3 +137,88 @@ def test_depthwise_then_1x1_reads_channels_last_in_place(group: int) -> None:
     np.testing.assert_allclose(got, _onnxruntime(model, feeds)[0], rtol=1e-4, atol=1e-4)
     (plain,) = anychip.load(model, devices=["cpu"], optimize=False).run(None, feeds)
     np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("pool", ["MaxPool", "AveragePool"])
+def test_pool_between_convolutions_keeps_channels_last_with_planned_memory(
+    pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Conv+Relu -> pool -> Conv+Relu -> GlobalAveragePool with the arena in use: the pool
+    reads the channels-last FusedConv output and, its reader being oneDNN, keeps that layout
+    instead of writing the plan's NCHW buffer (which cost a numpy reorder there and a oneDNN
+    one into the next convolution): a warm run reorders only X. Equal to onnxruntime."""
+    from anychip.core.memory import partition as memory_partition
+
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    w = {
+        "W1": (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32),
+        "W2": (rng.standard_normal((12, 16, 3, 3)) * 0.2).astype(np.float32),
+    }
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    nodes = [
+        helper.make_node("Conv", ["X", "W1"], ["a0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node(pool, ["a"], ["p"], **attrs),
+        helper.make_node("Conv", ["p", "W2"], ["b0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["b0"], ["b"]),
+        helper.make_node("GlobalAveragePool", ["b"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pool",
+        [helper.make_tensor_value_info("X", F, list(x.shape))],
+        [helper.make_tensor_value_info("Y", F, None)],
+        [numpy_helper.from_array(v, k) for k, v in w.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    want = _onnxruntime(model, {"X": x})
+    session = anychip.load(model, devices=["cpu"])
+    for _ in range(2):
+        session.run(None, {"X": x})
+    (pm,) = session.compiled.part_memory.values()
+    assert pm.current.arena is not None and pm.current.arena.total_size > 0
+    before = dict(REORDERS)
+    got = session.run(None, {"X": x})
+    moved = {k: v - before.get(k, 0) for k, v in REORDERS.items() if v != before.get(k, 0)}
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    assert moved == {"src": 1}, moved  # X into the first convolution; nothing else
+
+
+def test_pool_of_channels_last_for_a_numpy_reader_writes_the_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Conv+Relu (channels-last, its reader a pool) -> MaxPool -> Sigmoid: the pool's reader
+    is numpy, so it writes C order, into the plan's buffer (no declined view) rather than a
+    fresh array. Equal to onnxruntime."""
+    from anychip.core.memory import partition as memory_partition
+
+    monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["a0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Sigmoid", ["p"], ["s"]),
+        helper.make_node("Tanh", ["s"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pool_numpy",
+        [helper.make_tensor_value_info("X", F, list(x.shape))],
+        [helper.make_tensor_value_info("Y", F, None)],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    want = _onnxruntime(model, {"X": x})
+    session = anychip.load(model, devices=["cpu"])
+    for _ in range(2):
+        got = session.run(None, {"X": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    (pm,) = session.compiled.part_memory.values()
+    by_op = {ins.node.op_type: ins for ins in pm.program.instrs}
+    assert by_op["MaxPool"].takes_out
+    assert pm.program.declined == 2  # the FusedConv's, kept channels-last, on each run
