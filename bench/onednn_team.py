@@ -83,6 +83,7 @@ def _set(team: str) -> None:
     from anychip.codegen import pool
 
     _lib.SMALL_WORK = 1 if team == "2" else 1 << 62
+    _lib.MATMUL_SMALL_WORK = _lib.SMALL_WORK
     rnn.BATCH_SPLIT_WORK = 0 if team == "split" else 1 << 62
     matmul.ROW_SPLIT_WORK = 0 if team == "split" else 1 << 62
     pool.reset_backoff()  # the split's own figure, not the backoff's
@@ -104,7 +105,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     from anychip.backends.cpu.onednn import matmul
 
-    kept = _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK
+    kept = _lib.SMALL_WORK, _lib.MATMUL_SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK
     teams = ["1", "2", "split"] if args.kind in ("lstm", "matmul") else ["1", "2"]
     print(f"load average {os.getloadavg()[0]:.2f}; SMALL_WORK now 2^{kept[0].bit_length() - 1}")
     print(f"case              MACs   wall {' / '.join(teams)} (us)   CPU {' / '.join(teams)} (us)")
@@ -131,7 +132,7 @@ def main() -> None:
             print(f"{case:16s} {macs / 1e6:7.1f}M   {' / '.join(f'{v:7.0f}' for v in w)}"
                   f"   {' / '.join(f'{v:7.0f}' for v in c)}")  # fmt: skip
     finally:
-        _lib.SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK = kept
+        _lib.SMALL_WORK, _lib.MATMUL_SMALL_WORK, rnn.BATCH_SPLIT_WORK, matmul.ROW_SPLIT_WORK = kept
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The second core's work on and off in one process: a model of ``cpu_models.py`` at
-``--threads`` with the pool and the splits on (the thresholds as shipped) and off (every
-threshold out of reach), onnxruntime beside at the same thread count, interleaved in a new
-random order each round; medians of wall time.
+``--threads`` with the pool and the splits on (the thresholds as shipped) and off (the
+previous round's: nothing on the pool, MatMuls on oneDNN's team from ``SMALL_WORK``),
+onnxruntime beside at the same thread count, interleaved in a new random order each round;
+medians of wall time.
 
 One process, so the three see the same load second by second: onnxruntime's time against its
 one-thread time says whether a second core was there at all.
@@ -23,16 +24,19 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 
-def _switches() -> list[tuple[object, str]]:
+def _switches() -> list[tuple[object, str, int]]:
+    """``(module, name, value when off)``: off is the previous round's behaviour."""
     import anychip.codegen as cg
     from anychip.backends.cpu.kernels import op_fused_attention
-    from anychip.backends.cpu.onednn import matmul, rnn
+    from anychip.backends.cpu.onednn import _lib, matmul, rnn
 
+    never = 1 << 62
     return [
-        (cg, "PARALLEL_WORK"),
-        (op_fused_attention, "HEADS_SPLIT_WORK"),
-        (matmul, "ROW_SPLIT_WORK"),
-        (rnn, "BATCH_SPLIT_WORK"),
+        (cg, "PARALLEL_WORK", never),
+        (op_fused_attention, "HEADS_SPLIT_WORK", never),
+        (matmul, "ROW_SPLIT_WORK", never),
+        (rnn, "BATCH_SPLIT_WORK", never),
+        (_lib, "MATMUL_SMALL_WORK", _lib.SMALL_WORK),
     ]
 
 
@@ -79,11 +83,11 @@ def main() -> None:
     from anychip.backends.cpu.onednn import _lib
 
     _lib.available()  # loads libgomp, so threadpool_limits reaches it
-    shipped = [(m, name, getattr(m, name)) for m, name in _switches()]
+    shipped = [(m, name, getattr(m, name), off) for m, name, off in _switches()]
 
     def mode(on: bool) -> None:
-        for m, name, value in shipped:
-            setattr(m, name, value if on else 1 << 62)
+        for m, name, value, off in shipped:
+            setattr(m, name, value if on else off)
 
     print(f"load average {os.getloadavg()[0]:.2f}; threads {args.threads}")
     try:

@@ -12,9 +12,11 @@ arrive (``bench/codegen_threads.py`` measured both).
 Claims carry the job's generation (one 64-bit atomic: generation << 32 | next chunk), so a
 thread that slept through a job and wakes during the next one never runs the old job's
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
-kernel of a model, usually that close, starts it without a wake. When the chunks' CPU time
-was under 1.2x a call's wall time twice in a row (the threads did not run side by side: other
-processes hold the cores), the next 32 calls run on their caller alone (``AC_BACKOFF``), and
+kernel of a model, usually that close, starts it without a wake. When, twice in a row, the
+pool's threads ran no chunk of a call, or its caller lost its core for over a fifth of its
+own part, or waited over a quarter of the call for a preempted thread's chunk (the threads did
+not run side by side: other processes hold the cores), the next 32 calls run on their caller
+alone (``AC_BACKOFF``), and
 ``try_parallel()`` tells the oneDNN splits to stay whole meanwhile. One job at a time: a call
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
@@ -68,7 +70,7 @@ static _Atomic long ac_done;             /* chunks finished in this generation *
 static int ac_made = 0;                  /* threads made, under ac_busy */
 static int ac_strikes = 0;               /* under ac_busy */
 static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
-static _Atomic long ac_cpu_ns;           /* CPU time of this job's chunks, all threads */
+static _Atomic long ac_theirs;           /* chunks the pool's threads ran in this job */
 /* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
    jobs run on the caller because of a backoff */
 static _Atomic long ac_stats[4];
@@ -84,10 +86,11 @@ static void ac_take(unsigned long gen, ac_chunk_fn fn, void *ctx, long chunks, i
     for (;;) {
         if ((t >> 32) != (gen & 0xffffffffu) || (long)(t & 0xffffffffu) >= chunks) return;
         if (atomic_compare_exchange_weak(&ac_ticket, &t, t + 1)) {
-            if (mine_only == 0) atomic_fetch_add(&ac_stats[1], 1);
-            const long c0 = ac_cpu();
+            if (mine_only == 0) {
+                atomic_fetch_add(&ac_stats[1], 1);
+                atomic_fetch_add(&ac_theirs, 1);
+            }
             fn(ctx, (long)(t & 0xffffffffu));
-            atomic_fetch_add(&ac_cpu_ns, ac_cpu() - c0);
             atomic_fetch_add(&ac_done, 1);
             t = atomic_load(&ac_ticket);
         }
@@ -185,23 +188,29 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     ac_ctx = ctx;
     ac_chunks = chunks;
     atomic_store(&ac_done, 0);
-    atomic_store(&ac_cpu_ns, 0);
+    atomic_store(&ac_theirs, 0);
     atomic_store(&ac_ticket, (uint64_t)(gen & 0xffffffffu) << 32);
     atomic_store(&ac_gen, gen);  /* a spinning thread sees it and takes ac_mu for the job */
     if (ac_sleepers) pthread_cond_broadcast(&ac_cv);
     pthread_mutex_unlock(&ac_mu);
+    const long cpu0 = ac_cpu();
     ac_take(gen, fn, ctx, chunks, 1);
+    const long cpu = ac_cpu() - cpu0;
     /* only chunks a thread is running are left: wait for them */
     const long mine = ac_ns();
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
         if (spins > 64) sched_yield();
-    /* The chunks' CPU time under 1.2x the call's wall time, twice in a row: the threads did
-       not run side by side (other processes hold the cores; a thread ran on its caller's
-       core): the next AC_BACKOFF calls run on their caller alone. */
+    /* No overlap: the pool's threads ran no chunk (late, or no core), the caller lost its
+       core for over a fifth of its own part (a thread ran on it), or it waited over a
+       quarter of the call for a preempted thread's chunk. Twice in a row: the next
+       AC_BACKOFF calls run on their caller alone. Two thread-CPU clock reads a call
+       (0.5 us each here; per chunk they cost 10% of a 100 us call). */
     const long end = ac_ns();
     atomic_fetch_add(&ac_stats[0], 1);
     atomic_fetch_add(&ac_stats[2], end - mine);
-    ac_strikes = atomic_load(&ac_cpu_ns) * 5 < (end - start) * 6 ? ac_strikes + 1 : 0;
+    const int apart = atomic_load(&ac_theirs) == 0 || cpu * 5 < (mine - start) * 4 ||
+                      (end - mine) * 4 > end - start;
+    ac_strikes = apart ? ac_strikes + 1 : 0;
     if (ac_strikes >= 2) {
         atomic_store(&ac_backoff, AC_BACKOFF);
         ac_strikes = 0;

@@ -28,6 +28,8 @@ from anychip.errors import KernelError
 __all__ = [
     "C",
     "Lib",
+    "MATMUL_SMALL_WORK",
+    "SMALL_WORK",
     "available",
     "check",
     "findable",
@@ -302,6 +304,10 @@ def reset() -> None:
 #: primitive cost more than the second thread gave (2 threads against 1, wall, medians: LSTM
 #: T=100 1.46 / 0.75 ms, ShuffleNet-like 9.1 / 4.1, SqueezeNet 11.3 / 9.8).
 SMALL_WORK = 1 << 24
+#: The same for a MatMul: in idle seconds (``bench/onednn_team.py --kind matmul``, medians of
+#: 30, team of 1 / 2) 128x256x256 (2^23) ran 194-224 / 167-207 us, 128x256x1024 646-676 /
+#: 407-461; at load average 2 the 2^23 case 181 / 190.
+MATMUL_SMALL_WORK = 1 << 23
 
 
 def omp_threads() -> int:
@@ -310,11 +316,12 @@ def omp_threads() -> int:
 
 
 @contextlib.contextmanager
-def team_for(work: float) -> Iterator[None]:
-    """Inside: one OpenMP thread when ``work`` is under ``SMALL_WORK`` (primitives made and
-    run there are keyed by that team size, ``omp_threads()``), else the team as it is."""
+def team_for(work: float, small: float | None = None) -> Iterator[None]:
+    """Inside: one OpenMP thread when ``work`` is under ``small`` (``SMALL_WORK`` by default;
+    primitives made and run there are keyed by that team size, ``omp_threads()``), else the
+    team as it is."""
     n = omp.max_threads()
-    if n <= 1 or work >= SMALL_WORK:
+    if n <= 1 or work >= (SMALL_WORK if small is None else small):
         yield
         return
     omp.set_threads(1)

@@ -23,6 +23,7 @@ from anychip.backends.cpu.kernels import (
     op_pool,
     op_rnn,
 )
+from anychip.backends.cpu.onednn import _lib as _lib_mod
 from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
 from anychip.backends.cpu.onednn import pool as _pool_mod
@@ -71,7 +72,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
     team = omp_threads()  # the threads given: a one-thread product may split its rows
-    with team_for(a.size * n):
+    with team_for(a.size * n, _lib_mod.MATMUL_SMALL_WORK):
         return _matmul_mod.matmul(a, b, out, trans_b, team)
 
 

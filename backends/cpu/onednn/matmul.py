@@ -35,10 +35,13 @@ MIN_ROWS = 16
 #: Fewer multiply-adds than this (m * k * n): numpy (oneDNN's fixed cost dominates).
 MIN_MACS = 1 << 21
 #: From this many multiply-adds, with two threads or more given and oneDNN's team at one
-#: thread (under ``_lib.SMALL_WORK``), the rows are split into parts of ``ROWS_PER_PART`` or
-#: more (up to two per thread), one primitive each, run on ``codegen/pool.py``'s threads: the
-#: caller takes parts itself, so a thread that wakes late costs no wait.
-ROW_SPLIT_WORK = 1 << 22
+#: thread (under ``_lib.MATMUL_SMALL_WORK``), the rows are split into parts of
+#: ``ROWS_PER_PART`` or more (up to two per thread), one primitive each, run on
+#: ``codegen/pool.py``'s threads. Off: in idle seconds (``bench/onednn_team.py --kind matmul``,
+#: team of 1 / team of 2 / split, us) 128x256x256 194 / 167 / 200, 211 / 182 / 210 and
+#: 128x256x1024 646 / 407 / 435: parts of 32 rows cost 1.2-1.5x the CPU time of the whole,
+#: and oneDNN's own team of two does better. Set it (tests, ``onednn_team.py``) to use it.
+ROW_SPLIT_WORK = 1 << 62
 ROWS_PER_PART = 32
 
 
