@@ -68,3 +68,29 @@ def test_kernel_returns_a_view():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     y = op_dropout.dropout_v7(Ctx(), x, ratio=0.5)
     assert np.shares_memory(x, y) and np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("opset", [13])
+def test_the_mask_as_an_output_equals_onnxruntime(opset):
+    """The all-ones mask handed to the caller is a writable array of its own. (Before opset
+    10 the float mask is all ones here, as before this kernel's change; onnxruntime gives
+    zeros there.)"""
+    graph = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["d", "mask"])],
+        "dropout_mask",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [
+            helper.make_tensor_value_info("d", F, [2, 3]),
+            helper.make_tensor_value_info("mask", F if opset < 10 else TensorProto.BOOL, [2, 3]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    feeds = {"x": np.random.default_rng(6).standard_normal((2, 3)).astype(np.float32)}
+    got = anychip.load(model.SerializeToString(), "cpu").run(None, feeds)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.flags.writeable
+        np.testing.assert_array_equal(g, w)
