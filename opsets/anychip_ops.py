@@ -196,6 +196,20 @@ def _transpose_view() -> OpSchema:
     )
 
 
+def _channel_shuffle() -> OpSchema:
+    return OpSchema(
+        "ChannelShuffle",
+        ANYCHIP_DOMAIN,
+        1,
+        "ShuffleNet's channel shuffle: Y[:, j] = X[:, (j % group) * (C / group) + j // group] "
+        "(Reshape to [N, group, C / group, ...], Transpose of axes 1 and 2, Reshape back).",
+        inputs=[OpSchema.FormalParameter("X", "T", "[N, C, ...], C a multiple of group")],
+        outputs=[OpSchema.FormalParameter("Y", "T", "X's shape")],
+        type_constraints=_T,
+        attributes=[OpSchema.Attribute("group", OpSchema.AttrType.INT, "the groups mixed")],
+    )
+
+
 def anychip_schemas() -> list[OpSchema]:
     """The schemas the CPU plugin adds."""
     return [
@@ -207,4 +221,5 @@ def anychip_schemas() -> list[OpSchema]:
         _tree_ensemble_group(),
         _matmul_add(),
         _transpose_view(),
+        _channel_shuffle(),
     ]

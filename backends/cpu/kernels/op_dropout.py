@@ -35,13 +35,18 @@ def _apply(
     if not 0.0 <= ratio < 1.0 and training:
         raise KernelError(f"Dropout: ratio must be in [0, 1) in training mode, got {ratio}")
     if not training or ratio == 0.0:
-        out = np.array(x)
-        keep = np.ones(x.shape, dtype=np.bool_)
-    else:
-        # The legacy RandomState stream, so a seeded node reproduces onnx's reference output.
-        rng = np.random.RandomState(seed)
-        keep = rng.uniform(0.0, 1.0, x.shape) >= ratio
-        out = (x * keep / np.asarray(1.0 - ratio, dtype=x.dtype)).astype(x.dtype)
+        # the identity: a view (the kernel is registered alias=True: the planner keeps x
+        # alive while it lives; the session copies an output that views a feed), and an
+        # all-ones mask as a read-only broadcast of one element. Copying x and filling a
+        # mask took SqueezeNet's Dropout 19.7 us a call, this 3.9 (warm, 1 thread).
+        out = x.view()
+        if ctx.num_outputs < 2:
+            return out
+        return out, np.broadcast_to(np.ones((), mask_dtype), x.shape)
+    # The legacy RandomState stream, so a seeded node reproduces onnx's reference output.
+    rng = np.random.RandomState(seed)
+    keep = rng.uniform(0.0, 1.0, x.shape) >= ratio
+    out = (x * keep / np.asarray(1.0 - ratio, dtype=x.dtype)).astype(x.dtype)
     if ctx.num_outputs < 2:
         return out
     return out, keep.astype(mask_dtype)

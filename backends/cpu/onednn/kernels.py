@@ -15,6 +15,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels import (
     op_activations,
+    op_channel_shuffle,
     op_concat,
     op_contrib_conv,
     op_conv,
@@ -28,6 +29,7 @@ from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
 from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
+from anychip.backends.cpu.onednn import shuffle as _shuffle_mod
 from anychip.backends.cpu.onednn._lib import C, omp_threads, team_for
 from anychip.backends.cpu.onednn._lib import available as _lib_available
 from anychip.backends.cpu.onednn._prim import channels_last as channels_last_shape
@@ -177,6 +179,25 @@ def concat(
             c += a.shape[1]
         return y
     return op_concat.concat(*inputs, axis=axis, out=out)
+
+
+@kernel(
+    "ChannelShuffle", domain=ANYCHIP_DOMAIN, since=1, dtypes=(DType.FLOAT, DType.DOUBLE),
+    context=True,
+)  # fmt: skip
+def channel_shuffle(
+    ctx: Any, x: np.ndarray, *, group: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """ShuffleNet's shuffle whose readers are all oneDNN kernels (its depthwise convolution):
+    one reorder into channels-last (``onednn/shuffle.py``), declining the plan's NCHW buffer
+    as FusedConv does; else numpy's copy into the planned ``out``."""
+    if x.dtype == np.float32 and x.ndim == 4 and _channels_last(ctx):
+        with team_for(x.size):
+            y = _shuffle_mod.shuffle(x, group)
+        if y is not None:
+            return _served("ChannelShuffle", y)
+    _served("ChannelShuffle", None)
+    return op_channel_shuffle.channel_shuffle(x, group=group, out=out)
 
 
 @kernel("Conv", since=1, dtypes=op_conv._CONV_TYPES, context=True)

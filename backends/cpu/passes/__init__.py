@@ -21,6 +21,7 @@ from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
 from anychip.backends.cpu.passes.fold_gemm_reshapes import FoldGemmReshapesPass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
+from anychip.backends.cpu.passes.fuse_channel_shuffle import FuseChannelShufflePass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
@@ -39,6 +40,7 @@ __all__ = [
     "FoldConvAffinePass",
     "FoldGemmReshapesPass",
     "FuseAttentionPass",
+    "FuseChannelShufflePass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
     "FuseSoftmaxPass",
@@ -68,6 +70,7 @@ def cpu_passes() -> list[Pass]:
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
         FoldGemmReshapesPass(),
+        FuseChannelShufflePass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
         FuseAttentionPass(),

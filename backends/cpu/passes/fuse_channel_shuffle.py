@@ -1,0 +1,74 @@
+"""``FuseChannelShufflePass``: ShuffleNet's channel shuffle, as exporters write it,
+
+    a = Reshape(x, [N, g, C / g, H, W])
+    b = Transpose(a, perm=[0, 2, 1, 3, 4])
+    y = Reshape(b, x's shape)
+
+becomes ``anychip::ChannelShuffle(x) {group=g}``: one node instead of three, one copy, and where
+oneDNN runs the convolution after it, that copy is a oneDNN reorder straight into the
+channels-last layout the convolution reads (``onednn/shuffle.py``), so the convolution does not
+reorder its input again. Fires on static shapes only, each intermediate read once and not a
+graph output.
+"""
+
+from __future__ import annotations
+
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import attrs, single_use
+
+__all__ = ["FuseChannelShufflePass"]
+
+
+def _static(shape: tuple | None) -> bool:
+    return shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
+
+
+class FuseChannelShufflePass(Pass):
+    """Reshape -> Transpose(axes 1, 2) -> Reshape back becomes ChannelShuffle."""
+
+    name = "fuse_channel_shuffle"
+
+    def call(self, graph: Graph) -> PassResult:
+        """Rewrite ``graph`` in place."""
+        fired = 0
+        for node in list(graph.nodes):
+            if node.graph is graph and node.op_type == "Transpose" and not node.domain:
+                fired += _fuse(node, graph)
+        record(graph, self.name, fired)
+        return PassResult(graph, fired > 0)
+
+
+def _fuse(tr: Node, graph: Graph) -> int:
+    a, b = tr.inputs[0], tr.outputs[0]
+    first = a.producer if a is not None else None
+    if first is None or first.graph is not graph or first.op_type != "Reshape" or first.domain:
+        return 0
+    if not single_use(a, graph) or not single_use(b, graph):
+        return 0
+    last = b.uses[0][0]
+    if last.graph is not graph or last.op_type != "Reshape" or last.domain:
+        return 0
+    x, y = first.inputs[0], last.outputs[0]
+    if x is None or x.dtype not in FLOATS or not all(_static(v.shape) for v in (x, a, y)):
+        return 0
+    rank = len(x.shape)
+    perm = tr.attr("perm", None)
+    if rank < 2 or perm is None or [int(p) for p in perm] != [0, 2, 1] + list(range(3, rank + 1)):
+        return 0
+    n, c = x.shape[:2]
+    if y.shape != x.shape or len(a.shape) != rank + 1 or a.shape[0] != n:
+        return 0
+    g = a.shape[1]
+    if g * a.shape[2] != c or a.shape[3:] != x.shape[2:]:
+        return 0
+    index = graph.nodes.index(last)
+    fused = fused_node(
+        tr, "ChannelShuffle", [x], [y], attrs(group=int(g)), domain="anychip", version=1
+    )
+    for node in (last, tr, first):
+        graph.remove(node)
+    graph.insert(index - 2, fused)
+    return 1
