@@ -135,18 +135,10 @@ def attention(
     s, d, t, dv = q.shape[-2], q.shape[-1], kt.shape[-1], v.shape[-1]
     lead4 = (1,) * (4 - q.ndim) + q.shape[:-2] + (s,)  # the scores' rows as (d0, d1, d2)
     scores = np.empty(q.shape[:-2] + (s, t), _F32)
-    mptr, ms = ffi.NULL, (0, 0, 0, 0)
-    if mask is not None:
-        if mask.dtype != _F32 or mask.ndim > scores.ndim:
-            return None
-        try:
-            m = np.broadcast_to(mask, scores.shape)
-        except ValueError:
-            return None
-        if any(st % 4 for st in m.strides):
-            return None
-        mptr = ffi.cast("const float *", m.ctypes.data)
-        ms = (0,) * (4 - scores.ndim) + tuple(st // 4 for st in m.strides)
+    view = rows.mask_view(ffi, mask, scores.shape)
+    if view is None:
+        return None
+    mptr, ms, _kept = view
     shape = q.shape[:-2] + (s, dv)
     if out is None or out.shape != shape or out.dtype != _F32 or not out.flags.c_contiguous:
         out = np.empty(shape, _F32)

@@ -29,7 +29,7 @@ from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["softmax_rows", "layer_norm_rows", "forget"]
+__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "forget"]
 
 _SOURCE = r"""
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
@@ -228,6 +228,26 @@ def _ok(a: np.ndarray) -> bool:
     return a.dtype == _F32 and a.flags.c_contiguous
 
 
+def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple | None:
+    """``(pointer, strides, kept)`` for the C row kernels' mask broadcast to ``shape`` (rank
+    4 at most): the broadcast view's own data pointer and its strides in elements, padded to
+    four (0 where broadcast), and the view itself, which the caller holds through the call.
+    ``(NULL, zeros, None)`` without a mask; None where the C does not apply (not float32, of
+    higher rank, not broadcasting to ``shape``, or strides not whole floats)."""
+    if mask is None:
+        return ffi.NULL, (0, 0, 0, 0), None
+    if mask.dtype != _F32 or mask.ndim > len(shape):
+        return None
+    try:
+        m = np.broadcast_to(mask, shape)
+    except ValueError:
+        return None
+    if any(s % 4 for s in m.strides):
+        return None
+    strides = (0,) * (4 - len(shape)) + tuple(s // 4 for s in m.strides)
+    return ffi.cast("const float *", m.ctypes.data), strides, m
+
+
 def softmax_rows(
     x: np.ndarray,
     out: np.ndarray,
@@ -246,20 +266,10 @@ def softmax_rows(
         return False
     ffi, c = lib
     lead = (1,) * (4 - x.ndim) + x.shape[:-1]
-    mptr, ms = ffi.NULL, (0, 0, 0, 0)
-    if mask is not None:
-        if mask.dtype != _F32 or mask.ndim > x.ndim:
-            return False
-        try:
-            m = np.broadcast_to(mask, x.shape)
-        except ValueError:
-            return False
-        if any(s % 4 for s in m.strides):
-            return False
-        # the view's own data pointer and strides in elements (0 where broadcast); ``m``
-        # keeps the mask's memory alive through the call
-        mptr = ffi.cast("const float *", m.ctypes.data)
-        ms = (0,) * (4 - x.ndim) + tuple(s // 4 for s in m.strides)
+    view = mask_view(ffi, mask, x.shape)
+    if view is None:
+        return False
+    mptr, ms, _kept = view
     n = x.shape[-1]
     if n == 0 or x.size == 0:
         return True
