@@ -27,12 +27,14 @@ Without a compiler ``address()`` is 0 and kernels run their chunks in turn.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from anychip.codegen.build import load
 
-__all__ = ["address", "stats", "try_parallel", "reset_backoff", "SOURCE_DECL"]
+__all__ = ["address", "held", "holders", "stats", "try_parallel", "reset_backoff", "SOURCE_DECL"]
 
 #: What a kernel using the pool declares (C).
 SOURCE_DECL = r"""
@@ -70,6 +72,7 @@ static _Atomic long ac_done;             /* chunks finished in this generation *
 static int ac_made = 0;                  /* threads made, under ac_busy */
 static int ac_strikes = 0;               /* under ac_busy */
 static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
+static _Atomic int ac_hold = 0;          /* runs in progress that keep the threads spinning */
 static _Atomic long ac_theirs;           /* chunks the pool's threads ran in this job */
 /* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
    jobs run on the caller because of a backoff */
@@ -108,8 +111,12 @@ static long ac_ns(void) {
 static void ac_wait(unsigned long seen) {
     /* Yielding each time round: a thread spinning on the core its caller waits for (the
        other core taken by another process) would hold that core for its whole slice. */
-    const long until = ac_ns() + AC_SPIN_NS;
-    while (atomic_load(&ac_gen) == seen && ac_ns() < until) sched_yield();
+    long until = ac_ns() + AC_SPIN_NS;
+    while (atomic_load(&ac_gen) == seen) {
+        if (atomic_load(&ac_hold) > 0) until = ac_ns() + AC_SPIN_NS;
+        else if (ac_ns() >= until) break;
+        sched_yield();
+    }
     pthread_mutex_lock(&ac_mu);
     ac_sleepers++;
     while (atomic_load(&ac_gen) == seen) pthread_cond_wait(&ac_cv, &ac_mu);
@@ -220,11 +227,13 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
 
 uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
 void ac_pool_reset(void) { atomic_store(&ac_backoff, 0); }
+void ac_pool_hold(int delta) { atomic_fetch_add(&ac_hold, delta); }
+int ac_pool_holders(void) { return atomic_load(&ac_hold); }
 void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
 """
 )
 _CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
-void ac_pool_reset(void)"""
+void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void)"""
 _address: dict[str, int] = {}
 
 
@@ -249,6 +258,28 @@ def try_parallel() -> bool:
     if not address() or not _keep:
         return True
     return bool(_keep[-1][1].ac_pool_try())
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Inside, the pool's threads keep spinning between jobs instead of sleeping 50 us after
+    one: a model's run, whose small kernels come tens to hundreds of us apart, then finds
+    them awake at each (a futex wake costs a thread 60-100 us here). They yield the core at
+    every turn of the spin, and sleep as before once no run holds them."""
+    lib = _keep[-1][1] if address() and _keep else None
+    if lib is None:
+        yield
+        return
+    lib.ac_pool_hold(1)
+    try:
+        yield
+    finally:
+        lib.ac_pool_hold(-1)
+
+
+def holders() -> int:
+    """How many runs hold the pool awake now (0 without the pool)."""
+    return int(_keep[-1][1].ac_pool_holders()) if address() and _keep else 0
 
 
 def reset_backoff() -> None:

@@ -56,6 +56,7 @@ class CpuBackend(Backend):
         (``blas_threads.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
+        program = _pool_held(program)
         if not _lib.findable():
             return program
         from anychip.backends.cpu.blas_threads import single_blas_thread
@@ -84,3 +85,19 @@ class CpuBackend(Backend):
         if "all" in off:
             return []
         return [p for p in super().passes if p.name not in off]
+
+
+def _pool_held(program: Any) -> Any:
+    """``program`` run with the generated code's pool held awake (``codegen.pool.held``)
+    when two or more threads are given: its small parallel kernels then find the pool's
+    threads spinning instead of asleep."""
+    from anychip.codegen import omp, pool
+
+    def run(tensors: list[Any]) -> list[Any]:
+        if omp.max_threads() < 2:
+            return program(tensors)
+        with pool.held():
+            return program(tensors)
+
+    run.wrapped = program  # type: ignore[attr-defined]
+    return run

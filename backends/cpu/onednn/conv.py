@@ -22,7 +22,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn import conv1x1
+from anychip.backends.cpu.onednn import conv1x1, conv_split
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 
 __all__ = ["conv", "eltwise"]
@@ -67,8 +67,11 @@ def conv(
     attrs: dict[str, Any],
     channels_last: bool = False,
     out: np.ndarray | None = None,
+    team: int = 1,
 ) -> np.ndarray | None:
     """Y = act(conv(x, w) + b + z) through oneDNN, or None when oneDNN cannot run it.
+    ``team``: the OpenMP threads given; a convolution left on one thread (``team_for``) may
+    run in bands of rows on that many (``conv_split.py``).
 
     ``channels_last``: return the NCHW view of a channels-last buffer (for a oneDNN reader),
     else a C-contiguous array (for numpy readers, whose planned outputs are C-contiguous),
@@ -101,6 +104,10 @@ def conv(
     )
     if plain_io or not channels_last and x.ndim == 4 and all(k == 1 for k in kshape):
         y = conv1x1.run(x, w, b, z, act, y_shape, window, out)  # NCHW or channels-last x
+        if y is not None:
+            return y
+    if team > 1 and channels_last and omp_threads() == 1 and P.from_channels_last_ok(x):
+        y = conv_split.split_conv(x, w, b, z, act, geo, team)
         if y is not None:
             return y
     key = (

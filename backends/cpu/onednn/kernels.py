@@ -26,6 +26,7 @@ from anychip.backends.cpu.kernels import (
 )
 from anychip.backends.cpu.onednn import _lib as _lib_mod
 from anychip.backends.cpu.onednn import conv as _conv_mod
+from anychip.backends.cpu.onednn import conv_split as _conv_split
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
 from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
@@ -51,8 +52,9 @@ RUNS: Counter[tuple[str, str]] = Counter()
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
 def _conv(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
     work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
-    with team_for(work):
-        return _conv_mod.conv(x, w, *args)
+    team = omp_threads()  # the threads given: a one-thread convolution may split its rows
+    with team_for(work, _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None):
+        return _conv_mod.conv(x, w, *args, team=team)
 
 
 def pool(x: np.ndarray, *args: Any) -> Any:

@@ -1,0 +1,182 @@
+"""A small 2-D convolution at batch 1 split by output rows: one oneDNN primitive per part,
+run at once on ``codegen/pool.py`` (``_parallel.run_all``).
+
+Under ``_lib.SMALL_WORK`` a convolution runs on one OpenMP thread: waking oneDNN's passive
+team costs 60-100 us a primitive on this VM, more than a second thread saves on a small one
+(``bench/onednn_team.py --kind conv``: 7.2M multiply-adds 397 us on one thread, 487-563 on
+the team of two). SqueezeNet's and ShuffleNet's convolutions are all that small, so at two
+threads they ran on one. The pool's threads do not sleep between close calls, so here each
+part is a convolution of its own over a band of output rows:
+
+* in the channels-last layout (NHWC) a band of rows is one contiguous block, of the source
+  (the rows the band's windows read) and of the destination alike, so a part is an ordinary
+  dense convolution on pointers into the whole buffers, with no copy and no strided layout
+  (a oneDNN convolution on a strided channel slice falls to its reference kernel);
+* a part's padding is what its band lacks at the image's top or bottom edge, so each output
+  row is the same sum over the same inputs as in the whole convolution;
+* the residual ``Z`` (a ``sum`` post-op) is copied into the destination first, as in the
+  unsplit path; bias and activation are post-ops of every part.
+
+Each part keeps its own primitive, scratchpad and prepared weights (cached by the part's
+bounds). Parts run one after another where the pool is off or backing off.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import C, check
+from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
+
+__all__ = ["ROW_SPLIT_WORK", "TEAM_WORK", "MIN_PART_ROWS", "RUNS", "split_conv"]
+
+#: Convolutions run split, by part count (tests read it to see the split ran).
+RUNS: Counter[int] = Counter()
+
+#: Multiply-adds from which a one-thread convolution is split by rows when two or more
+#: threads were given. Measured on SqueezeNet's shapes, channels-last input, pool held, two
+#: parts against one thread (medians of 100, us): 3-5.5M multiply-adds (1x1) 76-120 / 81-106,
+#: no gain (a part's fixed cost); 14M (3x3, 48 -> 192 at 13x13) 245 / 176; 25-27M 423-484 /
+#: 272-288. Above ``TEAM_WORK`` oneDNN's own team runs it (ResNet-50 read no better split).
+ROW_SPLIT_WORK = 1 << 23
+#: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
+#: (``_lib.SMALL_WORK``, the threshold of every other primitive).
+TEAM_WORK = 1 << 24
+#: Fewest output rows per part.
+MIN_PART_ROWS = 2
+
+
+def _band(a: int, b: int, stride: int, span: int, pad: int, size: int) -> tuple[int, int, int, int]:
+    """Input rows ``[lo, hi)`` that output rows ``[a, b)`` read, and the padding the band
+    needs before and after them (``span``: the dilated kernel's height)."""
+    first = a * stride - pad
+    last = (b - 1) * stride - pad + span  # exclusive
+    lo, hi = max(first, 0), min(last, size)
+    return lo, hi, lo - first, last - hi
+
+
+class _Part:
+    __slots__ = ("prim", "w_md", "scratch", "rows")
+
+    def __init__(self, prim: P.Prim, w_md: Any, scratch: np.ndarray, rows: tuple) -> None:
+        self.prim, self.w_md, self.scratch, self.rows = prim, w_md, scratch, rows
+
+
+def _build(
+    x_shape: tuple[int, ...],
+    wdims: tuple[int, ...],
+    y_shape: tuple[int, ...],
+    window: tuple,
+    bias: bool,
+    sum_z: bool,
+    act: Any,
+    a: int,
+    b: int,
+) -> _Part:
+    L = P.lib()
+    ffi, dn = L.ffi, L.dnnl
+    strides, dilations, begin, end = window
+    span = (wdims[-2] - 1) * dilations[0] + 1
+    lo, hi, before, after = _band(a, b, strides[0], span, begin[0], x_shape[2])
+    nhwc = P.channels_last_tag(4)
+    src = P.md((1, x_shape[1], hi - lo, x_shape[3]), nhwc)
+    dst = P.md((1, y_shape[1], b - a, y_shape[3]), nhwc)
+    bias_md = P.md((y_shape[1],), C.a) if bias else ffi.NULL
+    attr = P.post_ops(sum_z, act)
+    if attr == ffi.NULL:
+        attr = P.user_scratchpad()
+    else:
+        check(
+            dn.dnnl_primitive_attr_set_scratchpad_mode(attr, C.scratchpad_mode_user),
+            "setting the scratchpad mode",
+        )
+    pd = P.make_pd(
+        dn.dnnl_convolution_forward_primitive_desc_create,
+        L.engine,
+        C.forward_inference,
+        C.convolution_direct,
+        src,
+        P.md(wdims, C.any),
+        bias_md,
+        dst,
+        P.dims(strides),
+        P.dims([d - 1 for d in dilations]),
+        P.dims((before, begin[1])),
+        P.dims((after, end[1])),
+        attr,
+    )
+    if not P.md_equal(P.query_md(pd, C.query_src_md), src) or not P.md_equal(
+        P.query_md(pd, C.query_dst_md), dst
+    ):
+        raise P.Unsupported("the part's layouts are not NHWC")
+    w_md = P.query_md(pd, C.query_weights_md)
+    args = {C.arg_src: src, C.arg_weights: w_md, C.arg_dst: dst}
+    if bias:
+        args[C.arg_bias] = bias_md
+    scratch = P.scratchpad_arg(pd, args)
+    return _Part(P.Prim(pd, args), w_md, scratch, (lo, hi, a, b))
+
+
+def split_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    z: np.ndarray | None,
+    act: Any,
+    geometry: tuple,
+    team: int,
+) -> np.ndarray | None:
+    """The convolution's output as the NCHW view of a channels-last buffer, computed in
+    bands of rows on ``team`` threads; None where the split does not apply (not 4-D at batch
+    1, too few rows or too little work, the pool backing off, oneDNN declining a part)."""
+    y_shape, group, _, window = geometry
+    if team < 2 or x.ndim != 4 or x.shape[0] != 1:
+        return None
+    oh = y_shape[2]
+    if oh * y_shape[3] * w.size < ROW_SPLIT_WORK or oh < 2 * MIN_PART_ROWS:
+        return None
+    parts = min(team, oh // MIN_PART_ROWS)
+    if not pool.try_parallel():
+        return None
+    wdims = w.shape if group == 1 else (group, w.shape[0] // group) + tuple(w.shape[1:])
+    bounds = [oh * k // parts for k in range(parts + 1)]
+    spec = (x.shape, wdims, y_shape, window, b is not None, z is not None, act)
+    try:
+        built = [
+            P.cached(("conv-rows", *spec, lo, hi), lambda lo=lo, hi=hi: _build(*spec, lo, hi))
+            for lo, hi in pairwise(bounds)
+        ]
+    except P.Unsupported:
+        return None
+    xcl = x.transpose(0, 2, 3, 1)
+    if not xcl.flags.c_contiguous:
+        xcl = np.ascontiguousarray(xcl)
+    ycl = np.empty((1, oh, y_shape[3], y_shape[1]), np.float32)
+    if z is not None:
+        np.copyto(ycl, z.transpose(0, 2, 3, 1))
+    buffers = []
+    for part in built:
+        lo, hi, a, e = part.rows
+        key = ("conv-rows-w", *spec, part.rows)
+        wk = P.weights(key, (w,), lambda key=key, part=part: _weights(key, part, wdims, w))
+        bufs = {C.arg_src: xcl[:, lo:hi], C.arg_weights: wk, C.arg_dst: ycl[:, a:e]}
+        bufs[C.arg_scratchpad] = part.scratch
+        if b is not None:
+            bufs[C.arg_bias] = np.ascontiguousarray(b)
+        buffers.append(bufs)
+    run_all([p.prim for p in built], buffers)
+    RUNS[parts] += 1
+    return P.from_channels_last(ycl)
+
+
+def _weights(key: tuple, part: _Part, wdims: tuple[int, ...], w: np.ndarray) -> np.ndarray:
+    buf = P.empty_for(part.w_md)
+    user = P.md(wdims, P.plain_tag(len(wdims)))
+    P.reorder_into((key, "w"), np.ascontiguousarray(w), user, buf, part.w_md)
+    return buf

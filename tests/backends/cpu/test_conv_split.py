@@ -1,0 +1,118 @@
+"""Batch-1 convolutions split into bands of output rows on the pool's threads
+(``onednn/conv_split.py``): with two threads and the threshold at zero, every geometry
+(strides, asymmetric and SAME pads, dilations, groups, depthwise, odd row counts), with bias,
+activation and a residual, gives what onnxruntime and the unsplit primitive give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import anychip
+from anychip.backends.cpu.onednn import _lib, conv_split
+from anychip.codegen import omp, pool
+from tests.backends.cpu.test_onednn import _close, _model, _rand, _run_both
+
+#: The second convolution's (input channels, rows, cols), weight shape and attributes; it
+#: reads the first's channels-last output, which is what the split takes.
+CASES = [
+    ((8, 12, 12), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((8, 13, 11), (16, 8, 3, 3), {"strides": [2, 2], "pads": [1, 0, 2, 1]}),
+    ((6, 15, 15), (6, 3, 3, 3), {"group": 2, "dilations": [2, 2]}),
+    ((16, 14, 14), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((8, 10, 10), (4, 8, 5, 5), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((8, 9, 10), (4, 8, 4, 4), {"auto_pad": "SAME_LOWER"}),
+    ((8, 9, 9), (4, 8, 3, 3), {"auto_pad": "VALID"}),
+    ((8, 7, 9), (8, 8, 1, 1), {}),
+    ((8, 17, 6), (8, 8, 7, 1), {"pads": [3, 0, 3, 0], "dilations": [1, 1]}),
+]
+
+
+@pytest.fixture
+def split(monkeypatch):
+    """Two OpenMP threads, every batch-1 convolution under oneDNN's team split by rows."""
+    assert _lib.available(), _lib.unavailable_reason()
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    monkeypatch.setattr(conv_split, "ROW_SPLIT_WORK", 0)
+    monkeypatch.setattr(conv_split, "MIN_PART_ROWS", 1)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)  # no backoff on a busy machine
+    yield
+    omp.set_threads(kept)
+
+
+def _chain(case: int, residual: bool, seed: int) -> tuple:
+    (c, h, w_), wshape, attrs = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = _rand(rng, 1, 3, h, w_)
+    feeds = {"x": x}
+    weights = {
+        "W0": _rand(rng, c, 3, 1, 1),
+        "W1": _rand(rng, *wshape, scale=0.3),
+        "B1": _rand(rng, wshape[0]),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1", "B1"], ["c"], **attrs),
+    ]
+    if residual:  # a residual of the output's shape, fused as the convolution's sum post-op
+        out = anychip.load(_model(nodes, {"x": x}, weights, ["c"])).run(None, {"x": x})[0]
+        feeds["z"] = _rand(rng, *np.asarray(out).shape)
+        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
+    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["t"]))
+    # a oneDNN reader after it: the split convolution writes channels-last for it
+    weights["W2"] = _rand(rng, 5, wshape[0], 1, 1)
+    nodes.append(helper.make_node("Conv", ["t", "W2"], ["y"]))
+    return _model(nodes, feeds, weights, ["y"]), feeds
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("residual", [False, True])
+def test_split_conv_equals_onnxruntime_and_unsplit(split, monkeypatch, case, residual):
+    model, feeds = _chain(case, residual, seed=case * 2 + residual)
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, feeds)
+    assert sum(conv_split.RUNS.values()) == before + 1  # the second convolution ran split
+    _close(got, want, tol=1e-5)
+    with monkeypatch.context() as mp:
+        mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
+        whole = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    _close(got, [np.asarray(whole[0])], tol=1e-5)
+
+
+def test_one_thread_never_splits(monkeypatch):
+    kept = omp.max_threads()
+    omp.set_threads(1)
+    monkeypatch.setattr(conv_split, "ROW_SPLIT_WORK", 0)
+    try:
+        model, feeds = _chain(0, False, seed=7)
+        before = dict(conv_split.RUNS)
+        _close(*_run_both(model, feeds))
+        assert dict(conv_split.RUNS) == before
+    finally:
+        omp.set_threads(kept)
+
+
+def test_a_backing_off_pool_keeps_the_convolution_whole(split, monkeypatch):
+    monkeypatch.setattr(pool, "try_parallel", lambda: False)
+    model, feeds = _chain(1, True, seed=9)
+    before = dict(conv_split.RUNS)
+    _close(*_run_both(model, feeds))
+    assert dict(conv_split.RUNS) == before
+
+
+def test_the_pool_is_held_only_inside_a_run(split):
+    """``pool.held`` counts holders: a run holds it and lets go after, errors included."""
+    if not pool.address():
+        pytest.skip("needs a C compiler (gcc)")
+    model, feeds = _chain(0, False, seed=11)
+    sess = anychip.load(model, devices=["cpu"])
+    sess.run(None, feeds)
+    assert pool.holders() == 0
+    with pytest.raises(anychip.AnychipError):
+        sess.run(None, {"x": np.zeros((1, 3, 2, 2), np.float32)})
+    assert pool.holders() == 0
