@@ -34,7 +34,16 @@ from typing import Any
 
 from anychip.codegen.build import load
 
-__all__ = ["address", "held", "holders", "stats", "try_parallel", "reset_backoff", "SOURCE_DECL"]
+__all__ = [
+    "address",
+    "held",
+    "holders",
+    "wanted",
+    "stats",
+    "try_parallel",
+    "reset_backoff",
+    "SOURCE_DECL",
+]
 
 #: What a kernel using the pool declares (C).
 SOURCE_DECL = r"""
@@ -73,6 +82,7 @@ static int ac_made = 0;                  /* threads made, under ac_busy */
 static int ac_strikes = 0;               /* under ac_busy */
 static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
 static _Atomic int ac_hold = 0;          /* runs in progress that keep the threads spinning */
+static _Atomic long ac_wanted = 0;       /* calls that asked for threads (tried or run) */
 static _Atomic long ac_theirs;           /* chunks the pool's threads ran in this job */
 /* jobs run on the pool, chunks the pool's threads ran, ns the callers waited at the end,
    jobs run on the caller because of a backoff */
@@ -149,6 +159,7 @@ static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
 
 /* 0 while backing off (counting the call down), else 1. */
 int ac_pool_try(void) {
+    atomic_fetch_add(&ac_wanted, 1);
     int b = atomic_load(&ac_backoff);
     while (b > 0)
         if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
@@ -172,6 +183,7 @@ static void ac_init(void) { pthread_atfork(0, 0, ac_after_fork); }
 
 void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     pthread_once(&ac_once, ac_init);
+    if (threads > 1 && chunks > 1) atomic_fetch_add(&ac_wanted, 1);
     if (threads < 2 || chunks < 2 || pthread_mutex_trylock(&ac_busy) != 0) {
         ac_serial(fn, ctx, chunks);
         return;
@@ -229,11 +241,13 @@ uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
 void ac_pool_reset(void) { atomic_store(&ac_backoff, 0); }
 void ac_pool_hold(int delta) { atomic_fetch_add(&ac_hold, delta); }
 int ac_pool_holders(void) { return atomic_load(&ac_hold); }
+long ac_pool_wanted(void) { return atomic_load(&ac_wanted); }
 void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
 """
 )
 _CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
-void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void)"""
+void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void);
+long ac_pool_wanted(void)"""
 _address: dict[str, int] = {}
 
 
@@ -275,6 +289,12 @@ def held() -> Iterator[None]:
         yield
     finally:
         lib.ac_pool_hold(-1)
+
+
+def wanted() -> int:
+    """Calls that asked the pool for threads so far, run on it or not (0 without the pool):
+    a run that changed it has work worth holding the pool for."""
+    return int(_keep[-1][1].ac_pool_wanted()) if address() and _keep else 0
 
 
 def holders() -> int:

@@ -89,13 +89,21 @@ class CpuBackend(Backend):
 
 def _pool_held(program: Any) -> Any:
     """``program`` run with the generated code's pool held awake (``codegen.pool.held``)
-    when two or more threads are given: its small parallel kernels then find the pool's
-    threads spinning instead of asleep."""
+    when two or more threads are given and a run of it has asked the pool for threads (a
+    program of small kernels never does, and its runs leave the other core alone)."""
     from anychip.codegen import omp, pool
+
+    uses = [False]
 
     def run(tensors: list[Any]) -> list[Any]:
         if omp.max_threads() < 2:
             return program(tensors)
+        if not uses[0]:
+            before = pool.wanted()
+            try:
+                return program(tensors)
+            finally:
+                uses[0] = pool.wanted() != before
         with pool.held():
             return program(tensors)
 
