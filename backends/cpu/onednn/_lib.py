@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from anychip.codegen import omp
+from anychip.codegen import omp, pool
 from anychip.errors import KernelError
 
 __all__ = [
@@ -321,8 +321,12 @@ def team_for(work: float, small: float | None = None) -> Iterator[None]:
     primitives made and run there are keyed by that team size, ``omp_threads()``), else the
     team as it is."""
     n = omp.max_threads()
-    if n <= 1 or work >= (SMALL_WORK if small is None else small):
+    if n <= 1:
         yield
+        return
+    if work >= (SMALL_WORK if small is None else small):
+        with pool.paused():  # the team takes every core: the pool's spinning threads sleep
+            yield
         return
     omp.set_threads(1)
     try:

@@ -47,7 +47,7 @@ RUNS: Counter[int] = Counter()
 ROW_SPLIT_WORK = 1 << 23
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
-TEAM_WORK = 1 << 24
+TEAM_WORK = 1 << 25
 #: Fewest output rows per part.
 MIN_PART_ROWS = 2
 
