@@ -38,6 +38,7 @@ __all__ = [
     "address",
     "held",
     "paused",
+    "pauses",
     "holders",
     "wanted",
     "stats",
@@ -246,12 +247,14 @@ void ac_pool_hold(int delta) { atomic_fetch_add(&ac_hold, delta); }
 int ac_pool_holders(void) { return atomic_load(&ac_hold); }
 long ac_pool_wanted(void) { return atomic_load(&ac_wanted); }
 void ac_pool_pause(int delta) { atomic_fetch_add(&ac_pause, delta); }
+int ac_pool_pauses(void) { return atomic_load(&ac_pause); }
 void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load(&ac_stats[i]); }
 """
 )
 _CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
 void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void);
-long ac_pool_wanted(void); void ac_pool_pause(int delta)"""
+long ac_pool_wanted(void); void ac_pool_pause(int delta);
+int ac_pool_pauses(void)"""
 _address: dict[str, int] = {}
 
 
@@ -316,6 +319,11 @@ def wanted() -> int:
     """Calls that asked the pool for threads so far, run on it or not (0 without the pool):
     a run that changed it has work worth holding the pool for."""
     return int(_keep[-1][1].ac_pool_wanted()) if address() and _keep else 0
+
+
+def pauses() -> int:
+    """How many OpenMP teams pause the pool now (0 without the pool)."""
+    return int(_keep[-1][1].ac_pool_pauses()) if _keep else 0
 
 
 def holders() -> int:

@@ -116,3 +116,22 @@ def test_the_pool_is_held_only_inside_a_run(split):
     with pytest.raises(anychip.AnychipError):
         sess.run(None, {"x": np.zeros((1, 3, 2, 2), np.float32)})
     assert pool.holders() == 0
+
+
+def test_onednn_team_pauses_the_pool_and_small_work_does_not():
+    """Above its threshold oneDNN's OpenMP team runs with the pool paused (its spinning
+    threads asleep), below it on one thread with the pool as it was; errors unpause."""
+    if not pool.address():
+        pytest.skip("needs a C compiler (gcc)")
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    try:
+        with _lib.team_for(1 << 62):
+            assert pool.pauses() == 1
+        with _lib.team_for(0):
+            assert pool.pauses() == 0 and omp.max_threads() == 1
+        with pytest.raises(RuntimeError), _lib.team_for(1 << 62):
+            raise RuntimeError("a failing primitive")
+        assert pool.pauses() == 0
+    finally:
+        omp.set_threads(kept)
