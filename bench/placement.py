@@ -8,7 +8,8 @@ sequence 1024, ``attention_1k``: d 128, 4 heads), and the Hugging Face BERT and 
 ``npu,cpu``, ``npu,xpu,cpu``, those available here), the session is loaded with measured costs
 (``calibration="auto"``), warmed up through its feedback runs, then timed; each device alone
 (``strict``, where it can run the whole model) is timed in the same interleaved rounds, in a
-new (seeded) order each round, each session's timed runs after one untimed run. Printed
+new (seeded) order each round, the sessions taking turns run by run (the best of ``--runs``
+per round), each timed run after an untimed one. Printed
 per row: median ms, ratio to the fastest single device among the set's own, copies and bytes
 per run, and the nodes per device.
 
@@ -119,16 +120,19 @@ def _timed_rounds(
         # session run right after another pays for what that one left behind (threads still
         # spinning, its data in the caches); the same predecessor every round made the all-CPU
         # `cpu` row of attention_mix 1.36x its "cpu alone" (which always followed another
-        # all-CPU session). One untimed run first absorbs what is left.
+        # all-CPU session). One untimed run before each timed one absorbs what is left, and
+        # the sessions take turns run by run, so a burst of another process's work falls on
+        # all of them alike, not on the one whose runs it overlapped.
         rng.shuffle(order)
-        for key, sess in order:
-            sess.run(None, feeds)
-            best = float("inf")
-            for _ in range(runs):
+        best = dict.fromkeys(sessions, float("inf"))
+        for _ in range(runs):
+            for key, sess in order:
+                sess.run(None, feeds)
                 t0 = clock()
                 sess.run(None, feeds)
-                best = min(best, clock() - t0)
-            times[key].append(best)
+                best[key] = min(best[key], clock() - t0)
+        for key, t in best.items():
+            times[key].append(t)
     return times
 
 
