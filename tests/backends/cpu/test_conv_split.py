@@ -13,6 +13,7 @@ import anychip
 from anychip.backends.cpu.onednn import _lib, conv_split
 from anychip.codegen import omp, pool
 from tests.backends.cpu.test_onednn import _close, _model, _rand, _run_both
+from tests.backends.cpu.test_onednn_threads import two_threads
 
 #: The second convolution's (input channels, rows, cols), weight shape and attributes; it
 #: reads the first's channels-last output, which is what the split takes.
@@ -32,16 +33,8 @@ CASES = [
 @pytest.fixture
 def split(monkeypatch):
     """Two OpenMP threads, every batch-1 convolution under oneDNN's team split by rows."""
-    assert _lib.available(), _lib.unavailable_reason()
-    if not omp.available():
-        pytest.skip("libgomp is not loadable")
-    kept = omp.max_threads()
-    omp.set_threads(2)
-    monkeypatch.setattr(conv_split, "ROW_SPLIT_WORK", 0)
-    monkeypatch.setattr(conv_split, "MIN_PART_ROWS", 1)
-    monkeypatch.setattr(pool, "try_parallel", lambda: True)  # no backoff on a busy machine
-    yield
-    omp.set_threads(kept)
+    with two_threads(monkeypatch, ROW_SPLIT_WORK=(conv_split, 0), MIN_PART_ROWS=(conv_split, 1)):
+        yield
 
 
 def _chain(case: int, residual: bool, seed: int) -> tuple:

@@ -6,6 +6,9 @@ the parts run in turn with the same results."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 from onnx import helper
@@ -23,6 +26,25 @@ from tests.backends.cpu.test_onednn import (
     _run_both,
 )
 
+
+@contextlib.contextmanager
+def two_threads(monkeypatch: pytest.MonkeyPatch, **limits: tuple[object, int]) -> Iterator[None]:
+    """Two OpenMP threads, no pool backoff (a busy machine), and ``limits``
+    (name -> (module, value)) set for the test; the thread count restored after."""
+    assert _lib.available(), _lib.unavailable_reason()
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    for name, (module, value) in limits.items():
+        monkeypatch.setattr(module, name, value)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    try:
+        yield
+    finally:
+        omp.set_threads(kept)
+
+
 #: The cases oneDNN runs (the others are the numpy kernel's: nothing to split).
 ONEDNN_CASES = [
     c
@@ -36,16 +58,8 @@ ONEDNN_CASES = [
 @pytest.fixture
 def split(monkeypatch):
     """Two OpenMP threads and every recurrence split (``BATCH_SPLIT_WORK`` at zero)."""
-    assert _lib.available(), _lib.unavailable_reason()
-    if not omp.available():
-        pytest.skip("libgomp is not loadable")
-    kept = omp.max_threads()
-    omp.set_threads(2)
-    monkeypatch.setattr(rnn, "BATCH_SPLIT_WORK", 0)
-    monkeypatch.setattr(rnn, "MIN_PART_ROWS", 1)
-    monkeypatch.setattr(pool, "try_parallel", lambda: True)  # no backoff on a busy machine
-    yield
-    omp.set_threads(kept)
+    with two_threads(monkeypatch, BATCH_SPLIT_WORK=(rnn, 0), MIN_PART_ROWS=(rnn, 1)):
+        yield
 
 
 def _unsplit(model, feeds, monkeypatch) -> list[np.ndarray]:
@@ -108,18 +122,10 @@ def test_one_thread_never_splits(monkeypatch):
 @pytest.fixture
 def row_split(monkeypatch):
     """Two OpenMP threads and every oneDNN MatMul split by rows (parts of 8 rows or more),
-    however small."""
-    assert _lib.available(), _lib.unavailable_reason()
-    if not omp.available():
-        pytest.skip("libgomp is not loadable")
-    kept = omp.max_threads()
-    omp.set_threads(2)
-    monkeypatch.setattr(matmul, "ROW_SPLIT_WORK", 0)
-    monkeypatch.setattr(matmul, "ROWS_PER_PART", 8)
-    monkeypatch.setattr(matmul, "MIN_MACS", 0)  # every constant-weight product on oneDNN
-    monkeypatch.setattr(pool, "try_parallel", lambda: True)
-    yield
-    omp.set_threads(kept)
+    however small (every constant-weight product on oneDNN)."""
+    limits = {"ROW_SPLIT_WORK": (matmul, 0), "ROWS_PER_PART": (matmul, 8), "MIN_MACS": (matmul, 0)}
+    with two_threads(monkeypatch, **limits):
+        yield
 
 
 @pytest.mark.parametrize(
