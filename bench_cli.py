@@ -2,8 +2,10 @@
 
 Each MODEL (an ``.onnx`` path, or a name: one of onnx's light models, or with the repository's
 ``bench/`` folder at hand one of ``bench/cpu_models.py``) is loaded by every engine; after
-``--warmup`` runs each, ``--runs`` rounds run every engine once in turn (the order rotating
-round by round, so no engine always follows another), and the median of each engine's
+``--warmup`` runs each, ``--runs`` rounds run every engine in turn, in a new seeded order
+each round, and each engine's timed run comes right after an untimed one of its own (a
+rotating order kept each engine's predecessor every round, and threads a peer leaves
+spinning after its run slowed whichever engine ran next), and the median of each engine's
 times is reported with the ratio anychip/peer (below 1: anychip is faster) and the largest
 absolute difference of anychip's outputs from the peer's. ``--threads N`` gives every engine
 N threads: onnxruntime's intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's
@@ -22,6 +24,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -223,7 +226,8 @@ def _time_model(
     times: dict[str, list[float]] = {k: [] for k in names}
     with task(f"{runs} rounds", total=runs) as advance:
         for r in range(runs):
-            for k in names[r % len(names) :] + names[: r % len(names)]:
+            for k in random.Random(r).sample(names, len(names)):
+                engines[k](feeds)  # untimed: what the engine before left running settles here
                 t0 = clock()
                 engines[k](feeds)
                 times[k].append(clock() - t0)

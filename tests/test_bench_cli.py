@@ -129,3 +129,25 @@ def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> No
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_rounds_vary_the_order_and_run_each_engine_twice_in_a_row() -> None:
+    """Each round runs the engines in a new seeded order, each twice in a row (an untimed
+    run, then the timed one), so no engine's timed run follows another engine's."""
+    from anychip.bench_cli import _time_model
+
+    calls: list[str] = []
+
+    def engine(name: str):  # noqa: ANN202
+        def run(feeds: dict) -> list:
+            calls.append(name)
+            return [np.zeros(2, np.float32)]
+
+        return run
+
+    names = ["anychip", "onnxruntime", "openvino"]
+    _time_model({n: engine(n) for n in names}, {}, runs=12, warmup=0)
+    rounds = [calls[3 + 6 * r : 9 + 6 * r] for r in range(12)]  # after the 3 first runs
+    assert all(rd[0::2] == rd[1::2] and sorted(rd[0::2]) == names for rd in rounds)
+    before_anychip = {rd[rd.index("anychip") - 1] if rd.index("anychip") else None for rd in rounds}
+    assert len({tuple(rd[0::2]) for rd in rounds}) > 2 and len(before_anychip) > 1

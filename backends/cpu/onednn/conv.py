@@ -77,21 +77,10 @@ def conv(
     else a C-contiguous array (for numpy readers, whose planned outputs are C-contiguous),
     written into the planned ``out`` when it fits.
     """
-    if get() is None or x.dtype != np.float32 or w.dtype != np.float32:
-        return None
-    if not 3 <= x.ndim <= 5 or w.ndim != x.ndim:
-        return None
-    if b is not None and (b.dtype != np.float32 or b.ndim != 1):
-        return None
-    sig = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())
-    geo = _geometry(x.shape, w.shape, sig)
+    geo = _accepted(x, w, b, z, attrs)
     if geo is None:
         return None
     y_shape, group, kshape, window = geo
-    if z is not None and (z.shape != y_shape or z.dtype != np.float32):
-        return None
-    if b is not None and b.shape[0] != w.shape[0]:
-        return None  # the numpy kernel words the error
     x_tags = P.layouts(x)
     if not x_tags:
         x = np.ascontiguousarray(x)
@@ -130,6 +119,28 @@ def conv(
     except P.Unsupported:
         return None
     return _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last, out)
+
+
+def _accepted(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    z: np.ndarray | None,
+    attrs: dict[str, Any],
+) -> tuple | None:
+    """The convolution's geometry (``_geometry``) when oneDNN can run it, else None: float32
+    1-D to 3-D convolutions, a 1-D bias of the output channels, a Z of the output's shape."""
+    if get() is None or x.dtype != np.float32 or w.dtype != np.float32:
+        return None
+    if not 3 <= x.ndim <= 5 or w.ndim != x.ndim:
+        return None
+    if b is not None and (b.dtype != np.float32 or b.ndim != 1 or b.shape[0] != w.shape[0]):
+        return None  # the numpy kernel words the error
+    sig = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items())
+    geo = _geometry(x.shape, w.shape, sig)
+    if geo is None or z is not None and (z.shape != geo[0] or z.dtype != np.float32):
+        return None
+    return geo
 
 
 @functools.lru_cache(maxsize=4096)

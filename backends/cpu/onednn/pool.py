@@ -79,12 +79,16 @@ def pool(
     else:
         out = y = np.empty(y_shape, np.float32)
     prim.run({C.arg_src: x, C.arg_dst: out})
-    if src_cl and not channels_last:
-        if fits(planned, y_shape, np.dtype(np.float32)):
-            np.copyto(planned, y)  # a numpy reader: C order, in the plan (a Concat's slice)
-            return planned
-        return np.ascontiguousarray(y)
-    return y
+    return _c_order(y, planned) if src_cl and not channels_last else y
+
+
+def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:
+    """``y`` in C order for a numpy reader, in the planned buffer (a Concat's slice) when it
+    fits."""
+    if fits(planned, y.shape, np.dtype(np.float32)):
+        np.copyto(planned, y)
+        return planned
+    return np.ascontiguousarray(y)
 
 
 def _geometry(
