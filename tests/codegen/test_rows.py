@@ -78,6 +78,22 @@ def test_attention_scores_in_c_match_numpy(mshape, divide):
     _close(got, want)
 
 
+@pytest.mark.parametrize("step", [2, 3])
+def test_strided_mask_views_match_numpy(step):
+    """A mask that is a strided view (not C-contiguous) reads through its own strides; one
+    that does not broadcast leaves the softmax to numpy."""
+    rng = np.random.default_rng(step)
+    s = (rng.standard_normal((2, 3, 16, 24)) * 4).astype(np.float32)
+    base = rng.standard_normal((2, 1, 16 * step, 24 * step)).astype(np.float32)
+    mask = base[:, :, ::step, ::step]
+    assert not mask.flags.c_contiguous
+    want = _numpy(_scaled_softmax, s.copy(), mask, 0.25, 1)
+    got = s.copy()
+    assert rows.softmax_rows(got, got, mask, 0.25, 1)
+    _close(got, want)
+    assert not rows.softmax_rows(got, got, base[:, :, :5, :24], 0.25, 1)
+
+
 def test_fused_attention_c_against_numpy_steps():
     rng = np.random.default_rng(3)
     q, kt, v = (rng.standard_normal(sh).astype(np.float32) for sh in
