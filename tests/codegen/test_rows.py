@@ -78,6 +78,20 @@ def test_attention_scores_in_c_match_numpy(mshape, divide):
     _close(got, want)
 
 
+def test_softmax_exp_over_its_whole_range_matches_numpy():
+    """Rows spread from their max down past exp's underflow (x - max to -120: the
+    denormals and the zeros of ``ac_expf_le0``), shuffled, with -inf, NaN and all -inf rows."""
+    rng = np.random.default_rng(7)
+    x = np.linspace(0.0, -120.0, 40 * 96, dtype=np.float32).reshape(40, 96)
+    x = rng.permuted(x, axis=1) + rng.standard_normal((40, 1)).astype(np.float32) * 30
+    x[3, ::4], x[5, 7], x[6] = -np.inf, np.nan, -np.inf
+    want = _numpy(_scaled_softmax, x.copy(), None, 1.0, 1)
+    got = x.copy()
+    assert rows.softmax_rows(got, got, None, 1.0, 1)
+    _close(got, want)
+    assert (got[:, :] < 1e-38).any() and (got == 0).any()  # the range was covered
+
+
 @pytest.mark.parametrize("step", [2, 3])
 def test_strided_mask_views_match_numpy(step):
     """A mask that is a strided view (not C-contiguous) reads through its own strides; one
