@@ -241,11 +241,13 @@ _F32 = np.dtype(np.float32)
 
 
 def _lib() -> Any | None:
-    """``(ffi, lib)``, or None without a compiler (``$CC`` is part of the key: tests hide it)."""
+    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
+    tests hide it). The type resolved once: a type string is looked up on every call."""
     key = os.environ.get("CC", "")
     if key not in _built:
         loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
-        _built[key] = None if loaded is None else (loaded[0], loaded[1])
+        ffi = None if loaded is None else loaded[0]
+        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
     return _built[key]
 
 
@@ -310,7 +312,7 @@ def softmax_rows(
     lib = _lib()
     if lib is None:
         return False
-    ffi, c = lib
+    ffi, c, f32 = lib
     lead = (1,) * (4 - x.ndim) + x.shape[:-1]
     view = mask_view(ffi, mask, x.shape)
     if view is None:
@@ -321,7 +323,7 @@ def softmax_rows(
         return True
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
-        ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out, require_writable=True),
+        ffi.from_buffer(f32, x), ffi.from_buffer(f32, out, require_writable=True),
         mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *_threads(x.size * SOFTMAX_WORK),
     )  # fmt: skip
     return True
@@ -342,25 +344,23 @@ def layer_norm_rows(
     before it is written)."""
     norm = x.shape[axis:]
     n = math.prod(norm)
-
-    def whole(p: np.ndarray) -> bool:  # one value per normalized element, in their order
-        return _ok(p) and p.size == n and p.shape[p.ndim - len(norm) :] == norm
-
-    if not _ok(x) or not whole(scale) or (bias is not None and not whole(bias)):
-        return None
+    k = len(norm)
+    for p in (scale, bias):  # one value per normalized element, in their order
+        if p is not None and not (_ok(p) and p.size == n and p.shape[p.ndim - k :] == norm):
+            return None
     lib = _lib()
-    if lib is None or x.size == 0:
+    if lib is None or x.size == 0 or not _ok(x):
         return None
-    ffi, c = lib
-    rows = x.size // n
-    y = out if out is not None and _ok(out) and out.shape == x.shape else np.empty(x.shape, _F32)
-    stat = x.shape[:axis] + (1,) * len(norm)
+    ffi, c, f32 = lib
+    if out is None or out.shape != x.shape or not _ok(out):
+        out = np.empty(x.shape, _F32)
+    stat = x.shape[:axis] + (1,) * k
     mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
     buf = ffi.from_buffer
     c.ac_layer_norm(
-        rows, n, buf("float[]", x), buf("float[]", scale),
-        ffi.NULL if bias is None else buf("float[]", bias), float(np.float32(eps)),
-        buf("float[]", y, require_writable=True), buf("float[]", mean, require_writable=True),
-        buf("float[]", inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
+        x.size // n, n, buf(f32, x), buf(f32, scale),
+        ffi.NULL if bias is None else buf(f32, bias), float(np.float32(eps)),
+        buf(f32, out, require_writable=True), buf(f32, mean, require_writable=True),
+        buf(f32, inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
-    return y, mean, inv
+    return out, mean, inv
