@@ -124,7 +124,13 @@ static inline float ac_expf_le0(float x) {
    xr. */
 static inline void ac_softmax_row(const float *xr, float *yr, const float *mr, long mj, long n,
                                   float c, int op) {
-    if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
+    if (mr && mj == 1 && op == 1) {  /* attention's case in one pass, the same roundings */
+        for (long j = 0; j < n; j++) yr[j] = xr[j] / c + mr[j];
+        mr = 0;
+    } else if (mr && mj == 1 && op == 2) {
+        for (long j = 0; j < n; j++) yr[j] = xr[j] * c + mr[j];
+        mr = 0;
+    } else if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
     else if (op == 2) for (long j = 0; j < n; j++) yr[j] = xr[j] * c;
     else if (yr != xr) for (long j = 0; j < n; j++) yr[j] = xr[j];
     if (mr) {
