@@ -144,6 +144,7 @@ def attention(
         out = np.empty(shape, _F32)
     if any(np.may_share_memory(out, a) for a in (q, kt, v)):
         out = np.empty(shape, _F32)
+    scale, op = rows.exact_op(float(scale), op)
     buf = ffi.from_buffer
     lib.ac_attention(
         math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,

@@ -30,7 +30,7 @@ from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "forget"]
+__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "exact_op", "forget"]
 
 _SOURCE = r"""
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
@@ -275,6 +275,18 @@ def _ok(a: np.ndarray) -> bool:
     return a.dtype == _F32 and a.flags.c_contiguous
 
 
+def exact_op(scale: float, op: int) -> tuple[float, int]:
+    """``(scale, op)`` with a division by a power of two (in float32's normal range, both
+    ways) made the multiplication by its inverse: the same correctly rounded results (both
+    round the same real number), at half a pass's cost (attention's scale is sqrt(head
+    size), 4 or 8 in the tiny and base exports)."""
+    if op == 1 and scale > 0.0:
+        mant, exp = math.frexp(scale)
+        if mant == 0.5 and -125 <= exp <= 126:
+            return 1.0 / scale, 2
+    return scale, op
+
+
 def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple | None:
     """``(pointer, strides, kept)`` for the C row kernels' mask broadcast to ``shape`` (rank
     4 at most): the mask's data pointer and its strides in elements as broadcast to
@@ -327,6 +339,7 @@ def softmax_rows(
     n = x.shape[-1]
     if n == 0 or x.size == 0:
         return True
+    scale, op = exact_op(float(scale), op)
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
         ffi.from_buffer(f32, x), ffi.from_buffer(f32, out, require_writable=True),

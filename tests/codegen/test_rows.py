@@ -149,3 +149,20 @@ def test_layer_norm_bit_identical_to_numpy_steps(shape, axis, with_bias):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)  # NaN where NaN, bit for bit elsewhere
+
+
+@pytest.mark.parametrize("scale", [8.0, 0.125, 2.0**-125])
+def test_division_by_a_power_of_two_is_bit_identical(scale):
+    """``exact_op`` turns ``x / scale`` into ``x * (1 / scale)``: the softmax equals the one
+    of scores numpy divided first, bit for bit (denormal quotients included)."""
+    rng = np.random.default_rng(11)
+    s = (rng.standard_normal((2, 3, 16, 40)) * 4).astype(np.float32)
+    s[0, 0, 0, :8] = np.float32(1.5e-38) * np.arange(1, 9, dtype=np.float32)  # denormal / 8
+    s = _specials(rng, s, 3)
+    assert rows.exact_op(scale, 1) == (1.0 / scale, 2)
+    assert rows.exact_op(3.0, 1) == (3.0, 1) and rows.exact_op(4.0, 2) == (4.0, 2)
+    want = np.divide(s, np.float32(scale))
+    assert rows.softmax_rows(want, want, None, 1.0, 0)
+    got = s.copy()
+    assert rows.softmax_rows(got, got, None, scale, 1)
+    np.testing.assert_array_equal(got, want)
