@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -275,6 +276,7 @@ def _ok(a: np.ndarray) -> bool:
     return a.dtype == _F32 and a.flags.c_contiguous
 
 
+@lru_cache(maxsize=256)
 def exact_op(scale: float, op: int) -> tuple[float, int]:
     """``(scale, op)`` with a division by a power of two (in float32's normal range, both
     ways) made the multiplication by its inverse: the same correctly rounded results (both
@@ -287,21 +289,15 @@ def exact_op(scale: float, op: int) -> tuple[float, int]:
     return scale, op
 
 
-def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple | None:
-    """``(pointer, strides, kept)`` for the C row kernels' mask broadcast to ``shape`` (rank
-    4 at most): the mask's data pointer and its strides in elements as broadcast to
-    ``shape``, padded to four (0 where broadcast), and what the caller holds through the
-    call. ``(NULL, zeros, None)`` without a mask; None where the C does not apply (not
-    float32, of higher rank, not broadcasting to ``shape``, or strides not whole floats).
-    Worked out here rather than by ``np.broadcast_to`` (3 us) and ``.ctypes`` (1 us): the
-    tiny BERT's softmax spent 6 us of its 45 on them."""
-    if mask is None:
-        return ffi.NULL, (0, 0, 0, 0), None
-    if mask.dtype != _F32 or mask.ndim > len(shape):
-        return None
+@lru_cache(maxsize=1024)
+def _mask_strides(
+    mshape: tuple[int, ...], mstrides: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[int, int, int, int] | None:
+    """A mask's strides in elements as broadcast to ``shape``, padded to four; None where it
+    does not broadcast or a stride is not whole floats."""
     strides = [0, 0, 0, 0]
     k = 3
-    for dim, stride, want in zip(mask.shape[::-1], mask.strides[::-1], shape[::-1]):
+    for dim, stride, want in zip(mshape[::-1], mstrides[::-1], shape[::-1]):
         if dim != want and dim != 1:
             return None
         if dim != 1:
@@ -309,9 +305,27 @@ def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tupl
                 return None
             strides[k] = stride // 4
         k -= 1
+    return strides[0], strides[1], strides[2], strides[3]
+
+
+def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple | None:
+    """``(pointer, strides, kept)`` for the C row kernels' mask broadcast to ``shape`` (rank
+    4 at most): the mask's data pointer and its strides in elements as broadcast to
+    ``shape``, padded to four (0 where broadcast), and what the caller holds through the
+    call. ``(NULL, zeros, None)`` without a mask; None where the C does not apply (not
+    float32, of higher rank, not broadcasting to ``shape``, or strides not whole floats).
+    Worked out here (and remembered per shape) rather than by ``np.broadcast_to`` (3 us) and
+    ``.ctypes`` (1 us): the tiny BERT's softmax spent 6 us of its 45 on them."""
+    if mask is None:
+        return ffi.NULL, (0, 0, 0, 0), None
+    if mask.dtype != _F32 or mask.ndim > len(shape):
+        return None
+    strides = _mask_strides(mask.shape, mask.strides, shape)
+    if strides is None:
+        return None
     if mask.flags.c_contiguous:
-        return ffi.from_buffer("float[]", mask), tuple(strides), mask
-    return ffi.cast("const float *", mask.ctypes.data), tuple(strides), mask
+        return ffi.from_buffer("float[]", mask), strides, mask
+    return ffi.cast("const float *", mask.ctypes.data), strides, mask
 
 
 def softmax_rows(
