@@ -48,9 +48,9 @@ static void ac_attn_head(void *p, long k) {
     float *sc = a->scores + k * a->s * a->t;
     a->gemm(101, 111, 111, a->s, a->t, a->d, 1.0f, a->q + k * a->s * a->d, a->d,
             a->kt + k * a->d * a->t, a->t, 0.0f, sc, a->t);
-    for (long r = k * a->s; r < (k + 1) * a->s; r++)
-        ac_softmax_row(r, a->h, a->s, a->t, a->scores, a->scores, a->mask, a->m0, a->m1,
-                       a->m2, a->mj, a->c, a->op);
+    const struct ac_softmax_args rows = {a->h, a->s, a->t, a->m0, a->m1, a->m2, a->mj, 0, 0,
+                                         a->scores, a->mask, a->scores, a->c, a->op};
+    ac_softmax_range(&rows, k * a->s, (k + 1) * a->s);
     a->gemm(101, 111, 111, a->s, a->dv, a->t, 1.0f, sc, a->t, a->v + k * a->t * a->dv, a->dv,
             0.0f, a->out + k * a->s * a->dv, a->dv);
 }
@@ -144,6 +144,7 @@ def attention(
         out = np.empty(shape, _F32)
     if any(np.may_share_memory(out, a) for a in (q, kt, v)):
         out = np.empty(shape, _F32)
+    scale, op = rows.exact_op(float(scale), op)
     buf = ffi.from_buffer
     lib.ac_attention(
         math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,

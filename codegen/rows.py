@@ -8,7 +8,8 @@ took 66 us in numpy, its LayerNormalization over ``[1, 128, 32]`` 30 us.
 Same arithmetic as the numpy kernels, in their order: sums are numpy's pairwise sum (eight
 accumulators, blocks of 128, halves rounded down to a multiple of 8) added to a zero, so a
 layer norm's statistics and output are bit-identical to numpy's; maxima propagate NaN as
-``np.max``; ``exp`` is the prelude's ``ac_expf`` (within 4 ulp of numpy's). Without a
+``np.max``; softmax's ``exp`` is ``ac_expf_le0``, the prelude's ``ac_expf`` for arguments
+at most 0 with fused multiply-adds (within 4 ulp of numpy's). Without a
 compiler, ``softmax_rows`` and ``layer_norm_rows`` return None and the callers use numpy.
 From ``codegen.PARALLEL_WORK`` on, blocks of rows go to the threads of ``codegen/pool.py``
 (as many as the OpenMP count, ``codegen/omp.py``); each row is computed whole by one thread,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "forget"]
+__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "exact_op", "forget"]
 
 _SOURCE = r"""
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
@@ -89,41 +91,86 @@ static float ac_rowmax(const float *a, long n) {
     return isnan ? NAN : r;
 }
 
-/* Softmax of row r of n (flat over (i0, i1, i2) < (d0, d1, d2)): y = softmax(x op c + mask),
-   op: 0 none, 1 divide, 2 multiply; the mask row at i0*m0 + i1*m1 + i2*m2, its elements mj
-   apart (0: one value per row). y may be x. */
-static inline void ac_softmax_row(long r, long d1, long d2, long n, const float *x, float *y,
-                           const float *mask, long m0, long m1, long m2, long mj, float c,
-                           int op) {
-    const float *xr = x + r * n;
-    float *yr = y + r * n;
-    if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
+/* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; ac_expf's
+   Cephes steps with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
+   13 us for the tiny BERT's 32768 scores against ac_expf's 21). */
+#ifdef __FMA__
+#define AC_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define AC_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+static inline float ac_expf_le0(float x) {
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc != xc ? 0.0f : xc;
+    float n = floorf(AC_FMA(xc, 1.44269504088896341f, 0.5f));
+    float r = AC_FMA(n, -0.693359375f, xc);
+    r = AC_FMA(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = AC_FMA(p, r, 1.3981999507e-3f);
+    p = AC_FMA(p, r, 8.3334519073e-3f);
+    p = AC_FMA(p, r, 4.1665795894e-2f);
+    p = AC_FMA(p, r, 1.6666665459e-1f);
+    p = AC_FMA(p, r, 5.0000001201e-1f);
+    float e = AC_FMA(p, r * r, r) + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t n1 = ni >> 1;
+    int32_t n2 = ni - n1;
+    e = e * ac_bits((n1 + 127) << 23) * ac_bits((n2 + 127) << 23);
+    e = x < -103.97208404541015625f ? 0.0f : e;
+    return x != x ? x : e;
+}
+
+/* Softmax of one row of n: yr = softmax(xr op c + mr), op: 0 none, 1 divide, 2 multiply;
+   the mask row mr (NULL: none) has its elements mj apart (0: one value per row). yr may be
+   xr. */
+static inline void ac_softmax_row(const float *xr, float *yr, const float *mr, long mj, long n,
+                                  float c, int op) {
+    if (mr && mj == 1 && op == 1) {  /* attention's case in one pass, the same roundings */
+        for (long j = 0; j < n; j++) yr[j] = xr[j] / c + mr[j];
+        mr = 0;
+    } else if (mr && mj == 1 && op == 2) {
+        for (long j = 0; j < n; j++) yr[j] = xr[j] * c + mr[j];
+        mr = 0;
+    } else if (op == 1) for (long j = 0; j < n; j++) yr[j] = xr[j] / c;
     else if (op == 2) for (long j = 0; j < n; j++) yr[j] = xr[j] * c;
     else if (yr != xr) for (long j = 0; j < n; j++) yr[j] = xr[j];
-    if (mask) {
-        const long i2 = r % d2, i1 = (r / d2) % d1, i0 = r / (d1 * d2);
-        const float *mr = mask + i0 * m0 + i1 * m1 + i2 * m2;
+    if (mr) {
         if (mj == 1) for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j];
         else for (long j = 0; j < n; j++) yr[j] = yr[j] + mr[j * mj];
     }
     float m = ac_rowmax(yr, n);
-    for (long j = 0; j < n; j++) yr[j] = ac_expf(yr[j] - m);
+    for (long j = 0; j < n; j++) yr[j] = ac_expf_le0(yr[j] - m);
     float s = 0.0f + ac_psum(yr, n);
     for (long j = 0; j < n; j++) yr[j] = yr[j] / s;
 }
 
+/* Rows (flat over (i0, i1, i2) < (d0, d1, d2)) r0 to r1 of n, the mask row of row r at
+   i0*m0 + i1*m1 + i2*m2: the indices are stepped, not divided out per row (three integer
+   divisions a row took a fifth of the tiny BERT's masked softmax). */
 struct ac_softmax_args {
     long d1, d2, n, m0, m1, m2, mj, block, rows;
     const float *x, *mask;
     float *y, c;
     int op;
 };
+static void ac_softmax_range(const struct ac_softmax_args *a, long r0, long r1) {
+    long i2 = r0 % a->d2, i1 = (r0 / a->d2) % a->d1, i0 = r0 / (a->d1 * a->d2);
+    for (long r = r0; r < r1; r++) {
+        const float *mr = a->mask ? a->mask + i0 * a->m0 + i1 * a->m1 + i2 * a->m2 : 0;
+        ac_softmax_row(a->x + r * a->n, a->y + r * a->n, mr, a->mj, a->n, a->c, a->op);
+        if (++i2 == a->d2) {
+            i2 = 0;
+            if (++i1 == a->d1) {
+                i1 = 0;
+                i0++;
+            }
+        }
+    }
+}
 static void ac_softmax_block(void *p, long b) {
     const struct ac_softmax_args *a = (const struct ac_softmax_args *)p;
     const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
-    for (long r = b * a->block; r < end; r++)
-        ac_softmax_row(r, a->d1, a->d2, a->n, a->x, a->y, a->mask, a->m0, a->m1, a->m2, a->mj,
-                       a->c, a->op);
+    ac_softmax_range(a, b * a->block, end);
 }
 
 /* Every row; on nthreads threads of the pool (codegen/pool.py) in blocks of rows, about
@@ -132,14 +179,13 @@ void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
                 int nthreads, uintptr_t pool) {
     const long rows = d0 * d1 * d2;
+    const long block = rows / (8 * (long)(nthreads > 1 ? nthreads : 1)) + 1;
+    struct ac_softmax_args a = {d1, d2, n, m0, m1, m2, mj, block, rows, x, mask, y, c, op};
     if (nthreads > 1 && pool) {
-        const long block = rows / (8 * (long)nthreads) + 1;
-        struct ac_softmax_args a = {d1, d2, n, m0, m1, m2, mj, block, rows, x, mask, y, c, op};
         ((ac_pool_fn)pool)(ac_softmax_block, &a, (rows + block - 1) / block, nthreads);
         return;
     }
-    for (long r = 0; r < rows; r++)
-        ac_softmax_row(r, d1, d2, n, x, y, mask, m0, m1, m2, mj, c, op);
+    ac_softmax_range(&a, 0, rows);
 }
 
 /* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. */
@@ -202,11 +248,13 @@ _F32 = np.dtype(np.float32)
 
 
 def _lib() -> Any | None:
-    """``(ffi, lib)``, or None without a compiler (``$CC`` is part of the key: tests hide it)."""
+    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
+    tests hide it). The type resolved once: a type string is looked up on every call."""
     key = os.environ.get("CC", "")
     if key not in _built:
         loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
-        _built[key] = None if loaded is None else (loaded[0], loaded[1])
+        ffi = None if loaded is None else loaded[0]
+        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
     return _built[key]
 
 
@@ -228,24 +276,56 @@ def _ok(a: np.ndarray) -> bool:
     return a.dtype == _F32 and a.flags.c_contiguous
 
 
+@lru_cache(maxsize=256)
+def exact_op(scale: float, op: int) -> tuple[float, int]:
+    """``(scale, op)`` with a division by a power of two (in float32's normal range, both
+    ways) made the multiplication by its inverse: the same correctly rounded results (both
+    round the same real number), at half a pass's cost (attention's scale is sqrt(head
+    size), 4 or 8 in the tiny and base exports)."""
+    if op == 1 and scale > 0.0:
+        mant, exp = math.frexp(scale)
+        if mant == 0.5 and -125 <= exp <= 126:
+            return 1.0 / scale, 2
+    return scale, op
+
+
+@lru_cache(maxsize=1024)
+def _mask_strides(
+    mshape: tuple[int, ...], mstrides: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[int, int, int, int] | None:
+    """A mask's strides in elements as broadcast to ``shape``, padded to four; None where it
+    does not broadcast or a stride is not whole floats."""
+    strides = [0, 0, 0, 0]
+    k = 3
+    for dim, stride, want in zip(mshape[::-1], mstrides[::-1], shape[::-1]):
+        if dim != want and dim != 1:
+            return None
+        if dim != 1:
+            if stride % 4:
+                return None
+            strides[k] = stride // 4
+        k -= 1
+    return strides[0], strides[1], strides[2], strides[3]
+
+
 def mask_view(ffi: Any, mask: np.ndarray | None, shape: tuple[int, ...]) -> tuple | None:
     """``(pointer, strides, kept)`` for the C row kernels' mask broadcast to ``shape`` (rank
-    4 at most): the broadcast view's own data pointer and its strides in elements, padded to
-    four (0 where broadcast), and the view itself, which the caller holds through the call.
-    ``(NULL, zeros, None)`` without a mask; None where the C does not apply (not float32, of
-    higher rank, not broadcasting to ``shape``, or strides not whole floats)."""
+    4 at most): the mask's data pointer and its strides in elements as broadcast to
+    ``shape``, padded to four (0 where broadcast), and what the caller holds through the
+    call. ``(NULL, zeros, None)`` without a mask; None where the C does not apply (not
+    float32, of higher rank, not broadcasting to ``shape``, or strides not whole floats).
+    Worked out here (and remembered per shape) rather than by ``np.broadcast_to`` (3 us) and
+    ``.ctypes`` (1 us): the tiny BERT's softmax spent 6 us of its 45 on them."""
     if mask is None:
         return ffi.NULL, (0, 0, 0, 0), None
     if mask.dtype != _F32 or mask.ndim > len(shape):
         return None
-    try:
-        m = np.broadcast_to(mask, shape)
-    except ValueError:
+    strides = _mask_strides(mask.shape, mask.strides, shape)
+    if strides is None:
         return None
-    if any(s % 4 for s in m.strides):
-        return None
-    strides = (0,) * (4 - len(shape)) + tuple(s // 4 for s in m.strides)
-    return ffi.cast("const float *", m.ctypes.data), strides, m
+    if mask.flags.c_contiguous:
+        return ffi.from_buffer("float[]", mask), strides, mask
+    return ffi.cast("const float *", mask.ctypes.data), strides, mask
 
 
 def softmax_rows(
@@ -264,7 +344,7 @@ def softmax_rows(
     lib = _lib()
     if lib is None:
         return False
-    ffi, c = lib
+    ffi, c, f32 = lib
     lead = (1,) * (4 - x.ndim) + x.shape[:-1]
     view = mask_view(ffi, mask, x.shape)
     if view is None:
@@ -273,9 +353,10 @@ def softmax_rows(
     n = x.shape[-1]
     if n == 0 or x.size == 0:
         return True
+    scale, op = exact_op(float(scale), op)
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
-        ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out, require_writable=True),
+        ffi.from_buffer(f32, x), ffi.from_buffer(f32, out, require_writable=True),
         mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *_threads(x.size * SOFTMAX_WORK),
     )  # fmt: skip
     return True
@@ -296,25 +377,23 @@ def layer_norm_rows(
     before it is written)."""
     norm = x.shape[axis:]
     n = math.prod(norm)
-
-    def whole(p: np.ndarray) -> bool:  # one value per normalized element, in their order
-        return _ok(p) and p.size == n and p.shape[p.ndim - len(norm) :] == norm
-
-    if not _ok(x) or not whole(scale) or (bias is not None and not whole(bias)):
-        return None
+    k = len(norm)
+    for p in (scale, bias):  # one value per normalized element, in their order
+        if p is not None and not (_ok(p) and p.size == n and p.shape[p.ndim - k :] == norm):
+            return None
     lib = _lib()
-    if lib is None or x.size == 0:
+    if lib is None or x.size == 0 or not _ok(x):
         return None
-    ffi, c = lib
-    rows = x.size // n
-    y = out if out is not None and _ok(out) and out.shape == x.shape else np.empty(x.shape, _F32)
-    stat = x.shape[:axis] + (1,) * len(norm)
+    ffi, c, f32 = lib
+    if out is None or out.shape != x.shape or not _ok(out):
+        out = np.empty(x.shape, _F32)
+    stat = x.shape[:axis] + (1,) * k
     mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
     buf = ffi.from_buffer
     c.ac_layer_norm(
-        rows, n, buf("float[]", x), buf("float[]", scale),
-        ffi.NULL if bias is None else buf("float[]", bias), float(np.float32(eps)),
-        buf("float[]", y, require_writable=True), buf("float[]", mean, require_writable=True),
-        buf("float[]", inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
+        x.size // n, n, buf(f32, x), buf(f32, scale),
+        ffi.NULL if bias is None else buf(f32, bias), float(np.float32(eps)),
+        buf(f32, out, require_writable=True), buf(f32, mean, require_writable=True),
+        buf(f32, inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
-    return y, mean, inv
+    return out, mean, inv

@@ -78,6 +78,36 @@ def test_attention_scores_in_c_match_numpy(mshape, divide):
     _close(got, want)
 
 
+def test_softmax_exp_over_its_whole_range_matches_numpy():
+    """Rows spread from their max down past exp's underflow (x - max to -120: the
+    denormals and the zeros of ``ac_expf_le0``), shuffled, with -inf, NaN and all -inf rows."""
+    rng = np.random.default_rng(7)
+    x = np.linspace(0.0, -120.0, 40 * 96, dtype=np.float32).reshape(40, 96)
+    x = rng.permuted(x, axis=1) + rng.standard_normal((40, 1)).astype(np.float32) * 30
+    x[3, ::4], x[5, 7], x[6] = -np.inf, np.nan, -np.inf
+    want = _numpy(_scaled_softmax, x.copy(), None, 1.0, 1)
+    got = x.copy()
+    assert rows.softmax_rows(got, got, None, 1.0, 1)
+    _close(got, want)
+    assert (got[:, :] < 1e-38).any() and (got == 0).any()  # the range was covered
+
+
+@pytest.mark.parametrize("step", [2, 3])
+def test_strided_mask_views_match_numpy(step):
+    """A mask that is a strided view (not C-contiguous) reads through its own strides; one
+    that does not broadcast leaves the softmax to numpy."""
+    rng = np.random.default_rng(step)
+    s = (rng.standard_normal((2, 3, 16, 24)) * 4).astype(np.float32)
+    base = rng.standard_normal((2, 1, 16 * step, 24 * step)).astype(np.float32)
+    mask = base[:, :, ::step, ::step]
+    assert not mask.flags.c_contiguous
+    want = _numpy(_scaled_softmax, s.copy(), mask, 0.25, 1)
+    got = s.copy()
+    assert rows.softmax_rows(got, got, mask, 0.25, 1)
+    _close(got, want)
+    assert not rows.softmax_rows(got, got, base[:, :, :5, :24], 0.25, 1)
+
+
 def test_fused_attention_c_against_numpy_steps():
     rng = np.random.default_rng(3)
     q, kt, v = (rng.standard_normal(sh).astype(np.float32) for sh in
@@ -119,3 +149,20 @@ def test_layer_norm_bit_identical_to_numpy_steps(shape, axis, with_bias):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)  # NaN where NaN, bit for bit elsewhere
+
+
+@pytest.mark.parametrize("scale", [8.0, 0.125, 2.0**-125])
+def test_division_by_a_power_of_two_is_bit_identical(scale):
+    """``exact_op`` turns ``x / scale`` into ``x * (1 / scale)``: the softmax equals the one
+    of scores numpy divided first, bit for bit (denormal quotients included)."""
+    rng = np.random.default_rng(11)
+    s = (rng.standard_normal((2, 3, 16, 40)) * 4).astype(np.float32)
+    s[0, 0, 0, :8] = np.float32(1.5e-38) * np.arange(1, 9, dtype=np.float32)  # denormal / 8
+    s = _specials(rng, s, 3)
+    assert rows.exact_op(scale, 1) == (1.0 / scale, 2)
+    assert rows.exact_op(3.0, 1) == (3.0, 1) and rows.exact_op(4.0, 2) == (4.0, 2)
+    want = np.divide(s, np.float32(scale))
+    assert rows.softmax_rows(want, want, None, 1.0, 0)
+    got = s.copy()
+    assert rows.softmax_rows(got, got, None, scale, 1)
+    np.testing.assert_array_equal(got, want)
