@@ -1,0 +1,45 @@
+"""``bench/node_gaps.py``: both engines' per-node tables of a small seeded model name its
+nodes and ops, and the op-type view puts anychip's FusedConv beside onnxruntime's Conv."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bench import node_gaps
+
+
+def _model(path: str) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "B")
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [w, b],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def test_both_tables_name_the_nodes_and_the_op_view_pairs_convolutions(tmp_path):
+    path = str(tmp_path / "m.onnx")
+    feeds = _model(path)
+    ours = node_gaps.anychip_nodes(path, feeds, runs=2)
+    theirs = node_gaps.onnxruntime_nodes(path, feeds, runs=2, threads=1)
+    assert "MaxPool" in {op for op, _ in ours.values()}
+    assert {op for op, _ in ours.values()} & {"Conv", "FusedConv"}
+    assert {op for op, _ in theirs.values()} & {"Conv", "FusedConv"}
+    assert all(t >= 0 for _, t in list(ours.values()) + list(theirs.values()))
+    text = node_gaps._report(ours, theirs, top=2)
+    conv_row = next(line for line in text.splitlines() if line.startswith("Conv "))
+    assert len(conv_row.split()) == 3  # Conv, anychip us, onnxruntime us
+    assert "FusedConv " not in text.split("slowest")[0]  # merged into the Conv row
