@@ -1,7 +1,8 @@
 """The second core's work on and off in one process: a model of ``cpu_models.py`` at
 ``--threads`` with the pool and the splits on (the thresholds as shipped) and off (the
 previous round's: nothing on the pool, MatMuls on oneDNN's team from ``SMALL_WORK``),
-onnxruntime beside at the same thread count, interleaved in a new random order each round;
+onnxruntime beside at the same thread count, interleaved as ``anychip bench`` interleaves (a
+seeded order each round, each timed run right after an untimed one of the same contender);
 medians of wall time.
 
 One process, so the three see the same load second by second: onnxruntime's time against its
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import statistics
 import sys
-import time
+from collections.abc import Callable
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 if _ROOT not in sys.path:
@@ -46,6 +45,7 @@ def _measure(name: str, threads: int, rounds: int, mode) -> dict[str, float]:
     from threadpoolctl import threadpool_limits
 
     import anychip
+    from anychip.bench_cli import _time_model
     from bench.cpu_models import build
 
     model, feeds = build(name)
@@ -55,23 +55,23 @@ def _measure(name: str, threads: int, rounds: int, mode) -> dict[str, float]:
     peer = ort.InferenceSession(model.SerializeToString(), so)
     sess = anychip.load(model, "cpu")
 
-    def run(k: str) -> None:
-        if k == "onnxruntime":
-            peer.run(None, feeds)
-        else:
-            mode(k == "on")
-            sess.run(None, feeds)
+    def anychip_with(on: bool) -> Callable[[dict], list]:
+        def run(f: dict) -> list:
+            mode(on)
+            return sess.run(None, f)
 
-    times: dict[str, list[float]] = {k: [] for k in ("on", "off", "onnxruntime")}
+        return run
+
+    # anychip bench's interleaving: a seeded order each round, each timed run right after an
+    # untimed one of the same contender, medians
+    engines = {
+        "anychip": anychip_with(True),
+        "off": anychip_with(False),
+        "onnxruntime": lambda f: peer.run(None, f),
+    }
     with threadpool_limits(threads):
-        for k in list(times) * 3:
-            run(k)
-        for _ in range(rounds):
-            for k in random.sample(list(times), len(times)):
-                t = time.perf_counter()
-                run(k)
-                times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        ms = _time_model(engines, feeds, rounds, warmup=3)["ms"]
+    return {"on": ms["anychip"], "off": ms["off"], "onnxruntime": ms["onnxruntime"]}
 
 
 def main() -> None:
