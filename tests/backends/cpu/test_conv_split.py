@@ -128,3 +128,38 @@ def test_onednn_team_pauses_the_pool_and_small_work_does_not():
         assert pool.pauses() == 0
     finally:
         omp.set_threads(kept)
+
+
+def test_a_program_holds_the_pool_once_a_run_of_it_used_the_pool():
+    """The CPU's partition wrapper: a run that asked the pool for threads makes the next runs
+    hold it (spinning) while they run, and lets go after them, errors included; a program that
+    never asks never holds it."""
+    from anychip.backends.cpu.backend import _pool_held
+
+    if not pool.address():
+        pytest.skip("needs a C compiler (gcc)")
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    seen: list[int] = []
+
+    def asks(tensors: list) -> list:
+        seen.append(pool.holders())
+        pool.try_parallel()  # what a kernel splitting its work asks
+        if tensors:
+            raise RuntimeError("a failing kernel")
+        return []
+
+    def small(tensors: list) -> list:
+        seen.append(pool.holders())
+        return []
+
+    try:
+        run, quiet = _pool_held(asks), _pool_held(small)
+        run([]), run([]), quiet([]), quiet([])
+        assert seen == [0, 1, 0, 0] and pool.holders() == 0
+        with pytest.raises(RuntimeError):
+            run([1])
+        assert seen[-1] == 1 and pool.holders() == 0
+    finally:
+        omp.set_threads(kept)
+        pool.reset_backoff()
