@@ -13,7 +13,7 @@ graph output.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -43,8 +43,8 @@ class FuseChannelShufflePass(Pass):
 
 def _fuse(tr: Node, graph: Graph) -> int:
     a, b = tr.inputs[0], tr.outputs[0]
-    first = a.producer if a is not None else None
-    if first is None or first.graph is not graph or first.op_type != "Reshape" or first.domain:
+    first = producer(a, graph, "Reshape")
+    if first is None:
         return 0
     if not single_use(a, graph) or not single_use(b, graph):
         return 0
