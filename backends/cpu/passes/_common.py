@@ -7,10 +7,10 @@ from typing import Any
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
-from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const
+from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const, single_use
 from anychip.ir.value import Value
 
-__all__ = ["record", "producer", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
+__all__ = ["record", "producer", "reader", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
 
 
 def record(graph: Graph, name: str, count: int) -> None:
@@ -29,6 +29,17 @@ def producer(v: Value | None, graph: Graph, op_type: str | None = None) -> Node 
     if node.domain or (op_type is not None and node.op_type != op_type):
         return None
     return node
+
+
+def reader(v: Value | None, graph: Graph, op_type: str | None = None) -> Node | None:
+    """The default-domain node of ``graph`` that is the one reader of ``v`` (of ``op_type``
+    when given); None when ``v`` has other readers or is a graph output."""
+    if v is None or not single_use(v, graph):
+        return None
+    node = v.uses[0][0]
+    if node.graph is not graph or node.domain:
+        return None
+    return node if op_type is None or node.op_type == op_type else None
 
 
 def fused_node(

@@ -13,7 +13,7 @@ graph output.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, reader, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -46,10 +46,8 @@ def _fuse(tr: Node, graph: Graph) -> int:
     first = producer(a, graph, "Reshape")
     if first is None:
         return 0
-    if not single_use(a, graph) or not single_use(b, graph):
-        return 0
-    last = b.uses[0][0]
-    if last.graph is not graph or last.op_type != "Reshape" or last.domain:
+    last = reader(b, graph, "Reshape")
+    if last is None or not single_use(a, graph):
         return 0
     x, y = first.inputs[0], last.outputs[0]
     if x is None or x.dtype not in FLOATS or not all(_static(v.shape) for v in (x, a, y)):

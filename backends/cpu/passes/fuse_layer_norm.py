@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, producer, record, scalar_const
+from anychip.backends.cpu.passes._common import fused_node, producer, reader, record, scalar_const
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -36,13 +36,6 @@ def _last_axis_mean(node: Node | None, rank: int) -> bool:
 
 def _other(node: Node, v: Value) -> Value | None:
     return node.inputs[1] if node.inputs[0] is v else node.inputs[0]
-
-
-def _reader(v: Value, graph: Graph, op: str) -> Node | None:
-    if not single_use(v, graph):
-        return None
-    node = v.uses[0][0]
-    return node if node.graph is graph and node.op_type == op and not node.domain else None
 
 
 def _affine(node: Node | None, v: Value, width: int) -> np.ndarray | None:
@@ -106,12 +99,12 @@ class FuseLayerNormPass(Pass):
         if not isinstance(width, int):
             return 0
         tail = div.outputs[0]
-        mul = _reader(tail, graph, "Mul")
+        mul = reader(tail, graph, "Mul")
         gamma = _affine(mul, tail, width)
         if gamma is not None:
             chain.append(mul)
             tail = mul.outputs[0]
-        bias_add = _reader(tail, graph, "Add")
+        bias_add = reader(tail, graph, "Add")
         beta = _affine(bias_add, tail, width)
         if beta is not None:
             chain.append(bias_add)
