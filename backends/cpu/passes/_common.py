@@ -10,7 +10,16 @@ from anychip.ir.node import Node
 from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const, single_use
 from anychip.ir.value import Value
 
-__all__ = ["record", "producer", "reader", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
+__all__ = [
+    "record",
+    "producer",
+    "reader",
+    "replace_chain",
+    "scalar_const",
+    "fused_node",
+    "fast_kernel",
+    "FLOATS",
+]
 
 
 def record(graph: Graph, name: str, count: int) -> None:
@@ -40,6 +49,15 @@ def reader(v: Value | None, graph: Graph, op_type: str | None = None) -> Node | 
     if node.graph is not graph or node.domain:
         return None
     return node if op_type is None or node.op_type == op_type else None
+
+
+def replace_chain(graph: Graph, chain: list[Node], fused: Node) -> None:
+    """Remove ``chain``'s nodes from ``graph`` and put ``fused`` where the last of them was
+    (``chain[-1]`` comes after the others in ``graph``: it reads what they compute)."""
+    index = graph.nodes.index(chain[-1])
+    for n in reversed(chain):
+        graph.remove(n)
+    graph.insert(index - len(chain) + 1, fused)
 
 
 def fused_node(

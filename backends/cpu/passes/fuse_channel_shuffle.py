@@ -13,7 +13,14 @@ graph output.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, reader, record
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fused_node,
+    producer,
+    reader,
+    record,
+    replace_chain,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -62,11 +69,8 @@ def _fuse(tr: Node, graph: Graph) -> int:
     g = a.shape[1]
     if g * a.shape[2] != c or a.shape[3:] != x.shape[2:]:
         return 0
-    index = graph.nodes.index(last)
     fused = fused_node(
         tr, "ChannelShuffle", [x], [y], attrs(group=int(g)), domain="anychip", version=1
     )
-    for node in (last, tr, first):
-        graph.remove(node)
-    graph.insert(index - 2, fused)
+    replace_chain(graph, [first, tr, last], fused)
     return 1

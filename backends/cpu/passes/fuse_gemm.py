@@ -17,7 +17,14 @@ activation or not (the tiny BERT export: six MatMul + Add pairs, 6 us and a disp
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fast_kernel, fused_node, reader, record
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fast_kernel,
+    fused_node,
+    reader,
+    record,
+    replace_chain,
+)
 from anychip.backends.cpu.passes.fuse_conv import activation_of
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
@@ -78,13 +85,10 @@ class FuseGemmPass(Pass):
             extra = {"activation": found[0]}
             for name, value in zip(("activation_alpha", "activation_beta"), found[1]):
                 extra[name] = float(value)
-        index = graph.nodes.index(chain[-1])
         fused = fused_node(
             mm, "FusedGemm", [a, b, c], [tail], attrs(**extra), domain=MS_DOMAIN, version=1
         )
-        for n in reversed(chain):
-            graph.remove(n)
-        graph.insert(index - len(chain) + 1, fused)
+        replace_chain(graph, chain, fused)
         return 1
 
 
@@ -102,11 +106,8 @@ def _matmul_add(mm: Node, graph: Graph) -> int:
         return 0
     if c.const.shape[-1:] != (width,) or c.const.size != width:
         return 0
-    index = graph.nodes.index(add)
     fused = fused_node(
         mm, "MatMulAdd", [a, b, c], [add.outputs[0]], {}, domain=ANYCHIP_DOMAIN, version=1
     )
-    graph.remove(add)
-    graph.remove(mm)
-    graph.insert(index - 1, fused)
+    replace_chain(graph, [mm, add], fused)
     return 1

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, producer, reader, record, scalar_const
+from anychip.backends.cpu.passes._common import (
+    fused_node,
+    producer,
+    reader,
+    record,
+    replace_chain,
+    scalar_const,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -115,9 +122,6 @@ class FuseLayerNormPass(Pass):
         ins = [x, constant(graph, names, f"{stem}_scale", ones)]
         ins.append(constant(graph, names, f"{stem}_bias", zeros))
         a = attrs(axis=-1, epsilon=float(np.float32(eps)))
-        index = graph.nodes.index(chain[-1])
         fused = fused_node(div, "LayerNormalization", ins, [tail], a, version=17)
-        for n in sorted(chain, key=graph.nodes.index, reverse=True):
-            graph.remove(n)
-        graph.insert(index - len(chain) + 1, fused)
+        replace_chain(graph, chain, fused)
         return 1

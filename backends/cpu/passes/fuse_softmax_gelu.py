@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import math
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record, scalar_const
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fused_node,
+    producer,
+    record,
+    replace_chain,
+    scalar_const,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -34,13 +41,6 @@ def _axes(node: Node) -> list[int] | None:
         c = node.inputs[1].const
         axes = None if c is None else [int(a) for a in c.reshape(-1)]
     return None if axes is None else list(axes)
-
-
-def _replace(graph: Graph, chain: list[Node], fused: Node) -> None:
-    index = graph.nodes.index(chain[-1])
-    for n in sorted(chain, key=graph.nodes.index, reverse=True):
-        graph.remove(n)
-    graph.insert(index - len(chain) + 1, fused)
 
 
 class FuseSoftmaxPass(Pass):
@@ -73,7 +73,7 @@ class FuseSoftmaxPass(Pass):
         if not all(single_use(v, graph) for v in (rmax.outputs[0], sub.outputs[0], s)):
             return 0
         fused = fused_node(div, "Softmax", [x], [div.outputs[0]], attrs(axis=ax_max[0]), version=13)
-        _replace(graph, [rmax, sub, exp, rsum, div], fused)
+        replace_chain(graph, [rmax, sub, exp, rsum, div], fused)
         return 1
 
 
@@ -132,5 +132,5 @@ class FuseGeluPass(Pass):
         else:
             return 0
         fused = fused_node(chain[-1], "Gelu", [x], [chain[-1].outputs[0]], {}, version=20)
-        _replace(graph, chain, fused)
+        replace_chain(graph, chain, fused)
         return 1
