@@ -15,6 +15,7 @@ __all__ = [
     "producer",
     "reader",
     "replace_chain",
+    "kept_axes",
     "scalar_const",
     "fused_node",
     "fast_kernel",
@@ -58,6 +59,18 @@ def replace_chain(graph: Graph, chain: list[Node], fused: Node) -> None:
     for n in reversed(chain):
         graph.remove(n)
     graph.insert(index - len(chain) + 1, fused)
+
+
+def kept_axes(node: Node) -> list[int] | None:
+    """A reduction's axes (its ``axes`` attribute, or its constant second input as from
+    opset 18) when it keeps its dimensions (``keepdims=1``), else None."""
+    if node.attr("keepdims", 1) != 1:
+        return None
+    axes = node.attr("axes", None)
+    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        c = node.inputs[1].const
+        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    return None if axes is None else list(axes)
 
 
 def fused_node(

@@ -12,8 +12,7 @@ place, so the Concat's result (and its other inputs) are unchanged.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, producer, record
-from anychip.backends.cpu.passes.fuse_softmax_gelu import _axes
+from anychip.backends.cpu.passes._common import fused_node, kept_axes, producer, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -33,7 +32,7 @@ def _product(v: Value, graph: Graph) -> tuple[Value, list[int]] | None:
     rp = producer(v, graph, "ReduceProd")
     if rp is None:
         return None
-    if _axes(rp) not in ([1], [-1]) or not single_use(v, graph):
+    if kept_axes(rp) not in ([1], [-1]) or not single_use(v, graph):
         return None
     col = rp.inputs[0]
     afe = col.producer

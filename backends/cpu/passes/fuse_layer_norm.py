@@ -16,6 +16,7 @@ import numpy as np
 
 from anychip.backends.cpu.passes._common import (
     fused_node,
+    kept_axes,
     producer,
     reader,
     record,
@@ -32,12 +33,9 @@ __all__ = ["FuseLayerNormPass"]
 
 
 def _last_axis_mean(node: Node | None, rank: int) -> bool:
-    if node is None or node.op_type != "ReduceMean" or node.attr("keepdims", 1) != 1:
+    if node is None or node.op_type != "ReduceMean":
         return False
-    axes = node.attr("axes", None)
-    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-        c = node.inputs[1].const
-        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    axes = kept_axes(node)
     return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
 
 

@@ -20,6 +20,7 @@ import math
 from anychip.backends.cpu.passes._common import (
     FLOATS,
     fused_node,
+    kept_axes,
     producer,
     record,
     replace_chain,
@@ -31,16 +32,6 @@ from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.rewrite import attrs, single_use
 
 __all__ = ["FuseSoftmaxPass", "FuseGeluPass"]
-
-
-def _axes(node: Node) -> list[int] | None:
-    if node.attr("keepdims", 1) != 1:
-        return None
-    axes = node.attr("axes", None)
-    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-        c = node.inputs[1].const
-        axes = None if c is None else [int(a) for a in c.reshape(-1)]
-    return None if axes is None else list(axes)
 
 
 class FuseSoftmaxPass(Pass):
@@ -65,7 +56,7 @@ class FuseSoftmaxPass(Pass):
         if rmax is None or rsum is None or rsum.inputs[0] is not e or e.dtype not in FLOATS:
             return 0
         x = sub.inputs[0]
-        ax_max, ax_sum = _axes(rmax), _axes(rsum)
+        ax_max, ax_sum = kept_axes(rmax), kept_axes(rsum)
         if rmax.inputs[0] is not x or ax_max is None or ax_max != ax_sum or len(ax_max) != 1:
             return 0
         if {u for u, _ in e.uses} != {rsum, div} or e in graph.outputs:

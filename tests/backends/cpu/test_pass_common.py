@@ -1,10 +1,13 @@
 """The CPU fusion passes' shared graph helpers (``backends/cpu/passes/_common.py``): the one
-reader of a value, and a chain replaced by its fused node at the chain's place."""
+reader of a value, a chain replaced by its fused node at the chain's place, and a reduction's
+kept axes."""
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import producer, reader, replace_chain
-from anychip.ir import DType, Graph, Node, Value
+import numpy as np
+
+from anychip.backends.cpu.passes._common import kept_axes, producer, reader, replace_chain
+from anychip.ir import Attr, AttrType, DType, Graph, Node, Value
 
 
 def _graph() -> tuple[Graph, dict[str, Node], dict[str, Value]]:
@@ -46,3 +49,14 @@ def test_replace_chain_puts_the_fused_node_where_the_last_was() -> None:
     assert all(node.graph is None for node in (n["relu"], n["neg"], n["exp"]))
     assert v["x"].uses.count((fused, 0)) == 1 and len(v["x"].uses) == 2
     g.verify()
+
+
+def test_kept_axes_from_the_attribute_or_the_constant_input() -> None:
+    x, y = Value("x", DType.FLOAT, (2, 3)), Value("y", DType.FLOAT, (2, 1))
+    ints = {"axes": Attr("axes", AttrType.INTS, [1])}
+    assert kept_axes(Node("ReduceMax", [x], [y], attributes=ints)) == [1]
+    axes = Value("axes", DType.INT64, (1,), const=np.array([-1], np.int64))
+    assert kept_axes(Node("ReduceSum", [x, axes], [y])) == [-1]
+    assert kept_axes(Node("ReduceSum", [x, Value("ax", DType.INT64, (1,))], [y])) is None
+    dropped = {"keepdims": Attr("keepdims", AttrType.INT, 0), **ints}
+    assert kept_axes(Node("ReduceMax", [x], [y], attributes=dropped)) is None
