@@ -48,20 +48,32 @@ class _Group:
         self.roots = np.concatenate([f.roots + off for f, off in zip(forests, offsets)])
         self.counts = np.array([len(f.roots) for f in forests], np.int64)
         self.max_feature = max(f.max_feature for f in forests)
-        self._tables: dict[type, np.ndarray] = {}
+        self._most_trees = int(self.counts.max())
+        self._pointers: tuple | None = None
+        self._tables: dict[type, tuple[np.ndarray, Any]] = {}
 
-    def table(self, work: type) -> np.ndarray:
-        t = self._tables.get(work)
-        if t is None:
+    def _constants(self, ffi: Any, work: type) -> tuple:
+        """The pointers to the nodes, roots, tree counts and ``work``'s leaf table, made once
+        (the arrays are held here, so the pointers stay valid)."""
+        if self._pointers is None:
+            self._pointers = (
+                trees._pointer(ffi, self.nodes, "packed_node *"),
+                trees._pointer(ffi, self.roots, "int64_t *"),
+                trees._pointer(ffi, self.counts, "int64_t *"),
+            )
+        hit = self._tables.get(work)
+        if hit is None:
             parts = [f.table(self.width, work)[0] for f, _, _ in self.members]
-            t = self._tables[work] = np.ascontiguousarray(np.concatenate(parts), dtype=work)
-        return t
+            t = np.ascontiguousarray(np.concatenate(parts), dtype=work)
+            ctype = "float *" if work is np.float32 else "double *"
+            hit = self._tables[work] = (t, trees._pointer(ffi, t, ctype))
+        return self._pointers + (hit[1],)
 
     def sums(self, lib: Any, x: np.ndarray) -> np.ndarray:
         """``[ensembles, rows, width]``: each ensemble's trees summed in its own order (threads
         by one ensemble's walks, as its own kernel would take them)."""
         ffi, work = native.ffi(), x.dtype.type
-        table = self.table(work)
+        nodes, roots, counts, table = self._constants(ffi, work)
         ctype = "float[]" if work is np.float32 else "double[]"
         out = np.empty((len(self.members), x.shape[0], self.width), work)
         x = np.ascontiguousarray(x)
@@ -70,15 +82,15 @@ class _Group:
             ffi.from_buffer(ctype, x),
             x.shape[0],
             x.shape[1],
-            ffi.cast("packed_node *", ffi.from_buffer(self.nodes)),
-            ffi.cast("int64_t *", ffi.from_buffer(self.roots)),
-            ffi.cast("int64_t *", ffi.from_buffer(self.counts)),
+            nodes,
+            roots,
+            counts,
             len(self.members),
             self.all_leq,
-            ffi.from_buffer(ctype, table),
+            table,
             self.width,
             ffi.from_buffer(ctype, out),
-            trees._threads(x.shape[0] * int(self.counts.max())),
+            trees._threads(x.shape[0] * self._most_trees),
         )
         return out
 

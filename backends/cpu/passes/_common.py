@@ -7,10 +7,20 @@ from typing import Any
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
-from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const
+from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const, single_use
 from anychip.ir.value import Value
 
-__all__ = ["record", "producer", "scalar_const", "fused_node", "fast_kernel", "FLOATS"]
+__all__ = [
+    "record",
+    "producer",
+    "reader",
+    "replace_chain",
+    "kept_axes",
+    "scalar_const",
+    "fused_node",
+    "fast_kernel",
+    "FLOATS",
+]
 
 
 def record(graph: Graph, name: str, count: int) -> None:
@@ -29,6 +39,38 @@ def producer(v: Value | None, graph: Graph, op_type: str | None = None) -> Node 
     if node.domain or (op_type is not None and node.op_type != op_type):
         return None
     return node
+
+
+def reader(v: Value | None, graph: Graph, op_type: str | None = None) -> Node | None:
+    """The default-domain node of ``graph`` that is the one reader of ``v`` (of ``op_type``
+    when given); None when ``v`` has other readers or is a graph output."""
+    if v is None or not single_use(v, graph):
+        return None
+    node = v.uses[0][0]
+    if node.graph is not graph or node.domain:
+        return None
+    return node if op_type is None or node.op_type == op_type else None
+
+
+def replace_chain(graph: Graph, chain: list[Node], fused: Node) -> None:
+    """Remove ``chain``'s nodes from ``graph`` and put ``fused`` where the last of them was
+    (``chain[-1]`` comes after the others in ``graph``: it reads what they compute)."""
+    index = graph.nodes.index(chain[-1])
+    for n in reversed(chain):
+        graph.remove(n)
+    graph.insert(index - len(chain) + 1, fused)
+
+
+def kept_axes(node: Node) -> list[int] | None:
+    """A reduction's axes (its ``axes`` attribute, or its constant second input as from
+    opset 18) when it keeps its dimensions (``keepdims=1``), else None."""
+    if node.attr("keepdims", 1) != 1:
+        return None
+    axes = node.attr("axes", None)
+    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        c = node.inputs[1].const
+        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    return None if axes is None else list(axes)
 
 
 def fused_node(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, reader, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -65,13 +65,8 @@ def _match(gemm: Node, graph: Graph) -> tuple[Node, Node] | None:
         return None
     if c is not None and (c.const.size != n or c.const.shape not in ((n,), (1, n))):
         return None
-    first, y2 = a.producer, gemm.outputs[0]
-    if first is None or first.graph is not graph or first.op_type != "Reshape" or first.domain:
-        return None
-    if not single_use(a, graph) or not single_use(y2, graph):
-        return None
-    last = y2.uses[0][0]
-    if last.graph is not graph or last.op_type != "Reshape" or last.domain:
+    first, last = producer(a, graph, "Reshape"), reader(gemm.outputs[0], graph, "Reshape")
+    if first is None or last is None or not single_use(a, graph):
         return None
     x, y = first.inputs[0], last.outputs[0]
     if x is None or x.shape is None or y.shape is None or len(y.shape) < 2:

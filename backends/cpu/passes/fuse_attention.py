@@ -12,7 +12,7 @@ buffer.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record
+from anychip.backends.cpu.passes._common import fused_node, record, replace_chain
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -43,11 +43,8 @@ class FuseAttentionPass(Pass):
         out = m.nodes[-1]
         inputs = [mm.inputs[0], mm.inputs[1], out.inputs[1]] + ([m.mask] if m.mask else [])
         a = attrs(scale=m.scale, divide=int(m.divide))
-        index = graph.nodes.index(out)
         fused = fused_node(
             out, "FusedAttention", inputs, [out.outputs[0]], a, domain="anychip", version=1
         )
-        for n in reversed(m.nodes):
-            graph.remove(n)
-        graph.insert(index - len(m.nodes) + 1, fused)
+        replace_chain(graph, list(m.nodes), fused)
         return 1

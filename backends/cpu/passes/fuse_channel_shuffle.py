@@ -13,7 +13,14 @@ graph output.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fused_node,
+    producer,
+    reader,
+    record,
+    replace_chain,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -43,13 +50,11 @@ class FuseChannelShufflePass(Pass):
 
 def _fuse(tr: Node, graph: Graph) -> int:
     a, b = tr.inputs[0], tr.outputs[0]
-    first = a.producer if a is not None else None
-    if first is None or first.graph is not graph or first.op_type != "Reshape" or first.domain:
+    first = producer(a, graph, "Reshape")
+    if first is None:
         return 0
-    if not single_use(a, graph) or not single_use(b, graph):
-        return 0
-    last = b.uses[0][0]
-    if last.graph is not graph or last.op_type != "Reshape" or last.domain:
+    last = reader(b, graph, "Reshape")
+    if last is None or not single_use(a, graph):
         return 0
     x, y = first.inputs[0], last.outputs[0]
     if x is None or x.dtype not in FLOATS or not all(_static(v.shape) for v in (x, a, y)):
@@ -64,11 +69,8 @@ def _fuse(tr: Node, graph: Graph) -> int:
     g = a.shape[1]
     if g * a.shape[2] != c or a.shape[3:] != x.shape[2:]:
         return 0
-    index = graph.nodes.index(last)
     fused = fused_node(
         tr, "ChannelShuffle", [x], [y], attrs(group=int(g)), domain="anychip", version=1
     )
-    for node in (last, tr, first):
-        graph.remove(node)
-    graph.insert(index - 2, fused)
+    replace_chain(graph, [first, tr, last], fused)
     return 1

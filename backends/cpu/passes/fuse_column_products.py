@@ -12,8 +12,7 @@ place, so the Concat's result (and its other inputs) are unchanged.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record
-from anychip.backends.cpu.passes.fuse_softmax_gelu import _axes
+from anychip.backends.cpu.passes._common import fused_node, kept_axes, producer, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -30,10 +29,10 @@ MIN_RUN = 3
 def _product(v: Value, graph: Graph) -> tuple[Value, list[int]] | None:
     """``(X, columns)`` when ``v`` is ``ReduceProd(ArrayFeatureExtractor(X, const), [1])``
     with both intermediates read once, else None."""
-    rp = v.producer
-    if rp is None or rp.graph is not graph or rp.domain or rp.op_type != "ReduceProd":
+    rp = producer(v, graph, "ReduceProd")
+    if rp is None:
         return None
-    if _axes(rp) not in ([1], [-1]) or not single_use(v, graph):
+    if kept_axes(rp) not in ([1], [-1]) or not single_use(v, graph):
         return None
     col = rp.inputs[0]
     afe = col.producer

@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fast_kernel, fused_node, record, scalar_const
+from anychip.backends.cpu.passes._common import (
+    fast_kernel,
+    fused_node,
+    record,
+    replace_chain,
+    scalar_const,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -160,12 +166,9 @@ class FuseConvPass(Pass):
         while inputs[-1] is None:
             inputs.pop()
         chain = [n for n in (conv, bias_add, residual, act) if n is not None]
-        index = graph.nodes.index(chain[-1])
         fused = fused_node(
             conv, "FusedConv", inputs, [tail], a, domain="com.microsoft", version=1,
             name=f"{conv.name}+fused" if conv.name else "",
         )  # fmt: skip
-        for n in reversed(chain):
-            graph.remove(n)
-        graph.insert(index - len(chain) + 1, fused)
+        replace_chain(graph, chain, fused)
         return True

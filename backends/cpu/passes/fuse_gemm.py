@@ -17,12 +17,19 @@ activation or not (the tiny BERT export: six MatMul + Add pairs, 6 us and a disp
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fast_kernel, fused_node, record
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fast_kernel,
+    fused_node,
+    reader,
+    record,
+    replace_chain,
+)
 from anychip.backends.cpu.passes.fuse_conv import activation_of
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs, single_use
+from anychip.ir.passes.rewrite import attrs
 from anychip.opsets.com_microsoft import MS_DOMAIN
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
@@ -34,14 +41,6 @@ def fast_fused_gemm() -> bool:
     from anychip.backends.cpu.kernels import op_contrib_transformer
 
     return fast_kernel(MS_DOMAIN, "FusedGemm", op_contrib_transformer.fused_gemm)
-
-
-def _reader(node: Node, graph: Graph) -> Node | None:
-    v = node.outputs[0]
-    if not single_use(v, graph):
-        return None
-    user = v.uses[0][0]
-    return user if user.graph is graph and not user.domain else None
 
 
 class FuseGemmPass(Pass):
@@ -68,7 +67,7 @@ class FuseGemmPass(Pass):
             return _matmul_add(mm, graph)
         if len(a.shape or ()) != 2 or b.const is None or b.const.ndim != 2 or a.dtype != 1:
             return 0
-        add = _reader(mm, graph)
+        add = reader(mm.outputs[0], graph)
         if add is None or add.op_type != "Add":
             return 0
         c = add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
@@ -78,7 +77,7 @@ class FuseGemmPass(Pass):
         if c.const.shape not in ((width,), (1, width)):
             return 0
         chain, tail, extra = [mm, add], add.outputs[0], {}
-        act = _reader(add, graph)
+        act = reader(add.outputs[0], graph)
         found = activation_of(act) if act is not None else None
         if found is not None and found[0] != "Clip":
             chain.append(act)
@@ -86,13 +85,10 @@ class FuseGemmPass(Pass):
             extra = {"activation": found[0]}
             for name, value in zip(("activation_alpha", "activation_beta"), found[1]):
                 extra[name] = float(value)
-        index = graph.nodes.index(chain[-1])
         fused = fused_node(
             mm, "FusedGemm", [a, b, c], [tail], attrs(**extra), domain=MS_DOMAIN, version=1
         )
-        for n in reversed(chain):
-            graph.remove(n)
-        graph.insert(index - len(chain) + 1, fused)
+        replace_chain(graph, chain, fused)
         return 1
 
 
@@ -101,7 +97,7 @@ def _matmul_add(mm: Node, graph: Graph) -> int:
     a, b = mm.inputs
     if b.const is None or b.const.ndim != 2 or a.dtype not in FLOATS or b.dtype != a.dtype:
         return 0
-    add = _reader(mm, graph)
+    add = reader(mm.outputs[0], graph)
     if add is None or add.op_type != "Add" or add.inputs[0] is add.inputs[1]:
         return 0
     c = add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
@@ -110,11 +106,8 @@ def _matmul_add(mm: Node, graph: Graph) -> int:
         return 0
     if c.const.shape[-1:] != (width,) or c.const.size != width:
         return 0
-    index = graph.nodes.index(add)
     fused = fused_node(
         mm, "MatMulAdd", [a, b, c], [add.outputs[0]], {}, domain=ANYCHIP_DOMAIN, version=1
     )
-    graph.remove(add)
-    graph.remove(mm)
-    graph.insert(index - 1, fused)
+    replace_chain(graph, [mm, add], fused)
     return 1

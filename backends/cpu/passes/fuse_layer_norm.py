@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, producer, record, scalar_const
+from anychip.backends.cpu.passes._common import (
+    fused_node,
+    kept_axes,
+    producer,
+    reader,
+    record,
+    replace_chain,
+    scalar_const,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -25,24 +33,14 @@ __all__ = ["FuseLayerNormPass"]
 
 
 def _last_axis_mean(node: Node | None, rank: int) -> bool:
-    if node is None or node.op_type != "ReduceMean" or node.attr("keepdims", 1) != 1:
+    if node is None or node.op_type != "ReduceMean":
         return False
-    axes = node.attr("axes", None)
-    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-        c = node.inputs[1].const
-        axes = None if c is None else [int(a) for a in c.reshape(-1)]
+    axes = kept_axes(node)
     return axes is not None and len(axes) == 1 and axes[0] in (-1, rank - 1)
 
 
 def _other(node: Node, v: Value) -> Value | None:
     return node.inputs[1] if node.inputs[0] is v else node.inputs[0]
-
-
-def _reader(v: Value, graph: Graph, op: str) -> Node | None:
-    if not single_use(v, graph):
-        return None
-    node = v.uses[0][0]
-    return node if node.graph is graph and node.op_type == op and not node.domain else None
 
 
 def _affine(node: Node | None, v: Value, width: int) -> np.ndarray | None:
@@ -106,12 +104,12 @@ class FuseLayerNormPass(Pass):
         if not isinstance(width, int):
             return 0
         tail = div.outputs[0]
-        mul = _reader(tail, graph, "Mul")
+        mul = reader(tail, graph, "Mul")
         gamma = _affine(mul, tail, width)
         if gamma is not None:
             chain.append(mul)
             tail = mul.outputs[0]
-        bias_add = _reader(tail, graph, "Add")
+        bias_add = reader(tail, graph, "Add")
         beta = _affine(bias_add, tail, width)
         if beta is not None:
             chain.append(bias_add)
@@ -122,9 +120,6 @@ class FuseLayerNormPass(Pass):
         ins = [x, constant(graph, names, f"{stem}_scale", ones)]
         ins.append(constant(graph, names, f"{stem}_bias", zeros))
         a = attrs(axis=-1, epsilon=float(np.float32(eps)))
-        index = graph.nodes.index(chain[-1])
         fused = fused_node(div, "LayerNormalization", ins, [tail], a, version=17)
-        for n in sorted(chain, key=graph.nodes.index, reverse=True):
-            graph.remove(n)
-        graph.insert(index - len(chain) + 1, fused)
+        replace_chain(graph, chain, fused)
         return 1

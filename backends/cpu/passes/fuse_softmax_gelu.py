@@ -17,30 +17,21 @@ from __future__ import annotations
 
 import math
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record, scalar_const
+from anychip.backends.cpu.passes._common import (
+    FLOATS,
+    fused_node,
+    kept_axes,
+    producer,
+    record,
+    replace_chain,
+    scalar_const,
+)
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.rewrite import attrs, single_use
 
 __all__ = ["FuseSoftmaxPass", "FuseGeluPass"]
-
-
-def _axes(node: Node) -> list[int] | None:
-    if node.attr("keepdims", 1) != 1:
-        return None
-    axes = node.attr("axes", None)
-    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
-        c = node.inputs[1].const
-        axes = None if c is None else [int(a) for a in c.reshape(-1)]
-    return None if axes is None else list(axes)
-
-
-def _replace(graph: Graph, chain: list[Node], fused: Node) -> None:
-    index = graph.nodes.index(chain[-1])
-    for n in sorted(chain, key=graph.nodes.index, reverse=True):
-        graph.remove(n)
-    graph.insert(index - len(chain) + 1, fused)
 
 
 class FuseSoftmaxPass(Pass):
@@ -65,7 +56,7 @@ class FuseSoftmaxPass(Pass):
         if rmax is None or rsum is None or rsum.inputs[0] is not e or e.dtype not in FLOATS:
             return 0
         x = sub.inputs[0]
-        ax_max, ax_sum = _axes(rmax), _axes(rsum)
+        ax_max, ax_sum = kept_axes(rmax), kept_axes(rsum)
         if rmax.inputs[0] is not x or ax_max is None or ax_max != ax_sum or len(ax_max) != 1:
             return 0
         if {u for u, _ in e.uses} != {rsum, div} or e in graph.outputs:
@@ -73,7 +64,7 @@ class FuseSoftmaxPass(Pass):
         if not all(single_use(v, graph) for v in (rmax.outputs[0], sub.outputs[0], s)):
             return 0
         fused = fused_node(div, "Softmax", [x], [div.outputs[0]], attrs(axis=ax_max[0]), version=13)
-        _replace(graph, [rmax, sub, exp, rsum, div], fused)
+        replace_chain(graph, [rmax, sub, exp, rsum, div], fused)
         return 1
 
 
@@ -132,5 +123,5 @@ class FuseGeluPass(Pass):
         else:
             return 0
         fused = fused_node(chain[-1], "Gelu", [x], [chain[-1].outputs[0]], {}, version=20)
-        _replace(graph, chain, fused)
+        replace_chain(graph, chain, fused)
         return 1

@@ -14,7 +14,7 @@ are the same numpy calls, so the result is the Concat's, bit for bit.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
+from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
@@ -32,10 +32,8 @@ def _reshaped_scores(v: Value | None, graph: Graph) -> tuple[Node, Node, list[in
     docstring says, else None."""
     if v is None or not single_use(v, graph):
         return None
-    r = v.producer
-    if r is None or r.graph is not graph or r.domain or r.op_type != "Reshape":
-        return None
-    if len(r.inputs) != 2 or r.inputs[1] is None or r.inputs[1].const is None:
+    r = producer(v, graph, "Reshape")
+    if r is None or len(r.inputs) != 2 or r.inputs[1] is None or r.inputs[1].const is None:
         return None
     shape = r.inputs[1].const
     if shape.dtype.kind not in "iu" or shape.ndim != 1 or (shape == 0).any():
