@@ -128,3 +128,21 @@ def test_onednn_team_pauses_the_pool_and_small_work_does_not():
         assert pool.pauses() == 0
     finally:
         omp.set_threads(kept)
+
+
+def test_team_for_yields_the_threads_given():
+    """Inside ``team_for`` a kernel learns the threads it was given (what a one-thread
+    primitive may split over), whether oneDNN's team stays whole or drops to one thread."""
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    kept = omp.max_threads()
+    try:
+        for given in (1, 2, 3):
+            omp.set_threads(given)
+            with _lib.team_for(1 << 62) as team:
+                assert team == given and omp.max_threads() == given
+            with _lib.team_for(0) as team:
+                assert team == given and omp.max_threads() == 1
+            assert omp.max_threads() == given
+    finally:
+        omp.set_threads(kept)
