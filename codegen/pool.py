@@ -162,8 +162,7 @@ static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
 }
 
 /* 0 while backing off (counting the call down), else 1. */
-int ac_pool_try(void) {
-    atomic_fetch_add(&ac_wanted, 1);
+static int ac_no_backoff(void) {
     int b = atomic_load(&ac_backoff);
     while (b > 0)
         if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
@@ -171,6 +170,12 @@ int ac_pool_try(void) {
             return 0;
         }
     return 1;
+}
+
+/* A caller asking for threads (counted in ac_wanted): ac_no_backoff. */
+int ac_pool_try(void) {
+    atomic_fetch_add(&ac_wanted, 1);
+    return ac_no_backoff();
 }
 
 /* A forked child has none of the parent's threads and may have copied a locked mutex. */
@@ -192,7 +197,7 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
         ac_serial(fn, ctx, chunks);
         return;
     }
-    if (!ac_pool_try()) { /* no overlap lately: other processes hold the cores */
+    if (!ac_no_backoff()) { /* no overlap lately: other processes hold the cores */
         pthread_mutex_unlock(&ac_busy);
         ac_serial(fn, ctx, chunks);
         return;
