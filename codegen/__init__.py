@@ -34,6 +34,7 @@ __all__ = [
     "c_kernel",
     "CFunction",
     "PARALLEL_WORK",
+    "threads_for",
     "work_per_element",
 ]
 
@@ -51,6 +52,16 @@ _COST = {"exp": 12, "sigmoid": 14, "tanh": 16, "erf": 18, "log": 20, "pow": 30}
 #: 119; erf-GELU over 64K 80.5 / 61.5; softmax rows over 256K 287 / 176. A unit is about
 #: 0.05 ns on one thread, so the threshold is about 100 us of work.
 PARALLEL_WORK = 1 << 21
+
+
+_ONE = (1, 0)
+
+
+def threads_for(work: int) -> tuple[int, int]:
+    """A generated kernel's ``(nthreads, pool)`` arguments for ``work`` (``PARALLEL_WORK``'s
+    units): one thread and no pool below ``PARALLEL_WORK``, else the OpenMP count and the
+    pool's entry point."""
+    return _ONE if work < PARALLEL_WORK else (omp.max_threads(), pool.address())
 
 
 def work_per_element(spec: KernelSpec) -> int:
@@ -74,11 +85,8 @@ class CFunction:
         buf, ptr = self.ffi.from_buffer, self.ptr  # no copy: the arrays' own memory
         ptrs = [buf(ptr, a) for a in arrays]
         y = buf(ptr, out, require_writable=True)
-        if layout.outer * layout.inner * self.work < PARALLEL_WORK:
-            self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, 1, 0)
-        else:
-            n = omp.max_threads()
-            self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, n, pool.address())
+        threads = threads_for(layout.outer * layout.inner * self.work)
+        self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, *threads)
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:

@@ -79,18 +79,10 @@ _sgemm: list[int] = []
 def sgemm_address() -> int:
     """The address of numpy's ILP64 OpenBLAS ``cblas_sgemm`` (0 where none is loaded)."""
     if not _sgemm:
-        from anychip.backends.cpu.blas_threads import _loaded_openblas
+        from anychip.backends.cpu.blas_threads import openblas_symbol
 
-        found = 0
-        for path in _loaded_openblas():
-            try:
-                fn = getattr(ctypes.CDLL(path), "scipy_cblas_sgemm64_", None)
-            except OSError:
-                continue
-            if fn is not None:
-                found = ctypes.cast(fn, ctypes.c_void_p).value or 0
-                break
-        _sgemm.append(found)
+        fn = openblas_symbol("scipy_cblas_sgemm64_")
+        _sgemm.append(0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0)
     return _sgemm[0]
 
 

@@ -162,8 +162,7 @@ static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
 }
 
 /* 0 while backing off (counting the call down), else 1. */
-int ac_pool_try(void) {
-    atomic_fetch_add(&ac_wanted, 1);
+static int ac_no_backoff(void) {
     int b = atomic_load(&ac_backoff);
     while (b > 0)
         if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
@@ -171,6 +170,12 @@ int ac_pool_try(void) {
             return 0;
         }
     return 1;
+}
+
+/* A caller asking for threads (counted in ac_wanted): ac_no_backoff. */
+int ac_pool_try(void) {
+    atomic_fetch_add(&ac_wanted, 1);
+    return ac_no_backoff();
 }
 
 /* A forked child has none of the parent's threads and may have copied a locked mutex. */
@@ -192,7 +197,7 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
         ac_serial(fn, ctx, chunks);
         return;
     }
-    if (!ac_pool_try()) { /* no overlap lately: other processes hold the cores */
+    if (!ac_no_backoff()) { /* no overlap lately: other processes hold the cores */
         pthread_mutex_unlock(&ac_busy);
         ac_serial(fn, ctx, chunks);
         return;
@@ -273,78 +278,84 @@ def address() -> int:
 _keep: list[Any] = []
 
 
+def _lib(build: bool = True) -> Any | None:
+    """The pool's loaded library, or None: with ``build``, None where ``address()`` is 0 (no
+    compiler for this ``$CC``); without, None where it was never built (nothing is built)."""
+    if build and not address():
+        return None
+    return _keep[-1][1] if _keep else None
+
+
 def try_parallel() -> bool:
     """False while the pool backs off (counting this call down): the caller should run its
     work whole, on itself. True without a pool too (the parts then run in turn)."""
-    if not address() or not _keep:
-        return True
-    return bool(_keep[-1][1].ac_pool_try())
+    lib = _lib()
+    return True if lib is None else bool(lib.ac_pool_try())
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
+def _raised(lib: Any | None, counter: str) -> Iterator[None]:
+    """Inside, the pool's ``counter`` raised by one (nothing without the library)."""
+    if lib is None:
+        yield
+        return
+    getattr(lib, counter)(1)
+    try:
+        yield
+    finally:
+        getattr(lib, counter)(-1)
+
+
+def held() -> contextlib.AbstractContextManager[None]:
     """Inside, the pool's threads keep spinning between jobs instead of sleeping 50 us after
     one: a model's run, whose small kernels come tens to hundreds of us apart, then finds
     them awake at each (a futex wake costs a thread 60-100 us here). They yield the core at
     every turn of the spin, and sleep as before once no run holds them."""
-    lib = _keep[-1][1] if address() and _keep else None
-    if lib is None:
-        yield
-        return
-    lib.ac_pool_hold(1)
-    try:
-        yield
-    finally:
-        lib.ac_pool_hold(-1)
+    return _raised(_lib(), "ac_pool_hold")
 
 
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
+def paused() -> contextlib.AbstractContextManager[None]:
     """Inside, the pool's spinning threads go to sleep at once, held or not: an OpenMP team
     (oneDNN's, above its work thresholds) needs every core, and a thread spinning beside it,
     even yielding, halved a 116M multiply-add convolution on two threads (1065 -> 1955 us).
     A pool never built has no threads to pause (nothing is built here)."""
-    lib = _keep[-1][1] if _keep else None
-    if lib is None:
-        yield
-        return
-    lib.ac_pool_pause(1)
-    try:
-        yield
-    finally:
-        lib.ac_pool_pause(-1)
+    return _raised(_lib(build=False), "ac_pool_pause")
 
 
 def wanted() -> int:
     """Calls that asked the pool for threads so far, run on it or not (0 without the pool):
     a run that changed it has work worth holding the pool for."""
-    return int(_keep[-1][1].ac_pool_wanted()) if address() and _keep else 0
+    lib = _lib()
+    return 0 if lib is None else int(lib.ac_pool_wanted())
 
 
 def pauses() -> int:
     """How many OpenMP teams pause the pool now (0 without the pool)."""
-    return int(_keep[-1][1].ac_pool_pauses()) if _keep else 0
+    lib = _lib(build=False)
+    return 0 if lib is None else int(lib.ac_pool_pauses())
 
 
 def holders() -> int:
     """How many runs hold the pool awake now (0 without the pool)."""
-    return int(_keep[-1][1].ac_pool_holders()) if address() and _keep else 0
+    lib = _lib()
+    return 0 if lib is None else int(lib.ac_pool_holders())
 
 
 def reset_backoff() -> None:
     """End a backoff now (tests, benchmarks that switch thresholds)."""
-    if address() and _keep:
-        _keep[-1][1].ac_pool_reset()
+    lib = _lib()
+    if lib is not None:
+        lib.ac_pool_reset()
 
 
 def stats() -> dict[str, int]:
     """Counters since the process started: ``jobs`` run on the pool, ``pool_chunks`` the
     pool's threads ran, ``wait_us`` the callers spent waiting for their chunks at the end,
     ``backoff_jobs`` run on their caller alone while backing off (zeros without the pool)."""
-    if not address() or not _keep:
+    lib = _lib()
+    if lib is None:
         return dict.fromkeys(("jobs", "pool_chunks", "wait_us", "backoff_jobs"), 0)
-    ffi, lib, _ = _keep[-1]
-    out = ffi.new("long[4]")
+    out = _keep[-1][0].new("long[4]")
     lib.ac_pool_stats(out)
     return {"jobs": out[0], "pool_chunks": out[1], "wait_us": out[2] // 1000,
             "backoff_jobs": out[3]}  # fmt: skip

@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip import codegen
-from anychip.codegen import omp, pool
+from anychip.codegen import threads_for
 from anychip.codegen.build import load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
@@ -263,15 +262,6 @@ def forget() -> None:
     _built.clear()
 
 
-_ONE = (1, 0)
-
-
-def _threads(work: int) -> tuple[int, int]:
-    """``(threads, pool)`` for ``work`` (``codegen.PARALLEL_WORK``'s units): one thread and
-    no pool below it."""
-    return _ONE if work < codegen.PARALLEL_WORK else (omp.max_threads(), pool.address())
-
-
 def _ok(a: np.ndarray) -> bool:
     return a.dtype == _F32 and a.flags.c_contiguous
 
@@ -357,7 +347,7 @@ def softmax_rows(
     c.ac_softmax(
         lead[0], lead[1], lead[2], n,
         ffi.from_buffer(f32, x), ffi.from_buffer(f32, out, require_writable=True),
-        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *_threads(x.size * SOFTMAX_WORK),
+        mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *threads_for(x.size * SOFTMAX_WORK),
     )  # fmt: skip
     return True
 
@@ -394,6 +384,6 @@ def layer_norm_rows(
         x.size // n, n, buf(f32, x), buf(f32, scale),
         ffi.NULL if bias is None else buf(f32, bias), float(np.float32(eps)),
         buf(f32, out, require_writable=True), buf(f32, mean, require_writable=True),
-        buf(f32, inv, require_writable=True), *_threads(x.size * LAYER_NORM_WORK),
+        buf(f32, inv, require_writable=True), *threads_for(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
     return out, mean, inv

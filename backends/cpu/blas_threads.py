@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["openblas_threads", "single_blas_thread"]
+__all__ = ["openblas_symbol", "openblas_threads", "single_blas_thread"]
 
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
@@ -40,30 +40,42 @@ def _loaded_openblas() -> list[str]:
     return sorted(p for p in paths if os.path.isabs(p) and ".so" in p)
 
 
+def _libraries() -> Iterator[ctypes.CDLL]:
+    """The loaded OpenBLAS libraries that open, numpy's first loaded by the import."""
+    import numpy  # noqa: F401 - loads its BLAS
+
+    for path in _loaded_openblas():
+        try:
+            yield ctypes.CDLL(path)
+        except OSError:
+            continue
+
+
+def openblas_symbol(name: str) -> Any | None:
+    """The function ``name`` of the first loaded OpenBLAS library that has it, or None."""
+    for lib in _libraries():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            return fn
+    return None
+
+
+def _thread_fns() -> tuple[Any, Any] | None:
+    for lib in _libraries():
+        for pre in _PREFIXES:
+            for suf in _SUFFIXES:
+                get = getattr(lib, f"{pre}get_num_threads{suf}", None)
+                put = getattr(lib, f"{pre}set_num_threads{suf}", None)
+                if get is not None and put is not None:
+                    get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+                    return get, put
+    return None
+
+
 def openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
     """``(get, set)`` of numpy's OpenBLAS thread count, or None where there is none."""
     if not _found:
-        import numpy  # noqa: F401 - loads its BLAS
-
-        found = None
-        for path in _loaded_openblas():
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for pre in _PREFIXES:
-                for suf in _SUFFIXES:
-                    get = getattr(lib, f"{pre}get_num_threads{suf}", None)
-                    put = getattr(lib, f"{pre}set_num_threads{suf}", None)
-                    if get is not None and put is not None:
-                        get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
-                        found = (get, put)
-                        break
-                if found:
-                    break
-            if found:
-                break
-        _found.append(found)
+        _found.append(_thread_fns())
     return _found[0]
 
 

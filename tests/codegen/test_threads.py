@@ -101,6 +101,18 @@ def test_threaded_in_place(team):
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_threaded_call_counts_once_as_wanted(team):
+    """``pool.wanted()`` counts each call that asked for threads once, whether it ran on the
+    pool or, backing off, on its caller."""
+    rng = np.random.default_rng(11)
+    a, b = _rand(rng, (3, 7, 1001)), _rand(rng, (3, 7, 1001))
+    fused_elementwise(a, b, expr=EXPRS[0])  # built and warm
+    for _ in range(3):
+        before = pool.wanted()
+        fused_elementwise(a, b, expr=EXPRS[0])
+        assert pool.wanted() == before + 1
+
+
 @pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 17, 129)])
 def test_threaded_softmax_rows_equal_one_thread(team, shape):
     rng = np.random.default_rng(shape[-1])

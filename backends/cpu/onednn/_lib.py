@@ -316,20 +316,21 @@ def omp_threads() -> int:
 
 
 @contextlib.contextmanager
-def team_for(work: float, small: float | None = None) -> Iterator[None]:
+def team_for(work: float, small: float | None = None) -> Iterator[int]:
     """Inside: one OpenMP thread when ``work`` is under ``small`` (``SMALL_WORK`` by default;
     primitives made and run there are keyed by that team size, ``omp_threads()``), else the
-    team as it is."""
+    team as it is. Yields the threads given (the team size on entry): a primitive left on one
+    thread may split its work over them."""
     n = omp.max_threads()
     if n <= 1:
-        yield
+        yield n
         return
     if work >= (SMALL_WORK if small is None else small):
         with pool.paused():  # the team takes every core: the pool's spinning threads sleep
-            yield
+            yield n
         return
     omp.set_threads(1)
     try:
-        yield
+        yield n
     finally:
         omp.set_threads(n)

@@ -65,17 +65,27 @@ _CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr
     const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
     uintptr_t pool, int threads)"""
 
-_streams: list[Any] = []
+_streams: list[int] = []
+_entry: list[Any] = []
 
 
-def _stream(k: int) -> Any:
-    """The ``k``-th extra stream of the CPU engine (made once)."""
-    L = P.lib()
-    while len(_streams) <= k:
+def _stream_addresses(L: Any, n: int) -> list[int]:
+    """The addresses of the first ``n`` extra streams of the CPU engine (each made once)."""
+    while len(_streams) < n:
         out = L.ffi.new("dnnl_stream_t *")
         check(L.dnnl.dnnl_stream_create(out, L.engine, 1), "creating a stream")
-        _streams.append(out[0])
-    return _streams[k]
+        _streams.append(_address(L.ffi, out[0]))
+    return _streams[:n]
+
+
+def _entry_points(L: Any) -> tuple[int, int]:
+    """``dnnl_primitive_execute``'s and ``dnnl_stream_wait``'s addresses in ``L``, looked up
+    once per library object rather than on every call."""
+    if not _entry or _entry[0] is not L:
+        ffi, dn = L.ffi, L.dnnl
+        execute = _address(ffi, ffi.addressof(dn, "dnnl_primitive_execute"))
+        _entry[:] = [L, execute, _address(ffi, ffi.addressof(dn, "dnnl_stream_wait"))]
+    return _entry[1], _entry[2]
 
 
 def _helper() -> Any | None:
@@ -119,10 +129,9 @@ def run_all(
         status = hffi.new("int[]", n)
         fn(
             n,
-            _address(ffi, ffi.addressof(dn, "dnnl_primitive_execute")),
-            _address(ffi, ffi.addressof(dn, "dnnl_stream_wait")),
+            *_entry_points(L),
             [_address(ffi, p.prim) for p in prims],
-            [_address(ffi, _stream(k)) for k in range(n)],
+            _stream_addresses(L, n),
             [len(p.mems) for p in prims],
             [_address(ffi, p.args) for p in prims],
             status,

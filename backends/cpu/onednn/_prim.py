@@ -206,14 +206,16 @@ def post_ops(sum_z: bool, act: tuple[int, float, float] | None, add: Any = None)
     return attr
 
 
-def user_scratchpad() -> Any:
-    """A primitive attribute asking for the scratchpad as an argument (``C.arg_scratchpad``,
-    described by ``query_md(pd, C.query_scratchpad_md)``): oneDNN's own is kept per thread
-    and grown when a primitive is made, so a primitive run on another thread needs its own."""
+def user_scratchpad(attr: Any = None) -> Any:
+    """``attr`` (a new primitive attribute where None or NULL, as ``post_ops`` gives for
+    none) asking for the scratchpad as an argument (``C.arg_scratchpad``, described by
+    ``query_md(pd, C.query_scratchpad_md)``): oneDNN's own is kept per thread and grown when
+    a primitive is made, so a primitive run on another thread needs its own."""
     L = lib()
-    a = L.ffi.new("dnnl_primitive_attr_t *")
-    L.dnnl.dnnl_primitive_attr_create(a)
-    attr = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
+    if attr is None or attr == L.ffi.NULL:
+        a = L.ffi.new("dnnl_primitive_attr_t *")
+        L.dnnl.dnnl_primitive_attr_create(a)
+        attr = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
     check(
         L.dnnl.dnnl_primitive_attr_set_scratchpad_mode(attr, C.scratchpad_mode_user),
         "setting the scratchpad mode",

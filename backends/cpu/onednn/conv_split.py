@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, check
+from anychip.backends.cpu.onednn._lib import C
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
 
@@ -88,14 +88,7 @@ def _build(
     src = P.md((1, x_shape[1], hi - lo, x_shape[3]), nhwc)
     dst = P.md((1, y_shape[1], b - a, y_shape[3]), nhwc)
     bias_md = P.md((y_shape[1],), C.a) if bias else ffi.NULL
-    attr = P.post_ops(sum_z, act)
-    if attr == ffi.NULL:
-        attr = P.user_scratchpad()
-    else:
-        check(
-            dn.dnnl_primitive_attr_set_scratchpad_mode(attr, C.scratchpad_mode_user),
-            "setting the scratchpad mode",
-        )
+    attr = P.user_scratchpad(P.post_ops(sum_z, act))
     pd = P.make_pd(
         dn.dnnl_convolution_forward_primitive_desc_create,
         L.engine,

@@ -31,7 +31,7 @@ from anychip.backends.cpu.onednn import matmul as _matmul_mod
 from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
 from anychip.backends.cpu.onednn import shuffle as _shuffle_mod
-from anychip.backends.cpu.onednn._lib import C, omp_threads, team_for
+from anychip.backends.cpu.onednn._lib import C, team_for
 from anychip.backends.cpu.onednn._lib import available as _lib_available
 from anychip.backends.cpu.onednn._prim import channels_last as channels_last_shape
 from anychip.backends.cpu.onednn._prim import from_channels_last
@@ -52,8 +52,8 @@ RUNS: Counter[tuple[str, str]] = Counter()
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
 def _conv(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
     work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
-    team = omp_threads()  # the threads given: a one-thread convolution may split its rows
-    with team_for(work, _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None):
+    small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
+    with team_for(work, small) as team:  # a one-thread convolution may split its rows
         return _conv_mod.conv(x, w, *args, team=team)
 
 
@@ -64,8 +64,8 @@ def pool(x: np.ndarray, *args: Any) -> Any:
 
 def recurrent(op: str, x: Any, w: Any, r: Any, *args: Any) -> Any:
     steps = x.shape[0] if x is not None and x.ndim else 1
-    team = omp_threads()  # the threads given: a small-step recurrence may split its batch
-    with team_for((x.size // max(steps, 1)) * ((w.size + r.size) // max(x.shape[-1], 1))):
+    work = (x.size // max(steps, 1)) * ((w.size + r.size) // max(x.shape[-1], 1))
+    with team_for(work) as team:  # a small-step recurrence may split its batch
         return _rnn_mod.recurrent(op, x, w, r, *args, team=team)
 
 
@@ -75,8 +75,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     n = b.shape[0] if trans_b else b.shape[1]
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
-    team = omp_threads()  # the threads given: a one-thread product may split its rows
-    with team_for(a.size * n, _lib_mod.MATMUL_SMALL_WORK):
+    with team_for(a.size * n, _lib_mod.MATMUL_SMALL_WORK) as team:  # rows may split
         return _matmul_mod.matmul(a, b, out, trans_b, team)
 
 

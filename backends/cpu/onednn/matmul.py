@@ -61,7 +61,7 @@ def matmul(
     parts, threads = 1, omp_threads()
     if team > 1 and m * k * n >= ROW_SPLIT_WORK and threads == 1 and m >= 2 * ROWS_PER_PART:
         parts = min(2 * team, m // ROWS_PER_PART) if pool.try_parallel() else 1
-    rows = -(-m // max(parts, 1))
+    rows = -(-m // parts)
     bounds = list(range(0, m, rows)) + [m]
     packs: dict[int, np.ndarray] = {}  # B packed once per part height (the last may differ)
     try:
@@ -72,16 +72,17 @@ def matmul(
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         out = np.empty(y_shape, np.float32)
-    a2, y2 = np.ascontiguousarray(a).reshape(m, k), out.reshape(m, n)
+    a = np.ascontiguousarray(a)
+    if len(runs) == 1:  # the whole product: the arrays as they are, no row views
+        entry, packed = runs[0]
+        entry.prim.run({C.arg_src: a, C.arg_weights: packed, C.arg_dst: out})
+        return out
+    a2, y2 = a.reshape(m, k), out.reshape(m, n)
     bufs = []
     for (entry, packed), (lo, hi) in zip(runs, pairwise(bounds)):
         bufs.append({C.arg_src: a2[lo:hi], C.arg_weights: packed, C.arg_dst: y2[lo:hi]})
-        if entry.scratch is not None:
-            bufs[-1][C.arg_scratchpad] = entry.scratch
-    if len(runs) == 1:
-        runs[0][0].prim.run(bufs[0])
-    else:
-        run_all([e.prim for e, _ in runs], bufs, team)
+        bufs[-1][C.arg_scratchpad] = entry.scratch  # parts are built with their own
+    run_all([e.prim for e, _ in runs], bufs, team)
     return out
 
 

@@ -120,16 +120,19 @@ def recurrent(
         runs[0][0].prim.run(runs[0][1])
     else:
         run_all([e.prim for e, _ in runs], [bufs for _, bufs in runs])
-    dst = np.concatenate([bufs[C.arg_dst] for _, bufs in runs], axis=1) if parts > 1 else None
-    dst = runs[0][1][C.arg_dst] if dst is None else dst
-    outs = [
-        np.concatenate([bufs[C.arg_dst_1 + k] for _, bufs in runs], axis=1)
-        for k in range(len(initial))
-    ]
+    dst = _joined(runs, C.arg_dst)
+    outs = [_joined(runs, C.arg_dst_1 + k) for k in range(len(initial))]
     y = dst.reshape(t, n, d, h).transpose(0, 2, 1, 3)  # (T, D, N, H)
     if layout:
         return (y.transpose(2, 0, 1, 3),) + tuple(o.transpose(1, 0, 2) for o in outs)
     return (y,) + tuple(outs)
+
+
+def _joined(runs: list[tuple[Any, dict[int, np.ndarray]]], arg: int) -> np.ndarray:
+    """Output ``arg`` of the batch parts, joined along the batch (a lone part's own buffer)."""
+    if len(runs) == 1:
+        return runs[0][1][arg]
+    return np.concatenate([bufs[arg] for _, bufs in runs], axis=1)
 
 
 def _part(

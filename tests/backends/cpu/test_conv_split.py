@@ -163,3 +163,21 @@ def test_a_program_holds_the_pool_once_a_run_of_it_used_the_pool():
     finally:
         omp.set_threads(kept)
         pool.reset_backoff()
+
+
+def test_team_for_yields_the_threads_given():
+    """Inside ``team_for`` a kernel learns the threads it was given (what a one-thread
+    primitive may split over), whether oneDNN's team stays whole or drops to one thread."""
+    if not omp.available():
+        pytest.skip("libgomp is not loadable")
+    kept = omp.max_threads()
+    try:
+        for given in (1, 2, 3):
+            omp.set_threads(given)
+            with _lib.team_for(1 << 62) as team:
+                assert team == given and omp.max_threads() == given
+            with _lib.team_for(0) as team:
+                assert team == given and omp.max_threads() == 1
+            assert omp.max_threads() == given
+    finally:
+        omp.set_threads(kept)
