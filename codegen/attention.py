@@ -1,7 +1,7 @@
 """``softmax(Q @ Kt op c + mask) @ V`` head by head on ``codegen/pool.py``'s threads.
 
 ``FusedAttention`` otherwise runs as numpy's batched matmul (OpenBLAS, at one thread inside a
-CPU partition: ``backends/cpu/blas_threads.py``), the softmax row kernel, and a second matmul:
+CPU partition: ``codegen/blas.py``), the softmax row kernel, and a second matmul:
 all on one thread. Here each (batch, head) is a chunk: its scores by numpy's own OpenBLAS
 ``sgemm`` (the ``scipy_cblas_sgemm64_`` that numpy loaded, called through its address, with
 OpenBLAS at one thread so calls from two threads do not start its own), the scale, mask and
@@ -79,7 +79,7 @@ _sgemm: list[int] = []
 def sgemm_address() -> int:
     """The address of numpy's ILP64 OpenBLAS ``cblas_sgemm`` (0 where none is loaded)."""
     if not _sgemm:
-        from anychip.backends.cpu.blas_threads import openblas_symbol
+        from anychip.codegen.blas import openblas_symbol
 
         fn = openblas_symbol("scipy_cblas_sgemm64_")
         _sgemm.append(0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0)
@@ -150,7 +150,7 @@ def attention(
 
 def _blas_single() -> bool:
     """Whether numpy's OpenBLAS runs one thread (inside CPU partitions it is kept so)."""
-    from anychip.backends.cpu.blas_threads import openblas_threads
+    from anychip.codegen.blas import openblas_threads
 
     fns = openblas_threads()
     return fns is not None and fns[0]() == 1

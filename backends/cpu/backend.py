@@ -53,13 +53,13 @@ class CpuBackend(Backend):
 
     def wrap_partition(self, partition: Any, program: Any) -> Any:
         """With oneDNN there, each partition runs with numpy's OpenBLAS at one thread
-        (``blas_threads.py``: its spinning workers starved oneDNN's OpenMP team)."""
+        (``codegen/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
         program = _pool_held(program)
         if not _lib.findable():
             return program
-        from anychip.backends.cpu.blas_threads import single_blas_thread
+        from anychip.codegen.blas import single_blas_thread
 
         return single_blas_thread(program)
 

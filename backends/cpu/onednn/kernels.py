@@ -353,7 +353,7 @@ def gemm(
 ) -> Any:
     """Gemm through oneDNN's matmul when B is a constant 2-D float32, A is not transposed and
     alpha is 1 (the fully connected layer); C added after. Else the numpy kernel, whose BLAS
-    runs on one thread inside a partition beside oneDNN (``blas_threads.py``)."""
+    runs on one thread inside a partition beside oneDNN (``codegen/blas.py``)."""
     weights = ctx.node.inputs[1]
     beta = float(attrs.get("beta", 1.0))
     if (

@@ -1,4 +1,7 @@
-"""numpy's OpenBLAS kept to one thread while a CPU partition runs beside oneDNN's OpenMP team.
+"""numpy's OpenBLAS kept to one thread while a CPU partition runs beside oneDNN's OpenMP team
+(and while the simulated NPU computes; ``codegen/attention.py`` calls its ``sgemm``). It sits
+beside ``codegen/omp.py``, the OpenMP counterpart: host thread control that the CPU backend,
+the NPU and the generated code all use, below every backend.
 
 OpenBLAS's worker threads spin for a while after each threaded call; oneDNN's OpenMP team
 (``OMP_WAIT_POLICY=PASSIVE``) then waits for cores they hold. On the 2-core machine with two
