@@ -38,31 +38,43 @@ RUNS: Counter[str] = Counter()
 _SOURCE = r"""
 typedef int (*ac_exec_t)(const void *, void *, int, const void *);
 typedef int (*ac_wait_t)(void *);
+typedef int (*ac_set_t)(void *, uintptr_t);
 struct ac_exec_args {
     ac_exec_t ex;
     ac_wait_t wt;
-    const uintptr_t *prims, *streams, *args;
-    const int *nargs;
+    ac_set_t set;
+    const uintptr_t *prims, *streams, *args, *mems, *ptrs;
+    const int *nargs, *first;
     int *status;
 };
 
 static void ac_exec_one(void *p, long i) {
     const struct ac_exec_args *a = (const struct ac_exec_args *)p;
+    /* bind part i's buffers on the thread that runs it (memory objects are per part) */
+    for (int j = a->first[i]; j < a->first[i + 1]; j++) {
+        int s = a->set((void *)a->mems[j], a->ptrs[j]);
+        if (s != 0) {
+            a->status[i] = s;
+            return;
+        }
+    }
     int s = a->ex((const void *)a->prims[i], (void *)a->streams[i], a->nargs[i],
                   (const void *)a->args[i]);
     a->status[i] = s == 0 ? a->wt((void *)a->streams[i]) : s;
 }
 
-void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
-                 const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, uintptr_t set, const uintptr_t *prims,
+                 const uintptr_t *streams, const int *nargs, const uintptr_t *args,
+                 const uintptr_t *mems, const uintptr_t *ptrs, const int *first, int *status,
                  uintptr_t pool, int threads) {
-    struct ac_exec_args a = {(ac_exec_t)exec, (ac_wait_t)wait, prims, streams, args, nargs,
-                             status};
+    struct ac_exec_args a = {(ac_exec_t)exec, (ac_wait_t)wait, (ac_set_t)set, prims, streams,
+                             args, mems, ptrs, nargs, first, status};
     ((ac_pool_fn)pool)(ac_exec_one, &a, n, threads);
 }
 """
-_CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, const uintptr_t *prims,
-    const uintptr_t *streams, const int *nargs, const uintptr_t *args, int *status,
+_CDEF = """void ac_exec_all(int n, uintptr_t exec, uintptr_t wait, uintptr_t set,
+    const uintptr_t *prims, const uintptr_t *streams, const int *nargs, const uintptr_t *args,
+    const uintptr_t *mems, const uintptr_t *ptrs, const int *first, int *status,
     uintptr_t pool, int threads)"""
 
 _streams: list[int] = []
@@ -78,14 +90,15 @@ def _stream_addresses(L: Any, n: int) -> list[int]:
     return _streams[:n]
 
 
-def _entry_points(L: Any) -> tuple[int, int]:
-    """``dnnl_primitive_execute``'s and ``dnnl_stream_wait``'s addresses in ``L``, looked up
-    once per library object rather than on every call."""
+def _entry_points(L: Any) -> tuple[int, int, int]:
+    """``dnnl_primitive_execute``'s, ``dnnl_stream_wait``'s and
+    ``dnnl_memory_set_data_handle``'s addresses in ``L``, looked up once per library object
+    rather than on every call."""
     if not _entry or _entry[0] is not L:
         ffi, dn = L.ffi, L.dnnl
-        execute = _address(ffi, ffi.addressof(dn, "dnnl_primitive_execute"))
-        _entry[:] = [L, execute, _address(ffi, ffi.addressof(dn, "dnnl_stream_wait"))]
-    return _entry[1], _entry[2]
+        names = ("dnnl_primitive_execute", "dnnl_stream_wait", "dnnl_memory_set_data_handle")
+        _entry[:] = [L, *(_address(ffi, ffi.addressof(dn, name)) for name in names)]
+    return _entry[1], _entry[2], _entry[3]
 
 
 def _helper() -> Any | None:
@@ -105,10 +118,15 @@ def _address(ffi: Any, cdata: Any) -> int:
 
 
 def run_all(
-    prims: list[P.Prim], buffers: list[dict[int, np.ndarray]], threads: int | None = None
+    prims: list[P.Prim],
+    buffers: list[dict[int, np.ndarray | int]],
+    threads: int | None = None,
 ) -> None:
-    """Execute ``prims[k]`` on ``buffers[k]`` (as ``Prim.run``) on ``threads`` threads (one
-    per primitive by default) where the helper builds; the primitives must be distinct."""
+    """Execute ``prims[k]`` on ``buffers[k]`` (as ``Prim.run``; a buffer may also be given
+    as its address, an int) on ``threads`` threads (one per primitive by default) where the
+    helper builds; the primitives must be distinct. Each part's buffers are bound on the
+    thread that runs it, in C: binding from Python cost about 2 us a buffer (most of it
+    ``__array_interface__``), 17 us of a two-part convolution's critical path."""
     address = pool.address() if len(prims) > 1 else 0
     built = _helper() if address else None
     RUNS["together" if built is not None else "in turn"] += 1
@@ -118,15 +136,21 @@ def run_all(
         return
     hffi, _, fn = built
     L = P.lib()
-    ffi, dn = L.ffi, L.dnnl
+    ffi = L.ffi
+    mems: list[int] = []
+    ptrs: list[int] = []
+    first = [0]
+    for p, bufs in zip(prims, buffers):
+        addrs = p.mem_addrs
+        for arg, a in bufs.items():
+            mems.append(addrs[arg])
+            ptrs.append(a if type(a) is int else P.ptr(a))
+        first.append(len(mems))
+    n = len(prims)
+    status = hffi.new("int[]", n)
     for p in prims:
         p.lock.acquire()
     try:
-        for p, bufs in zip(prims, buffers):
-            for arg, a in bufs.items():
-                dn.dnnl_memory_set_data_handle(p.mems[arg], a.__array_interface__["data"][0])
-        n = len(prims)
-        status = hffi.new("int[]", n)
         fn(
             n,
             *_entry_points(L),
@@ -134,6 +158,9 @@ def run_all(
             _stream_addresses(L, n),
             [len(p.mems) for p in prims],
             [_address(ffi, p.args) for p in prims],
+            mems,
+            ptrs,
+            first,
             status,
             address,
             threads or n,

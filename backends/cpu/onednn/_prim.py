@@ -147,7 +147,7 @@ def ptr(a: np.ndarray) -> int:
 class Prim:
     """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
 
-    __slots__ = ("pd", "prim", "mems", "args", "lock", "info", "lib")
+    __slots__ = ("pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib")
 
     def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
         L = self.lib = lib()
@@ -164,16 +164,19 @@ class Prim:
             self.mems[arg] = ffi.gc(mem[0], dn.dnnl_memory_destroy)
             self.args[i].arg = arg
             self.args[i].memory = self.mems[arg]
+        #: The memory objects' addresses, for C helpers that bind them (``_parallel.py``).
+        self.mem_addrs = {arg: int(ffi.cast("uintptr_t", m)) for arg, m in self.mems.items()}
         self.lock = threading.Lock()
         self.info = impl_info(pd)
 
-    def run(self, buffers: dict[int, np.ndarray]) -> None:
-        """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described)."""
+    def run(self, buffers: dict[int, np.ndarray | int]) -> None:
+        """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described, or
+        their addresses)."""
         L = self.lib
         dn, mems = L.dnnl, self.mems
         with self.lock:
             for arg, a in buffers.items():
-                dn.dnnl_memory_set_data_handle(mems[arg], a.__array_interface__["data"][0])
+                dn.dnnl_memory_set_data_handle(mems[arg], a if type(a) is int else ptr(a))
             check(
                 dn.dnnl_primitive_execute(self.prim, L.stream, len(self.mems), self.args),
                 "executing " + self.info,

@@ -62,10 +62,11 @@ def _band(a: int, b: int, stride: int, span: int, pad: int, size: int) -> tuple[
 
 
 class _Part:
-    __slots__ = ("prim", "w_md", "scratch", "rows")
+    __slots__ = ("prim", "w_md", "scratch", "scratch_ptr", "rows")
 
     def __init__(self, prim: P.Prim, w_md: Any, scratch: np.ndarray, rows: tuple) -> None:
         self.prim, self.w_md, self.scratch, self.rows = prim, w_md, scratch, rows
+        self.scratch_ptr = P.ptr(scratch)
 
 
 def _build(
@@ -153,19 +154,56 @@ def split_conv(
     ycl = np.empty((1, oh, y_shape[3], y_shape[1]), np.float32)
     if z is not None:
         np.copyto(ycl, z.transpose(0, 2, 3, 1))
-    buffers = []
-    for part in built:
-        lo, hi, a, e = part.rows
-        key = ("conv-rows-w", *spec, part.rows)
-        wk = P.weights(key, (w,), lambda key=key, part=part: _weights(key, part, wdims, w))
-        bufs = {C.arg_src: xcl[:, lo:hi], C.arg_weights: wk, C.arg_dst: ycl[:, a:e]}
-        bufs[C.arg_scratchpad] = part.scratch
-        if b is not None:
-            bufs[C.arg_bias] = np.ascontiguousarray(b)
-        buffers.append(bufs)
-    run_all([p.prim for p in built], buffers)
+    run_all([p.prim for p in built], _buffers(built, spec, wdims, w, b, xcl, ycl))
     RUNS[parts] += 1
     return P.from_channels_last(ycl)
+
+
+def _buffers(
+    built: list[_Part],
+    spec: tuple,
+    wdims: tuple[int, ...],
+    w: np.ndarray,
+    b: np.ndarray | None,
+    xcl: np.ndarray,
+    ycl: np.ndarray,
+) -> list[dict[int, int]]:
+    """Each part's buffers as addresses: its band of ``xcl`` and ``ycl`` (offsets from one
+    address each; taking an array's address costs about 1 us in Python), its weights (one
+    cache entry for all parts), scratchpad and bias."""
+    key = ("conv-rows-w", *spec, tuple(p.rows for p in built))
+    wk = P.weights(key, (w,), lambda: _weights_all(key, built, wdims, w))
+    x0, y0 = P.ptr(xcl), P.ptr(ycl)
+    x_row, y_row = xcl.strides[1], ycl.strides[1]
+    bias = None if b is None else P.ptr(np.ascontiguousarray(b))
+    buffers = []
+    for part, w_ptr in zip(built, wk.ptrs):
+        lo, _, a, _ = part.rows
+        bufs = {
+            C.arg_src: x0 + lo * x_row,
+            C.arg_weights: w_ptr,
+            C.arg_dst: y0 + a * y_row,
+            C.arg_scratchpad: part.scratch_ptr,
+        }
+        if bias is not None:
+            bufs[C.arg_bias] = bias
+        buffers.append(bufs)
+    return buffers
+
+
+class _PartWeights:
+    """The parts' prepared weights and their addresses (kept together: the addresses are
+    valid while the arrays live)."""
+
+    __slots__ = ("arrays", "ptrs")
+
+    def __init__(self, arrays: list[np.ndarray]) -> None:
+        self.arrays = arrays
+        self.ptrs = [P.ptr(a) for a in arrays]
+
+
+def _weights_all(key: tuple, built: list[_Part], wdims: tuple[int, ...], w: np.ndarray) -> Any:
+    return _PartWeights([_weights((key, k), p, wdims, w) for k, p in enumerate(built)])
 
 
 def _weights(key: tuple, part: _Part, wdims: tuple[int, ...], w: np.ndarray) -> np.ndarray:
