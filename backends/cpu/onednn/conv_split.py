@@ -40,16 +40,21 @@ __all__ = ["ROW_SPLIT_WORK", "TEAM_WORK", "MIN_PART_ROWS", "RUNS", "split_conv"]
 RUNS: Counter[int] = Counter()
 
 #: Multiply-adds from which a one-thread convolution is split by rows when two or more
-#: threads were given. Measured on SqueezeNet's shapes, channels-last input, pool held, two
-#: parts against one thread (medians of 100, us): 3-5.5M multiply-adds (1x1) 76-120 / 81-106,
-#: no gain (a part's fixed cost); 14M (3x3, 48 -> 192 at 13x13) 245 / 176; 25-27M 423-484 /
-#: 272-288. Above ``TEAM_WORK`` oneDNN's own team runs it (ResNet-50 read no better split).
-ROW_SPLIT_WORK = 1 << 23
+#: threads were given (2.6M). Two parts against one thread, pool held, medians of 200, us,
+#: load average 0.1-0.7, after the parts' buffers were bound in C: 2.1M (1x1 at 13x13) 57 /
+#: 55-57, 3.0M (1x1) 77-85 / 65-68, 4.5M 106 / 80, 11.9M 238 / 146, 26.9M (3x3) 480 / 274.
+#: Before that (Python binding, 2 us a buffer) 3-5.5M gained nothing.
+ROW_SPLIT_WORK = 5 << 19
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
 #: Fewest output rows per part.
 MIN_PART_ROWS = 2
+#: Multiply-adds from which a convolution is cut into ``PARTS_PER_THREAD`` parts a thread,
+#: taken by whichever thread is free: a late or cache-cold thread then leaves the caller one
+#: small part to wait for, not half the convolution.
+FINE_WORK = 1 << 24
+PARTS_PER_THREAD = 2
 
 
 def _band(a: int, b: int, stride: int, span: int, pad: int, size: int) -> tuple[int, int, int, int]:
@@ -135,7 +140,8 @@ def split_conv(
     oh = y_shape[2]
     if oh * y_shape[3] * w.size < ROW_SPLIT_WORK or oh < 2 * MIN_PART_ROWS:
         return None
-    parts = min(team, oh // MIN_PART_ROWS)
+    work = oh * y_shape[3] * w.size
+    parts = min(team * (PARTS_PER_THREAD if work >= FINE_WORK else 1), oh // MIN_PART_ROWS)
     if not pool.try_parallel():
         return None
     wdims = w.shape if group == 1 else (group, w.shape[0] // group) + tuple(w.shape[1:])
@@ -154,7 +160,7 @@ def split_conv(
     ycl = np.empty((1, oh, y_shape[3], y_shape[1]), np.float32)
     if z is not None:
         np.copyto(ycl, z.transpose(0, 2, 3, 1))
-    run_all([p.prim for p in built], _buffers(built, spec, wdims, w, b, xcl, ycl))
+    run_all([p.prim for p in built], _buffers(built, spec, wdims, w, b, xcl, ycl), team)
     RUNS[parts] += 1
     return P.from_channels_last(ycl)
 

@@ -77,6 +77,23 @@ def test_split_conv_equals_onnxruntime_and_unsplit(split, monkeypatch, case, res
     _close(got, [np.asarray(whole[0])], tol=1e-5)
 
 
+@pytest.mark.parametrize("case", [0, 1, 3, 8])
+def test_fine_parts_equal_onnxruntime_and_unsplit(split, monkeypatch, case):
+    """From ``FINE_WORK`` a convolution is cut into two parts a thread (four on two threads),
+    taken by whichever thread is free; the bands still give onnxruntime's and the unsplit
+    primitive's result, with a residual."""
+    monkeypatch.setattr(conv_split, "FINE_WORK", 0)
+    model, feeds = _chain(case, True, seed=40 + case)
+    before = conv_split.RUNS[4]
+    got, want = _run_both(model, feeds)
+    assert conv_split.RUNS[4] == before + 1
+    _close(got, want, tol=1e-5)
+    with monkeypatch.context() as mp:
+        mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
+        whole = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    _close(got, [np.asarray(whole[0])], tol=1e-5)
+
+
 def test_one_thread_never_splits(monkeypatch):
     kept = omp.max_threads()
     omp.set_threads(1)
