@@ -34,7 +34,17 @@ from anychip.backends.cpu.onednn._lib import C
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
 
-__all__ = ["ROW_SPLIT_WORK", "TEAM_WORK", "MIN_PART_ROWS", "RUNS", "split_conv"]
+__all__ = [
+    "ROW_SPLIT_WORK",
+    "TEAM_WORK",
+    "MIN_PART_ROWS",
+    "FEW_CHANNELS",
+    "FINE_WORK",
+    "PARTS_PER_THREAD",
+    "RUNS",
+    "split_conv",
+    "will_split",
+]
 
 #: Convolutions run split, by part count (tests read it to see the split ran).
 RUNS: Counter[int] = Counter()
@@ -48,6 +58,8 @@ ROW_SPLIT_WORK = 5 << 19
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
+#: Most input channels of an NCHW source reordered to channels-last to be split (``conv.py``).
+FEW_CHANNELS = 4
 #: Fewest output rows per part.
 MIN_PART_ROWS = 2
 #: Multiply-adds from which a convolution is cut into ``PARTS_PER_THREAD`` parts a thread,
@@ -122,6 +134,14 @@ def _build(
     return _Part(P.Prim(pd, args), w_md, scratch, (lo, hi, a, b))
 
 
+def will_split(y_shape: tuple[int, ...], w: np.ndarray, team: int) -> bool:
+    """Whether a batch-1 2-D convolution of output ``y_shape`` and weights ``w`` is worth
+    splitting on ``team`` threads (enough work, enough rows)."""
+    if team < 2 or len(y_shape) != 4:
+        return False
+    return y_shape[2] * y_shape[3] * w.size >= ROW_SPLIT_WORK and y_shape[2] >= 2 * MIN_PART_ROWS
+
+
 def split_conv(
     x: np.ndarray,
     w: np.ndarray,
@@ -135,11 +155,9 @@ def split_conv(
     bands of rows on ``team`` threads; None where the split does not apply (not 4-D at batch
     1, too few rows or too little work, the pool backing off, oneDNN declining a part)."""
     y_shape, group, _, window = geometry
-    if team < 2 or x.ndim != 4 or x.shape[0] != 1:
+    if x.ndim != 4 or x.shape[0] != 1 or not will_split(y_shape, w, team):
         return None
     oh = y_shape[2]
-    if oh * y_shape[3] * w.size < ROW_SPLIT_WORK or oh < 2 * MIN_PART_ROWS:
-        return None
     work = oh * y_shape[3] * w.size
     parts = min(team * (PARTS_PER_THREAD if work >= FINE_WORK else 1), oh // MIN_PART_ROWS)
     if not pool.try_parallel():

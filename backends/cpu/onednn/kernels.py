@@ -51,7 +51,10 @@ RUNS: Counter[tuple[str, str]] = Counter()
 
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
 def _conv(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
+    # output positions times the weights: a stride-2 convolution has a quarter of the input's
     work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
+    for s in args[3].get("strides") or ():
+        work //= max(int(s), 1)
     small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
     with team_for(work, small) as team:  # a one-thread convolution may split its rows
         return _conv_mod.conv(x, w, *args, team=team)

@@ -32,8 +32,10 @@ CASES = [
 
 @pytest.fixture
 def split(monkeypatch):
-    """Two OpenMP threads, every batch-1 convolution under oneDNN's team split by rows."""
-    with two_threads(monkeypatch, ROW_SPLIT_WORK=(conv_split, 0), MIN_PART_ROWS=(conv_split, 1)):
+    """Two OpenMP threads, every batch-1 convolution under oneDNN's team on a channels-last
+    source split by rows (the chains' first convolution, on the NCHW image, stays whole)."""
+    limits = {"ROW_SPLIT_WORK": (conv_split, 0), "MIN_PART_ROWS": (conv_split, 1)}
+    with two_threads(monkeypatch, FEW_CHANNELS=(conv_split, 0), **limits):
         yield
 
 
@@ -92,6 +94,64 @@ def test_fine_parts_equal_onnxruntime_and_unsplit(split, monkeypatch, case):
         mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
         whole = anychip.load(model, devices=["cpu"]).run(None, feeds)
     _close(got, [np.asarray(whole[0])], tol=1e-5)
+
+
+@pytest.mark.parametrize("channels", [1, 3, 5])
+def test_a_first_convolution_on_nchw_splits_through_channels_last(split, monkeypatch, channels):
+    """A convolution on the NCHW image (few channels, a oneDNN reader after it) is reordered
+    to channels-last and split; more than ``FEW_CHANNELS`` channels stay whole."""
+    rng = np.random.default_rng(50 + channels)
+    x = _rand(rng, 1, channels, 19, 17)
+    weights = {
+        "W0": _rand(rng, 8, channels, 3, 3),
+        "B0": _rand(rng, 8),
+        "W1": _rand(rng, 5, 8, 1, 1),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W0", "B0"], ["a"], strides=[2, 2], pads=[1, 0, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1"], ["y"]),
+    ]
+    model = _model(nodes, {"x": x}, weights, ["y"])
+    monkeypatch.setattr(conv_split, "FEW_CHANNELS", 4)
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, {"x": x})
+    splits = sum(conv_split.RUNS.values()) - before
+    assert splits == (1 if channels <= conv_split.FEW_CHANNELS else 0)
+    _close(got, want, tol=1e-5)
+    with monkeypatch.context() as mp:
+        mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
+        whole = anychip.load(model, devices=["cpu"]).run(None, {"x": x})
+    _close(got, [np.asarray(whole[0])], tol=1e-5)
+
+
+def test_a_strided_convolution_counts_its_output_positions(split, monkeypatch):
+    """The work that decides oneDNN's team against the split is output positions times the
+    weights: a stride-2 convolution whose input-sized estimate is over ``TEAM_WORK`` but whose
+    own work is under it splits (SqueezeNet's first convolution, 21M multiply-adds, ran on
+    the team as 87M)."""
+    rng = np.random.default_rng(60)
+    x = _rand(rng, 1, 8, 32, 32)
+    weights = {
+        "W0": _rand(rng, 8, 8, 1, 1),
+        "W1": _rand(rng, 8, 8, 3, 3),
+        "W2": _rand(rng, 4, 8, 1, 1),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["t"]),
+        helper.make_node("Conv", ["t", "W2"], ["y"]),
+    ]
+    output_work = 16 * 16 * 8 * 8 * 9  # the strided convolution's multiply-adds
+    monkeypatch.setattr(conv_split, "TEAM_WORK", 2 * output_work)  # input-sized: 4x
+    monkeypatch.setattr(conv_split, "ROW_SPLIT_WORK", output_work)  # only the strided one
+    model = _model(nodes, {"x": x}, weights, ["y"])
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, {"x": x})
+    assert sum(conv_split.RUNS.values()) == before + 1
+    _close(got, want, tol=1e-5)
 
 
 def test_one_thread_never_splits(monkeypatch):
