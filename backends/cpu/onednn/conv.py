@@ -92,7 +92,8 @@ def conv(
         not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
     )
     if plain_io or not channels_last and x.ndim == 4 and all(k == 1 for k in kshape):
-        y = conv1x1.run(x, w, b, z, act, y_shape, window, out)  # NCHW or channels-last x
+        # NCHW or channels-last x; split over the threads given where left on one thread
+        y = conv1x1.run(x, w, b, z, act, y_shape, window, out, team if omp_threads() == 1 else 1)
         if y is not None:
             return y
     if team > 1 and channels_last and omp_threads() == 1:

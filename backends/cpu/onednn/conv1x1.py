@@ -18,6 +18,12 @@ ShuffleNet v1's four groups (CPU time): 24->112 at 56x56 2245 / 385, 136->136 at
 convolutions write NCHW buffers for the Concat, Split and Reshape nodes that read them, so
 this is their path.
 
+Given two threads or more (``team``, the convolution left on one OpenMP thread) a batch-1
+product from ``SPLIT_WORK`` multiply-adds is cut into parts of output channels (of whole
+groups when grouped), one matmul each, on ``codegen/pool.py``'s threads (``_parallel``): in
+NCHW a part's weights rows, bias and output rows are contiguous blocks, and its input the
+whole ``X`` (or its groups' channels), so the parts share nothing they write.
+
 Returns None (the convolution primitive runs instead) for strides or pads other than the
 identity's, and anything oneDNN declines or runs with its reference kernel.
 """
@@ -25,6 +31,8 @@ identity's, and anything oneDNN declines or runs with its reference kernel.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -33,8 +41,16 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import fused_elementwise
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
+from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.codegen import pool
 
-__all__ = ["run"]
+__all__ = ["run", "SPLIT_WORK", "RUNS"]
+
+#: Multiply-adds from which a batch-1 product splits its output channels over the threads
+#: given (as ``conv_split.ROW_SPLIT_WORK``).
+SPLIT_WORK = 5 << 19
+#: Products run split, by part count (tests read it).
+RUNS: Counter[int] = Counter()
 
 
 def run(
@@ -46,6 +62,7 @@ def run(
     y_shape: tuple[int, ...],
     window: tuple,
     out: np.ndarray | None,
+    team: int = 1,
 ) -> np.ndarray | None:
     """``act(conv1x1(x, w) + b + z)`` for a C-contiguous or channels-last ``x`` (read in
     place: a strided operand costs brgemm 5-15 us where a reorder into NCHW costs 40-65 at
@@ -63,22 +80,26 @@ def run(
         return None
     inner_act, inner_b = (None, None) if outside else (act, b)
     nhwc = not x.flags.c_contiguous  # the caller passes C-contiguous or channels-last
-    key = ("conv1x1", n, c, m, cols, inner_b is not None, z is not None, inner_act, g, nhwc)
-    key += (omp_threads(),)
+    spec = (n, c, m, cols, g, inner_b is not None, z is not None, inner_act, nhwc)
+    parts = _parts(spec, team) if n == 1 and team > 1 and m * c // g * cols >= SPLIT_WORK else []
     try:
-        prim = P.cached(
-            key,
-            lambda: _build(n, c, m, cols, g, inner_b is not None, z is not None, inner_act, nhwc),
-        )
+        if not parts:
+            key = ("conv1x1", *spec, omp_threads())
+            prim = P.cached(key, lambda: _build(*spec))
     except P.Unsupported:
         return None
     y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
     if z is not None:
         np.copyto(y, z)
-    bufs = {C.arg_src: np.ascontiguousarray(w), C.arg_weights: x, C.arg_dst: y}
-    if inner_b is not None:
-        bufs[C.arg_post_op_src1(int(z is not None))] = np.ascontiguousarray(inner_b)
-    prim.run(bufs)
+    wc = np.ascontiguousarray(w)
+    bc = None if inner_b is None else np.ascontiguousarray(inner_b)
+    if parts:
+        _run_parts(parts, spec, x, wc, bc, y, team)
+    else:
+        bufs = {C.arg_src: wc, C.arg_weights: x, C.arg_dst: y}
+        if bc is not None:
+            bufs[C.arg_post_op_src1(int(z is not None))] = bc
+        prim.run(bufs)
     if outside:
         # one pass of generated C, in place (numpy's add then maximum: the same values, 101
         # against 29 us at ShuffleNet's 136x28x28)
@@ -98,17 +119,21 @@ def _build(
     sum_z: bool,
     act: tuple | None,
     nhwc: bool = False,
+    ld: int = 0,
 ) -> P.Prim:
+    """The product of ``m`` output channels over ``c`` input channels in ``g`` groups; ``ld``:
+    the source's channel count where this is a part of it (the channels-last stride)."""
     L = P.lib()
+    ld = ld or c
     if g == 1:
         src, wei, dst = P.md((1, m, c), C.abc), P.md((n, c, cols), C.abc), P.md((n, m, cols), C.abc)
         if nhwc:  # X[n] is [C, H*W] with strides (1, C): brgemm reads it transposed
-            wei = P.md_strided((n, c, cols), (c * cols, 1, c))
+            wei = P.md_strided((n, c, cols), (ld * cols, 1, ld))
     else:
         src = P.md((1, g, m // g, c // g), C.abcd)
         wei = P.md((n, g, c // g, cols), C.abcd)
         if nhwc:
-            wei = P.md_strided((n, g, c // g, cols), (c * cols, c // g, 1, c))
+            wei = P.md_strided((n, g, c // g, cols), (ld * cols, c // g, 1, ld))
         dst = P.md((n, g, m // g, cols), C.abcd)
     bias_md: Any = P.md((1, m, 1), C.abc) if bias else None
     attr = P.post_ops(sum_z, act, bias_md)
@@ -121,3 +146,64 @@ def _build(
     if bias:
         args[C.arg_post_op_src1(int(sum_z))] = bias_md
     return P.Prim(pd, args)
+
+
+def _parts(spec: tuple, team: int) -> list[tuple[int, int, P.Prim]]:
+    """``(first output channel, first input channel, matmul)`` per part: whole groups when
+    grouped (NCHW only), else blocks of output channels (multiples of 16); [] where the
+    split does not apply (too few channels, the pool backing off, oneDNN declining a
+    part)."""
+    n, c, m, cols, g, bias, sum_z, act, nhwc = spec
+    if g > 1:
+        if nhwc:  # parts of strided groups ran 1.5-6x the whole (ShuffleNet's shapes)
+            return []
+        count = min(team, g)
+        cuts = [g * k // count for k in range(count + 1)]
+        mg, cg = m // g, c // g
+        bounds = [(a * mg, a * cg, (e - a) * mg, (e - a) * cg, e - a) for a, e in pairwise(cuts)]
+    else:
+        count = min(team, m // 16)
+        if count < 2:
+            return []
+        cuts = [m * k // count // 16 * 16 for k in range(count)] + [m]
+        bounds = [(a, 0, e - a, c, 1) for a, e in pairwise(cuts)]
+    if not pool.try_parallel():
+        return []
+    out = []
+    try:
+        for m0, c0, mp, cp, gp in bounds:
+            key = ("conv1x1-part", *spec, m0, mp)
+            args = (1, cp, mp, cols, gp, bias, sum_z, act, nhwc, c)
+            out.append((m0, c0, P.cached(key, lambda args=args: _build(*args))))
+    except P.Unsupported:
+        return []
+    return out
+
+
+def _run_parts(
+    parts: list[tuple[int, int, P.Prim]],
+    spec: tuple,
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    y: np.ndarray,
+    team: int,
+) -> None:
+    """Each part on its block: addresses by offset (4 bytes a float) from the whole arrays."""
+    _, c, m, cols, g, _, sum_z, _, nhwc = spec
+    x0, w0, y0 = P.ptr(x), P.ptr(w), P.ptr(y)
+    b0 = None if b is None else P.ptr(b)
+    # a channel's step in X: one pixel's worth in NCHW, one float in channels-last
+    x_step = 4 if nhwc else 4 * cols
+    buffers = []
+    for m0, c0, _ in parts:
+        bufs = {
+            C.arg_src: w0 + 4 * m0 * (c // g),
+            C.arg_weights: x0 + x_step * c0,
+            C.arg_dst: y0 + 4 * m0 * cols,
+        }
+        if b0 is not None:
+            bufs[C.arg_post_op_src1(int(sum_z))] = b0 + 4 * m0
+        buffers.append(bufs)
+    run_all([p for _, _, p in parts], buffers, team)
+    RUNS[len(parts)] += 1

@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 import anychip
-from anychip.backends.cpu.onednn import _lib, conv_split
+from anychip.backends.cpu.onednn import _lib, conv1x1, conv_split
 from anychip.codegen import omp, pool
 from tests.backends.cpu.test_onednn import _close, _model, _rand, _run_both
 from tests.backends.cpu.test_onednn_threads import two_threads
@@ -152,6 +152,48 @@ def test_a_strided_convolution_counts_its_output_positions(split, monkeypatch):
     got, want = _run_both(model, {"x": x})
     assert sum(conv_split.RUNS.values()) == before + 1
     _close(got, want, tol=1e-5)
+
+
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("source", ["nchw", "channels_last"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_1x1_product_splits_its_output_channels(split, monkeypatch, group, source, residual):
+    """A 1x1 convolution written to NCHW (a graph output) splits its output channels (whole
+    groups) over the threads, with bias, residual and Relu: onnxruntime's result and the
+    unsplit product's. Grouped on a channels-last source it stays whole (slower split)."""
+    monkeypatch.setattr(conv1x1, "SPLIT_WORK", 0)
+    rng = np.random.default_rng(70 + group * 4 + (source == "nchw") * 2 + residual)
+    x = _rand(rng, 1, 8, 9, 7)
+    weights = {"W0": _rand(rng, 48, 8, 1, 1), "W1": _rand(rng, 40, 48 // group, 1, 1)}
+    weights["B1"] = _rand(rng, 40)
+    first = "x"
+    nodes = []
+    if source == "channels_last":  # a oneDNN producer: the 1x1 reads its channels-last output
+        nodes = [
+            helper.make_node("Conv", ["x", "W0"], ["a"]),
+            helper.make_node("Relu", ["a"], ["r"]),
+        ]
+        first = "r"
+    else:
+        x = _rand(rng, 1, 48, 9, 7)
+    feeds = {"x": x}
+    nodes.append(helper.make_node("Conv", [first, "W1", "B1"], ["c"], group=group))
+    last = "c"
+    if residual:
+        feeds["z"] = _rand(rng, 1, 40, 9, 7)
+        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
+        last = "s"
+    nodes.append(helper.make_node("Relu", [last], ["y"]))
+    model = _model(nodes, feeds, weights, ["y"])
+    before = sum(conv1x1.RUNS.values())
+    got, want = _run_both(model, feeds)
+    split_ran = sum(conv1x1.RUNS.values()) - before
+    assert split_ran == (0 if group > 1 and source == "channels_last" else 1)
+    _close(got, want, tol=1e-5)
+    with monkeypatch.context() as mp:
+        mp.setattr(conv1x1, "SPLIT_WORK", 1 << 62)
+        whole = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    _close(got, [np.asarray(whole[0])], tol=1e-5)
 
 
 def test_one_thread_never_splits(monkeypatch):
