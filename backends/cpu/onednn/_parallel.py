@@ -113,6 +113,33 @@ def _helper() -> Any | None:
 _built: dict[str, Any] = {}
 
 
+def _fixed(hffi: Any, L: Any, prims: list[P.Prim]) -> tuple[Any, Any, Any, Any]:
+    """The C arrays of ``prims``' addresses, their streams, argument counts and argument
+    lists: the same for every call on the same primitives, so made once for them (a few us
+    a call from Python lists)."""
+    key = tuple(map(id, prims))
+    hit = _FIXED.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], prims)):
+        return hit[1]
+    ffi, n = L.ffi, len(prims)
+    fixed = (
+        hffi.new("uintptr_t[]", [_address(ffi, p.prim) for p in prims]),
+        hffi.new("uintptr_t[]", _stream_addresses(L, n)),
+        hffi.new("int[]", [len(p.mems) for p in prims]),
+        hffi.new("uintptr_t[]", [_address(ffi, p.args) for p in prims]),
+    )
+    if len(_FIXED) >= _MAX_FIXED:
+        _FIXED.clear()
+    _FIXED[key] = (list(prims), fixed)
+    return fixed
+
+
+#: ids of a primitive list -> (the primitives, their C arrays); the primitives are kept so
+#: their ids are not reused while cached.
+_FIXED: dict[tuple[int, ...], tuple[list[P.Prim], tuple[Any, Any, Any, Any]]] = {}
+_MAX_FIXED = 512
+
+
 def _address(ffi: Any, cdata: Any) -> int:
     return int(ffi.cast("uintptr_t", cdata))
 
@@ -136,7 +163,6 @@ def run_all(
         return
     hffi, _, fn = built
     L = P.lib()
-    ffi = L.ffi
     mems: list[int] = []
     ptrs: list[int] = []
     first = [0]
@@ -148,23 +174,11 @@ def run_all(
         first.append(len(mems))
     n = len(prims)
     status = hffi.new("int[]", n)
+    fixed = _fixed(hffi, L, prims)
     for p in prims:
         p.lock.acquire()
     try:
-        fn(
-            n,
-            *_entry_points(L),
-            [_address(ffi, p.prim) for p in prims],
-            _stream_addresses(L, n),
-            [len(p.mems) for p in prims],
-            [_address(ffi, p.args) for p in prims],
-            mems,
-            ptrs,
-            first,
-            status,
-            address,
-            threads or n,
-        )
+        fn(n, *_entry_points(L), *fixed, mems, ptrs, first, status, address, threads or n)
     finally:
         for p in prims:
             p.lock.release()

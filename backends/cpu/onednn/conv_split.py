@@ -165,11 +165,8 @@ def split_conv(
     wdims = w.shape if group == 1 else (group, w.shape[0] // group) + tuple(w.shape[1:])
     bounds = [oh * k // parts for k in range(parts + 1)]
     spec = (x.shape, wdims, y_shape, window, b is not None, z is not None, act)
-    try:
-        built = [
-            P.cached(("conv-rows", *spec, lo, hi), lambda lo=lo, hi=hi: _build(*spec, lo, hi))
-            for lo, hi in pairwise(bounds)
-        ]
+    try:  # one lookup a call: the plan holds its parts
+        plan = P.cached(("conv-rows-plan", *spec, parts), lambda: _Plan(spec, bounds))
     except P.Unsupported:
         return None
     xcl = x.transpose(0, 2, 3, 1)
@@ -178,14 +175,27 @@ def split_conv(
     ycl = np.empty((1, oh, y_shape[3], y_shape[1]), np.float32)
     if z is not None:
         np.copyto(ycl, z.transpose(0, 2, 3, 1))
-    run_all([p.prim for p in built], _buffers(built, spec, wdims, w, b, xcl, ycl), team)
+    run_all(plan.prims, _buffers(plan, wdims, w, b, xcl, ycl), team)
     RUNS[parts] += 1
     return P.from_channels_last(ycl)
 
 
+class _Plan:
+    """A split's parts (one primitive per band of ``bounds``), built once per geometry."""
+
+    __slots__ = ("parts", "prims", "wkey")
+
+    def __init__(self, spec: tuple, bounds: list[int]) -> None:
+        self.parts = [
+            P.cached(("conv-rows", *spec, lo, hi), lambda lo=lo, hi=hi: _build(*spec, lo, hi))
+            for lo, hi in pairwise(bounds)
+        ]
+        self.prims = [p.prim for p in self.parts]
+        self.wkey = ("conv-rows-w", *spec, tuple(p.rows for p in self.parts))
+
+
 def _buffers(
-    built: list[_Part],
-    spec: tuple,
+    plan: _Plan,
     wdims: tuple[int, ...],
     w: np.ndarray,
     b: np.ndarray | None,
@@ -195,7 +205,7 @@ def _buffers(
     """Each part's buffers as addresses: its band of ``xcl`` and ``ycl`` (offsets from one
     address each; taking an array's address costs about 1 us in Python), its weights (one
     cache entry for all parts), scratchpad and bias."""
-    key = ("conv-rows-w", *spec, tuple(p.rows for p in built))
+    key, built = plan.wkey, plan.parts
     wk = P.weights(key, (w,), lambda: _weights_all(key, built, wdims, w))
     x0, y0 = P.ptr(xcl), P.ptr(ycl)
     x_row, y_row = xcl.strides[1], ycl.strides[1]
