@@ -48,7 +48,7 @@ __all__ = ["run", "SPLIT_WORK", "RUNS"]
 
 #: Multiply-adds from which a batch-1 product splits its output channels over the threads
 #: given (as ``conv_split.ROW_SPLIT_WORK``).
-SPLIT_WORK = 5 << 19
+SPLIT_WORK = 2_900_000
 #: Products run split, by part count (tests read it).
 RUNS: Counter[int] = Counter()
 

@@ -50,11 +50,12 @@ __all__ = [
 RUNS: Counter[int] = Counter()
 
 #: Multiply-adds from which a one-thread convolution is split by rows when two or more
-#: threads were given (2.6M). Two parts against one thread, pool held, medians of 200, us,
+#: threads were given (2.9M). Two parts against one thread, pool held, medians of 200, us,
 #: load average 0.1-0.7, after the parts' buffers were bound in C: 2.1M (1x1 at 13x13) 57 /
 #: 55-57, 3.0M (1x1) 77-85 / 65-68, 4.5M 106 / 80, 11.9M 238 / 146, 26.9M (3x3) 480 / 274.
-#: Before that (Python binding, 2 us a buffer) 3-5.5M gained nothing.
-ROW_SPLIT_WORK = 5 << 19
+#: Before that (Python binding, 2 us a buffer) 3-5.5M gained nothing. ShuffleNet-like's 1x1
+#: convolutions of 2.6M (58x58 at 28x28, 116x116 at 14x14, 232x232 at 7x7) read 1.04x split.
+ROW_SPLIT_WORK = 2_900_000
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
