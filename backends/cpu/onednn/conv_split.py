@@ -176,7 +176,9 @@ def split_conv(
     ycl = np.empty((1, oh, y_shape[3], y_shape[1]), np.float32)
     if z is not None:
         np.copyto(ycl, z.transpose(0, 2, 3, 1))
-    run_all(plan.prims, _buffers(plan, wdims, w, b, xcl, ycl), team)
+    buffers, alive = _buffers(plan, wdims, w, b, xcl, ycl)
+    run_all(plan.prims, buffers, team)
+    del alive  # the arrays behind the addresses lived until here
     RUNS[parts] += 1
     return P.from_channels_last(ycl)
 
@@ -202,15 +204,18 @@ def _buffers(
     b: np.ndarray | None,
     xcl: np.ndarray,
     ycl: np.ndarray,
-) -> list[dict[int, int]]:
+) -> tuple[list[dict[int, int]], tuple]:
     """Each part's buffers as addresses: its band of ``xcl`` and ``ycl`` (offsets from one
     address each; taking an array's address costs about 1 us in Python), its weights (one
-    cache entry for all parts), scratchpad and bias."""
+    cache entry for all parts), scratchpad and bias; and the arrays behind them that the
+    caller must hold while they run (the weight cache may drop its entry meanwhile, from
+    another thread, and a non-contiguous bias is a copy)."""
     key, built = plan.wkey, plan.parts
     wk = P.weights(key, (w,), lambda: _weights_all(key, built, wdims, w))
     x0, y0 = P.ptr(xcl), P.ptr(ycl)
     x_row, y_row = xcl.strides[1], ycl.strides[1]
-    bias = None if b is None else P.ptr(np.ascontiguousarray(b))
+    bc = None if b is None else np.ascontiguousarray(b)
+    bias = None if bc is None else P.ptr(bc)
     buffers = []
     for part, w_ptr in zip(built, wk.ptrs):
         lo, _, a, _ = part.rows
@@ -223,7 +228,7 @@ def _buffers(
         if bias is not None:
             bufs[C.arg_bias] = bias
         buffers.append(bufs)
-    return buffers
+    return buffers, (wk, bc)
 
 
 class _PartWeights:
