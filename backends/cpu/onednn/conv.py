@@ -96,10 +96,10 @@ def conv(
         y = conv1x1.run(x, w, b, z, act, y_shape, window, out, team if omp_threads() == 1 else 1)
         if y is not None:
             return y
-    if team > 1 and channels_last and omp_threads() == 1:
+    if team > 1 and omp_threads() == 1 and conv_split.will_split(y_shape, w, team):
         y = _split(x, x_tags[0], w, b, z, act, geo, team)
         if y is not None:
-            return y
+            return y if channels_last else _to_plain(y, y_shape, out)
     key = (
         "conv",
         x.shape,
@@ -132,20 +132,31 @@ def _split(
     geo: tuple,
     team: int,
 ) -> np.ndarray | None:
-    """``conv_split.split_conv`` on a channels-last ``x``; a batch-1 NCHW ``x`` of at most
-    ``conv_split.FEW_CHANNELS`` channels (a model's first convolution, on the image) is
-    reordered to channels-last for it first, where the split will run: that copy is small
-    (3x224x224: 40 us) and oneDNN's kernel for an NCHW source writes a blocked destination,
-    reordered after, on one thread (SqueezeNet's first convolution 412 us plus 90)."""
+    """``conv_split.split_conv`` on a channels-last ``x``; a batch-1 NCHW ``x`` is reordered
+    to channels-last for it first (where ``conv_split.NCHW_SOURCES``): the whole primitive
+    reorders it too (it picks channels-last), except with a few channels (a model's first
+    convolution, on the image), where oneDNN's kernel for an NCHW source writes a blocked
+    destination that is reordered after, on one thread (SqueezeNet's first convolution 412
+    us plus 90; the image's reorder 40)."""
     if P.from_channels_last_ok(x):
         return conv_split.split_conv(x, w, b, z, act, geo, team)
-    few = x.ndim == 4 and x.shape[0] == 1 and x.shape[1] <= conv_split.FEW_CHANNELS
-    if not few or tag != P.plain_tag(4) or not conv_split.will_split(geo[0], w, team):
+    if not conv_split.NCHW_SOURCES or x.ndim != 4 or tag != P.plain_tag(4):
         return None
     xcl = np.empty(P.channels_last(x.shape), np.float32)
     nhwc = P.channels_last_tag(4)
-    P.reorder_into(("conv-few", x.shape), x, P.md(x.shape, tag), xcl, P.md(x.shape, nhwc))
+    P.reorder_into((("conv-nchw", x.shape), "src"), x, P.md(x.shape, tag), xcl, P.md(x.shape, nhwc))
     return conv_split.split_conv(P.from_channels_last(xcl), w, b, z, act, geo, team)
+
+
+def _to_plain(y: np.ndarray, y_shape: tuple[int, ...], out: np.ndarray | None) -> np.ndarray:
+    """The split's channels-last ``y`` in NCHW, in the planned ``out`` when it fits (a numpy
+    reader, or a Concat's slice): one reorder, as the whole primitive's own output takes."""
+    res = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
+    nhwc, plain = P.channels_last_tag(4), P.plain_tag(4)
+    P.reorder_into(
+        (("conv-rows", y_shape), "dst"), y, P.md(y_shape, nhwc), res, P.md(y_shape, plain)
+    )
+    return res
 
 
 def _accepted(

@@ -38,7 +38,7 @@ __all__ = [
     "ROW_SPLIT_WORK",
     "TEAM_WORK",
     "MIN_PART_ROWS",
-    "FEW_CHANNELS",
+    "NCHW_SOURCES",
     "FINE_WORK",
     "PARTS_PER_THREAD",
     "RUNS",
@@ -59,8 +59,8 @@ ROW_SPLIT_WORK = 2_900_000
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
-#: Most input channels of an NCHW source reordered to channels-last to be split (``conv.py``).
-FEW_CHANNELS = 4
+#: Whether a batch-1 NCHW source is reordered to channels-last to be split (``conv.py``).
+NCHW_SOURCES = True
 #: Fewest output rows per part.
 MIN_PART_ROWS = 2
 #: Multiply-adds from which a convolution is cut into ``PARTS_PER_THREAD`` parts a thread,

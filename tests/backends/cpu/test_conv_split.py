@@ -35,7 +35,7 @@ def split(monkeypatch):
     """Two OpenMP threads, every batch-1 convolution under oneDNN's team on a channels-last
     source split by rows (the chains' first convolution, on the NCHW image, stays whole)."""
     limits = {"ROW_SPLIT_WORK": (conv_split, 0), "MIN_PART_ROWS": (conv_split, 1)}
-    with two_threads(monkeypatch, FEW_CHANNELS=(conv_split, 0), **limits):
+    with two_threads(monkeypatch, NCHW_SOURCES=(conv_split, False), **limits):
         yield
 
 
@@ -97,9 +97,11 @@ def test_fine_parts_equal_onnxruntime_and_unsplit(split, monkeypatch, case):
 
 
 @pytest.mark.parametrize("channels", [1, 3, 5])
-def test_a_first_convolution_on_nchw_splits_through_channels_last(split, monkeypatch, channels):
-    """A convolution on the NCHW image (few channels, a oneDNN reader after it) is reordered
-    to channels-last and split; more than ``FEW_CHANNELS`` channels stay whole."""
+@pytest.mark.parametrize("nchw_sources", [True, False])
+def test_an_nchw_source_splits_through_channels_last(split, monkeypatch, channels, nchw_sources):
+    """A convolution on the NCHW image (a oneDNN reader after it) is reordered to
+    channels-last and split (with ``NCHW_SOURCES``), else runs whole; the split's result is
+    onnxruntime's and the whole primitive's."""
     rng = np.random.default_rng(50 + channels)
     x = _rand(rng, 1, channels, 19, 17)
     weights = {
@@ -113,16 +115,48 @@ def test_a_first_convolution_on_nchw_splits_through_channels_last(split, monkeyp
         helper.make_node("Conv", ["r", "W1"], ["y"]),
     ]
     model = _model(nodes, {"x": x}, weights, ["y"])
-    monkeypatch.setattr(conv_split, "FEW_CHANNELS", 4)
+    monkeypatch.setattr(conv_split, "NCHW_SOURCES", nchw_sources)
     before = sum(conv_split.RUNS.values())
     got, want = _run_both(model, {"x": x})
-    splits = sum(conv_split.RUNS.values()) - before
-    assert splits == (1 if channels <= conv_split.FEW_CHANNELS else 0)
+    # one channel: NCHW is channels-last already
+    assert sum(conv_split.RUNS.values()) - before == int(nchw_sources or channels == 1)
     _close(got, want, tol=1e-5)
     with monkeypatch.context() as mp:
         mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
         whole = anychip.load(model, devices=["cpu"]).run(None, {"x": x})
     _close(got, [np.asarray(whole[0])], tol=1e-5)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_split_written_to_nchw_fills_the_plan(split, monkeypatch, residual):
+    """A 3x3 convolution whose reader is numpy (here a graph output and a Concat) splits into
+    channels-last bands and is reordered into its NCHW output: onnxruntime's result and the
+    unsplit path's."""
+    rng = np.random.default_rng(80 + residual)
+    x = _rand(rng, 1, 8, 13, 11)
+    feeds = {"x": x}
+    weights = {"W0": _rand(rng, 8, 8, 1, 1), "W1": _rand(rng, 6, 8, 3, 3), "B1": _rand(rng, 6)}
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1", "B1"], ["c"], pads=[1, 1, 1, 1]),
+    ]
+    last = "c"
+    if residual:
+        feeds["z"] = _rand(rng, 1, 6, 13, 11)
+        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
+        last = "s"
+    nodes.append(helper.make_node("Relu", [last], ["t"]))
+    nodes.append(helper.make_node("Concat", ["t", "x"], ["y"], axis=1))
+    model = _model(nodes, feeds, weights, ["y", "t"])
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, feeds)
+    assert sum(conv_split.RUNS.values()) == before + 1
+    _close(got, want, tol=1e-5)
+    with monkeypatch.context() as mp:
+        mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
+        whole = anychip.load(model, devices=["cpu"]).run(None, feeds)
+    _close(got, [np.asarray(v) for v in whole], tol=1e-5)
 
 
 def test_a_strided_convolution_counts_its_output_positions(split, monkeypatch):
