@@ -132,15 +132,15 @@ def _split(
     geo: tuple,
     team: int,
 ) -> np.ndarray | None:
-    """``conv_split.split_conv`` on a channels-last ``x``; a batch-1 NCHW ``x`` is reordered
-    to channels-last for it first (where ``conv_split.NCHW_SOURCES``): the whole primitive
-    reorders it too (it picks channels-last), except with a few channels (a model's first
-    convolution, on the image), where oneDNN's kernel for an NCHW source writes a blocked
-    destination that is reordered after, on one thread (SqueezeNet's first convolution 412
-    us plus 90; the image's reorder 40)."""
+    """``conv_split.split_conv`` on a channels-last ``x``; a batch-1 NCHW ``x`` of at most
+    ``conv_split.FEW_CHANNELS`` channels (a model's first convolution, on the image) is
+    reordered to channels-last for it first: that copy is small (3x224x224: 40 us), and
+    oneDNN's kernel for an NCHW source writes a blocked destination, reordered after, on
+    one thread (SqueezeNet's first convolution 412 us plus 90)."""
     if P.from_channels_last_ok(x):
         return conv_split.split_conv(x, w, b, z, act, geo, team)
-    if not conv_split.NCHW_SOURCES or x.ndim != 4 or tag != P.plain_tag(4):
+    few = x.ndim == 4 and x.shape[1] <= conv_split.FEW_CHANNELS
+    if not few or tag != P.plain_tag(4):
         return None
     xcl = np.empty(P.channels_last(x.shape), np.float32)
     nhwc = P.channels_last_tag(4)

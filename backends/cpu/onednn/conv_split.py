@@ -38,7 +38,7 @@ __all__ = [
     "ROW_SPLIT_WORK",
     "TEAM_WORK",
     "MIN_PART_ROWS",
-    "NCHW_SOURCES",
+    "FEW_CHANNELS",
     "FINE_WORK",
     "PARTS_PER_THREAD",
     "RUNS",
@@ -59,8 +59,11 @@ ROW_SPLIT_WORK = 2_900_000
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
-#: Whether a batch-1 NCHW source is reordered to channels-last to be split (``conv.py``).
-NCHW_SOURCES = True
+#: Most channels of a batch-1 NCHW source reordered to channels-last to be split
+#: (``conv.py``): a model's first convolution. With many channels (DenseNet's 1x1
+#: convolutions after numpy's BatchNormalization) reorder and split measured 1.01-1.09 of
+#: the whole primitive (which reorders too): 256 -> 128 at 28x28 632 / 692 us.
+FEW_CHANNELS = 4
 #: Fewest output rows per part.
 MIN_PART_ROWS = 2
 #: Multiply-adds from which a convolution is cut into ``PARTS_PER_THREAD`` parts a thread,

@@ -35,7 +35,7 @@ def split(monkeypatch):
     """Two OpenMP threads, every batch-1 convolution under oneDNN's team on a channels-last
     source split by rows (the chains' first convolution, on the NCHW image, stays whole)."""
     limits = {"ROW_SPLIT_WORK": (conv_split, 0), "MIN_PART_ROWS": (conv_split, 1)}
-    with two_threads(monkeypatch, NCHW_SOURCES=(conv_split, False), **limits):
+    with two_threads(monkeypatch, FEW_CHANNELS=(conv_split, 0), **limits):
         yield
 
 
@@ -97,10 +97,10 @@ def test_fine_parts_equal_onnxruntime_and_unsplit(split, monkeypatch, case):
 
 
 @pytest.mark.parametrize("channels", [1, 3, 5])
-@pytest.mark.parametrize("nchw_sources", [True, False])
-def test_an_nchw_source_splits_through_channels_last(split, monkeypatch, channels, nchw_sources):
-    """A convolution on the NCHW image (a oneDNN reader after it) is reordered to
-    channels-last and split (with ``NCHW_SOURCES``), else runs whole; the split's result is
+@pytest.mark.parametrize("few", [4, 0])
+def test_an_nchw_source_splits_through_channels_last(split, monkeypatch, channels, few):
+    """A convolution on the NCHW image (a oneDNN reader after it) of at most ``FEW_CHANNELS``
+    channels is reordered to channels-last and split, else runs whole; the split's result is
     onnxruntime's and the whole primitive's."""
     rng = np.random.default_rng(50 + channels)
     x = _rand(rng, 1, channels, 19, 17)
@@ -115,11 +115,11 @@ def test_an_nchw_source_splits_through_channels_last(split, monkeypatch, channel
         helper.make_node("Conv", ["r", "W1"], ["y"]),
     ]
     model = _model(nodes, {"x": x}, weights, ["y"])
-    monkeypatch.setattr(conv_split, "NCHW_SOURCES", nchw_sources)
+    monkeypatch.setattr(conv_split, "FEW_CHANNELS", few)
     before = sum(conv_split.RUNS.values())
     got, want = _run_both(model, {"x": x})
     # one channel: NCHW is channels-last already
-    assert sum(conv_split.RUNS.values()) - before == int(nchw_sources or channels == 1)
+    assert sum(conv_split.RUNS.values()) - before == int(channels <= few or channels == 1)
     _close(got, want, tol=1e-5)
     with monkeypatch.context() as mp:
         mp.setattr(conv_split, "ROW_SPLIT_WORK", 1 << 62)
