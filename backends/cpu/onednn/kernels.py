@@ -193,8 +193,7 @@ def channel_shuffle(
     one reorder into channels-last (``onednn/shuffle.py``), declining the plan's NCHW buffer
     as FusedConv does; else numpy's copy into the planned ``out``."""
     if x.dtype == np.float32 and x.ndim == 4 and _channels_last(ctx):
-        with team_for(x.size):
-            y = _shuffle_mod.shuffle(x, group)
+        y = _shuffle_mod.shuffle(x, group)  # its own threads: the copy's, else the team
         if y is not None:
             return _served("ChannelShuffle", y)
     _served("ChannelShuffle", None)
