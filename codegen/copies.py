@@ -1,5 +1,7 @@
-"""ShuffleNet's channel shuffle in C, from a plain (NCHW) float32 tensor straight into a
-channels-last buffer, on the threads of ``codegen/pool.py`` when the copy is large enough.
+"""Layout copies of the CNNs in C, float32: ShuffleNet's channel shuffle from a plain (NCHW)
+tensor straight into a channels-last buffer, and its one-group mirror ``to_planar`` (a
+channels-last tensor into a plain buffer, for a numpy reader after a oneDNN pool), on the
+threads of ``codegen/pool.py`` when the copy is large enough.
 
 ``Y[:, i * g + t] = X[:, t * m + i]`` (``m = C / g``) written as NHWC: for each tile of 8
 pixels by 8 output channels, eight 8-float runs of the source planes go through an 8x8
@@ -12,6 +14,11 @@ It stands before oneDNN's reorder between two strided 5-D descriptors (``onednn/
 At one thread (medians of 100, us, oneDNN / this, 4 groups): 112x56x56 121 / 109, 136x28x28
 45 / 36, 272x14x14 21 / 22, 544x7x7 23 / 14. Without a compiler ``shuffle_channels_last``
 returns None and the caller keeps oneDNN's reorder.
+
+``to_planar`` runs the same kernel on the buffer's ``[H*W, C]`` rows (one group), where
+numpy's strided ``copyto`` was twice as slow (1 thread, us, numpy / this: 64x56x56 158 / 86,
+24x56x56 45 / 24) and oneDNN's reorder no faster (2 threads, team of one, us, oneDNN / this:
+64x56x56 60 / 65, 64x55x55 79 / 64, 24x56x56 63 / 27, 128x28x28 39 / 35).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from anychip.codegen import threads_for
 from anychip.codegen.build import load
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["shuffle_channels_last", "forget", "COPY_WORK"]
+__all__ = ["shuffle_channels_last", "to_planar", "forget", "COPY_WORK", "PLANAR_MIN"]
 
 _SOURCE = r"""
 /* Output channel k of the shuffle reads source channel (k % g) * (c / g) + k / g. */
@@ -117,6 +124,9 @@ void ac_shuffle_cl(const float *x, float *y, long n, long c, long hw, long g, in
 #: Work per element copied, in ``codegen.PARALLEL_WORK``'s units: from 2^17 elements (a
 #: 136x28x28 tensor is 106,624, 112x56x56 351,232) the copy goes to the pool's threads.
 COPY_WORK = 16
+#: Elements from which ``to_planar`` copies (1 thread, us, numpy's ``copyto`` / this:
+#: 64x56x56 158 / 86, 24x56x56 45 / 24, 13x7x9 1 / 4).
+PLANAR_MIN = 1 << 13
 
 _built: dict[str, Any] = {}
 
@@ -157,3 +167,28 @@ def shuffle_channels_last(x: np.ndarray, group: int) -> np.ndarray | None:
         n, c, h * w, group, *threads_for(x.size * COPY_WORK),
     )  # fmt: skip
     return buf.transpose(0, 3, 1, 2)
+
+
+def to_planar(x: np.ndarray, out: np.ndarray) -> bool:
+    """``out`` (C-contiguous float32 NCHW) = ``x``, the NCHW view of a channels-last float32
+    buffer: the same tile transpose, the buffer's ``[H*W, C]`` rows becoming ``[C, H*W]``
+    (the shuffle with one group and the roles of the axes swapped). False (nothing written)
+    without a compiler, under ``PLANAR_MIN`` elements (numpy's strided copy is faster there)
+    or where that does not hold."""
+    if x.dtype != np.float32 or out.dtype != np.float32 or x.ndim != 4 or x.size < PLANAR_MIN:
+        return False
+    if out.shape != x.shape or not out.flags.c_contiguous:
+        return False
+    n, c, h, w = x.shape
+    buf = x.transpose(0, 2, 3, 1)
+    if not buf.flags.c_contiguous:
+        return False
+    lib = _lib()
+    if lib is None:
+        return False
+    ffi, lc, f32 = lib
+    lc.ac_shuffle_cl(
+        ffi.from_buffer(f32, buf), ffi.from_buffer(f32, out, require_writable=True),
+        n, h * w, c, 1, *threads_for(x.size * COPY_WORK),
+    )  # fmt: skip
+    return True

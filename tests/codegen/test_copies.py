@@ -96,3 +96,26 @@ def test_without_a_compiler_it_declines(monkeypatch):
         monkeypatch.delenv("CC")
         copies.forget()
     assert copies.shuffle_channels_last(_input(1, 16, 4, 4), 4) is not None
+
+
+@pytest.mark.parametrize(
+    "n, c, h, w", [(1, 64, 56, 56), (2, 13, 31, 29), (1, 24, 1, 400), (3, 9, 40, 8)]
+)
+def test_to_planar_matches_numpy_bit_for_bit(n, c, h, w):
+    x = _input(n, c, h, w, seed=9)
+    cl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    out = np.empty(x.shape, np.float32)
+    assert copies.to_planar(cl, out)
+    _same_bits(out, x)
+
+
+def test_to_planar_refuses_what_it_does_not_run():
+    x = _input(1, 16, 32, 32, seed=10)
+    cl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    out = np.empty(x.shape, np.float32)
+    assert not copies.to_planar(x, out)  # already planar: not a channels-last view
+    assert not copies.to_planar(cl, out[:, :, :, ::-1])  # out not C-contiguous
+    assert not copies.to_planar(cl, np.empty((1, 16, 32, 31), np.float32))
+    small = np.zeros((1, 4, 4, 4), np.float32).transpose(0, 3, 1, 2)
+    assert small.size < copies.PLANAR_MIN
+    assert not copies.to_planar(small, np.empty(small.shape, np.float32))

@@ -20,6 +20,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.codegen import copies
 
 __all__ = ["pool"]
 
@@ -106,10 +107,16 @@ def _prepare(
 
 def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:
     """``y`` in C order for a numpy reader, in the planned buffer (a Concat's slice) when it
-    fits."""
-    if fits(planned, y.shape, np.dtype(np.float32)):
-        np.copyto(planned, y)
-        return planned
+    fits: a 4-D one through the generated tile transpose (``codegen/copies.to_planar``; 2x
+    numpy's strided copy at 64x56x56: 86 against 158 us, 1 thread), else numpy's copy."""
+    out = planned if fits(planned, y.shape, np.dtype(np.float32)) else None
+    if y.ndim == 4:
+        target = out if out is not None else np.empty(y.shape, np.float32)
+        if copies.to_planar(y, target):
+            return target
+    if out is not None:
+        np.copyto(out, y)
+        return out
     return np.ascontiguousarray(y)
 
 

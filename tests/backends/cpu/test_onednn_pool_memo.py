@@ -1,7 +1,8 @@
-"""The oneDNN pooling kernels' per-node memo (``onednn/pool.py``, ``kernels.pool``): the same
+"""The oneDNN pooling kernels: their per-node memo (``onednn/pool.py``, ``kernels.pool``): the same
 node called with sources of other shapes, other layouts (NCHW, channels-last) and a
 non-contiguous view finds or makes the right primitive each time; results equal
-onnxruntime's on seeded random inputs; a cloned node keeps a memo of its own."""
+onnxruntime's on seeded random inputs; a cloned node keeps a memo of its own. A pool of a
+channels-last source for a numpy reader writes NCHW through the generated transpose."""
 
 from __future__ import annotations
 
@@ -85,3 +86,42 @@ def test_a_cloned_node_gets_a_memo_of_its_own():
     _call("MaxPool", _Ctx(clone), x)
     assert clone.meta["onednn_pool"][0] is clone
     assert clone.meta["onednn_pool"][1] is not node.meta["onednn_pool"][1]
+
+
+def test_a_channels_last_pool_for_a_numpy_reader_is_transposed_in_c(monkeypatch):
+    """Conv (channels-last for its oneDNN reader) -> MaxPool -> Sigmoid (numpy): the pool's
+    NCHW output is the generated tile transpose's (``codegen/copies.to_planar``); equal to
+    onnxruntime."""
+    import anychip
+    from anychip.codegen import build, copies
+
+    if build.compiler() is None:
+        pytest.skip("needs a C compiler (gcc)")
+    rng = np.random.default_rng(13)
+    w = (rng.standard_normal((24, 3, 3, 3)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2]),
+            helper.make_node("Sigmoid", ["p"], ["y"]),
+        ],
+        "pool_planar",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor(name="w", data_type=TensorProto.FLOAT, dims=w.shape, vals=w.ravel())],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    done = []
+    real = copies.to_planar
+
+    def counted(x, out):
+        done.append(real(x, out))
+        return done[-1]
+
+    monkeypatch.setattr(copies, "to_planar", counted)
+    feeds = {"x": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)}
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = anychip.load(model.SerializeToString(), "cpu").run(None, feeds)[0]
+    np.testing.assert_allclose(got, ref.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert done and all(done), done
