@@ -202,8 +202,9 @@ def channel_shuffle(
     ctx: Any, x: np.ndarray, *, group: int, out: np.ndarray | None = None
 ) -> np.ndarray:
     """ShuffleNet's shuffle whose readers are all oneDNN kernels (its depthwise convolution):
-    one reorder into channels-last (``onednn/shuffle.py``), declining the plan's NCHW buffer
-    as FusedConv does; else numpy's copy into the planned ``out``."""
+    one copy into channels-last (``onednn/shuffle.py``: the generated tile transpose, else a
+    oneDNN reorder), declining the plan's NCHW buffer as FusedConv does; else numpy's copy
+    into the planned ``out``."""
     if x.dtype == np.float32 and x.ndim == 4 and _channels_last(ctx):
         y = _shuffle_mod.shuffle(x, group)  # its own threads: the copy's, else the team
         if y is not None:
