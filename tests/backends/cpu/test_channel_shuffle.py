@@ -126,3 +126,33 @@ def test_kernel_matches_the_formula(dtype):
         np.testing.assert_array_equal(out, want)
     with pytest.raises(KernelError, match="5 groups do not divide the 12 channels"):
         channel_shuffle(x, group=5)
+
+
+@pytest.mark.parametrize("compiler", [True, False])
+def test_before_a_convolution_the_generated_copy_shuffles_else_the_reorder(compiler, monkeypatch):
+    """With a C compiler the shuffle before the depthwise convolution is the generated copy
+    (``codegen/copies.py``); with it hidden, oneDNN's reorder. Both equal onnxruntime."""
+    assert _lib.available(), _lib.unavailable_reason()
+    from anychip.backends.cpu.onednn import shuffle as shuffle_mod
+    from anychip.codegen import build, copies
+
+    if compiler and build.compiler() is None:
+        pytest.skip("needs a C compiler (gcc)")
+    if not compiler:
+        monkeypatch.setenv("CC", "/nonexistent/cc")
+    copies.forget()
+    made = []
+    real = copies.shuffle_channels_last
+
+    def counted(x, group):
+        y = real(x, group)
+        made.append(y is not None)
+        return y
+
+    monkeypatch.setattr(shuffle_mod.copies, "shuffle_channels_last", counted)
+    try:
+        _runs(_unit("Conv"))
+    finally:
+        monkeypatch.delenv("CC", raising=False)
+        copies.forget()
+    assert made and all(m == compiler for m in made), made

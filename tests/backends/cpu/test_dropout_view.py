@@ -94,3 +94,21 @@ def test_the_mask_as_an_output_equals_onnxruntime(opset):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.flags.writeable
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("kernel, dtype", [("dropout_v7", np.float32), ("dropout_v10", np.bool_)])
+def test_the_mask_is_made_once_per_shape(kernel, dtype):
+    """An inference Dropout's all-ones mask is the same read-only array on every call of a
+    shape (nothing made per run), another for another shape."""
+    from anychip.backends.cpu.kernels import op_dropout
+
+    class Ctx:
+        num_outputs = 2
+
+    fn = getattr(op_dropout, kernel)
+    x = np.random.default_rng(8).standard_normal((1, 8, 3, 3)).astype(np.float32)
+    (_, m1), (_, m2) = fn(Ctx(), x, ratio=0.5), fn(Ctx(), x + 1, ratio=0.5)
+    assert m1 is m2 and m1.dtype == dtype and m1.shape == x.shape
+    assert not m1.flags.writeable and np.all(m1)
+    (_, m3) = fn(Ctx(), x[:, :4], ratio=0.5)
+    assert m3 is not m1 and m3.shape == (1, 4, 3, 3) and np.all(m3)
