@@ -93,11 +93,6 @@ static float ac_rowmax(const float *a, long n) {
 /* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; ac_expf's
    Cephes steps with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
    13 us for the tiny BERT's 32768 scores against ac_expf's 21). */
-#ifdef __FMA__
-#define AC_FMA(a, b, c) fmaf(a, b, c)
-#else
-#define AC_FMA(a, b, c) ((a) * (b) + (c))
-#endif
 static inline float ac_expf_le0(float x) {
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc != xc ? 0.0f : xc;
