@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import pool, rows
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -72,7 +71,7 @@ _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv
     const float *kt, const float *v, const float *mask, long m0, long m1, long m2, long mj,
     float c, int op, float *scores, float *out, uintptr_t gemm, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[str, Any] = {}
+_built: dict[object, Any] = {}
 _sgemm: list[int] = []
 
 
@@ -87,7 +86,7 @@ def sgemm_address() -> int:
 
 
 def _lib() -> Any | None:
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _built:
         source = C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE
         _built[key] = load(source, _CDEF, "ac_attention")

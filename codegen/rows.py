@@ -19,14 +19,13 @@ so the results do not depend on the thread count.
 from __future__ import annotations
 
 import math
-import os
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import threads_for
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -237,14 +236,14 @@ void ac_layer_norm(long rows, long n, const float *x, const float *scale, const 
 #: layer norm's two sums and three passes.
 SOFTMAX_WORK, LAYER_NORM_WORK = 20, 8
 
-_built: dict[str, Any] = {}
+_built: dict[object, Any] = {}
 _F32 = np.dtype(np.float32)
 
 
 def _lib() -> Any | None:
     """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
     tests hide it). The type resolved once: a type string is looked up on every call."""
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _built:
         loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
         ffi = None if loaded is None else loaded[0]

@@ -144,3 +144,17 @@ def test_numpy_fallback_with_the_compiler_hidden(no_compiler):
         a = x + y
         want = a * (np.float32(1) / (np.float32(1) + np.exp(-a)))
     _close(got, want, rtol=0)
+
+
+def test_cc_key_follows_the_environment(monkeypatch):
+    from anychip.codegen.build import cc_key
+
+    monkeypatch.delenv("CC", raising=False)
+    assert cc_key() is None
+    monkeypatch.setenv("CC", "/nonexistent/anychip-no-cc")
+    hidden = cc_key()
+    assert hidden is not None
+    monkeypatch.setenv("CC", "gcc")
+    assert cc_key() not in (None, hidden)
+    monkeypatch.delenv("CC")
+    assert cc_key() is None
