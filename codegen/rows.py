@@ -29,7 +29,14 @@ from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "exact_op", "forget"]
+__all__ = [
+    "softmax_rows",
+    "layer_norm_rows",
+    "skip_layer_norm_rows",
+    "mask_view",
+    "exact_op",
+    "forget",
+]
 
 _SOURCE = r"""
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
@@ -181,13 +188,21 @@ void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
     ac_softmax_range(&a, 0, rows);
 }
 
-/* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. */
-static inline void ac_layer_norm_row(long r, long n, const float *x, const float *scale,
-                              const float *bias, float eps, float *y, float *mean,
-                              float *inv_std) {
+/* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. With
+   ``skip``, of x + skip (SkipLayerNormalization), the sum written to ``total`` first: the
+   unfused Add's roundings. */
+static inline void ac_layer_norm_row(long r, long n, const float *x, const float *skip,
+                                     float *total, const float *scale, const float *bias,
+                                     float eps, float *y, float *mean, float *inv_std) {
     const float count = (float)n;
     const float *xr = x + r * n;
     float *yr = y + r * n;
+    if (skip) {
+        float *tr = total + r * n;
+        const float *kr = skip + r * n;
+        for (long j = 0; j < n; j++) tr[j] = xr[j] + kr[j];
+        xr = tr;
+    }
     float mu = (0.0f + ac_psum(xr, n)) / count;
     for (long j = 0; j < n; j++) yr[j] = xr[j] - mu;
     float var = (0.0f + ac_psum_sq(yr, n)) / count;
@@ -200,27 +215,29 @@ static inline void ac_layer_norm_row(long r, long n, const float *x, const float
 
 struct ac_layer_norm_args {
     long n, block, rows;
-    const float *x, *scale, *bias;
-    float eps, *y, *mean, *inv_std;
+    const float *x, *skip, *scale, *bias;
+    float eps, *y, *total, *mean, *inv_std;
 };
 static void ac_layer_norm_block(void *p, long b) {
     const struct ac_layer_norm_args *a = (const struct ac_layer_norm_args *)p;
     const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
     for (long r = b * a->block; r < end; r++)
-        ac_layer_norm_row(r, a->n, a->x, a->scale, a->bias, a->eps, a->y, a->mean, a->inv_std);
+        ac_layer_norm_row(r, a->n, a->x, a->skip, a->total, a->scale, a->bias, a->eps, a->y,
+                          a->mean, a->inv_std);
 }
 
-void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads,
-                   uintptr_t pool) {
+void ac_layer_norm(long rows, long n, const float *x, const float *skip, const float *scale,
+                   const float *bias, float eps, float *y, float *total, float *mean,
+                   float *inv_std, int nthreads, uintptr_t pool) {
     if (nthreads > 1 && pool) {
         const long block = rows / (8 * (long)nthreads) + 1;
-        struct ac_layer_norm_args a = {n, block, rows, x, scale, bias, eps, y, mean, inv_std};
+        struct ac_layer_norm_args a = {n, block, rows, x, skip, scale, bias, eps, y, total,
+                                       mean, inv_std};
         ((ac_pool_fn)pool)(ac_layer_norm_block, &a, (rows + block - 1) / block, nthreads);
         return;
     }
     for (long r = 0; r < rows; r++)
-        ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
+        ac_layer_norm_row(r, n, x, skip, total, scale, bias, eps, y, mean, inv_std);
 }
 """
 
@@ -228,9 +245,9 @@ _CDEF = """
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
                 int nthreads, uintptr_t pool);
-void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads,
-                   uintptr_t pool)
+void ac_layer_norm(long rows, long n, const float *x, const float *skip, const float *scale,
+                   const float *bias, float eps, float *y, float *total, float *mean,
+                   float *inv_std, int nthreads, uintptr_t pool)
 """
 #: Work per element, in ``codegen.PARALLEL_WORK``'s units: softmax's exp and five passes;
 #: layer norm's two sums and three passes.
@@ -359,6 +376,35 @@ def layer_norm_rows(
     kernel returns them, or None where the C does not apply. ``y`` is ``out`` when it is a
     C-contiguous float32 array of ``x``'s shape (it may be ``x``: each row is read whole
     before it is written)."""
+    done = _layer_norm(x, None, scale, bias, eps, axis, out)
+    return None if done is None else done[:3]
+
+
+def skip_layer_norm_rows(
+    x: np.ndarray,
+    skip: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    eps: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """SkipLayerNormalization over the last axis: ``(y, mean, inv_std, x + skip)``, the
+    LayerNormalization of the sum as ``layer_norm_rows`` computes it (the sum rounded as the
+    unfused Add rounds it); None where the C does not apply (``skip`` not of ``x``'s shape,
+    or as ``layer_norm_rows``)."""
+    if skip.shape != x.shape or not _ok(skip):
+        return None
+    return _layer_norm(x, skip, scale, bias, eps, x.ndim - 1, None)
+
+
+def _layer_norm(
+    x: np.ndarray,
+    skip: np.ndarray | None,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    eps: float,
+    axis: int,
+    out: np.ndarray | None,
+) -> tuple | None:
     norm = x.shape[axis:]
     n = math.prod(norm)
     k = len(norm)
@@ -373,11 +419,14 @@ def layer_norm_rows(
         out = np.empty(x.shape, _F32)
     stat = x.shape[:axis] + (1,) * k
     mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
-    buf = ffi.from_buffer
+    total = None if skip is None else np.empty(x.shape, _F32)
+    buf, null = ffi.from_buffer, ffi.NULL
     c.ac_layer_norm(
-        x.size // n, n, buf(f32, x), buf(f32, scale),
-        ffi.NULL if bias is None else buf(f32, bias), float(np.float32(eps)),
-        buf(f32, out, require_writable=True), buf(f32, mean, require_writable=True),
-        buf(f32, inv, require_writable=True), *threads_for(x.size * LAYER_NORM_WORK),
+        x.size // n, n, buf(f32, x), null if skip is None else buf(f32, skip), buf(f32, scale),
+        null if bias is None else buf(f32, bias), eps,
+        buf(f32, out, require_writable=True),
+        null if total is None else buf(f32, total, require_writable=True),
+        buf(f32, mean, require_writable=True), buf(f32, inv, require_writable=True),
+        *threads_for(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
-    return out, mean, inv
+    return out, mean, inv, total
