@@ -112,10 +112,10 @@ static inline float ac_expf_le0(float x) {
     p = AC_FMA(p, r, 1.6666665459e-1f);
     p = AC_FMA(p, r, 5.0000001201e-1f);
     float e = AC_FMA(p, r * r, r) + 1.0f;
-    int32_t ni = (int32_t)n;
-    int32_t n1 = ni >> 1;
-    int32_t n2 = ni - n1;
-    e = e * ac_bits((n1 + 127) << 23) * ac_bits((n2 + 127) << 23);
+    /* 2^n for n in [-150, 0] as 2^(n + 64), exact in the normal range, then 2^-64, the one
+       rounding (into the denormals when n < -126): ac_expf's two halves of n give the same
+       bits (all of [-110, 0] compared) with four operations fewer. */
+    e = e * ac_bits(((int32_t)n + 191) << 23) * 0x1p-64f;
     e = x < -103.97208404541015625f ? 0.0f : e;
     return x != x ? x : e;
 }
