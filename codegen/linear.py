@@ -21,13 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from anychip.codegen import pool
 from anychip.codegen.attention import sgemm_address
+from anychip.codegen.blas import openblas_threads
 from anychip.codegen.build import cc_key, load
+from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["linear"]
+__all__ = ["linear", "gemm_columns"]
 
-_SOURCE = r"""
-#include <stdint.h>
+_SOURCE = (
+    SOURCE_DECL
+    + r"""
 typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
                            float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
@@ -49,21 +53,47 @@ int ac_linear(long m, long n, long k, const float *a, const float *b, const floa
     }
     return 0;
 }
+
+/* y = a @ op(b) by column blocks (multiples of 16 but the last), one sgemm each, on the
+   pool's threads: op(b) is b [k, n] (tb 0) or b [n, k] transposed (tb 1). */
+struct ac_cols { ac_sgemm_t g; long m, n, k, parts; int tb; const float *a, *b; float *y; };
+static long ac_col(const struct ac_cols *s, long i) {
+    return i == s->parts ? s->n : (s->n * i / s->parts) & ~15L;
+}
+static void ac_cols_part(void *p, long i) {
+    const struct ac_cols *s = (const struct ac_cols *)p;
+    const long c0 = ac_col(s, i), c1 = ac_col(s, i + 1);
+    if (c1 <= c0) return;
+    const float *b = s->tb ? s->b + c0 * s->k : s->b + c0;
+    s->g(101, 111, s->tb ? 112 : 111, s->m, c1 - c0, s->k, 1.0f, s->a, s->k, b,
+         s->tb ? s->k : s->n, 0.0f, s->y + c0, s->n);
+}
+int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
+                    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool) {
+    if (!(ac_apart(y, m * n, a, m * k) && ac_apart(y, m * n, b, k * n))) return -1;
+    struct ac_cols s = {(ac_sgemm_t)gemm, m, n, k, parts, tb, a, b, y};
+    if (nthreads > 1 && pool) ((ac_pool_fn)pool)(ac_cols_part, &s, parts, nthreads);
+    else for (long i = 0; i < parts; i++) ac_cols_part(&s, i);
+    return 0;
+}
 """
+)
 _CDEF = """int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
-    float *y, uintptr_t gemm)"""
+    float *y, uintptr_t gemm);
+int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
+    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
 _built: dict[object, Any] = {}
 
 
 def _lib() -> Any | None:
-    """``(ffi, ac_linear, float[] type)``, or None without a compiler (``$CC`` is part of
+    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of
     the key: tests hide it)."""
     key = cc_key()
     if key not in _built:
         loaded = load(_SOURCE, _CDEF, "ac_linear")
         ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[2], ffi.typeof("float[]"))
+        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
     return _built[key]
 
 
@@ -95,9 +125,47 @@ def linear(
     shape = a.shape[:-1] + (n,)
     if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
         out = np.empty(shape, _F32)
-    ffi, fn, f32 = lib
+    ffi, c, f32 = lib
     buf = ffi.from_buffer
     y = buf(f32, out, require_writable=True)
-    if fn(a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, bias), y, gemm) < 0:
+    if c.ac_linear(a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, bias), y, gemm) < 0:
         return None  # out overlaps an input: numpy's matmul copies for that
     return out
+
+
+def gemm_columns(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool, parts: int
+) -> np.ndarray | None:
+    """``a @ b`` (``a @ b.T`` with ``trans_b``) for float32 C-contiguous ``a [..., K]`` and 2-D
+    ``b``, as ``parts`` column blocks of numpy's sgemm on the pool's threads (``parts`` of
+    them), into ``out`` when it fits; None where this does not apply (no compiler, no ILP64
+    OpenBLAS, OpenBLAS running more than one thread, an output over an input, other
+    dtypes). Each element is the dot product the whole sgemm computes (numpy's own result
+    where ``trans_b`` is false)."""
+    if not (
+        a.dtype is _F32
+        and b.dtype is _F32
+        and b.ndim == 2
+        and a.ndim >= 2
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+    ):
+        return None
+    n, k = b.shape if trans_b else b.shape[::-1]
+    if a.shape[-1] != k or a.size == 0 or n < 16 * parts or k == 0:
+        return None
+    gemm = sgemm_address()
+    lib = _lib() if gemm else None
+    fns = openblas_threads()
+    if lib is None or fns is None or fns[0]() != 1:
+        return None  # two threads calling a threaded OpenBLAS would each start its own
+    shape = a.shape[:-1] + (n,)
+    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
+        out = np.empty(shape, _F32)
+    ffi, c, f32 = lib
+    buf = ffi.from_buffer
+    done = c.ac_gemm_columns(
+        a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, out, require_writable=True),
+        gemm, int(trans_b), parts, parts, pool.address(),
+    )  # fmt: skip
+    return None if done < 0 else out
