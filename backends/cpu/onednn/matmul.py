@@ -56,12 +56,13 @@ ROWS_PER_PART = 32
 #: as column blocks of numpy's sgemm, one per thread, on ``codegen/pool.py``'s threads
 #: (``codegen/linear.gemm_columns``), not through oneDNN: the BERT-like layer's 128x256x256
 #: (2^23) took 94-97 us so (CPU 187-194) against 167-207 for oneDNN's team of two (its
-#: threads wake from a passive wait, 60-100 us here) and 169 for one sgemm; 128x256x1024 and
-#: 128x1024x256 (2^25) 422-436 against oneDNN's team's 403-417 in a run: a tie, left to it.
-#: Why the row split above did not pay and this does: parts of 32 rows ran oneDNN's brgemm at
-#: 1.2-1.5x the CPU time of the whole, while two column halves keep all 128 rows per sgemm
-#: (each reads half of B), 1.1x.
-COLUMN_SPLIT_MAX = 1 << 24
+#: threads wake from a passive wait, 60-100 us here) and 169 for one sgemm; with its FFN's
+#: 128x256x1024 and 128x1024x256 (2^25) split too, bert_like ran 2.05 -> 1.80 ms and
+#: gpt2_like 1.88 -> 1.75 at two threads (A/B in one process, load 1.6). The MLP's 64x1024x1024
+#: (2^26) tied (5.40 / 5.63 ms, noisy): left to oneDNN's team. Why the row split above did
+#: not pay and this does: parts of 32 rows ran oneDNN's brgemm at 1.2-1.5x the CPU time of
+#: the whole, while column halves keep all rows per sgemm (each reads half of B), 1.1x.
+COLUMN_SPLIT_MAX = 1 << 26
 
 
 def split_columns(
@@ -75,6 +76,8 @@ def split_columns(
     n, k = b.shape if trans_b else b.shape[::-1]
     if not MIN_MACS <= a.size * n < COLUMN_SPLIT_MAX or a.shape[-1] != k:
         return None
+    if a.size // k < MIN_ROWS:
+        return None  # matrix-vector shapes: numpy's gemv or oneDNN, as before
     threads = omp_threads()
     if threads < 2 or not pool.try_parallel():
         return None

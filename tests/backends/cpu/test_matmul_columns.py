@@ -1,6 +1,7 @@
 """MatMul and Gemm by column blocks of numpy's sgemm on the pool's threads
 (``onednn/matmul.split_columns``, ``codegen/linear.gemm_columns``): given two threads, a
-constant-weight product from ``MIN_MACS`` to under ``COLUMN_SPLIT_MAX`` multiply-adds goes
+constant-weight product of ``MIN_ROWS`` rows or more and from ``MIN_MACS`` to under
+``COLUMN_SPLIT_MAX`` multiply-adds goes
 there, equal to numpy's product bit for bit (MatMul) and to onnxruntime (Gemm with transB);
 one thread, larger products and an output over an input stay with oneDNN or numpy."""
 
@@ -77,7 +78,7 @@ def test_one_thread_and_large_products_not_split(monkeypatch, calls):
     with two_threads(monkeypatch):
         got = anychip.load(_model(a.shape, b), "cpu").run(None, {"x": a})[0]
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-4)
-    monkeypatch.setattr(matmul, "COLUMN_SPLIT_MAX", 1 << 24)
+    monkeypatch.setattr(matmul, "COLUMN_SPLIT_MAX", 1 << 26)
     kept = omp.max_threads()
     omp.set_threads(1)
     try:
@@ -88,19 +89,33 @@ def test_one_thread_and_large_products_not_split(monkeypatch, calls):
     assert calls == []
 
 
-def test_gemm_columns_refuses_an_output_over_an_input():
+def test_gemm_columns_refuses_an_output_over_an_input(blas_one):
     from anychip.codegen.blas import openblas_threads
 
-    get, set_ = openblas_threads()
+    a, b = _rand(7, 64, 64), _rand(8, 64, 64)
+    want = a @ b
+    assert linear.gemm_columns(a, b, a, False, 2) is None
+    np.testing.assert_array_equal(a @ b, want)  # nothing written
+    np.testing.assert_array_equal(linear.gemm_columns(a, b, None, False, 2), want)
+    openblas_threads()[1](2)
+    assert linear.gemm_columns(a, b, None, False, 2) is None  # OpenBLAS's own threads
+
+
+@pytest.fixture
+def blas_one():
+    """numpy's OpenBLAS at one thread, as inside a CPU partition's run."""
+    from anychip.codegen.blas import openblas_threads
+
+    get, put = openblas_threads()
     kept = get()
-    set_(1)  # as inside a CPU partition's run
-    try:
-        a, b = _rand(7, 64, 64), _rand(8, 64, 64)
-        want = a @ b
-        assert linear.gemm_columns(a, b, a, False, 2) is None
-        np.testing.assert_array_equal(a @ b, want)  # nothing written
-        np.testing.assert_array_equal(linear.gemm_columns(a, b, None, False, 2), want)
-        set_(2)
-        assert linear.gemm_columns(a, b, None, False, 2) is None  # OpenBLAS's own threads
-    finally:
-        set_(kept)
+    put(1)
+    yield
+    put(kept)
+
+
+def test_few_rows_not_split(monkeypatch, calls, blas_one):
+    a, b = _rand(9, 8, 2048), _rand(10, 2048, 256)  # 4.2M multiply-adds over 8 rows
+    with two_threads(monkeypatch):
+        assert matmul.split_columns(a, b, None) is None
+        assert matmul.split_columns(_rand(11, 16, 1024), b[:1024], None) is not None
+    assert calls == [(16, 1024)]
