@@ -13,14 +13,13 @@ work (``PARALLEL_WORK``) run on as many threads as the OpenMP count that oneDNN 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import omp, pool
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import CEmitter
 from anychip.codegen.expr import Expr, parse
 from anychip.codegen.program import KernelSpec, Layout, classify, linearize
@@ -39,7 +38,7 @@ __all__ = [
 ]
 
 _EMITTER = CEmitter()
-_cache: dict[tuple[KernelSpec, str], Any] = {}
+_cache: dict[tuple[KernelSpec, object], Any] = {}
 
 
 #: Work per element of each primitive, in units of an add (``exp`` and the functions built on
@@ -92,7 +91,7 @@ class CFunction:
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:
     """The generated C of ``spec``, built once per process (and cached on disk), or None
     when it cannot be built here."""
-    key = (spec, os.environ.get("CC", ""))  # a test hides the compiler through CC
+    key = (spec, cc_key())  # a test hides the compiler through CC
     if key in _cache:
         return _cache[key]
     loaded = load(_EMITTER.source(spec), _EMITTER.signature(spec), spec.name)

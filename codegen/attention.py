@@ -8,23 +8,24 @@ OpenBLAS at one thread so calls from two threads do not start its own), the scal
 softmax of ``rows.py`` row by row, and the product with V. The same sgemm, the same row code
 and the same order as the unthreaded path.
 
-Applies to float32, C-contiguous Q [..., S, D], Kt [..., D, T] and V [..., T, Dv] of one
-leading shape (rank 3 or 4) and a float32 mask that broadcasts to the scores; ``attention``
-returns None elsewhere (no compiler, no ILP64 OpenBLAS found, OpenBLAS running more than one
-thread, rank or shapes that differ) and the caller runs numpy.
+Applies to float32 Q [..., S, D], Kt [..., D, T] and V [..., T, Dv] of one leading shape
+(rank 3 or 4), Kt C-contiguous, Q and V C-contiguous or rows of contiguous floats at any
+stride (the [B, S, H, D] projections transposed as views: sgemm reads them with lda/ldb),
+and a float32 mask that broadcasts to the scores; ``attention`` returns None elsewhere (no
+compiler, no ILP64 OpenBLAS found, OpenBLAS running more than one thread, rank or shapes
+that differ) and the caller runs numpy.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import pool, rows
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -36,30 +37,34 @@ typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int6
                            int64_t ldb, float beta, float *c, int64_t ldc);
 struct ac_attn_args {
     ac_sgemm_t gemm;
-    long h, s, d, t, dv, m0, m1, m2, mj;
+    long h, s, d, t, dv, m0, m1, m2, mj, qs0, qs1, qs2, vs0, vs1, vs2;
     const float *q, *kt, *v, *mask;
     float *scores, *out, c;
     int op;
 };
 
-/* Head ``k`` (flat over the leading axes): scores, their rows, the product with V. */
+/* Head ``k`` (flat over the leading axes (b, h)): scores, their rows, the product with V.
+   Q and V are read through their strides (qs0/vs0 per batch, qs1/vs1 per head, qs2/vs2 per
+   row, in floats): the [B, S, H, D] projections transposed as views, sgemm's lda/ldb. */
 static void ac_attn_head(void *p, long k) {
     const struct ac_attn_args *a = (const struct ac_attn_args *)p;
     float *sc = a->scores + k * a->s * a->t;
-    a->gemm(101, 111, 111, a->s, a->t, a->d, 1.0f, a->q + k * a->s * a->d, a->d,
+    const long b = k / a->h, hh = k % a->h;
+    a->gemm(101, 111, 111, a->s, a->t, a->d, 1.0f, a->q + b * a->qs0 + hh * a->qs1, a->qs2,
             a->kt + k * a->d * a->t, a->t, 0.0f, sc, a->t);
     const struct ac_softmax_args rows = {a->h, a->s, a->t, a->m0, a->m1, a->m2, a->mj, 0, 0,
                                          a->scores, a->mask, a->scores, a->c, a->op};
     ac_softmax_range(&rows, k * a->s, (k + 1) * a->s);
-    a->gemm(101, 111, 111, a->s, a->dv, a->t, 1.0f, sc, a->t, a->v + k * a->t * a->dv, a->dv,
-            0.0f, a->out + k * a->s * a->dv, a->dv);
+    a->gemm(101, 111, 111, a->s, a->dv, a->t, 1.0f, sc, a->t,
+            a->v + b * a->vs0 + hh * a->vs1, a->vs2, 0.0f, a->out + k * a->s * a->dv, a->dv);
 }
 
 void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
-                  const float *kt, const float *v, const float *mask, long m0, long m1,
-                  long m2, long mj, float c, int op, float *scores, float *out,
-                  uintptr_t gemm, int nthreads, uintptr_t pool) {
-    struct ac_attn_args a = {(ac_sgemm_t)gemm, h, s, d, t, dv, m0, m1, m2, mj, q, kt, v,
+                  const long *qs, const float *kt, const float *v, const long *vs,
+                  const float *mask, long m0, long m1, long m2, long mj, float c, int op,
+                  float *scores, float *out, uintptr_t gemm, int nthreads, uintptr_t pool) {
+    struct ac_attn_args a = {(ac_sgemm_t)gemm, h, s, d, t, dv, m0, m1, m2, mj,
+                             qs[0], qs[1], qs[2], vs[0], vs[1], vs[2], q, kt, v,
                              mask, scores, out, c, op};
     if (nthreads > 1 && pool) {
         ((ac_pool_fn)pool)(ac_attn_head, &a, heads, nthreads);
@@ -69,10 +74,11 @@ void ac_attention(long heads, long h, long s, long d, long t, long dv, const flo
 }
 """
 _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
-    const float *kt, const float *v, const float *mask, long m0, long m1, long m2, long mj,
-    float c, int op, float *scores, float *out, uintptr_t gemm, int nthreads, uintptr_t pool)"""
+    const long *qs, const float *kt, const float *v, const long *vs, const float *mask,
+    long m0, long m1, long m2, long mj, float c, int op, float *scores, float *out,
+    uintptr_t gemm, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[str, Any] = {}
+_built: dict[object, Any] = {}
 _sgemm: list[int] = []
 
 
@@ -87,7 +93,7 @@ def sgemm_address() -> int:
 
 
 def _lib() -> Any | None:
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _built:
         source = C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE
         _built[key] = load(source, _CDEF, "ac_attention")
@@ -96,12 +102,38 @@ def _lib() -> Any | None:
 
 def _fits(q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> bool:
     arrays = (q, kt, v)
-    if not all(a.dtype == _F32 and a.flags.c_contiguous and a.ndim in (3, 4) for a in arrays):
+    if not all(a.dtype == _F32 and a.ndim in (3, 4) for a in arrays) or not _ok(kt, True):
         return False
     lead = q.shape[:-2]
     if kt.shape[:-2] != lead or v.shape[:-2] != lead:
         return False
-    return q.shape[-1] == kt.shape[-2] and kt.shape[-1] == v.shape[-2]
+    if q.shape[-1] != kt.shape[-2] or kt.shape[-1] != v.shape[-2]:
+        return False
+    return _ok(q, False) and _ok(v, False)
+
+
+def _ok(a: np.ndarray, contiguous: bool) -> bool:
+    """C-contiguous, or (``contiguous`` false) rows of contiguous floats at a row stride of
+    at least a row, whole floats apart everywhere (what sgemm's lda reads)."""
+    if a.flags.c_contiguous:
+        return True
+    if contiguous or a.strides[-1] != 4 or any(st % 4 or st < 0 for st in a.strides):
+        return False
+    return a.strides[-2] >= 4 * a.shape[-1]
+
+
+def _strides(ffi: Any, a: np.ndarray) -> Any:
+    """``long[3]``: ``a``'s strides per batch, head and row, in floats (0: no batch axis)."""
+    st = [x // 4 for x in a.strides[:-1]]
+    return ffi.new("long[3]", [0] * (4 - a.ndim) + st)
+
+
+def _pointer(ffi: Any, a: np.ndarray) -> Any:
+    """``a``'s first float: its buffer when contiguous, else its data address (``a`` is
+    held by the caller through the call)."""
+    if a.flags.c_contiguous:
+        return ffi.from_buffer("float[]", a)
+    return ffi.cast("float *", a.ctypes.data)
 
 
 def attention(
@@ -140,7 +172,8 @@ def attention(
     buf = ffi.from_buffer
     lib.ac_attention(
         math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,
-        buf("float[]", q), buf("float[]", kt), buf("float[]", v), mptr,
+        _pointer(ffi, q), _strides(ffi, q), buf("float[]", kt), _pointer(ffi, v),
+        _strides(ffi, v), mptr,
         ms[0], ms[1], ms[2], ms[3], float(scale), op,
         buf("float[]", scores, require_writable=True), buf("float[]", out, require_writable=True),
         gemm, threads, pool.address() if threads > 1 else 0,

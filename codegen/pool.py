@@ -28,11 +28,10 @@ Without a compiler ``address()`` is 0 and kernels run their chunks in turn.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 
 __all__ = [
     "address",
@@ -260,13 +259,13 @@ _CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int a
 void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void);
 long ac_pool_wanted(void); void ac_pool_pause(int delta);
 int ac_pool_pauses(void)"""
-_address: dict[str, int] = {}
+_address: dict[object, int] = {}
 
 
 def address() -> int:
     """``ac_pool_run``'s address for a kernel's ``pool`` argument; 0 without a compiler
     (``$CC`` is part of the key: tests hide it)."""
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _address:
         built: Any = load(_SOURCE, _CDEF, "ac_pool_address", openmp=True)
         _address[key] = 0 if built is None else int(built[2]())

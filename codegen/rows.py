@@ -19,18 +19,24 @@ so the results do not depend on the thread count.
 from __future__ import annotations
 
 import math
-import os
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import threads_for
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["softmax_rows", "layer_norm_rows", "mask_view", "exact_op", "forget"]
+__all__ = [
+    "softmax_rows",
+    "layer_norm_rows",
+    "skip_layer_norm_rows",
+    "mask_view",
+    "exact_op",
+    "forget",
+]
 
 _SOURCE = r"""
 /* numpy's pairwise sum (loops_utils.h), of a[i] or of a[i] * a[i]. */
@@ -93,11 +99,6 @@ static float ac_rowmax(const float *a, long n) {
 /* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; ac_expf's
    Cephes steps with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
    13 us for the tiny BERT's 32768 scores against ac_expf's 21). */
-#ifdef __FMA__
-#define AC_FMA(a, b, c) fmaf(a, b, c)
-#else
-#define AC_FMA(a, b, c) ((a) * (b) + (c))
-#endif
 static inline float ac_expf_le0(float x) {
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc != xc ? 0.0f : xc;
@@ -111,10 +112,10 @@ static inline float ac_expf_le0(float x) {
     p = AC_FMA(p, r, 1.6666665459e-1f);
     p = AC_FMA(p, r, 5.0000001201e-1f);
     float e = AC_FMA(p, r * r, r) + 1.0f;
-    int32_t ni = (int32_t)n;
-    int32_t n1 = ni >> 1;
-    int32_t n2 = ni - n1;
-    e = e * ac_bits((n1 + 127) << 23) * ac_bits((n2 + 127) << 23);
+    /* 2^n for n in [-150, 0] as 2^(n + 64), exact in the normal range, then 2^-64, the one
+       rounding (into the denormals when n < -126): ac_expf's two halves of n give the same
+       bits (all of [-110, 0] compared) with four operations fewer. */
+    e = e * ac_bits(((int32_t)n + 191) << 23) * 0x1p-64f;
     e = x < -103.97208404541015625f ? 0.0f : e;
     return x != x ? x : e;
 }
@@ -187,13 +188,21 @@ void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
     ac_softmax_range(&a, 0, rows);
 }
 
-/* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. */
-static inline void ac_layer_norm_row(long r, long n, const float *x, const float *scale,
-                              const float *bias, float eps, float *y, float *mean,
-                              float *inv_std) {
+/* LayerNormalization of row r of n: the numpy kernel's steps; its mean and inv_std. With
+   ``skip``, of x + skip (SkipLayerNormalization), the sum written to ``total`` first: the
+   unfused Add's roundings. */
+static inline void ac_layer_norm_row(long r, long n, const float *x, const float *skip,
+                                     float *total, const float *scale, const float *bias,
+                                     float eps, float *y, float *mean, float *inv_std) {
     const float count = (float)n;
     const float *xr = x + r * n;
     float *yr = y + r * n;
+    if (skip) {
+        float *tr = total + r * n;
+        const float *kr = skip + r * n;
+        for (long j = 0; j < n; j++) tr[j] = xr[j] + kr[j];
+        xr = tr;
+    }
     float mu = (0.0f + ac_psum(xr, n)) / count;
     for (long j = 0; j < n; j++) yr[j] = xr[j] - mu;
     float var = (0.0f + ac_psum_sq(yr, n)) / count;
@@ -206,27 +215,29 @@ static inline void ac_layer_norm_row(long r, long n, const float *x, const float
 
 struct ac_layer_norm_args {
     long n, block, rows;
-    const float *x, *scale, *bias;
-    float eps, *y, *mean, *inv_std;
+    const float *x, *skip, *scale, *bias;
+    float eps, *y, *total, *mean, *inv_std;
 };
 static void ac_layer_norm_block(void *p, long b) {
     const struct ac_layer_norm_args *a = (const struct ac_layer_norm_args *)p;
     const long end = (b + 1) * a->block < a->rows ? (b + 1) * a->block : a->rows;
     for (long r = b * a->block; r < end; r++)
-        ac_layer_norm_row(r, a->n, a->x, a->scale, a->bias, a->eps, a->y, a->mean, a->inv_std);
+        ac_layer_norm_row(r, a->n, a->x, a->skip, a->total, a->scale, a->bias, a->eps, a->y,
+                          a->mean, a->inv_std);
 }
 
-void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads,
-                   uintptr_t pool) {
+void ac_layer_norm(long rows, long n, const float *x, const float *skip, const float *scale,
+                   const float *bias, float eps, float *y, float *total, float *mean,
+                   float *inv_std, int nthreads, uintptr_t pool) {
     if (nthreads > 1 && pool) {
         const long block = rows / (8 * (long)nthreads) + 1;
-        struct ac_layer_norm_args a = {n, block, rows, x, scale, bias, eps, y, mean, inv_std};
+        struct ac_layer_norm_args a = {n, block, rows, x, skip, scale, bias, eps, y, total,
+                                       mean, inv_std};
         ((ac_pool_fn)pool)(ac_layer_norm_block, &a, (rows + block - 1) / block, nthreads);
         return;
     }
     for (long r = 0; r < rows; r++)
-        ac_layer_norm_row(r, n, x, scale, bias, eps, y, mean, inv_std);
+        ac_layer_norm_row(r, n, x, skip, total, scale, bias, eps, y, mean, inv_std);
 }
 """
 
@@ -234,22 +245,22 @@ _CDEF = """
 void ac_softmax(long d0, long d1, long d2, long n, const float *x, float *y,
                 const float *mask, long m0, long m1, long m2, long mj, float c, int op,
                 int nthreads, uintptr_t pool);
-void ac_layer_norm(long rows, long n, const float *x, const float *scale, const float *bias,
-                   float eps, float *y, float *mean, float *inv_std, int nthreads,
-                   uintptr_t pool)
+void ac_layer_norm(long rows, long n, const float *x, const float *skip, const float *scale,
+                   const float *bias, float eps, float *y, float *total, float *mean,
+                   float *inv_std, int nthreads, uintptr_t pool)
 """
 #: Work per element, in ``codegen.PARALLEL_WORK``'s units: softmax's exp and five passes;
 #: layer norm's two sums and three passes.
 SOFTMAX_WORK, LAYER_NORM_WORK = 20, 8
 
-_built: dict[str, Any] = {}
+_built: dict[object, Any] = {}
 _F32 = np.dtype(np.float32)
 
 
 def _lib() -> Any | None:
     """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
     tests hide it). The type resolved once: a type string is looked up on every call."""
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _built:
         loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
         ffi = None if loaded is None else loaded[0]
@@ -365,6 +376,35 @@ def layer_norm_rows(
     kernel returns them, or None where the C does not apply. ``y`` is ``out`` when it is a
     C-contiguous float32 array of ``x``'s shape (it may be ``x``: each row is read whole
     before it is written)."""
+    done = _layer_norm(x, None, scale, bias, eps, axis, out)
+    return None if done is None else done[:3]
+
+
+def skip_layer_norm_rows(
+    x: np.ndarray,
+    skip: np.ndarray,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    eps: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """SkipLayerNormalization over the last axis: ``(y, mean, inv_std, x + skip)``, the
+    LayerNormalization of the sum as ``layer_norm_rows`` computes it (the sum rounded as the
+    unfused Add rounds it); None where the C does not apply (``skip`` not of ``x``'s shape,
+    or as ``layer_norm_rows``)."""
+    if skip.shape != x.shape or not _ok(skip):
+        return None
+    return _layer_norm(x, skip, scale, bias, eps, x.ndim - 1, None)
+
+
+def _layer_norm(
+    x: np.ndarray,
+    skip: np.ndarray | None,
+    scale: np.ndarray,
+    bias: np.ndarray | None,
+    eps: float,
+    axis: int,
+    out: np.ndarray | None,
+) -> tuple | None:
     norm = x.shape[axis:]
     n = math.prod(norm)
     k = len(norm)
@@ -379,11 +419,14 @@ def layer_norm_rows(
         out = np.empty(x.shape, _F32)
     stat = x.shape[:axis] + (1,) * k
     mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
-    buf = ffi.from_buffer
+    total = None if skip is None else np.empty(x.shape, _F32)
+    buf, null = ffi.from_buffer, ffi.NULL
     c.ac_layer_norm(
-        x.size // n, n, buf(f32, x), buf(f32, scale),
-        ffi.NULL if bias is None else buf(f32, bias), float(np.float32(eps)),
-        buf(f32, out, require_writable=True), buf(f32, mean, require_writable=True),
-        buf(f32, inv, require_writable=True), *threads_for(x.size * LAYER_NORM_WORK),
+        x.size // n, n, buf(f32, x), null if skip is None else buf(f32, skip), buf(f32, scale),
+        null if bias is None else buf(f32, bias), eps,
+        buf(f32, out, require_writable=True),
+        null if total is None else buf(f32, total, require_writable=True),
+        buf(f32, mean, require_writable=True), buf(f32, inv, require_writable=True),
+        *threads_for(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
-    return out, mean, inv
+    return out, mean, inv, total

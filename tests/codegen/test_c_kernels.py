@@ -144,3 +144,41 @@ def test_numpy_fallback_with_the_compiler_hidden(no_compiler):
         a = x + y
         want = a * (np.float32(1) / (np.float32(1) + np.exp(-a)))
     _close(got, want, rtol=0)
+
+
+def test_cc_key_follows_the_environment(monkeypatch):
+    from anychip.codegen.build import cc_key
+
+    monkeypatch.delenv("CC", raising=False)
+    assert cc_key() is None
+    monkeypatch.setenv("CC", "/nonexistent/anychip-no-cc")
+    hidden = cc_key()
+    assert hidden is not None
+    monkeypatch.setenv("CC", "gcc")
+    assert cc_key() not in (None, hidden)
+    monkeypatch.delenv("CC")
+    assert cc_key() is None
+
+
+def test_fused_kernel_writes_in_place_only_over_the_same_first_input():
+    """``out`` that is the first input itself is written in place; one overlapping it from
+    another first float (or overlapping another input) is not, and the result is a new array."""
+    rng = np.random.default_rng(21)
+    expr = "mul(in0,mul(0.5,add(erf(div(in0,1.4142135381698608)),1.0)))"
+    buf = rng.standard_normal(65).astype(np.float32)
+    want = evaluate(parse(expr), [buf[:64].reshape(8, 8)], np.dtype(np.float32))
+    x = buf[:64].reshape(8, 8)
+    got = fused_elementwise(x.copy(), expr=expr)
+    _close(got, want, 1e-6, 2.5e-7)
+    same = buf.copy()[:64].reshape(8, 8)
+    assert fused_elementwise(same, expr=expr, out=same) is same
+    _close(same, want, 1e-6, 2.5e-7)
+    shifted_base = buf.copy()
+    first, out = shifted_base[:64].reshape(8, 8), shifted_base[1:].reshape(8, 8)
+    got = fused_elementwise(first, expr=expr, out=out)
+    assert got is not out
+    _close(got, want, 1e-6, 2.5e-7)
+    np.testing.assert_array_equal(shifted_base, buf)  # nothing written over the input
+    a, b = rng.standard_normal((2, 8, 8)).astype(np.float32)
+    got = fused_elementwise(a, b, expr="add(in0,in1)", out=b)  # out is the second input
+    assert got is not b

@@ -166,3 +166,29 @@ def test_division_by_a_power_of_two_is_bit_identical(scale):
     got = s.copy()
     assert rows.softmax_rows(got, got, None, scale, 1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape, with_bias", [((2, 5, 32), True), ((3, 130), False), ((7,), True)])
+def test_skip_layer_norm_rows_bit_identical_to_add_then_numpy_steps(shape, with_bias):
+    rng = np.random.default_rng(sum(shape))
+    x = _specials(rng, (rng.standard_normal(shape) * 3 + 1).astype(np.float32), 2)
+    skip = _specials(rng, rng.standard_normal(shape).astype(np.float32), 2)
+    scale = rng.standard_normal(shape[-1:]).astype(np.float32)
+    bias = rng.standard_normal(shape[-1:]).astype(np.float32) if with_bias else None
+    got = rows.skip_layer_norm_rows(x, skip, scale, bias, 1e-12)
+    assert got is not None
+    total = x + skip
+    want = _numpy(layer_normalization, total, scale, bias, axis=-1, epsilon=1e-12)
+    for g, w in zip(got, want + (total,)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)  # NaN where NaN, bit for bit elsewhere
+
+
+def test_skip_layer_norm_rows_declines_other_shapes_and_without_a_compiler(no_compiler):
+    x = np.ones((2, 8), np.float32)
+    assert rows.skip_layer_norm_rows(x, np.ones((2, 8), np.float32), x[0], None, 1e-5) is None
+
+
+def test_skip_layer_norm_rows_declines_a_broadcast_skip():
+    x = np.ones((2, 8), np.float32)
+    assert rows.skip_layer_norm_rows(x, np.ones((1, 8), np.float32), x[0], None, 1e-5) is None

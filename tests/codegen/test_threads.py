@@ -232,6 +232,28 @@ def test_heads_on_the_pool_equal_the_numpy_path(team, blas_one, monkeypatch, mas
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("mask_shape", [None, (1, 1, 33, 40)])
+def test_heads_read_transposed_views_of_q_and_v(team, blas_one, monkeypatch, mask_shape):
+    """Q and V as the exports make them, [B, S, H, D] projections transposed as views (row
+    stride H * D): read through sgemm's lda/ldb, equal to numpy's path on the same views."""
+    rng = np.random.default_rng(9)
+    qp, vp = _rand(rng, (2, 33, 3, 16)), _rand(rng, (2, 40, 3, 24))
+    q, v = qp.transpose(0, 2, 1, 3), vp.transpose(0, 2, 1, 3)
+    kt = _rand(rng, (2, 3, 16, 40))
+    mask = None if mask_shape is None else _rand(rng, mask_shape)
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 1 << 62)
+    want = op_fused_attention.fused_attention(q, kt, v, mask, scale=4.0, divide=1)
+    for threads in (1, 2):
+        got = attention.attention(q, kt, v, mask, 4.0, 1, threads)
+        assert got is not None
+        np.testing.assert_array_equal(got, want)  # the same sgemm and rows, NaN included
+    three = attention.attention(q[0], kt[0], v[0], None, 4.0, 1, 2)  # rank 3, strided
+    np.testing.assert_array_equal(
+        three, op_fused_attention.fused_attention(q[0], kt[0], v[0], scale=4.0, divide=1)
+    )
+    assert attention.attention(q[..., ::2], kt[:, :, ::2], v, None, 4.0, 1, 2) is None
+
+
 def test_heads_path_declines_what_it_cannot_run(blas_one):
     rng = np.random.default_rng(2)
     q, kt, v = _rand(rng, (3, 8, 4)), _rand(rng, (3, 4, 9)), _rand(rng, (3, 9, 5))

@@ -16,6 +16,7 @@ from anychip.backends.cpu.kernels.op_activations import gelu
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
 from anychip.backends.cpu.kernels.op_rnn import make_activation
 from anychip.backends.cpu.table import kernel
+from anychip.codegen.rows import skip_layer_norm_rows
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
 
@@ -229,7 +230,12 @@ def skip_layer_normalization(
     epsilon: float = 1e-12,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """LayerNormalization over the last axis of ``input + skip (+ bias)``; the sum is the
-    fourth output."""
+    fourth output. Float32 without ``bias`` (what ``passes/fuse_skip_layer_norm.py`` writes
+    for an Add and a LayerNormalization): one C call, the unfused nodes' roundings."""
+    if bias is None and x.dtype == np.float32:
+        done = skip_layer_norm_rows(x, skip, gamma, beta, epsilon)
+        if done is not None:
+            return done
     s = x.astype(_work(x)) + skip.astype(_work(x))
     if bias is not None:
         s = s + bias.astype(s.dtype)

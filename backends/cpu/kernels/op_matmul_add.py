@@ -1,6 +1,7 @@
 """``anychip::MatMulAdd`` (``passes/fuse_gemm.py``): ``A @ B + C`` for an N-D activation, a
 2-D weight and a bias along the last axis; the unfused MatMul's and Add's steps, in place in
-the planned output: one dispatch and one pass over memory fewer per linear layer."""
+the planned output: one dispatch and one pass over memory fewer per linear layer. Float32
+through ``codegen/linear.py`` (the same sgemm, the bias added in C: the same results)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.table import kernel
+from anychip.codegen.linear import linear
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -31,6 +33,9 @@ def matmul_add(
         raise KernelError(
             f"MatMulAdd needs A [..., K] and a 2-D B [K, N], got {a.shape} and {b.shape}"
         )
+    y = linear(a, b, c, out)  # float32: sgemm and the bias in one C call
+    if y is not None:
+        return y
     shape = a.shape[:-1] + b.shape[1:]
     if a.dtype == b.dtype and fits(out, shape, a.dtype):
         y = np.matmul(a, b, out=out)

@@ -90,6 +90,9 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     n = b.shape[0] if trans_b else b.shape[1]
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
+    y = _matmul_mod.split_columns(a, b, out, trans_b)  # two threads or more, mid-sized
+    if y is not None:
+        return y
     with team_for(a.size * n, _lib_mod.MATMUL_SMALL_WORK) as team:  # rows may split
         return _matmul_mod.matmul(a, b, out, trans_b, team)
 

@@ -27,8 +27,17 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
+from anychip.codegen.linear import gemm_columns
 
-__all__ = ["MIN_ROWS", "MIN_MACS", "ROW_SPLIT_WORK", "ROWS_PER_PART", "matmul"]
+__all__ = [
+    "MIN_ROWS",
+    "MIN_MACS",
+    "COLUMN_SPLIT_MAX",
+    "ROW_SPLIT_WORK",
+    "ROWS_PER_PART",
+    "matmul",
+    "split_columns",
+]
 
 #: Fewer rows of A than this: numpy's GEMV/GEMM (one call's Python overhead is ~10 us too).
 MIN_ROWS = 16
@@ -43,6 +52,36 @@ MIN_MACS = 1 << 21
 #: and oneDNN's own team of two does better. Set it (tests, ``onednn_team.py``) to use it.
 ROW_SPLIT_WORK = 1 << 62
 ROWS_PER_PART = 32
+#: From ``MIN_MACS`` multiply-adds to under this, given two threads or more, the product runs
+#: as column blocks of numpy's sgemm, one per thread, on ``codegen/pool.py``'s threads
+#: (``codegen/linear.gemm_columns``), not through oneDNN: the BERT-like layer's 128x256x256
+#: (2^23) took 94-97 us so (CPU 187-194) against 167-207 for oneDNN's team of two (its
+#: threads wake from a passive wait, 60-100 us here) and 169 for one sgemm; with its FFN's
+#: 128x256x1024 and 128x1024x256 (2^25) split too, bert_like ran 2.05 -> 1.80 ms and
+#: gpt2_like 1.88 -> 1.75 at two threads (A/B in one process, load 1.6). The MLP's 64x1024x1024
+#: (2^26) tied (5.40 / 5.63 ms, noisy): left to oneDNN's team. Why the row split above did
+#: not pay and this does: parts of 32 rows ran oneDNN's brgemm at 1.2-1.5x the CPU time of
+#: the whole, while column halves keep all rows per sgemm (each reads half of B), 1.1x.
+COLUMN_SPLIT_MAX = 1 << 26
+
+
+def split_columns(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False
+) -> np.ndarray | None:
+    """``a @ b`` (``a @ b.T`` with ``trans_b``) as ``COLUMN_SPLIT_MAX`` describes, into
+    ``out`` when it fits; None (the caller runs oneDNN or numpy) at one thread, outside that
+    range, while the pool backs off, and where ``gemm_columns`` does not apply."""
+    if a.ndim < 2 or b.ndim != 2:
+        return None
+    n, k = b.shape if trans_b else b.shape[::-1]
+    if not MIN_MACS <= a.size * n < COLUMN_SPLIT_MAX or a.shape[-1] != k:
+        return None
+    if a.size // k < MIN_ROWS:
+        return None  # matrix-vector shapes: numpy's gemv or oneDNN, as before
+    threads = omp_threads()
+    if threads < 2 or not pool.try_parallel():
+        return None
+    return gemm_columns(a, b, out, trans_b, threads)
 
 
 def matmul(

@@ -27,6 +27,7 @@ from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
+from anychip.backends.cpu.passes.fuse_skip_layer_norm import FuseSkipLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
 from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
@@ -49,6 +50,7 @@ __all__ = [
     "FuseElementwisePass",
     "FuseGemmPass",
     "FuseLayerNormPass",
+    "FuseSkipLayerNormPass",
     "FuseTreeGroupPass",
     "FuseTreeStackPass",
     "LowerBatchNormPass",
@@ -78,6 +80,7 @@ def cpu_passes() -> list[Pass]:
         FuseGeluPass(),
         FuseConvPass(),
         FuseGemmPass(),
+        FuseSkipLayerNormPass(),
         FuseColumnProductsPass(),
         FuseTreeStackPass(),
         FuseTreeGroupPass(),

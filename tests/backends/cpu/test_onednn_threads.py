@@ -124,6 +124,7 @@ def row_split(monkeypatch):
     """Two OpenMP threads and every oneDNN MatMul split by rows (parts of 8 rows or more),
     however small (every constant-weight product on oneDNN)."""
     limits = {"ROW_SPLIT_WORK": (matmul, 0), "ROWS_PER_PART": (matmul, 8), "MIN_MACS": (matmul, 0)}
+    limits["COLUMN_SPLIT_MAX"] = (matmul, 0)  # the column split (test_matmul_columns) off
     with two_threads(monkeypatch, **limits):
         yield
 

@@ -1,0 +1,171 @@
+"""``A @ B + bias`` in one C call: numpy's own OpenBLAS ``sgemm`` (``attention.sgemm_address``)
+into the output, then the bias added row by row in the same loop nest.
+
+The linear layers of the tiny transformer exports (``[1, 128, 32] @ [32, 32] + [32]``) spent
+6.7 us in ``np.matmul`` (3.4) then ``np.add`` (2.1: numpy's broadcast loop steps through 128
+rows of 32) and the checks around them; the same sgemm and a C loop over the bias take 3.2.
+The product is the one numpy computes (the same ``cblas_sgemm`` on the same rows), the sum
+is one float32 addition per element as numpy's: the unfused results bit for bit.
+
+Applies to float32 with A [..., M, K] (M >= 2), B [K, N] (N >= 2: numpy computes a
+matrix-vector product through gemv, with other sums) and a bias of N values (shape ``(N,)`` or ones
+before it), all C-contiguous, and an output that overlaps none of them (the C checks the
+address ranges: a planned ``out`` never does, an arbitrary one is refused). ``linear``
+returns None elsewhere (no compiler, no ILP64 OpenBLAS, other shapes or dtypes, an empty
+product) and the caller runs numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anychip.codegen import pool
+from anychip.codegen.attention import sgemm_address
+from anychip.codegen.blas import openblas_threads
+from anychip.codegen.build import cc_key, load
+from anychip.codegen.pool import SOURCE_DECL
+
+__all__ = ["linear", "gemm_columns"]
+
+_SOURCE = (
+    SOURCE_DECL
+    + r"""
+typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                           float alpha, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, float beta, float *c, int64_t ldc);
+
+static int ac_apart(const float *p, long np_, const float *q, long nq) {
+    return p + np_ <= q || q + nq <= p;
+}
+
+/* y = a @ b + bias, or -1 (nothing written) where y overlaps an input. */
+int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
+              float *y, uintptr_t gemm) {
+    if (!(ac_apart(y, m * n, a, m * k) && ac_apart(y, m * n, b, k * n) &&
+          ac_apart(y, m * n, bias, n)))
+        return -1;
+    ((ac_sgemm_t)gemm)(101, 111, 111, m, n, k, 1.0f, a, k, b, n, 0.0f, y, n);
+    for (long i = 0; i < m; i++) {
+        float *yr = y + i * n;
+        for (long j = 0; j < n; j++) yr[j] = yr[j] + bias[j];
+    }
+    return 0;
+}
+
+/* y = a @ op(b) by column blocks (multiples of 16 but the last), one sgemm each, on the
+   pool's threads: op(b) is b [k, n] (tb 0) or b [n, k] transposed (tb 1). */
+struct ac_cols { ac_sgemm_t g; long m, n, k, parts; int tb; const float *a, *b; float *y; };
+static long ac_col(const struct ac_cols *s, long i) {
+    return i == s->parts ? s->n : (s->n * i / s->parts) & ~15L;
+}
+static void ac_cols_part(void *p, long i) {
+    const struct ac_cols *s = (const struct ac_cols *)p;
+    const long c0 = ac_col(s, i), c1 = ac_col(s, i + 1);
+    if (c1 <= c0) return;
+    const float *b = s->tb ? s->b + c0 * s->k : s->b + c0;
+    s->g(101, 111, s->tb ? 112 : 111, s->m, c1 - c0, s->k, 1.0f, s->a, s->k, b,
+         s->tb ? s->k : s->n, 0.0f, s->y + c0, s->n);
+}
+int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
+                    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool) {
+    if (!(ac_apart(y, m * n, a, m * k) && ac_apart(y, m * n, b, k * n))) return -1;
+    struct ac_cols s = {(ac_sgemm_t)gemm, m, n, k, parts, tb, a, b, y};
+    if (nthreads > 1 && pool) ((ac_pool_fn)pool)(ac_cols_part, &s, parts, nthreads);
+    else for (long i = 0; i < parts; i++) ac_cols_part(&s, i);
+    return 0;
+}
+"""
+)
+_CDEF = """int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
+    float *y, uintptr_t gemm);
+int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
+    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool)"""
+_F32 = np.dtype(np.float32)
+_built: dict[object, Any] = {}
+
+
+def _lib() -> Any | None:
+    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of
+    the key: tests hide it)."""
+    key = cc_key()
+    if key not in _built:
+        loaded = load(_SOURCE, _CDEF, "ac_linear")
+        ffi = None if loaded is None else loaded[0]
+        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
+    return _built[key]
+
+
+def linear(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray | None:
+    """``a @ b + bias`` into ``out`` when it is a C-contiguous float32 array of the result's
+    shape, else into a new array; None where this path does not apply (module docstring)."""
+    if not (
+        a.dtype is _F32
+        and b.dtype is _F32
+        and bias.dtype is _F32
+        and b.ndim == 2
+        and a.ndim >= 2
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and bias.flags.c_contiguous
+    ):
+        return None
+    k, n = b.shape
+    if a.shape[-1] != k or bias.shape[-1:] != (n,) or bias.size != n or bias.ndim > a.ndim:
+        return None
+    if a.size == 0 or a.shape[-2] < 2 or n < 2 or k == 0:
+        return None  # empty, zero-K, and matrix-vector products (numpy's gemv: other sums)
+    gemm = sgemm_address()
+    lib = _lib() if gemm else None
+    if lib is None:
+        return None
+    shape = a.shape[:-1] + (n,)
+    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
+        out = np.empty(shape, _F32)
+    ffi, c, f32 = lib
+    buf = ffi.from_buffer
+    y = buf(f32, out, require_writable=True)
+    if c.ac_linear(a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, bias), y, gemm) < 0:
+        return None  # out overlaps an input: numpy's matmul copies for that
+    return out
+
+
+def gemm_columns(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool, parts: int
+) -> np.ndarray | None:
+    """``a @ b`` (``a @ b.T`` with ``trans_b``) for float32 C-contiguous ``a [..., K]`` and 2-D
+    ``b``, as ``parts`` column blocks of numpy's sgemm on the pool's threads (``parts`` of
+    them), into ``out`` when it fits; None where this does not apply (no compiler, no ILP64
+    OpenBLAS, OpenBLAS running more than one thread, an output over an input, other
+    dtypes). Each element is the dot product the whole sgemm computes (numpy's own result
+    where ``trans_b`` is false)."""
+    if not (
+        a.dtype is _F32
+        and b.dtype is _F32
+        and b.ndim == 2
+        and a.ndim >= 2
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+    ):
+        return None
+    n, k = b.shape if trans_b else b.shape[::-1]
+    if a.shape[-1] != k or a.size == 0 or n < 16 * parts or k == 0:
+        return None
+    gemm = sgemm_address()
+    lib = _lib() if gemm else None
+    fns = openblas_threads()
+    if lib is None or fns is None or fns[0]() != 1:
+        return None  # two threads calling a threaded OpenBLAS would each start its own
+    shape = a.shape[:-1] + (n,)
+    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
+        out = np.empty(shape, _F32)
+    ffi, c, f32 = lib
+    buf = ffi.from_buffer
+    done = c.ac_gemm_columns(
+        a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, out, require_writable=True),
+        gemm, int(trans_b), parts, parts, pool.address(),
+    )  # fmt: skip
+    return None if done < 0 else out
