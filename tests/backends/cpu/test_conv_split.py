@@ -39,6 +39,13 @@ def split(monkeypatch):
         yield
 
 
+def _residual(nodes: list, feeds: dict, rng: np.random.Generator, shape: tuple) -> str:
+    """Append ``s = c + z`` (``z`` a seeded feed of ``shape``); the sum's name."""
+    feeds["z"] = _rand(rng, *shape)
+    nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
+    return "s"
+
+
 def _chain(case: int, residual: bool, seed: int) -> tuple:
     (c, h, w_), wshape, attrs = CASES[case]
     rng = np.random.default_rng(seed)
@@ -141,11 +148,7 @@ def test_a_split_written_to_nchw_fills_the_plan(split, monkeypatch, residual):
         helper.make_node("Relu", ["a"], ["r"]),
         helper.make_node("Conv", ["r", "W1", "B1"], ["c"], pads=[1, 1, 1, 1]),
     ]
-    last = "c"
-    if residual:
-        feeds["z"] = _rand(rng, 1, 6, 13, 11)
-        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
-        last = "s"
+    last = _residual(nodes, feeds, rng, (1, 6, 13, 11)) if residual else "c"
     nodes.append(helper.make_node("Relu", [last], ["t"]))
     nodes.append(helper.make_node("Concat", ["t", "x"], ["y"], axis=1))
     model = _model(nodes, feeds, weights, ["y", "t"])
@@ -212,11 +215,7 @@ def test_a_1x1_product_splits_its_output_channels(split, monkeypatch, group, sou
         x = _rand(rng, 1, 48, 9, 7)
     feeds = {"x": x}
     nodes.append(helper.make_node("Conv", [first, "W1", "B1"], ["c"], group=group))
-    last = "c"
-    if residual:
-        feeds["z"] = _rand(rng, 1, 40, 9, 7)
-        nodes.append(helper.make_node("Add", ["c", "z"], ["s"]))
-        last = "s"
+    last = _residual(nodes, feeds, rng, (1, 40, 9, 7)) if residual else "c"
     nodes.append(helper.make_node("Relu", [last], ["y"]))
     model = _model(nodes, feeds, weights, ["y"])
     before = sum(conv1x1.RUNS.values())
