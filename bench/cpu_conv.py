@@ -85,9 +85,17 @@ def conv_node_session(x: np.ndarray, w: np.ndarray, attrs: dict, threads: int):
         [numpy_helper.from_array(w, "W")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    so = _ort_options(threads)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _ort_options(threads: int) -> ort.SessionOptions:
+    """onnxruntime at ``threads`` intra-op threads that do not spin after a run: spinning, they
+    take the cores from the contender timed next (``anychip bench`` sets the same)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return so
 
 
 def bench_shape(
@@ -132,8 +140,7 @@ def bench_light(threads: int, rounds: int, model_name: str = "resnet50") -> dict
     inp = next(i for i in model.graph.input if i.name == name)
     shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
+    so = _ort_options(threads)
     ref = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     want = ref.run(None, {name: x})[0]
 
