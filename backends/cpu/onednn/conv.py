@@ -100,19 +100,8 @@ def conv(
         y = _split(x, x_tags[0], w, b, z, act, geo, team)
         if y is not None:
             return y if channels_last else _to_plain(y, y_shape, out)
-    key = (
-        "conv",
-        x.shape,
-        x_tags[0],
-        w.shape,
-        b is not None,
-        z is not None,
-        act,
-        window,
-        group,
-        plain_io,
-        omp_threads(),
-    )
+    key = ("conv", x.shape, x_tags[0], w.shape, b is not None, z is not None, act, window,
+           group, plain_io, omp_threads())  # fmt: skip
     try:
         prim = P.cached(
             key, lambda: _build(x.shape, w.shape, y_shape, group, window, b, z, act, plain_io)
