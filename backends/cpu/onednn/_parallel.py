@@ -18,7 +18,6 @@ compiler the parts run one after another, with the same results.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import check
 from anychip.codegen import pool
-from anychip.codegen.build import load
+from anychip.codegen.build import cc_key, load
 from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["run_all", "RUNS"]
@@ -104,13 +103,13 @@ def _entry_points(L: Any) -> tuple[int, int, int]:
 def _helper() -> Any | None:
     """The built helper ``(ffi, lib, fn)``, or None; looked up once per ``$CC`` (a build's
     cache key hashes the source: 60 us a call)."""
-    key = os.environ.get("CC", "")
+    key = cc_key()
     if key not in _built:
         _built[key] = load(SOURCE_DECL + _SOURCE, _CDEF, "ac_exec_all")
     return _built[key]
 
 
-_built: dict[str, Any] = {}
+_built: dict[object, Any] = {}
 
 
 def _fixed(hffi: Any, L: Any, prims: list[P.Prim]) -> tuple[Any, Any, Any, Any]:
