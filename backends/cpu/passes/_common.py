@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
+from anychip.ir.passes import PassResult
 from anychip.ir.passes.rewrite import FLOATS, new_node, scalar_const, single_use
 from anychip.ir.value import Value
 
@@ -29,6 +31,20 @@ def record(graph: Graph, name: str, count: int) -> None:
     if count:
         fusions = graph.meta.setdefault("fusions", {})
         fusions[name] = fusions.get(name, 0) + count
+
+
+def fuse_each(
+    graph: Graph, op_type: str, fuse: Callable[[Node, Graph], int], name: str
+) -> PassResult:
+    """A fusion pass's walk: ``fuse(node, graph)`` (how many fusions it made) on each
+    default-domain ``op_type`` node of ``graph`` still in it (over a snapshot: fusing removes
+    nodes), the firings recorded under ``name``."""
+    fired = 0
+    for node in list(graph.nodes):
+        if node.graph is graph and node.op_type == op_type and not node.domain:
+            fired += fuse(node, graph)
+    record(graph, name, fired)
+    return PassResult(graph, fired > 0)
 
 
 def producer(v: Value | None, graph: Graph, op_type: str | None = None) -> Node | None:

@@ -12,7 +12,7 @@ buffer.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record, replace_chain
+from anychip.backends.cpu.passes._common import fuse_each, fused_node, replace_chain
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -29,12 +29,7 @@ class FuseAttentionPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
-        for mm in list(graph.nodes):
-            if mm.graph is graph and mm.op_type == "MatMul" and not mm.domain:
-                fired += self._fuse(mm, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "MatMul", self._fuse, self.name)
 
     def _fuse(self, mm: Node, graph: Graph) -> int:
         m = match_attention(mm, graph)  # the conditions: ir/passes/attention.py

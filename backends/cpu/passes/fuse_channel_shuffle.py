@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from anychip.backends.cpu.passes._common import (
     FLOATS,
+    fuse_each,
     fused_node,
     producer,
     reader,
-    record,
     replace_chain,
 )
 from anychip.ir.graph import Graph
@@ -40,12 +40,7 @@ class FuseChannelShufflePass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
-        for node in list(graph.nodes):
-            if node.graph is graph and node.op_type == "Transpose" and not node.domain:
-                fired += _fuse(node, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "Transpose", _fuse, self.name)
 
 
 def _fuse(tr: Node, graph: Graph) -> int:

@@ -12,7 +12,7 @@ place, so the Concat's result (and its other inputs) are unchanged.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, kept_axes, producer, record
+from anychip.backends.cpu.passes._common import fuse_each, fused_node, kept_axes, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -59,14 +59,12 @@ class FuseColumnProductsPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
         names = Names(graph)
-        for cat in list(graph.nodes):
-            if cat.graph is graph and cat.op_type == "Concat" and not cat.domain:
-                if cat.attr("axis", None) in (1, -1):
-                    fired += self._fuse(cat, graph, names)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+
+        def fuse(cat: Node, g: Graph) -> int:
+            return self._fuse(cat, g, names) if cat.attr("axis", None) in (1, -1) else 0
+
+        return fuse_each(graph, "Concat", fuse, self.name)
 
     def _fuse(self, cat: Node, graph: Graph, names: Names) -> int:
         found = [_product(v, graph) if v is not None else None for v in cat.inputs]

@@ -20,9 +20,9 @@ from __future__ import annotations
 from anychip.backends.cpu.passes._common import (
     FLOATS,
     fast_kernel,
+    fuse_each,
     fused_node,
     reader,
-    record,
     replace_chain,
 )
 from anychip.backends.cpu.passes.fuse_conv import activation_of
@@ -54,12 +54,7 @@ class FuseGemmPass(Pass):
         """Rewrite ``graph`` in place."""
         if self.require_fast_kernel and not fast_fused_gemm():
             return PassResult(graph, False)
-        fired = 0
-        for mm in list(graph.nodes):
-            if mm.graph is graph and mm.op_type == "MatMul" and not mm.domain:
-                fired += self._fuse(mm, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "MatMul", self._fuse, self.name)
 
     def _fuse(self, mm: Node, graph: Graph) -> int:
         a, b = mm.inputs

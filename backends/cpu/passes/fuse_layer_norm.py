@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.passes._common import (
+    fuse_each,
     fused_node,
     kept_axes,
     producer,
     reader,
-    record,
     replace_chain,
     scalar_const,
 )
@@ -60,12 +60,8 @@ class FuseLayerNormPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        names, fired = Names(graph), 0
-        for div in list(graph.nodes):
-            if div.graph is graph and div.op_type == "Div" and not div.domain:
-                fired += self._fuse(div, graph, names)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        names = Names(graph)
+        return fuse_each(graph, "Div", lambda div, g: self._fuse(div, g, names), self.name)
 
     def _match(self, div: Node, graph: Graph) -> tuple | None:
         d, s = div.inputs

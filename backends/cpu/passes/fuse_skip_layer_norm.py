@@ -18,7 +18,7 @@ unused, and ``gamma`` (and ``beta``) constants of the last axis' width.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, producer, record
+from anychip.backends.cpu.passes._common import fuse_each, fused_node, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
@@ -56,12 +56,7 @@ class FuseSkipLayerNormPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
-        for ln in list(graph.nodes):
-            if ln.graph is graph and ln.op_type == "LayerNormalization" and not ln.domain:
-                fired += self._fuse(ln, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "LayerNormalization", self._fuse, self.name)
 
     def _match(self, ln: Node, graph: Graph) -> Node | None:
         """The Add to fuse into ``ln``, or None."""

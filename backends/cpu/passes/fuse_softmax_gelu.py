@@ -19,10 +19,10 @@ import math
 
 from anychip.backends.cpu.passes._common import (
     FLOATS,
+    fuse_each,
     fused_node,
     kept_axes,
     producer,
-    record,
     replace_chain,
     scalar_const,
 )
@@ -41,12 +41,7 @@ class FuseSoftmaxPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
-        for div in list(graph.nodes):
-            if div.graph is graph and div.op_type == "Div" and not div.domain:
-                fired += self._fuse(div, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "Div", self._fuse, self.name)
 
     def _fuse(self, div: Node, graph: Graph) -> int:
         e, s = div.inputs
@@ -79,12 +74,7 @@ class FuseGeluPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
-        for erf in list(graph.nodes):
-            if erf.graph is graph and erf.op_type == "Erf" and not erf.domain:
-                fired += self._fuse(erf, graph)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "Erf", self._fuse, self.name)
 
     def _only(self, v, graph: Graph, op: str) -> Node | None:
         if not single_use(v, graph):

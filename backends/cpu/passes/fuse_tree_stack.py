@@ -14,7 +14,7 @@ are the same numpy calls, so the result is the Concat's, bit for bit.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, record
+from anychip.backends.cpu.passes._common import FLOATS, fuse_each, fused_node, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
@@ -56,13 +56,8 @@ class FuseTreeStackPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
-        fired = 0
         names = Names(graph)
-        for cat in list(graph.nodes):
-            if cat.graph is graph and cat.op_type == "Concat" and not cat.domain:
-                fired += self._fuse(cat, graph, names)
-        record(graph, self.name, fired)
-        return PassResult(graph, fired > 0)
+        return fuse_each(graph, "Concat", lambda cat, g: self._fuse(cat, g, names), self.name)
 
     def _fuse(self, cat: Node, graph: Graph, names: Names) -> int:
         found = [_reshaped_scores(v, graph) for v in cat.inputs]
