@@ -29,7 +29,7 @@ from anychip.codegen import pool
 from anychip.codegen.build import cc_key, load
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["run_all", "RUNS"]
+__all__ = ["run_all", "offset_buffers", "RUNS"]
 
 #: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
 RUNS: Counter[str] = Counter()
@@ -141,6 +141,13 @@ _MAX_FIXED = 512
 
 def _address(ffi: Any, cdata: Any) -> int:
     return int(ffi.cast("uintptr_t", cdata))
+
+
+def offset_buffers(bases: dict[int, int], offsets: list[dict[int, int]]) -> list[dict[int, int]]:
+    """``run_all``'s buffers for parts of whole arrays: argument ``k`` of part ``j`` at
+    ``bases[k] + offsets[j][k]`` (addresses and byte offsets; a plan works the offsets out
+    once, and taking an array's address costs about 1 us in Python, so once a call)."""
+    return [{arg: bases[arg] + off for arg, off in part.items()} for part in offsets]
 
 
 def run_all(

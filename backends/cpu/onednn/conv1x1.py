@@ -41,7 +41,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import fused_elementwise
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
-from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
 
 __all__ = ["run", "SPLIT_WORK", "RUNS"]
@@ -81,9 +81,10 @@ def run(
     inner_act, inner_b = (None, None) if outside else (act, b)
     nhwc = not x.flags.c_contiguous  # the caller passes C-contiguous or channels-last
     spec = (n, c, m, cols, g, inner_b is not None, z is not None, inner_act, nhwc)
-    parts = _parts(spec, team) if n == 1 and team > 1 and m * c // g * cols >= SPLIT_WORK else []
+    split = n == 1 and team > 1 and m * c // g * cols >= SPLIT_WORK
+    parts = _parts(spec, team) if split else None
     try:
-        if not parts:
+        if parts is None:
             key = ("conv1x1", *spec, omp_threads())
             prim = P.cached(key, lambda: _build(*spec))
     except P.Unsupported:
@@ -93,8 +94,8 @@ def run(
         np.copyto(y, z)
     wc = np.ascontiguousarray(w)
     bc = None if inner_b is None else np.ascontiguousarray(inner_b)
-    if parts:
-        _run_parts(parts, spec, x, wc, bc, y, team)
+    if parts is not None:
+        _run_parts(parts, x, wc, bc, y, z is not None, team)
     else:
         bufs = {C.arg_src: wc, C.arg_weights: x, C.arg_dst: y}
         if bc is not None:
@@ -148,62 +149,68 @@ def _build(
     return P.Prim(pd, args)
 
 
-def _parts(spec: tuple, team: int) -> list[tuple[int, int, P.Prim]]:
-    """``(first output channel, first input channel, matmul)`` per part: whole groups when
-    grouped (NCHW only), else blocks of output channels (multiples of 16); [] where the
-    split does not apply (too few channels, the pool backing off, oneDNN declining a
-    part)."""
-    n, c, m, cols, g, bias, sum_z, act, nhwc = spec
-    if g > 1:
-        if nhwc:  # parts of strided groups ran 1.5-6x the whole (ShuffleNet's shapes)
-            return []
-        count = min(team, g)
-        cuts = [g * k // count for k in range(count + 1)]
-        mg, cg = m // g, c // g
-        bounds = [(a * mg, a * cg, (e - a) * mg, (e - a) * cg, e - a) for a, e in pairwise(cuts)]
-    else:
-        count = min(team, m // 16)
-        if count < 2:
-            return []
-        cuts = [m * k // count // 16 * 16 for k in range(count)] + [m]
-        bounds = [(a, 0, e - a, c, 1) for a, e in pairwise(cuts)]
+def _parts(spec: tuple, team: int) -> _Parts | None:
+    """The split's plan for ``spec`` on ``team`` threads (one lookup a call), or None where
+    it does not apply (too few channels, the pool backing off, oneDNN declining a part)."""
+    m, g, nhwc = spec[2], spec[4], spec[8]
+    if g > 1 and nhwc:  # parts of strided groups ran 1.5-6x the whole (ShuffleNet's shapes)
+        return None
+    if g == 1 and min(team, m // 16) < 2:
+        return None
     if not pool.try_parallel():
-        return []
-    out = []
+        return None
     try:
+        return P.cached(("conv1x1-parts", *spec, team), lambda: _Parts(spec, team))
+    except P.Unsupported:
+        return None
+
+
+class _Parts:
+    """A split's matmuls, one per block of output channels (whole groups when grouped, else
+    multiples of 16), and each part's byte offsets into the whole arrays by argument (4
+    bytes a float): the same on every call, so worked out once."""
+
+    __slots__ = ("prims", "offsets")
+
+    def __init__(self, spec: tuple, team: int) -> None:
+        _, c, m, cols, g, bias, sum_z, act, nhwc = spec
+        if g > 1:
+            count = min(team, g)
+            cuts = [g * k // count for k in range(count + 1)]
+            mg, cg = m // g, c // g
+            bounds = [
+                (a * mg, a * cg, (e - a) * mg, (e - a) * cg, e - a) for a, e in pairwise(cuts)
+            ]
+        else:
+            count = min(team, m // 16)
+            cuts = [m * k // count // 16 * 16 for k in range(count)] + [m]
+            bounds = [(a, 0, e - a, c, 1) for a, e in pairwise(cuts)]
+        x_step = 4 if nhwc else 4 * cols  # a channel's step in X: a float in channels-last
+        self.prims: list[P.Prim] = []
+        self.offsets: list[dict[int, int]] = []
         for m0, c0, mp, cp, gp in bounds:
             key = ("conv1x1-part", *spec, m0, mp)
             args = (1, cp, mp, cols, gp, bias, sum_z, act, nhwc, c)
-            out.append((m0, c0, P.cached(key, lambda args=args: _build(*args))))
-    except P.Unsupported:
-        return []
-    return out
+            self.prims.append(P.cached(key, lambda args=args: _build(*args)))
+            offsets = {C.arg_src: 4 * m0 * (c // g), C.arg_weights: x_step * c0}
+            offsets[C.arg_dst] = 4 * m0 * cols
+            if bias:
+                offsets[C.arg_post_op_src1(int(sum_z))] = 4 * m0
+            self.offsets.append(offsets)
 
 
 def _run_parts(
-    parts: list[tuple[int, int, P.Prim]],
-    spec: tuple,
+    parts: _Parts,
     x: np.ndarray,
     w: np.ndarray,
     b: np.ndarray | None,
     y: np.ndarray,
+    z: bool,
     team: int,
 ) -> None:
-    """Each part on its block: addresses by offset (4 bytes a float) from the whole arrays."""
-    _, c, m, cols, g, _, sum_z, _, nhwc = spec
-    x0, w0, y0 = P.ptr(x), P.ptr(w), P.ptr(y)
-    b0 = None if b is None else P.ptr(b)
-    # a channel's step in X: one pixel's worth in NCHW, one float in channels-last
-    x_step = 4 if nhwc else 4 * cols
-    buffers = []
-    for m0, c0, _ in parts:
-        bufs = {
-            C.arg_src: w0 + 4 * m0 * (c // g),
-            C.arg_weights: x0 + x_step * c0,
-            C.arg_dst: y0 + 4 * m0 * cols,
-        }
-        if b0 is not None:
-            bufs[C.arg_post_op_src1(int(sum_z))] = b0 + 4 * m0
-        buffers.append(bufs)
-    run_all([p for _, _, p in parts], buffers, team)
-    RUNS[len(parts)] += 1
+    """Each part on its block: its offsets from the whole arrays' addresses."""
+    bases = {C.arg_src: P.ptr(w), C.arg_weights: P.ptr(x), C.arg_dst: P.ptr(y)}
+    if b is not None:
+        bases[C.arg_post_op_src1(int(z))] = P.ptr(b)
+    run_all(parts.prims, offset_buffers(bases, parts.offsets), team)
+    RUNS[len(parts.prims)] += 1
