@@ -31,7 +31,7 @@ import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C
-from anychip.backends.cpu.onednn._parallel import run_all
+from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
 
 __all__ = [
@@ -187,9 +187,11 @@ def split_conv(
 
 
 class _Plan:
-    """A split's parts (one primitive per band of ``bounds``), built once per geometry."""
+    """A split's parts (one primitive per band of ``bounds``), built once per geometry, and
+    each part's byte offsets by argument: its bands of the channels-last source and
+    destination from their starts, its scratchpad's address from 0, the bias at 0."""
 
-    __slots__ = ("parts", "prims", "wkey")
+    __slots__ = ("parts", "prims", "wkey", "offsets")
 
     def __init__(self, spec: tuple, bounds: list[int]) -> None:
         self.parts = [
@@ -198,6 +200,16 @@ class _Plan:
         ]
         self.prims = [p.prim for p in self.parts]
         self.wkey = ("conv-rows-w", *spec, tuple(p.rows for p in self.parts))
+        x_shape, _, y_shape, _, bias = spec[:5]
+        x_row, y_row = 4 * x_shape[3] * x_shape[1], 4 * y_shape[3] * y_shape[1]
+        self.offsets = []
+        for part in self.parts:
+            lo, _, a, _ = part.rows
+            offsets = {C.arg_src: lo * x_row, C.arg_dst: a * y_row}
+            offsets[C.arg_scratchpad] = part.scratch_ptr
+            if bias:
+                offsets[C.arg_bias] = 0
+            self.offsets.append(offsets)
 
 
 def _buffers(
@@ -208,29 +220,19 @@ def _buffers(
     xcl: np.ndarray,
     ycl: np.ndarray,
 ) -> tuple[list[dict[int, int]], tuple]:
-    """Each part's buffers as addresses: its band of ``xcl`` and ``ycl`` (offsets from one
-    address each; taking an array's address costs about 1 us in Python), its weights (one
-    cache entry for all parts), scratchpad and bias; and the arrays behind them that the
-    caller must hold while they run (the weight cache may drop its entry meanwhile, from
-    another thread, and a non-contiguous bias is a copy)."""
+    """Each part's buffers as addresses (``plan.offsets`` from the arrays' starts), its
+    weights from one cache entry for all parts; and the arrays behind them that the caller
+    must hold while they run (the weight cache may drop its entry meanwhile, from another
+    thread, and a non-contiguous bias is a copy)."""
     key, built = plan.wkey, plan.parts
     wk = P.weights(key, (w,), lambda: _weights_all(key, built, wdims, w))
-    x0, y0 = P.ptr(xcl), P.ptr(ycl)
-    x_row, y_row = xcl.strides[1], ycl.strides[1]
+    bases = {C.arg_src: P.ptr(xcl), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
     bc = None if b is None else np.ascontiguousarray(b)
-    bias = None if bc is None else P.ptr(bc)
-    buffers = []
-    for part, w_ptr in zip(built, wk.ptrs):
-        lo, _, a, _ = part.rows
-        bufs = {
-            C.arg_src: x0 + lo * x_row,
-            C.arg_weights: w_ptr,
-            C.arg_dst: y0 + a * y_row,
-            C.arg_scratchpad: part.scratch_ptr,
-        }
-        if bias is not None:
-            bufs[C.arg_bias] = bias
-        buffers.append(bufs)
+    if bc is not None:
+        bases[C.arg_bias] = P.ptr(bc)
+    buffers = offset_buffers(bases, plan.offsets)
+    for bufs, w_ptr in zip(buffers, wk.ptrs):
+        bufs[C.arg_weights] = w_ptr
     return buffers, (wk, bc)
 
 
