@@ -139,9 +139,9 @@ def _build(
 
 
 def will_split(y_shape: tuple[int, ...], w: np.ndarray, team: int) -> bool:
-    """Whether a batch-1 2-D convolution of output ``y_shape`` and weights ``w`` is worth
+    """Whether a 2-D convolution of output ``y_shape`` and weights ``w`` is batch 1 and worth
     splitting on ``team`` threads (enough work, enough rows)."""
-    if team < 2 or len(y_shape) != 4:
+    if team < 2 or len(y_shape) != 4 or y_shape[0] != 1:
         return False
     return y_shape[2] * y_shape[3] * w.size >= ROW_SPLIT_WORK and y_shape[2] >= 2 * MIN_PART_ROWS
 
@@ -159,7 +159,7 @@ def split_conv(
     bands of rows on ``team`` threads; None where the split does not apply (not 4-D at batch
     1, too few rows or too little work, the pool backing off, oneDNN declining a part)."""
     y_shape, group, _, window = geometry
-    if x.ndim != 4 or x.shape[0] != 1 or not will_split(y_shape, w, team):
+    if not will_split(y_shape, w, team):
         return None
     oh = y_shape[2]
     work = oh * y_shape[3] * w.size

@@ -333,3 +333,27 @@ def test_team_for_yields_the_threads_given():
             assert omp.max_threads() == given
     finally:
         omp.set_threads(kept)
+
+
+def test_a_batch_of_two_few_channel_images_is_not_reordered_for_a_split(split, monkeypatch):
+    """Only batch 1 splits: a batch-2 NCHW image of few channels is not first reordered to
+    channels-last for a split that then declines it (a wasted copy of the image)."""
+    from anychip.backends.cpu.onednn import _prim
+
+    monkeypatch.setattr(conv_split, "FEW_CHANNELS", 4)
+    reorders = []
+    reorder_into = _prim.reorder_into
+
+    def recording(key, *args):
+        reorders.append(key)
+        return reorder_into(key, *args)
+
+    monkeypatch.setattr(_prim, "reorder_into", recording)
+    rng = np.random.default_rng(80)
+    feeds = {"x": _rand(rng, 2, 3, 12, 12)}
+    weights = {"W": _rand(rng, 8, 3, 3, 3), "B": _rand(rng, 8)}
+    node = helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 1, 1, 1])
+    before = dict(conv_split.RUNS)
+    _close(*_run_both(_model([node], feeds, weights, ["y"]), feeds))
+    assert dict(conv_split.RUNS) == before
+    assert not [k for k in reorders if k[0][0] == "conv-nchw"]
