@@ -91,17 +91,18 @@ def conv(
     plain_io = (
         not channels_last and x_tags[0] == P.plain_tag(x.ndim) and all(k == 1 for k in kshape)
     )
+    threads = omp_threads()
+    split_team = team if threads == 1 else 1  # a primitive left on one thread may split
     if plain_io or not channels_last and x.ndim == 4 and all(k == 1 for k in kshape):
-        # NCHW or channels-last x; split over the threads given where left on one thread
-        y = conv1x1.run(x, w, b, z, act, y_shape, window, out, team if omp_threads() == 1 else 1)
+        y = conv1x1.run(x, w, b, z, act, y_shape, window, out, split_team)  # NCHW or NHWC x
         if y is not None:
             return y
-    if team > 1 and omp_threads() == 1 and conv_split.will_split(y_shape, w, team):
-        y = _split(x, x_tags[0], w, b, z, act, geo, team)
+    if conv_split.will_split(y_shape, w, split_team):  # False at a split_team of 1
+        y = _split(x, x_tags[0], w, b, z, act, geo, split_team)
         if y is not None:
             return y if channels_last else _to_plain(y, y_shape, out)
     key = ("conv", x.shape, x_tags[0], w.shape, b is not None, z is not None, act, window,
-           group, plain_io, omp_threads())  # fmt: skip
+           group, plain_io, threads)  # fmt: skip
     try:
         prim = P.cached(
             key, lambda: _build(x.shape, w.shape, y_shape, group, window, b, z, act, plain_io)
