@@ -134,7 +134,7 @@ def _split(
         return None
     xcl = np.empty(P.channels_last(x.shape), np.float32)
     nhwc = P.channels_last_tag(4)
-    P.reorder_into((("conv-nchw", x.shape), "src"), x, P.md(x.shape, tag), xcl, P.md(x.shape, nhwc))
+    P.reorder_tags((("conv-nchw", x.shape), "src"), x.shape, x, tag, xcl, nhwc)
     return conv_split.split_conv(P.from_channels_last(xcl), w, b, z, act, geo, team)
 
 
@@ -143,9 +143,7 @@ def _to_plain(y: np.ndarray, y_shape: tuple[int, ...], out: np.ndarray | None) -
     reader, or a Concat's slice): one reorder, as the whole primitive's own output takes."""
     res = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
     nhwc, plain = P.channels_last_tag(4), P.plain_tag(4)
-    P.reorder_into(
-        (("conv-rows", y_shape), "dst"), y, P.md(y_shape, nhwc), res, P.md(y_shape, plain)
-    )
+    P.reorder_tags((("conv-rows", y_shape), "dst"), y_shape, y, nhwc, res, plain)
     return res
 
 
