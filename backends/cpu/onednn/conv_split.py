@@ -167,10 +167,9 @@ def split_conv(
     if not pool.try_parallel():
         return None
     wdims = w.shape if group == 1 else (group, w.shape[0] // group) + tuple(w.shape[1:])
-    bounds = [oh * k // parts for k in range(parts + 1)]
     spec = (x.shape, wdims, y_shape, window, b is not None, z is not None, act)
     try:  # one lookup a call: the plan holds its parts
-        plan = P.cached(("conv-rows-plan", *spec, parts), lambda: _Plan(spec, bounds))
+        plan = P.cached(("conv-rows-plan", *spec, parts), lambda: _Plan(spec, parts))
     except P.Unsupported:
         return None
     xcl = x.transpose(0, 2, 3, 1)
@@ -187,20 +186,21 @@ def split_conv(
 
 
 class _Plan:
-    """A split's parts (one primitive per band of ``bounds``), built once per geometry, and
+    """A split's ``parts`` (one primitive per band of rows), built once per geometry, and
     each part's byte offsets by argument: its bands of the channels-last source and
     destination from their starts, its scratchpad's address from 0, the bias at 0."""
 
     __slots__ = ("parts", "prims", "wkey", "offsets")
 
-    def __init__(self, spec: tuple, bounds: list[int]) -> None:
+    def __init__(self, spec: tuple, parts: int) -> None:
+        x_shape, _, y_shape, _, bias = spec[:5]
+        bounds = [y_shape[2] * k // parts for k in range(parts + 1)]
         self.parts = [
             P.cached(("conv-rows", *spec, lo, hi), lambda lo=lo, hi=hi: _build(*spec, lo, hi))
             for lo, hi in pairwise(bounds)
         ]
         self.prims = [p.prim for p in self.parts]
         self.wkey = ("conv-rows-w", *spec, tuple(p.rows for p in self.parts))
-        x_shape, _, y_shape, _, bias = spec[:5]
         x_row, y_row = 4 * x_shape[3] * x_shape[1], 4 * y_shape[3] * y_shape[1]
         self.offsets = []
         for part in self.parts:
