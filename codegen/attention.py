@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from anychip.codegen import pool, rows
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -78,7 +78,6 @@ _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv
     long m0, long m1, long m2, long mj, float c, int op, float *scores, float *out,
     uintptr_t gemm, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[object, Any] = {}
 _sgemm: list[int] = []
 
 
@@ -92,12 +91,7 @@ def sgemm_address() -> int:
     return _sgemm[0]
 
 
-def _lib() -> Any | None:
-    key = cc_key()
-    if key not in _built:
-        source = C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE
-        _built[key] = load(source, _CDEF, "ac_attention")
-    return _built[key]
+_lib = loader(C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE, _CDEF, "ac_attention")[0]
 
 
 def _fits(q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> bool:

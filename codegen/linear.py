@@ -17,14 +17,12 @@ product) and the caller runs numpy.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from anychip.codegen import pool
 from anychip.codegen.attention import sgemm_address
 from anychip.codegen.blas import openblas_threads
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["linear", "gemm_columns"]
@@ -83,18 +81,7 @@ _CDEF = """int ac_linear(long m, long n, long k, const float *a, const float *b,
 int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
     uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[object, Any] = {}
-
-
-def _lib() -> Any | None:
-    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of
-    the key: tests hide it)."""
-    key = cc_key()
-    if key not in _built:
-        loaded = load(_SOURCE, _CDEF, "ac_linear")
-        ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
-    return _built[key]
+_lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 
 
 def linear(

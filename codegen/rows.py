@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from anychip.codegen import threads_for
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -245,24 +245,13 @@ void ac_layer_norm(long rows, long n, const float *x, const float *skip, const f
 #: layer norm's two sums and three passes.
 SOFTMAX_WORK, LAYER_NORM_WORK = 20, 8
 
-_built: dict[object, Any] = {}
 _F32 = np.dtype(np.float32)
-
-
-def _lib() -> Any | None:
-    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
-    tests hide it). The type resolved once: a type string is looked up on every call."""
-    key = cc_key()
-    if key not in _built:
-        loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
-        ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
-    return _built[key]
+_lib, _forget = loader(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
 
 
 def forget() -> None:
     """Look for the compiler again on the next call."""
-    _built.clear()
+    _forget()
 
 
 def _ok(a: np.ndarray) -> bool:
