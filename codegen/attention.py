@@ -29,12 +29,17 @@ from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["attention", "sgemm_address"]
+__all__ = ["attention", "sgemm_address", "SGEMM_DECL"]
 
-_SOURCE = r"""
+#: C type of ``sgemm_address()``'s function (its callers cast the address to it).
+SGEMM_DECL = r"""
 typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
                            float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
+"""
+_SOURCE = (
+    SGEMM_DECL
+    + r"""
 struct ac_attn_args {
     ac_sgemm_t gemm;
     long h, s, d, t, dv, m0, m1, m2, mj, qs0, qs1, qs2, vs0, vs1, vs2;
@@ -73,6 +78,7 @@ void ac_attention(long heads, long h, long s, long d, long t, long dv, const flo
     for (long k = 0; k < heads; k++) ac_attn_head(&a, k);
 }
 """
+)
 _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
     const long *qs, const float *kt, const float *v, const long *vs, const float *mask,
     long m0, long m1, long m2, long mj, float c, int op, float *scores, float *out,

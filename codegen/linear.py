@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.codegen import pool
-from anychip.codegen.attention import sgemm_address
+from anychip.codegen.attention import SGEMM_DECL, sgemm_address
 from anychip.codegen.blas import openblas_threads
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
@@ -29,10 +29,8 @@ __all__ = ["linear", "gemm_columns"]
 
 _SOURCE = (
     SOURCE_DECL
+    + SGEMM_DECL
     + r"""
-typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                           float alpha, const float *a, int64_t lda, const float *b,
-                           int64_t ldb, float beta, float *c, int64_t ldc);
 
 static int ac_apart(const float *p, long np_, const float *q, long nq) {
     return p + np_ <= q || q + nq <= p;
