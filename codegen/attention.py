@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from anychip.codegen import pool, rows
+from anychip.codegen.blas import blas_single
 from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
@@ -153,7 +154,7 @@ def attention(
         return None
     gemm = sgemm_address()
     built = _lib() if gemm else None
-    if built is None or not _blas_single():
+    if built is None or not blas_single():
         return None
     ffi, lib, _ = built
     s, d, t, dv = q.shape[-2], q.shape[-1], kt.shape[-1], v.shape[-1]
@@ -179,11 +180,3 @@ def attention(
         gemm, threads, pool.address() if threads > 1 else 0,
     )  # fmt: skip
     return out
-
-
-def _blas_single() -> bool:
-    """Whether numpy's OpenBLAS runs one thread (inside CPU partitions it is kept so)."""
-    from anychip.codegen.blas import openblas_threads
-
-    fns = openblas_threads()
-    return fns is not None and fns[0]() == 1

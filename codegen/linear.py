@@ -21,7 +21,7 @@ import numpy as np
 
 from anychip.codegen import pool
 from anychip.codegen.attention import SGEMM_DECL, sgemm_address
-from anychip.codegen.blas import openblas_threads
+from anychip.codegen.blas import blas_single
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -141,8 +141,7 @@ def gemm_columns(
         return None
     gemm = sgemm_address()
     lib = _lib() if gemm else None
-    fns = openblas_threads()
-    if lib is None or fns is None or fns[0]() != 1:
+    if lib is None or not blas_single():
         return None  # two threads calling a threaded OpenBLAS would each start its own
     shape = a.shape[:-1] + (n,)
     if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
