@@ -129,11 +129,11 @@ def _strides(ffi: Any, a: np.ndarray) -> Any:
     return ffi.new("long[3]", [0] * (4 - a.ndim) + st)
 
 
-def _pointer(ffi: Any, a: np.ndarray) -> Any:
+def _pointer(ffi: Any, f32: Any, a: np.ndarray) -> Any:
     """``a``'s first float: its buffer when contiguous, else its data address (``a`` is
     held by the caller through the call)."""
     if a.flags.c_contiguous:
-        return ffi.from_buffer("float[]", a)
+        return ffi.from_buffer(f32, a)
     return ffi.cast("float *", a.ctypes.data)
 
 
@@ -156,7 +156,7 @@ def attention(
     built = _lib() if gemm else None
     if built is None or not blas_single():
         return None
-    ffi, lib, _ = built
+    ffi, lib, f32 = built
     s, d, t, dv = q.shape[-2], q.shape[-1], kt.shape[-1], v.shape[-1]
     lead4 = (1,) * (4 - q.ndim) + q.shape[:-2] + (s,)  # the scores' rows as (d0, d1, d2)
     scores = np.empty(q.shape[:-2] + (s, t), _F32)
@@ -173,10 +173,10 @@ def attention(
     buf = ffi.from_buffer
     lib.ac_attention(
         math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,
-        _pointer(ffi, q), _strides(ffi, q), buf("float[]", kt), _pointer(ffi, v),
+        _pointer(ffi, f32, q), _strides(ffi, q), buf(f32, kt), _pointer(ffi, f32, v),
         _strides(ffi, v), mptr,
         ms[0], ms[1], ms[2], ms[3], float(scale), op,
-        buf("float[]", scores, require_writable=True), buf("float[]", out, require_writable=True),
+        buf(f32, scores, require_writable=True), buf(f32, out, require_writable=True),
         gemm, threads, pool.address() if threads > 1 else 0,
     )  # fmt: skip
     return out
