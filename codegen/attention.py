@@ -25,16 +25,22 @@ from typing import Any
 import numpy as np
 
 from anychip.codegen import pool, rows
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.blas import blas_single
+from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["attention", "sgemm_address"]
+__all__ = ["attention", "sgemm_address", "SGEMM_DECL"]
 
-_SOURCE = r"""
+#: C type of ``sgemm_address()``'s function (its callers cast the address to it).
+SGEMM_DECL = r"""
 typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
                            float alpha, const float *a, int64_t lda, const float *b,
                            int64_t ldb, float beta, float *c, int64_t ldc);
+"""
+_SOURCE = (
+    SGEMM_DECL
+    + r"""
 struct ac_attn_args {
     ac_sgemm_t gemm;
     long h, s, d, t, dv, m0, m1, m2, mj, qs0, qs1, qs2, vs0, vs1, vs2;
@@ -73,12 +79,12 @@ void ac_attention(long heads, long h, long s, long d, long t, long dv, const flo
     for (long k = 0; k < heads; k++) ac_attn_head(&a, k);
 }
 """
+)
 _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv, const float *q,
     const long *qs, const float *kt, const float *v, const long *vs, const float *mask,
     long m0, long m1, long m2, long mj, float c, int op, float *scores, float *out,
     uintptr_t gemm, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[object, Any] = {}
 _sgemm: list[int] = []
 
 
@@ -92,12 +98,7 @@ def sgemm_address() -> int:
     return _sgemm[0]
 
 
-def _lib() -> Any | None:
-    key = cc_key()
-    if key not in _built:
-        source = C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE
-        _built[key] = load(source, _CDEF, "ac_attention")
-    return _built[key]
+_lib = loader(C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE, _CDEF, "ac_attention")[0]
 
 
 def _fits(q: np.ndarray, kt: np.ndarray, v: np.ndarray) -> bool:
@@ -128,11 +129,11 @@ def _strides(ffi: Any, a: np.ndarray) -> Any:
     return ffi.new("long[3]", [0] * (4 - a.ndim) + st)
 
 
-def _pointer(ffi: Any, a: np.ndarray) -> Any:
+def _pointer(ffi: Any, f32: Any, a: np.ndarray) -> Any:
     """``a``'s first float: its buffer when contiguous, else its data address (``a`` is
     held by the caller through the call)."""
     if a.flags.c_contiguous:
-        return ffi.from_buffer("float[]", a)
+        return ffi.from_buffer(f32, a)
     return ffi.cast("float *", a.ctypes.data)
 
 
@@ -153,9 +154,9 @@ def attention(
         return None
     gemm = sgemm_address()
     built = _lib() if gemm else None
-    if built is None or not _blas_single():
+    if built is None or not blas_single():
         return None
-    ffi, lib, _ = built
+    ffi, lib, f32 = built
     s, d, t, dv = q.shape[-2], q.shape[-1], kt.shape[-1], v.shape[-1]
     lead4 = (1,) * (4 - q.ndim) + q.shape[:-2] + (s,)  # the scores' rows as (d0, d1, d2)
     scores = np.empty(q.shape[:-2] + (s, t), _F32)
@@ -172,18 +173,10 @@ def attention(
     buf = ffi.from_buffer
     lib.ac_attention(
         math.prod(q.shape[:-2]), lead4[1], s, d, t, dv,
-        _pointer(ffi, q), _strides(ffi, q), buf("float[]", kt), _pointer(ffi, v),
+        _pointer(ffi, f32, q), _strides(ffi, q), buf(f32, kt), _pointer(ffi, f32, v),
         _strides(ffi, v), mptr,
         ms[0], ms[1], ms[2], ms[3], float(scale), op,
-        buf("float[]", scores, require_writable=True), buf("float[]", out, require_writable=True),
+        buf(f32, scores, require_writable=True), buf(f32, out, require_writable=True),
         gemm, threads, pool.address() if threads > 1 else 0,
     )  # fmt: skip
     return out
-
-
-def _blas_single() -> bool:
-    """Whether numpy's OpenBLAS runs one thread (inside CPU partitions it is kept so)."""
-    from anychip.codegen.blas import openblas_threads
-
-    fns = openblas_threads()
-    return fns is not None and fns[0]() == 1

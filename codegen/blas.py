@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["openblas_symbol", "openblas_threads", "single_blas_thread"]
+__all__ = ["blas_single", "openblas_symbol", "openblas_threads", "single_blas_thread"]
 
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
@@ -80,6 +80,12 @@ def openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None
     if not _found:
         _found.append(_thread_fns())
     return _found[0]
+
+
+def blas_single() -> bool:
+    """Whether numpy's OpenBLAS runs one thread (inside CPU partitions it is kept so)."""
+    fns = openblas_threads()
+    return fns is not None and fns[0]() == 1
 
 
 def single_blas_thread(program: Callable[[list[Any]], list[Any]]) -> Callable:

@@ -36,6 +36,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,24 @@ def load(source: str, cdef: str, name: str, openmp: bool = False) -> Any | None:
         _failed[key] = "; ".join(errors)
         log.warning("anychip: generated C not built, numpy fallback: %s", _failed[key])
     return None
+
+
+def loader(source: str, cdef: str, name: str) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """``(lib, forget)`` for a kernel module: ``lib()`` is ``(ffi, lib, float[] type)`` of
+    ``load(source, cdef, name)``, or None without a compiler, kept per ``cc_key()`` (tests
+    hide the compiler with ``$CC``); the type is resolved once (a type string is looked up
+    on every call). ``forget()`` drops what was kept: look for the compiler again."""
+    built: dict[object, Any] = {}
+
+    def lib() -> Any:
+        key = cc_key()
+        if key not in built:
+            loaded = load(source, cdef, name)
+            ffi = None if loaded is None else loaded[0]
+            built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
+        return built[key]
+
+    return lib, built.clear
 
 
 def _load_built(

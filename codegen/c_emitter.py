@@ -46,12 +46,9 @@ static inline double ac_pow(double x, double y) {
 #define AC_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* exp for float32: x = n ln2 + r, |r| <= ln2/2; 2^n applied as two factors so results in
-   the denormal range round once. */
-static inline float ac_expf(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc > 89.0f ? 89.0f : xc;
-    xc = xc != xc ? 0.0f : xc;
+/* exp's Cephes core for a clamped, non-NaN xc: xc = n ln2 + r, |r| <= ln2/2; returns
+   exp(r) and stores n (ac_expf's and rows.py's ac_expf_le0's). */
+static inline float ac_expf_core(float xc, float *pn) {
     float n = floorf(AC_FMA(xc, 1.44269504088896341f, 0.5f));
     float r = AC_FMA(n, -0.693359375f, xc);
     r = AC_FMA(n, 2.12194440e-4f, r);
@@ -62,7 +59,18 @@ static inline float ac_expf(float x) {
     p = AC_FMA(p, r, 4.1665795894e-2f);
     p = AC_FMA(p, r, 1.6666665459e-1f);
     p = AC_FMA(p, r, 5.0000001201e-1f);
-    float e = AC_FMA(p, z, r) + 1.0f;
+    *pn = n;
+    return AC_FMA(p, z, r) + 1.0f;
+}
+
+/* exp for float32: 2^n applied as two factors so results in the denormal range round
+   once. */
+static inline float ac_expf(float x) {
+    float xc = x < -104.0f ? -104.0f : x;
+    xc = xc > 89.0f ? 89.0f : xc;
+    xc = xc != xc ? 0.0f : xc;
+    float n;
+    float e = ac_expf_core(xc, &n);
     int32_t ni = (int32_t)n;
     int32_t n1 = ni >> 1;
     int32_t n2 = ni - n1;

@@ -23,12 +23,10 @@ numpy's strided ``copyto`` was twice as slow (1 thread, us, numpy / this: 64x56x
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from anychip.codegen import threads_for
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["shuffle_channels_last", "to_planar", "forget", "COPY_WORK", "PLANAR_MIN"]
@@ -127,23 +125,12 @@ COPY_WORK = 16
 #: 64x56x56 158 / 86, 24x56x56 45 / 24, 13x7x9 1 / 4).
 PLANAR_MIN = 1 << 13
 
-_built: dict[object, Any] = {}
-
-
-def _lib() -> Any | None:
-    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
-    tests hide it)."""
-    key = cc_key()
-    if key not in _built:
-        loaded = load(SOURCE_DECL + _SOURCE, _CDEF, "ac_shuffle_cl")
-        ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
-    return _built[key]
+_lib, _forget = loader(SOURCE_DECL + _SOURCE, _CDEF, "ac_shuffle_cl")
 
 
 def forget() -> None:
     """Look for the compiler again on the next call."""
-    _built.clear()
+    _forget()
 
 
 def shuffle_channels_last(x: np.ndarray, group: int) -> np.ndarray | None:

@@ -17,24 +17,20 @@ product) and the caller runs numpy.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from anychip.codegen import pool
-from anychip.codegen.attention import sgemm_address
-from anychip.codegen.blas import openblas_threads
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.attention import SGEMM_DECL, sgemm_address
+from anychip.codegen.blas import blas_single
+from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["linear", "gemm_columns"]
 
 _SOURCE = (
     SOURCE_DECL
+    + SGEMM_DECL
     + r"""
-typedef void (*ac_sgemm_t)(int order, int ta, int tb, int64_t m, int64_t n, int64_t k,
-                           float alpha, const float *a, int64_t lda, const float *b,
-                           int64_t ldb, float beta, float *c, int64_t ldc);
 
 static int ac_apart(const float *p, long np_, const float *q, long nq) {
     return p + np_ <= q || q + nq <= p;
@@ -83,18 +79,7 @@ _CDEF = """int ac_linear(long m, long n, long k, const float *a, const float *b,
 int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
     uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_built: dict[object, Any] = {}
-
-
-def _lib() -> Any | None:
-    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of
-    the key: tests hide it)."""
-    key = cc_key()
-    if key not in _built:
-        loaded = load(_SOURCE, _CDEF, "ac_linear")
-        ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
-    return _built[key]
+_lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 
 
 def linear(
@@ -156,8 +141,7 @@ def gemm_columns(
         return None
     gemm = sgemm_address()
     lib = _lib() if gemm else None
-    fns = openblas_threads()
-    if lib is None or fns is None or fns[0]() != 1:
+    if lib is None or not blas_single():
         return None  # two threads calling a threaded OpenBLAS would each start its own
     shape = a.shape[:-1] + (n,)
     if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from anychip.codegen import threads_for
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -96,22 +96,14 @@ static float ac_rowmax(const float *a, long n) {
     return isnan ? NAN : r;
 }
 
-/* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; ac_expf's
-   Cephes steps with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
+/* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; the prelude's
+   ac_expf_core with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
    13 us for the tiny BERT's 32768 scores against ac_expf's 21). */
 static inline float ac_expf_le0(float x) {
     float xc = x < -104.0f ? -104.0f : x;
     xc = xc != xc ? 0.0f : xc;
-    float n = floorf(AC_FMA(xc, 1.44269504088896341f, 0.5f));
-    float r = AC_FMA(n, -0.693359375f, xc);
-    r = AC_FMA(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = AC_FMA(p, r, 1.3981999507e-3f);
-    p = AC_FMA(p, r, 8.3334519073e-3f);
-    p = AC_FMA(p, r, 4.1665795894e-2f);
-    p = AC_FMA(p, r, 1.6666665459e-1f);
-    p = AC_FMA(p, r, 5.0000001201e-1f);
-    float e = AC_FMA(p, r * r, r) + 1.0f;
+    float n;
+    float e = ac_expf_core(xc, &n);
     /* 2^n for n in [-150, 0] as 2^(n + 64), exact in the normal range, then 2^-64, the one
        rounding (into the denormals when n < -126): ac_expf's two halves of n give the same
        bits (all of [-110, 0] compared) with four operations fewer. */
@@ -253,24 +245,13 @@ void ac_layer_norm(long rows, long n, const float *x, const float *skip, const f
 #: layer norm's two sums and three passes.
 SOFTMAX_WORK, LAYER_NORM_WORK = 20, 8
 
-_built: dict[object, Any] = {}
 _F32 = np.dtype(np.float32)
-
-
-def _lib() -> Any | None:
-    """``(ffi, lib, float[] type)``, or None without a compiler (``$CC`` is part of the key:
-    tests hide it). The type resolved once: a type string is looked up on every call."""
-    key = cc_key()
-    if key not in _built:
-        loaded = load(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
-        ffi = None if loaded is None else loaded[0]
-        _built[key] = None if ffi is None else (ffi, loaded[1], ffi.typeof("float[]"))
-    return _built[key]
+_lib, _forget = loader(C_PRELUDE + SOURCE_DECL + _SOURCE, _CDEF, "ac_softmax")
 
 
 def forget() -> None:
     """Look for the compiler again on the next call."""
-    _built.clear()
+    _forget()
 
 
 def _ok(a: np.ndarray) -> bool:
