@@ -43,3 +43,15 @@ def test_both_tables_name_the_nodes_and_the_op_view_pairs_convolutions(tmp_path)
     conv_row = next(line for line in text.splitlines() if line.startswith("Conv "))
     assert len(conv_row.split()) == 3  # Conv, anychip us, onnxruntime us
     assert "FusedConv " not in text.split("slowest")[0]  # merged into the Conv row
+
+
+def test_conv_pairs_orders_onnxruntime_by_execution_and_describes_convolutions(tmp_path):
+    from bench import conv_pairs
+
+    path = str(tmp_path / "m.onnx")
+    feeds = _model(path)
+    nodes = conv_pairs.onnxruntime_ordered(path, feeds, runs=2, threads=1)
+    ops = [op for _, op, _ in nodes]
+    assert ops.index("MaxPool") > max(i for i, op in enumerate(ops) if "Conv" in op)
+    described = conv_pairs._describe(onnx.load(path))
+    assert described == {"conv": "x=[1, 3, 16, 16] w=[8, 3, 3, 3] s=None g=1"}

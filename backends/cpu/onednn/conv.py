@@ -24,6 +24,7 @@ from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn import conv1x1, conv_split
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.codegen import copies
 
 __all__ = ["conv", "eltwise"]
 
@@ -142,6 +143,9 @@ def _to_plain(y: np.ndarray, y_shape: tuple[int, ...], out: np.ndarray | None) -
     """The split's channels-last ``y`` in NCHW, in the planned ``out`` when it fits (a numpy
     reader, or a Concat's slice): one reorder, as the whole primitive's own output takes."""
     res = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
+    if copies.to_planar(y, res):  # a tile transpose in C, on the pool
+        P.REORDERS["dst"] += 1  # counted as oneDNN's reorder is
+        return res
     nhwc, plain = P.channels_last_tag(4), P.plain_tag(4)
     P.reorder_tags((("conv-rows", y_shape), "dst"), y_shape, y, nhwc, res, plain)
     return res
@@ -209,6 +213,7 @@ class _Conv:
         "cl_md",
         "dst_cl",
         "dst_plain",
+        "src_cl",
         "w_dims",
         "_users",
     )
@@ -222,6 +227,7 @@ class _Conv:
         cl_md: Any,
         w_dims: tuple,
         y_shape: tuple[int, ...],
+        src_shape: tuple[int, ...],
     ) -> None:
         self.prim = prim
         self.src_md = src_md
@@ -231,6 +237,10 @@ class _Conv:
         #: The primitive writes channels-last itself (else its output is reordered into it).
         self.dst_cl = P.md_equal(dst_md, cl_md)
         self.dst_plain = P.md_equal(dst_md, P.md(y_shape, P.plain_tag(len(y_shape))))
+        #: The primitive reads a channels-last source (4-D).
+        self.src_cl = len(y_shape) == 4 and P.md_equal(
+            src_md, P.md(src_shape, P.channels_last_tag(4))
+        )
         self.w_dims = w_dims
         self._users: dict[tuple, Any] = {}
 
@@ -291,7 +301,7 @@ def _build(
     args = {C.arg_src: src_md, C.arg_weights: w_md, C.arg_dst: dst_md}
     if b is not None:
         args[C.arg_bias] = bias_md
-    return _Conv(P.Prim(pd, args), src_md, w_md, dst_md, cl_md, wdims, y_shape)
+    return _Conv(P.Prim(pd, args), src_md, w_md, dst_md, cl_md, wdims, y_shape, x_shape)
 
 
 def _run(
@@ -308,6 +318,12 @@ def _run(
 ) -> np.ndarray:
     src = x
     tag = entry.direct_tag(x.shape, x_tags)
+    if tag is None and entry.src_cl and x_tags[0] == P.plain_tag(4):
+        xcl = copies.shuffle_channels_last(x, 1)  # NCHW -> NHWC in C, on the pool
+        if xcl is not None:
+            src = xcl.transpose(0, 2, 3, 1)
+            tag = -1
+            P.REORDERS["src"] += 1  # counted as oneDNN's reorder is
     if tag is None:  # reorder into the primitive's layout
         src = P.empty_for(entry.src_md)
         user = entry.user_md(x.shape, x_tags[0])
@@ -321,6 +337,7 @@ def _run(
         out = y = planned if fit else np.empty(y_shape, np.float32)
     direct = entry.dst_cl if channels_last else entry.dst_plain
     dst = out if direct else P.empty_for(entry.dst_md)
+    dst_cl = dst.reshape(P.channels_last(y_shape)) if entry.dst_cl and dst is not out else None
     if z is not None:
         if dst is out:
             np.copyto(y, z)
@@ -332,6 +349,9 @@ def _run(
     if b is not None:
         bufs[C.arg_bias] = np.ascontiguousarray(b)
     entry.prim.run(bufs)
+    if dst is not out and entry.dst_cl and copies.to_planar(P.from_channels_last(dst_cl), out):
+        P.REORDERS["dst"] += 1  # a tile transpose in C, on the pool; counted as a reorder
+        return y
     if dst is not out:
         tag = P.layouts(y)[-1]  # part of the key: the same primitive may write either layout
         P.reorder_into((key, "dst", tag), dst, entry.dst_md, out, entry.user_md(y_shape, tag))

@@ -88,6 +88,9 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     if b.ndim != 2:
         return None
     n = b.shape[0] if trans_b else b.shape[1]
+    y = _matmul_mod.split_gemv(a, b, out, trans_b)  # a few rows, large weights, 2+ threads
+    if y is not None:
+        return y
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
     y = _matmul_mod.split_columns(a, b, out, trans_b)  # two threads or more, mid-sized

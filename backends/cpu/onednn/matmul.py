@@ -27,9 +27,11 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
-from anychip.codegen.linear import gemm_columns
+from anychip.codegen.linear import gemm_columns, gemv_blocks
 
 __all__ = [
+    "split_gemv",
+    "GEMV_SPLIT_WEIGHTS",
     "MIN_ROWS",
     "MIN_MACS",
     "COLUMN_SPLIT_MAX",
@@ -63,6 +65,31 @@ ROWS_PER_PART = 32
 #: not pay and this does: parts of 32 rows ran oneDNN's brgemm at 1.2-1.5x the CPU time of
 #: the whole, while column halves keep all rows per sgemm (each reads half of B), 1.1x.
 COLUMN_SPLIT_MAX = 1 << 26
+
+
+#: Weights (``k * n`` floats) from which a matrix-vector product (fewer than ``MIN_ROWS`` rows
+#: of A) given two threads or more is cut into column blocks on ``codegen/pool.py``'s threads
+#: (``codegen/linear.gemm_columns``): in a model such a product reads its weights from memory,
+#: not cache (a classifier's 1024x1000 Gemm took 200-222 us in ShuffleNet's session at one
+#: thread's bandwidth, 54 us warm), and two threads stream them at twice the rate.
+GEMV_SPLIT_WEIGHTS = 1 << 19
+
+
+def split_gemv(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False
+) -> np.ndarray | None:
+    """``a @ b`` (``a @ b.T`` with ``trans_b``) for one row ``a`` and large weights, as
+    ``GEMV_SPLIT_WEIGHTS`` describes; None at one thread, for other shapes, while the pool
+    backs off and where ``gemm_columns`` does not apply (the caller runs numpy's GEMV)."""
+    if a.ndim < 2 or b.ndim != 2 or b.size < GEMV_SPLIT_WEIGHTS or a.size == 0:
+        return None
+    n, k = b.shape if trans_b else b.shape[::-1]
+    if a.shape[-1] != k or a.size // k >= MIN_ROWS:
+        return None
+    threads = omp_threads()
+    if threads < 2 or a.size != k or not pool.try_parallel():
+        return None
+    return gemv_blocks(a, b, out, trans_b, threads)
 
 
 def split_columns(

@@ -80,8 +80,19 @@ def test_conv_not_fused(monkeypatch):
     m = _conv(N("Relu", ["c"], ["y"]), outputs=Y + [("c", [1, 4, 8, 8])])
     assert "FusedConv" not in ops(m)
     # a bias along the wrong axis, then an activation that is not FusedConv's
+    # (the Conv alone becomes a FusedConv without them: FuseConvPass.lone)
     m = _conv(N("Add", ["c", "b"], ["s"]), N("Elu", ["s"], ["y"]), inits=[("b", rand(2, 8))])
-    assert "FusedConv" not in ops(m)
+    assert ops(m).count("Add") == 1 and "Elu" in ops(m)
+    check(m)
+
+
+def test_lone_conv_read_by_a_conv_becomes_fused_conv(monkeypatch):
+    force_fuse_conv(monkeypatch)
+    # Conv -> Conv: the first has nothing to fuse but is read by a node, so it becomes a
+    # FusedConv (its output may then stay channels-last); the second is the graph output
+    w2 = ("w2", rand(13, 4, 4, 1, 1) * 0.3)
+    m = _conv(N("Conv", ["c", "w2"], ["y"]), inits=[w2])
+    assert ops(m) == ["FusedConv", "Conv"]
     check(m)
 
 

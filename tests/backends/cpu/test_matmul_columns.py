@@ -119,3 +119,43 @@ def test_few_rows_not_split(monkeypatch, calls, blas_one):
         assert matmul.split_columns(a, b, None) is None
         assert matmul.split_columns(_rand(11, 16, 1024), b[:1024], None) is not None
     assert calls == [(16, 1024)]
+
+
+@pytest.fixture
+def gemv_calls(monkeypatch):
+    """The matrix-vector split's calls, counted."""
+    seen = []
+    real = matmul.gemv_blocks
+
+    def spy(*args, **kw):
+        seen.append(args[1].shape)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(matmul, "gemv_blocks", spy)
+    return seen
+
+
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_batch_one_classifier_split_over_threads(monkeypatch, gemv_calls, trans_b):
+    """A batch-1 Gemm (transB) or MatMul over ``GEMV_SPLIT_WEIGHTS`` weights runs as blocks of
+    numpy's sgemv on the pool: onnxruntime's result, a NaN carried to the outputs."""
+    a = _rand(7, 1, 1024)
+    b = _rand(8, 1000, 1024) * 0.05 if trans_b else _rand(8, 1024, 1000) * 0.05
+    m = _model(a.shape, b, gemm_trans_b=trans_b)
+    ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    with two_threads(monkeypatch):
+        sess = anychip.load(m, "cpu")
+        got = sess.run(None, {"x": a})[0]
+        bad = a.copy()
+        bad[0, 5] = np.nan  # every output reads it
+        got_nan = sess.run(None, {"x": bad})[0]
+    assert gemv_calls == [b.shape, b.shape]
+    np.testing.assert_allclose(got, ref.run(None, {"x": a})[0], rtol=1e-5, atol=1e-5)
+    assert np.isnan(got_nan).all() and np.isnan(ref.run(None, {"x": bad})[0]).all()
+
+
+def test_gemv_blocks_equal_numpy_and_refuse_an_overlap(blas_one):
+    x, w = _rand(9, 1, 700), _rand(10, 530, 700)
+    np.testing.assert_array_equal(linear.gemv_blocks(x, w, None, True, 2), x @ w.T)
+    assert linear.gemv_blocks(x, w, x[:, :530], True, 2) is None  # out over the input
+    assert linear.gemv_blocks(_rand(11, 2, 700), w, None, True, 2) is None  # two rows

@@ -222,3 +222,46 @@ def test_pool_of_channels_last_for_a_numpy_reader_writes_the_plan(
     by_op = {ins.node.op_type: ins for ins in pm.program.instrs}
     assert by_op["MaxPool"].takes_out
     assert pm.program.declined == 2  # the FusedConv's, kept channels-last, on each run
+
+
+def test_conv_between_numpy_neighbours_moves_layouts_in_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sigmoid -> Conv 3x3 -> Sigmoid: the convolution reads an NCHW source and writes the
+    planned NCHW output; both layout moves are ``codegen/copies.py``'s C copies, not oneDNN
+    reorders, and the result is onnxruntime's (seeded random values, 40x24x24)."""
+    from anychip.codegen import copies
+
+    if copies._lib() is None:
+        pytest.skip("no C compiler")
+    calls = {"to_nhwc": 0, "to_nchw": 0}
+    shuffle, planar = copies.shuffle_channels_last, copies.to_planar
+
+    def to_nhwc(x: np.ndarray, group: int) -> np.ndarray | None:
+        calls["to_nhwc"] += 1
+        return shuffle(x, group)
+
+    def to_nchw(x: np.ndarray, out: np.ndarray) -> bool:
+        done = planar(x, out)
+        calls["to_nchw"] += done
+        return done
+
+    monkeypatch.setattr(copies, "shuffle_channels_last", to_nhwc)
+    monkeypatch.setattr(copies, "to_planar", to_nchw)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 40, 24, 24)).astype(np.float32)
+    w = (rng.standard_normal((48, 40, 3, 3)) * 0.1).astype(np.float32)
+    nodes = [
+        helper.make_node("Sigmoid", ["X"], ["s"]),
+        helper.make_node("Conv", ["s", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "sandwich",
+        [helper.make_tensor_value_info("X", F, list(x.shape))],
+        [helper.make_tensor_value_info("Y", F, None)],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    got = anychip.load(model, devices=["cpu"]).run(None, {"X": x})
+    np.testing.assert_allclose(got[0], _onnxruntime(model, {"X": x})[0], rtol=1e-4, atol=1e-5)
+    assert calls["to_nhwc"] >= 1 and calls["to_nchw"] >= 1, calls

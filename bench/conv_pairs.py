@@ -1,0 +1,112 @@
+"""Each convolution of a model in anychip's CPU session beside onnxruntime's, in execution
+order, from both profilers (``Session.profile()``; onnxruntime's ``enable_profiling``).
+
+    python bench/conv_pairs.py MODEL [--threads 2] [--runs 40] [--top 20]
+
+``MODEL`` is any name of ``bench/cpu_models.py``. The i-th Conv of one engine is paired with
+the i-th of the other: right for chains (MobileNet), not where onnxruntime turns other nodes
+into convolutions (DenseNet's BatchNormalization) or runs branches in another order (ResNet's
+projections); the sums are right either way. Medians over the runs, microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+
+import numpy as np
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+__all__ = ["onnxruntime_ordered", "main"]
+
+
+def onnxruntime_ordered(path: str, feeds: dict, runs: int, threads: int) -> list[tuple]:
+    """onnxruntime's nodes in execution order: (name, op, median seconds per run)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 3):
+        sess.run(None, feeds)
+    trace = sess.end_profiling()
+    with open(trace, encoding="utf-8") as f:
+        events = json.load(f)
+    os.remove(trace)
+    kernel = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in sorted(kernel, key=lambda e: e["ts"]):
+        times[(e["name"][: -len("_kernel_time")], e["args"].get("op_name", "?"))].append(
+            e["dur"] * 1e-6
+        )
+    return [(n, op, float(np.median(ts[3:] or ts))) for (n, op), ts in times.items()]
+
+
+def _describe(model: object) -> dict[str, str]:
+    """Each Conv node's input, weight shapes, strides and group, by node name."""
+    from onnx import helper, shape_inference
+
+    inferred = shape_inference.infer_shapes(model)
+    g = inferred.graph
+    dims = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in list(g.value_info) + list(g.input)
+    }
+    inits = {i.name: list(i.dims) for i in g.initializer}
+    out = {}
+    for n in g.node:
+        if n.op_type == "Conv":
+            a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+            out[n.name] = (
+                f"x={dims.get(n.input[0])} w={inits.get(n.input[1])} "
+                f"s={a.get('strides')} g={a.get('group', 1)}"
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import onnx
+    from cpu_models import MODELS, build
+    from node_gaps import anychip_nodes
+
+    from anychip.bench_cli import _thread_limit
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", choices=list(MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args(argv)
+    model, feeds = build(args.model)
+    where = {n.name: i for i, n in enumerate(model.graph.node)}
+    described = _describe(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{args.model}.onnx")
+        onnx.save(model, path)
+        with _thread_limit(args.threads):
+            ours = anychip_nodes(path, feeds, args.runs)
+        theirs = onnxruntime_ordered(path, feeds, args.runs, args.threads)
+    convs = [(k, t) for k, (op, t) in ours.items() if op in ("Conv", "FusedConv")]
+    convs.sort(key=lambda kt: where.get(kt[0].split("+")[0], len(where)))
+    peer = [(n, t) for n, op, t in theirs if op in ("Conv", "FusedConv")]
+    print(f"{len(convs)} convolutions here, {len(peer)} in onnxruntime")
+    print(f"sum: anychip {sum(t for _, t in convs) * 1e6:.0f} us, "
+          f"onnxruntime {sum(t for _, t in peer) * 1e6:.0f} us")  # fmt: skip
+    rows = [(a - b, ka, kb, a, b) for (ka, a), (kb, b) in zip(convs, peer)]
+    for _, ka, kb, a, b in sorted(rows, reverse=True)[: args.top]:
+        desc = described.get(ka.split("+")[0], "")
+        print(f"{ka:24s} {kb:20s} {a * 1e6:7.0f} {b * 1e6:7.0f} {a / b:5.2f} {desc}")
+
+
+if __name__ == "__main__":
+    main()
