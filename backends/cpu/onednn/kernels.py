@@ -50,14 +50,15 @@ RUNS: Counter[tuple[str, str]] = Counter()
 
 
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
-def _conv(x: np.ndarray, w: np.ndarray, *args: Any) -> Any:
+def _conv(x: np.ndarray, w: np.ndarray, *args: Any, ctx: Any = None) -> Any:
     # output positions times the weights: a stride-2 convolution has a quarter of the input's
     work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
     for s in args[3].get("strides") or ():
         work //= max(int(s), 1)
     small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
+    memo = None if ctx is None else ctx.node.meta.setdefault("onednn_conv", {})
     with team_for(work, small) as team:  # a one-thread convolution may split its rows
-        return _conv_mod.conv(x, w, *args, team=team)
+        return _conv_mod.conv(x, w, *args, team=team, memo=memo)
 
 
 def pool(x: np.ndarray, *args: Any, ctx: Any = None) -> Any:
@@ -239,7 +240,7 @@ def conv(
     the channels-last input in place (``conv1x1.py``)."""
     depthwise = w.ndim == 4 and w.shape[1] == 1 and x.ndim == 4 and x.shape[1] > 1
     keep = _channels_last(ctx, None if depthwise and attrs.get("group") == x.shape[1] else out)
-    y = _served("Conv", _conv(x, w, b, None, None, attrs, keep, None if keep else out))
+    y = _served("Conv", _conv(x, w, b, None, None, attrs, keep, None if keep else out, ctx=ctx))
     return y if y is not None else op_conv.conv(x, w, b, out=out, **attrs)
 
 
@@ -267,7 +268,7 @@ def fused_conv(
     y = None
     if act is not None or not activation:
         keep = _channels_last(ctx)
-        y = _conv(x, w, b, z, act, attrs, keep, None if keep else out)
+        y = _conv(x, w, b, z, act, attrs, keep, None if keep else out, ctx=ctx)
     if _served("FusedConv", y) is not None:
         return y
     return op_contrib_conv.fused_conv(

@@ -166,3 +166,33 @@ def test_dynamic_batch_alternating_planned_and_unplanned_runs() -> None:
     for n in (9, 4, 9, 1, 4, 9):
         got = _outputs(session, {"X": x[:n]})[0]
         np.testing.assert_allclose(got, want[:n], rtol=1e-4, atol=1e-5, err_msg=f"batch {n}")
+
+
+def test_a_node_remembers_its_simple_convolution_and_sees_rewritten_weights() -> None:
+    """A channels-last convolution on one primitive is remembered by its node (``conv._Fast``):
+    later calls give the first call's result, a new source gives the new answer, and the
+    weights rewritten in place are prepared again."""
+    from anychip.backends.cpu.onednn import conv as conv_mod
+    from anychip.backends.cpu.onednn._prim import from_channels_last
+
+    rng = np.random.default_rng(4)
+    x = from_channels_last(rng.standard_normal((1, 9, 9, 8)).astype(np.float32))
+    w = rng.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1]}
+    memo: dict = {}
+    first = onednn_conv(x, w, b, None, None, attrs, channels_last=True, memo=memo)
+    assert isinstance(memo.get("fast"), conv_mod._Fast)
+    want = numpy_conv(np.ascontiguousarray(x), w, b, **attrs)
+    np.testing.assert_allclose(first, want, rtol=1e-4, atol=1e-4)
+    again = onednn_conv(x, w, b, None, None, attrs, channels_last=True, memo=memo)
+    np.testing.assert_array_equal(again, first)
+    x2 = from_channels_last(rng.standard_normal((1, 9, 9, 8)).astype(np.float32))
+    got = onednn_conv(x2, w, b, None, None, attrs, channels_last=True, memo=memo)
+    want2 = numpy_conv(np.ascontiguousarray(x2), w, b, **attrs)
+    np.testing.assert_allclose(got, want2, rtol=1e-4, atol=1e-4)
+    w[...] = rng.standard_normal(w.shape)  # the same array changed in place
+    got = onednn_conv(x2, w, b, None, None, attrs, channels_last=True, memo=memo)
+    want3 = numpy_conv(np.ascontiguousarray(x2), w, b, **attrs)
+    np.testing.assert_allclose(got, want3, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(want3, want2)
