@@ -13,6 +13,7 @@ full-shape first input only; the C takes no ``restrict`` on that pair).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
-__all__ = ["fused_elementwise", "evaluate", "forget_plans"]
+__all__ = ["fused_elementwise", "evaluate", "forget_plans", "elementwise_call"]
 
 _UNARY = {
     "neg": np.negative,
@@ -101,6 +102,16 @@ def _plan(expr: str, dtype: np.dtype, shapes: tuple) -> tuple:
     layout = classify(list(shapes), shape)
     spec = KernelSpec(e, dtype.name, layout.built)
     return e, shape, layout, c_kernel(spec)
+
+
+def elementwise_call(expr: str, dtype: np.dtype, shapes: tuple) -> Any:
+    """``expr``'s generated C for C-contiguous inputs of ``shapes`` (no broadcast copies) as
+    ``call(arrays, out)``, for a caller that checked its arrays once and calls it again and
+    again; None where numpy would run (no compiler, inputs that need a broadcast copy)."""
+    _, shape, layout, fn = _plan(expr, dtype, tuple(shapes))
+    if fn is None or layout.broadcasts:
+        return None
+    return lambda arrays, out: fn(layout, arrays, out)
 
 
 def forget_plans() -> None:

@@ -82,7 +82,7 @@ def conv(
     """
     fast = memo.get("fast") if memo is not None else None
     if fast is not None and fast.serves(x, w, b, z, channels_last, team):
-        return fast.run(x, w)
+        return fast.run(x, w, out)
     geo = _accepted(x, w, b, z, attrs)
     if geo is None:
         return None
@@ -100,7 +100,7 @@ def conv(
     threads = omp_threads()
     split_team = team if threads == 1 else 1  # a primitive left on one thread may split
     if plain_io or not channels_last and x.ndim == 4 and all(k == 1 for k in kshape):
-        y = conv1x1.run(x, w, b, z, act, y_shape, window, out, split_team)  # NCHW or NHWC x
+        y = conv1x1.run(x, w, b, z, act, y_shape, window, out, split_team, memo)  # NCHW/NHWC x
         if y is not None:
             return y
     splits = conv_split.will_split(y_shape, w, split_team)  # False at a split_team of 1
@@ -412,7 +412,7 @@ class _Fast:
             and omp_threads() == self.threads
         )
 
-    def run(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    def run(self, x: np.ndarray, w: np.ndarray, out: Any = None) -> np.ndarray:
         entry, key = self.entry, self.key
         if P.sampled(w) != self.sample:  # the same array rewritten in place: prepare again
             self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels.op_fused_elementwise import fused_elementwise
+from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, fused_elementwise
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
@@ -63,11 +63,13 @@ def run(
     window: tuple,
     out: np.ndarray | None,
     team: int = 1,
+    memo: dict | None = None,
 ) -> np.ndarray | None:
     """``act(conv1x1(x, w) + b + z)`` for a C-contiguous or channels-last ``x`` (read in
     place: a strided operand costs brgemm 5-15 us where a reorder into NCHW costs 40-65 at
     ShuffleNet's 136x28x28), into ``out`` when it fits; None where this path does not
-    apply."""
+    apply. ``memo``: the node's dict, where a one-primitive product without Z is remembered
+    (``Fast``)."""
     strides, _, begin, end = window
     if any(s != 1 for s in strides) or any(begin) or any(end):
         return None
@@ -101,13 +103,69 @@ def run(
         if bc is not None:
             bufs[C.arg_post_op_src1(int(z is not None))] = bc
         prim.run(bufs)
+    post = None
     if outside:
         # one pass of generated C, in place (numpy's add then maximum: the same values, 101
         # against 29 us at ShuffleNet's 136x28x28)
         rows = y.reshape(n, m, cols)
         expr = "add(in0,in1)" if act is None else "max(add(in0,in1),0.0)"
-        fused_elementwise(rows, b.reshape(m, 1), expr=expr, out=rows)
+        post = expr, b.reshape(m, 1), (n, m, cols)
+        fused_elementwise(rows, post[1], expr=expr, out=rows)
+    if memo is not None and not split and z is None:
+        memo["fast"] = Fast(prim, x, w, b, bufs, y_shape, team, post)
     return y
+
+
+class Fast:
+    """A node's 1x1 product on one primitive without Z, remembered with what it depends on
+    (``conv._Fast``'s counterpart): the next call with the same source shape and strides, the
+    same weight and bias arrays, team and OpenMP threads runs the primitive and the bias pass
+    with nothing looked up. The weights are read in place (nothing prepared), so an array
+    rewritten in place is read as it is."""
+
+    __slots__ = ("prim", "w", "b", "args", "shape", "strides", "y_shape", "team", "threads")
+    __slots__ += ("post",)
+
+    def __init__(
+        self, prim: P.Prim, x: np.ndarray, w: np.ndarray, b: Any, bufs: dict, y_shape: tuple,
+        team: int, post: tuple | None,
+    ) -> None:  # fmt: skip
+        self.prim, self.w, self.b, self.y_shape, self.team = prim, w, b, y_shape, team
+        self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
+        self.args = {k: v for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
+        self.post = None
+        if post is not None:  # the generated bias pass, looked up once
+            expr, bias, rows = post
+            call = elementwise_call(expr, np.dtype(np.float32), (rows, bias.shape))
+            self.post = (bias, rows, call, expr)
+
+    def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
+        return (
+            not cl
+            and z is None
+            and w is self.w
+            and b is self.b
+            and x.shape == self.shape
+            and x.strides == self.strides
+            and x.dtype == np.float32
+            and team == self.team
+            and omp_threads() == self.threads
+        )
+
+    def run(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        y_shape = self.y_shape
+        y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
+        bufs = dict(self.args)
+        bufs[C.arg_weights], bufs[C.arg_dst] = x, y
+        self.prim.run(bufs)
+        if self.post is not None:
+            bias, rows, call, expr = self.post
+            view = y.reshape(rows)
+            if call is None:
+                fused_elementwise(view, bias, expr=expr, out=view)
+            else:
+                call([view, bias], view)
+        return y
 
 
 def _build(

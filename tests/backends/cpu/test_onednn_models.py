@@ -196,3 +196,26 @@ def test_a_node_remembers_its_simple_convolution_and_sees_rewritten_weights() ->
     want3 = numpy_conv(np.ascontiguousarray(x2), w, b, **attrs)
     np.testing.assert_allclose(got, want3, rtol=1e-4, atol=1e-4)
     assert not np.allclose(want3, want2)
+
+
+def test_a_node_remembers_its_grouped_1x1_product_with_the_bias_pass() -> None:
+    """ShuffleNet's grouped 1x1 convolution with bias and Relu into an NCHW buffer, read from a
+    channels-last source, is remembered by its node (``conv1x1.Fast``, the bias and Relu as
+    the generated pass looked up once): every call equals the numpy kernel's result."""
+    from anychip.backends.cpu.onednn import conv1x1
+    from anychip.backends.cpu.onednn._lib import C
+    from anychip.backends.cpu.onednn._prim import from_channels_last
+
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((24, 6, 1, 1)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    attrs = {"group": 4}
+    relu = (C.eltwise_relu, 0.0, 0.0)
+    memo: dict = {}
+    for k in range(3):  # the first call remembers; the next two take the remembered path
+        x = from_channels_last(rng.standard_normal((1, 7, 9, 24)).astype(np.float32))
+        out = np.full((1, 24, 7, 9), np.nan, np.float32)
+        got = onednn_conv(x, w, b, None, relu, attrs, out=out, memo=memo)
+        assert got is out and isinstance(memo.get("fast"), conv1x1.Fast), k
+        want = np.maximum(numpy_conv(np.ascontiguousarray(x), w, b, **attrs), 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
