@@ -82,7 +82,9 @@ def conv(
     """
     fast = memo.get("fast") if memo is not None else None
     if fast is not None and fast.serves(x, w, b, z, channels_last, team):
-        return fast.run(x, w, out)
+        y = fast.run(x, w, out)
+        if y is not None:  # None: a split while the pool backs off
+            return y
     geo = _accepted(x, w, b, z, attrs)
     if geo is None:
         return None
@@ -105,7 +107,7 @@ def conv(
             return y
     splits = conv_split.will_split(y_shape, w, split_team)  # False at a split_team of 1
     if splits:
-        y = _split(x, x_tags[0], w, b, z, act, geo, split_team)
+        y = _split(x, x_tags[0], w, b, z, act, geo, split_team, memo if channels_last else None)
         if y is not None:
             return y if channels_last else _to_plain(y, y_shape, out)
     key = ("conv", x.shape, x_tags[0], w.shape, b is not None, z is not None, act, window,
@@ -131,14 +133,15 @@ def _split(
     act: tuple[int, float, float] | None,
     geo: tuple,
     team: int,
+    memo: dict | None = None,
 ) -> np.ndarray | None:
-    """``conv_split.split_conv`` on a channels-last ``x``; a batch-1 NCHW ``x`` of at most
-    ``conv_split.FEW_CHANNELS`` channels (a model's first convolution, on the image) is
-    reordered to channels-last for it first: that copy is small (3x224x224: 40 us), and
-    oneDNN's kernel for an NCHW source writes a blocked destination, reordered after, on
-    one thread (SqueezeNet's first convolution 412 us plus 90)."""
+    """``conv_split.split_conv`` on a channels-last ``x`` (remembered in ``memo``); a batch-1
+    NCHW ``x`` of at most ``conv_split.FEW_CHANNELS`` channels (a model's first convolution,
+    on the image) is reordered to channels-last for it first: that copy is small (3x224x224:
+    40 us), and oneDNN's kernel for an NCHW source writes a blocked destination, reordered
+    after, on one thread (SqueezeNet's first convolution 412 us plus 90)."""
     if P.from_channels_last_ok(x):
-        return conv_split.split_conv(x, w, b, z, act, geo, team)
+        return conv_split.split_conv(x, w, b, z, act, geo, team, memo)
     few = x.ndim == 4 and x.shape[1] <= conv_split.FEW_CHANNELS
     if not few or tag != P.plain_tag(4):
         return None

@@ -357,3 +357,21 @@ def test_a_batch_of_two_few_channel_images_is_not_reordered_for_a_split(split, m
     _close(*_run_both(_model([node], feeds, weights, ["y"]), feeds))
     assert dict(conv_split.RUNS) == before
     assert not [k for k in reorders if k[0][0] == "conv-nchw"]
+
+
+@pytest.mark.parametrize("case", [0, 1, 3])
+def test_a_remembered_split_runs_again_with_new_inputs(split, monkeypatch, case):
+    """The split convolution is remembered by its node (``conv_split.Fast``): three runs of a
+    session on three seeded inputs each split again and equal onnxruntime's result."""
+    model, feeds = _chain(case, False, seed=60 + case)
+    sess = anychip.load(model, devices=["cpu"])
+    rng = np.random.default_rng(70 + case)
+    for k in range(3):
+        feeds = {"x": _rand(rng, *feeds["x"].shape)}
+        before = sum(conv_split.RUNS.values())
+        got = sess.run(None, feeds)
+        assert sum(conv_split.RUNS.values()) == before + 1, k
+        _, want = _run_both(model, feeds)
+        _close(got, want, tol=1e-5)
+    remembered = [n.meta.get("onednn_conv", {}).get("fast") for n in sess.partitions[0].graph.nodes]
+    assert any(isinstance(f, conv_split.Fast) for f in remembered)
