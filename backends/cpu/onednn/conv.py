@@ -24,7 +24,7 @@ from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn import conv1x1, conv_split
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
-from anychip.codegen import copies
+from anychip.codegen import copies, dwconv
 
 __all__ = ["conv", "eltwise"]
 
@@ -82,6 +82,10 @@ def conv(
     if geo is None:
         return None
     y_shape, group, kshape, window = geo
+    if group > 1 and dwconv.applies(x, w, group):  # depthwise, channels-last: C (dwconv.py)
+        y = dwconv.depthwise(x, w, b, z, act, geo, channels_last, out)
+        if y is not None:
+            return y
     x_tags = P.layouts(x)
     if not x_tags:
         x = np.ascontiguousarray(x)
