@@ -31,7 +31,10 @@ from anychip.codegen.build import loader
 from anychip.codegen.copies import to_planar
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["depthwise", "applies", "forget", "RUNS", "MAX_KERNEL", "PARALLEL_FMAS"]
+__all__ = [
+    "depthwise", "applies", "forget", "RUNS", "MAX_KERNEL", "PARALLEL_FMAS", "MIN_CHANNELS",
+    "MIN_WIDTH",
+]
 
 _SOURCE = r"""
 #include <math.h>
@@ -232,6 +235,10 @@ _CDEF = """int ac_dw_simd(void); void ac_dwconv(const float *x, const float *w, 
 MAX_KERNEL = 7
 #: Multiply-adds from which the rows go to the pool's threads (a 512x14x14 3x3 is 0.9M).
 PARALLEL_FMAS = 1 << 18
+#: Fewer channels than this stay on oneDNN, and so do stride-1 outputs narrower than
+#: ``MIN_WIDTH`` (one thread, in a MobileNet-like session, us oneDNN / this: 32@112 s1 229 /
+#: 249, 1024@7 s1 83 / 93; four pixels by 64 channels is the kernel's fast block).
+MIN_CHANNELS, MIN_WIDTH = 64, 8
 #: Calls that ran the C kernel (tests read it).
 RUNS = {"dwconv": 0}
 _RELU, _CLIP = 32, 46  # oneDNN's eltwise_relu and eltwise_clip (onednn/_lib.C)
@@ -290,11 +297,13 @@ def depthwise(
     if z is not None and (z.dtype is not _F32 or not z.transpose(0, 2, 3, 1).flags.c_contiguous):
         return None
     lib = _lib()
-    if lib is None:
-        return None
+    if lib is None or not lib[1].ac_dw_simd():
+        return None  # no compiler, or no AVX-512: the portable loops were not measured faster
     y_shape, _, (kh, kw), (strides, dil, begin, _end) = geo
     n, c, h, wi = x.shape
     oh, ow = y_shape[2:]
+    if c < MIN_CHANNELS or ow < MIN_WIDTH and strides == (1, 1):
+        return None
     wt = np.ascontiguousarray(w.reshape(c, kh * kw).T)
     bias = np.zeros(c, np.float32) if b is None else np.ascontiguousarray(b, np.float32)
     buf = np.empty((n, oh, ow, c), np.float32)
