@@ -56,28 +56,51 @@ static inline __attribute__((always_inline)) __m512 ac_ld(__mmask16 m, const flo
 }
 
 /* np_ output pixels (4 away from the pads, else 1) from source column ix0, taps kh in
-   [k0, k1) and kw in [j0, j1), nb vectors of channels from c0 (the last one under mask m);
+   [k0, k1) and kw in [j0, j1), nb vectors of channels from c0 (the last one under mask m),
+   the same sums in the same order whether k3s (below) is set or not;
    then bias, Z, the activation (ordered compares: NaN stays NaN) and one store. */
 static inline __attribute__((always_inline)) void ac_dw_px(
         const struct ac_dw *a, const float *xb, long iy0, long k0, long k1, long ix0,
-        long j0, long j1, long c0, int nb, __mmask16 m, int np_, float *y, const float *z) {
+        long j0, long j1, long c0, int nb, __mmask16 m, int np_, int k3s, float *y,
+        const float *z) {
     __m512 acc[4][4];
     const long c = a->c, step = a->sw * c;
     _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) {
         const __m512 bias = ac_ld(q == nb - 1 ? m : 0xFFFF, a->b + c0 + 16 * q);
         _Pragma("GCC unroll 4") for (int p = 0; p < np_; p++) acc[p][q] = bias;
     }
-    for (long u = k0; u < k1; u++) {
-        const float *xr = xb + (iy0 + u * a->dh) * a->wi * c + c0;
-        const float *wr = a->w + u * a->kw * c + c0;
-        _Pragma("GCC unroll 3") for (long t = j0; t < j1; t++) {
-            const float *xp = xr + (ix0 + t * a->dw) * c;
+    if (k3s) { /* kw 3, dilation 1, stride k3s: each source vector loaded once */
+        for (long u = k0; u < k1; u++) {
+            const float *xr = xb + ((iy0 + u * a->dh) * a->wi + ix0) * c + c0;
+            const float *wr = a->w + u * 3 * c + c0;
             _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) {
                 const __mmask16 mq = q == nb - 1 ? m : 0xFFFF;
-                const __m512 wv = ac_ld(mq, wr + t * c + 16 * q);
-                _Pragma("GCC unroll 4") for (int p = 0; p < np_; p++)
-                    acc[p][q] = _mm512_fmadd_ps(
-                        ac_ld(mq, xp + p * step + 16 * q), wv, acc[p][q]);
+                const __m512 w0 = ac_ld(mq, wr + 16 * q), w1 = ac_ld(mq, wr + c + 16 * q);
+                const __m512 w2 = ac_ld(mq, wr + 2 * c + 16 * q);
+                _Pragma("GCC unroll 16") for (int i = 0; i < (np_ - 1) * k3s + 3; i++) {
+                    const __m512 xv = ac_ld(mq, xr + i * c + 16 * q);
+                    _Pragma("GCC unroll 4") for (int p = 0; p < np_; p++) {
+                        const int t = i - p * k3s;
+                        if (t == 0) acc[p][q] = _mm512_fmadd_ps(xv, w0, acc[p][q]);
+                        if (t == 1) acc[p][q] = _mm512_fmadd_ps(xv, w1, acc[p][q]);
+                        if (t == 2) acc[p][q] = _mm512_fmadd_ps(xv, w2, acc[p][q]);
+                    }
+                }
+            }
+        }
+    } else {
+        for (long u = k0; u < k1; u++) {
+            const float *xr = xb + (iy0 + u * a->dh) * a->wi * c + c0;
+            const float *wr = a->w + u * a->kw * c + c0;
+            _Pragma("GCC unroll 3") for (long t = j0; t < j1; t++) {
+                const float *xp = xr + (ix0 + t * a->dw) * c;
+                _Pragma("GCC unroll 4") for (int q = 0; q < nb; q++) {
+                    const __mmask16 mq = q == nb - 1 ? m : 0xFFFF;
+                    const __m512 wv = ac_ld(mq, wr + t * c + 16 * q);
+                    _Pragma("GCC unroll 4") for (int p = 0; p < np_; p++)
+                        acc[p][q] = _mm512_fmadd_ps(
+                            ac_ld(mq, xp + p * step + 16 * q), wv, acc[p][q]);
+                }
             }
         }
     }
@@ -97,7 +120,8 @@ static inline __attribute__((always_inline)) void ac_dw_px(
                 v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, p0, _CMP_LT_OQ), p0);
                 v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, p1, _CMP_GT_OQ), p1);
             }
-            _mm512_mask_storeu_ps(y + o, mq, v);
+            if (mq == 0xFFFF) _mm512_storeu_ps(y + o, v);
+            else _mm512_mask_storeu_ps(y + o, mq, v);
         }
 }
 
@@ -105,15 +129,15 @@ static inline __attribute__((always_inline)) void ac_dw_px(
    one vector at a time, the last under a mask. */
 static inline __attribute__((always_inline)) void ac_dw_blk(
         const struct ac_dw *a, const float *xb, long iy0, long k0, long k1, long ix0,
-        long j0, long j1, long c0, long nv, int np_, float *y, const float *z) {
+        long j0, long j1, long c0, long nv, int np_, int k3s, float *y, const float *z) {
     if (nv == 64) {
-        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0, 4, 0xFFFF, np_, y, z);
+        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0, 4, 0xFFFF, np_, k3s, y, z);
         return;
     }
     for (long d = 0; d < nv; d += 16) {
         const long left = nv - d;
         const __mmask16 m = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1u);
-        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0 + d, 1, m, np_, y, z);
+        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0 + d, 1, m, np_, k3s, y, z);
     }
 }
 #else
@@ -162,7 +186,8 @@ static inline __attribute__((always_inline)) void ac_dw_px(
 /* Channels c0 to c0 + nv (at most 64) of np_ pixels, AC_V at a time. */
 static inline __attribute__((always_inline)) void ac_dw_blk(
         const struct ac_dw *a, const float *xb, long iy0, long k0, long k1, long ix0,
-        long j0, long j1, long c0, long nv, int np_, float *y, const float *z) {
+        long j0, long j1, long c0, long nv, int np_, int k3s, float *y, const float *z) {
+    (void)k3s;
     for (long d = 0; d < nv; d += AC_V)
         ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0 + d, nv - d < AC_V ? nv - d : AC_V, np_,
                  y, z);
@@ -192,16 +217,19 @@ static void ac_dw_row(const struct ac_dw *a, long r, long c0, long nv) {
         const long ix0 = ox * a->sw - a->pw;
         const float *zp = z ? z + ox * c : 0;
         if (ox + 4 <= a->ow && ix0 >= 0 && ix0 + 3 * a->sw + span < a->wi) {
-            if (a->kw == 3)  /* the taps unrolled */
-                ac_dw_blk(a, xb, iy0, k0, k1, ix0, 0, 3, c0, nv, 4, y + ox * c, zp);
+            const int k3 = a->kw == 3 && a->dw == 1;
+            if (k3 && a->sw == 1)
+                ac_dw_blk(a, xb, iy0, k0, k1, ix0, 0, 3, c0, nv, 4, 1, y + ox * c, zp);
+            else if (k3 && a->sw == 2)
+                ac_dw_blk(a, xb, iy0, k0, k1, ix0, 0, 3, c0, nv, 4, 2, y + ox * c, zp);
             else
-                ac_dw_blk(a, xb, iy0, k0, k1, ix0, 0, a->kw, c0, nv, 4, y + ox * c, zp);
+                ac_dw_blk(a, xb, iy0, k0, k1, ix0, 0, a->kw, c0, nv, 4, 0, y + ox * c, zp);
             ox += 4;
             continue;
         }
         long j0, j1;
         ac_dw_range(ix0, a->dw, a->kw, a->wi, &j0, &j1);
-        ac_dw_blk(a, xb, iy0, k0, k1, ix0, j0, j1, c0, nv, 1, y + ox * c, zp);
+        ac_dw_blk(a, xb, iy0, k0, k1, ix0, j0, j1, c0, nv, 1, 0, y + ox * c, zp);
         ox += 1;
     }
 }
