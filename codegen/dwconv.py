@@ -3,21 +3,23 @@
 MobileNet's and ShuffleNet's 3x3 depthwise convolutions took 2-4x onnxruntime's time through
 oneDNN's ``brdgmm_dw`` kernel (issue 14). Here each output pixel is a sum over the taps of
 ``x[iy, ix, c] * w[tap, c]`` with the channels innermost: the source is the NHWC buffer behind
-an NCHW view (``onednn/_prim.from_channels_last``), the weights are copied once per call to
-``[KH * KW, C]`` (a few KB), and for each block of 16 channels the accumulators stay in
-registers across the taps (``fmaf``, vectorized by gcc). Away from the left and right pads
-four output pixels share each weight load; at the borders one pixel at a time skips the taps
-that fall in the padding (so the sums never read the pads). The last ``C % 16`` channels go
-through the same loops with a shorter block. Bias, the residual ``Z`` (added after the
-bias, as oneDNN's ``sum`` post-op) and the activation (Relu, LeakyRelu, Clip: the ones
-written as comparisons, which keep NaN) are applied before the one store.
+an NCHW view (``onednn/_prim.from_channels_last``); the weights as ``[KH * KW, C]``, the bias
+and the geometry are prepared once per node. Along each output row, 64 channels at a time,
+four output pixels by four 16-float vectors of accumulators stay in AVX-512 registers across
+the taps (a 3x3, dilation-1, stride 1 or 2 block loads each source vector once); at the left
+and right pads one pixel at a time skips the taps in the padding, and channels past a
+multiple of 64 go 16 at a time, the last under a mask. Bias, the residual ``Z`` (added after
+the bias, as oneDNN's ``sum`` post-op) and the activation (Relu, LeakyRelu, Clip: ordered
+compares, which keep NaN) are applied before the one store.
 
 Each output is computed the same way whatever the split, so one and two threads give the
-same bits: rows of the output (batch items times output rows) go in blocks to the threads of
+same bits: blocks of output rows (batch items times rows) go to the threads of
 ``codegen/pool.py`` (the caller takes blocks too) from ``PARALLEL_FMAS`` multiply-adds on,
-while ``pool.try_parallel()`` allows. ``depthwise`` returns None where it does not apply
-(no compiler, another layout, dtype or activation, a kernel over ``MAX_KERNEL``) and the
-caller runs oneDNN. ``ANYCHIP_DWCONV=0`` turns it off (for measuring against oneDNN).
+while ``pool.try_parallel()`` allows. ``depthwise`` returns None (the caller runs oneDNN)
+without a compiler or AVX-512 (the portable C loops, kept for the build, were not measured
+faster), for another layout, dtype or activation, a kernel over ``MAX_KERNEL``, and for the
+shapes where oneDNN measured faster (``MIN_CHANNELS``). ``ANYCHIP_DWCONV=0`` turns it off
+(for measuring against oneDNN in one process).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "PARALLEL_FMAS",
     "MIN_CHANNELS",
     "MIN_WIDTH",
+    "MAX_WIDTH",
 ]
 
 _SOURCE = r"""
@@ -271,10 +274,12 @@ void ac_dwconv(const float *x, const float *w, const float *b, const float *z, f
 MAX_KERNEL = 7
 #: Multiply-adds from which the rows go to the pool's threads (a 512x14x14 3x3 is 0.9M).
 PARALLEL_FMAS = 1 << 18
-#: Fewer channels than this stay on oneDNN, and so do stride-1 outputs narrower than
-#: ``MIN_WIDTH`` (one thread, in a MobileNet-like session, us oneDNN / this: 32@112 s1 229 /
-#: 249, 1024@7 s1 83 / 93; four pixels by 64 channels is the kernel's fast block).
-MIN_CHANNELS, MIN_WIDTH = 64, 8
+#: Where this kernel runs, from in-session times (one process, oneDNN and this alternated, one
+#: thread, us oneDNN / this): under ``MIN_CHANNELS`` channels it stays on oneDNN (32@112 s1
+#: 219 / 241), and at stride 1 only for outputs ``MIN_WIDTH`` to ``MAX_WIDTH`` wide (512@14
+#: 93-104 / 85-94; 1024@7 79 / 88, 256@28 147 / 160, 128@56 185 / 243). Every stride-2 shape
+#: measured gained (64@112 206 / 172, 128@56 131 / 115, 256@28 97 / 82, 512@14 80 / 62).
+MIN_CHANNELS, MIN_WIDTH, MAX_WIDTH = 64, 8, 16
 #: Calls that ran the C kernel (tests read it).
 RUNS = {"dwconv": 0}
 _RELU, _CLIP = 32, 46  # oneDNN's eltwise_relu and eltwise_clip (onednn/_lib.C)
@@ -366,7 +371,7 @@ def depthwise(
         return None  # no compiler, or no AVX-512: the portable loops were not measured faster
     y_shape, _, (kh, kw), (strides, dil, begin, _end) = geo
     c, ow = x.shape[1], y_shape[3]
-    if c < MIN_CHANNELS or ow < MIN_WIDTH and strides == (1, 1):
+    if c < MIN_CHANNELS or strides == (1, 1) and not MIN_WIDTH <= ow <= MAX_WIDTH:
         return None
     g, wp, bp = _prepared(x.shape, w, b, geo)
     buf = np.empty(_nhwc(y_shape), np.float32)

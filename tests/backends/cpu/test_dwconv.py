@@ -52,6 +52,7 @@ def _every_shape(monkeypatch):
     """The kernel on every shape here (small ones stay on oneDNN in use)."""
     monkeypatch.setattr(dwconv, "MIN_CHANNELS", 0)
     monkeypatch.setattr(dwconv, "MIN_WIDTH", 0)
+    monkeypatch.setattr(dwconv, "MAX_WIDTH", 1 << 30)
 
 
 def _reference(x, w, b, z, act, stride, pads, dil):
@@ -209,3 +210,17 @@ def test_in_a_session_after_a_onednn_conv():
     assert dwconv.RUNS["dwconv"] > runs
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(ours, ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_shapes_left_to_onednn(monkeypatch):
+    """The measured rule: stride 1 only for outputs 8 to 16 wide, 64 channels or more."""
+    monkeypatch.setattr(dwconv, "MIN_CHANNELS", 64)
+    monkeypatch.setattr(dwconv, "MIN_WIDTH", 8)
+    monkeypatch.setattr(dwconv, "MAX_WIDTH", 16)
+    for c, hw, stride, runs in [(64, 14, 1, 1), (64, 28, 1, 0), (64, 7, 1, 0), (64, 28, 2, 1),
+                                (32, 14, 1, 0)]:  # fmt: skip
+        x, wt, b, _ = _case(c + hw, 1, c, hw, hw, 3, False, stride, (1, 1, 1, 1), 1)
+        y, ran = _ours(x, wt, b, None, "Clip", _attrs(c, 3, stride, (1, 1, 1, 1), 1))
+        assert ran == runs, (c, hw, stride)
+        ref = _reference(x, wt, b, None, "Clip", stride, (1, 1, 1, 1), 1)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
