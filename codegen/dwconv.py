@@ -139,8 +139,8 @@ static inline __attribute__((always_inline)) void ac_dw_px(
 static inline __attribute__((always_inline)) void ac_dw_blk(
         const struct ac_dw *a, const float *xb, long iy0, long k0, long k1, long ix0,
         long j0, long j1, long c0, long nv, int np_, int k3s, float *y, const float *z) {
-    if (nv == 64) {
-        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0, 4, 0xFFFF, np_, k3s, y, z);
+    if (nv == AC_CB) {
+        ac_dw_px(a, xb, iy0, k0, k1, ix0, j0, j1, c0, AC_CB / 16, 0xFFFF, np_, k3s, y, z);
         return;
     }
     for (long d = 0; d < nv; d += 16) {
