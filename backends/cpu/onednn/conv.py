@@ -5,7 +5,8 @@ is NHWC activations and blocked weights), and its output is returned as the logi
 of a channels-last buffer, so the next oneDNN op reads it without a reorder (numpy's
 elementwise ops keep that layout too). Inputs in another layout are reordered on entry.
 FusedConv's bias, residual input Z (a ``sum`` post-op) and activation (an ``eltwise`` post-op)
-run inside the primitive.
+run inside the primitive. Depthwise convolutions on a channels-last source go to the C kernel
+of ``codegen/dwconv.py`` first, where it measured faster.
 
 Falls back to the numpy kernel (``kernels/op_conv.py``) for: dtypes other than float32,
 1-D to 3-D convolutions only (rank 3-5), an empty batch or output, a Z whose shape is not the
