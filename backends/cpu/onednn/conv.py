@@ -5,7 +5,8 @@ is NHWC activations and blocked weights), and its output is returned as the logi
 of a channels-last buffer, so the next oneDNN op reads it without a reorder (numpy's
 elementwise ops keep that layout too). Inputs in another layout are reordered on entry.
 FusedConv's bias, residual input Z (a ``sum`` post-op) and activation (an ``eltwise`` post-op)
-run inside the primitive.
+run inside the primitive. Depthwise convolutions on a channels-last source go to the C kernel
+of ``codegen/dwconv.py`` first, where it measured faster.
 
 Falls back to the numpy kernel (``kernels/op_conv.py``) for: dtypes other than float32,
 1-D to 3-D convolutions only (rank 3-5), an empty batch or output, a Z whose shape is not the
@@ -24,7 +25,7 @@ from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn import conv1x1, conv_split
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
-from anychip.codegen import copies
+from anychip.codegen import copies, dwconv
 
 __all__ = ["conv", "eltwise"]
 
@@ -89,6 +90,10 @@ def conv(
     if geo is None:
         return None
     y_shape, group, kshape, window = geo
+    if group > 1 and dwconv.applies(x, w, group):  # depthwise, channels-last: C (dwconv.py)
+        y = dwconv.depthwise(x, w, b, z, act, geo, channels_last, out)
+        if y is not None:
+            return y
     x_tags = P.layouts(x)
     if not x_tags:
         x = np.ascontiguousarray(x)
