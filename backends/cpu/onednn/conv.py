@@ -83,7 +83,7 @@ def conv(
     """
     fast = memo.get("fast") if memo is not None else None
     if fast is not None and fast.serves(x, w, b, z, channels_last, team):
-        y = fast.run(x, w, out)
+        y = fast.run(x, w, z, out)
         if y is not None:  # None: a split while the pool backs off
             return y
     geo = _accepted(x, w, b, z, attrs)
@@ -124,8 +124,8 @@ def conv(
     except P.Unsupported:
         return None
     y = _run(prim, key, x, x_tags, w, b, z, y_shape, channels_last, out)
-    if memo is not None and not splits and _Fast.applies(prim, x, x_tags, z, channels_last):
-        memo["fast"] = _Fast(prim, key, x, w, b, team)
+    if memo is not None and not splits and _Fast.applies(prim, x, x_tags, channels_last):
+        memo["fast"] = _Fast(prim, key, x, w, b, z, team)
     return y
 
 
@@ -379,21 +379,21 @@ def _run(
 
 class _Fast:
     """A node's convolution on the simple path (one primitive reading a channels-last source
-    in place and writing a channels-last output, no Z, too small to split or on one thread:
-    a split that backed off once must try again next call), remembered with what it depends on:
-    the next call with the same source shape and strides, the same weight and bias arrays,
-    team and OpenMP threads skips the geometry, the layout queries and the cache lookups
-    (a tiny convolution at one thread: 24.6 -> 15.2 us a call). The prepared weights are
-    kept with 65 sampled values of the array, as ``P.weights`` keeps them: an array rewritten
-    in place is prepared again."""
+    in place and writing a channels-last output, with or without Z, too small to split or on
+    one thread: a split that backed off once must try again next call), remembered with what
+    it depends on: the next call with the same source shape and strides, the same weight and
+    bias arrays, Z or none, team and OpenMP threads skips the geometry, the layout queries
+    and the cache lookups (a tiny convolution at one thread: 24.6 -> 15.2 us a call). The
+    prepared weights are kept with 65 sampled values of the array, as ``P.weights`` keeps
+    them: an array rewritten in place is prepared again."""
 
     __slots__ = (
         "entry", "key", "shape", "strides", "w", "b", "bias", "team", "threads", "cl", "wk",
-        "sample",
+        "sample", "has_z",
     )  # fmt: skip
 
     def __init__(
-        self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, team: int
+        self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
     ) -> None:
         self.entry, self.key, self.w, self.b, self.team = entry, key, w, b, team
         self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
@@ -401,37 +401,40 @@ class _Fast:
         self.cl = P.channels_last(entry.y_shape)
         self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
         self.sample = P.sampled(w)
+        self.has_z = z is not None
 
     @staticmethod
-    def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], z: Any, cl: bool) -> bool:
+    def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
         """Whether ``_run`` took the simple path for this call."""
-        return cl and z is None and entry.dst_cl and entry.direct_tag(x.shape, x_tags) is not None
+        return cl and entry.dst_cl and entry.direct_tag(x.shape, x_tags) is not None
 
     def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
         return (
             cl
-            and z is None
             and w is self.w
             and b is self.b
             and x.shape == self.shape
             and x.strides == self.strides
             and x.dtype == np.float32
+            and (z is None if not self.has_z else z is not None and z.dtype == np.float32)
             and team == self.team
             and omp_threads() == self.threads
         )
 
-    def run(self, x: np.ndarray, w: np.ndarray, out: Any = None) -> np.ndarray:
+    def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray:
         entry, key = self.entry, self.key
         if P.sampled(w) != self.sample:  # the same array rewritten in place: prepare again
             self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
             self.sample = P.sampled(w)
-        wk = self.wk
         ycl = np.empty(self.cl, np.float32)
-        bufs = {C.arg_src: x, C.arg_weights: wk, C.arg_dst: ycl}
+        y = P.from_channels_last(ycl)
+        if z is not None:
+            np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
+        bufs = {C.arg_src: x, C.arg_weights: self.wk, C.arg_dst: ycl}
         if self.bias is not None:
             bufs[C.arg_bias] = self.bias
         entry.prim.run(bufs)
-        return P.from_channels_last(ycl)
+        return y
 
 
 def _prepare_weights(entry: _Conv, key: tuple, w: np.ndarray) -> np.ndarray:

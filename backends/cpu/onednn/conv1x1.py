@@ -152,7 +152,7 @@ class Fast:
             and omp_threads() == self.threads
         )
 
-    def run(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: np.ndarray | None) -> np.ndarray:
         y_shape = self.y_shape
         y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
         bufs = dict(self.args)

@@ -184,29 +184,29 @@ def split_conv(
         np.copyto(ycl, z.transpose(0, 2, 3, 1))
     buffers, alive = _buffers(plan, wdims, w, b, xcl, ycl)
     run_all(plan.prims, buffers, team)
-    if memo is not None and z is None and not copied:
-        memo["fast"] = Fast(plan, x, w, b, alive, team, ycl.shape, wdims)
+    if memo is not None and not copied:
+        memo["fast"] = Fast(plan, x, w, b, z, alive, team, ycl.shape, wdims)
     del alive  # the arrays behind the addresses lived until here
     RUNS[parts] += 1
     return P.from_channels_last(ycl)
 
 
 class Fast:
-    """A node's split convolution without Z, remembered with what it depends on (as
+    """A node's split convolution, with or without Z, remembered with what it depends on (as
     ``conv._Fast``): the next call with the same channels-last source shape and strides, the
     same weight and bias arrays, team and OpenMP threads binds its bands and runs them with
     nothing looked up; the prepared weights are kept with 65 sampled values of the array, so
     an array rewritten in place is prepared again."""
 
     __slots__ = ("plan", "w", "b", "wk", "bias", "sample", "shape", "strides", "team")
-    __slots__ += ("threads", "y_cl", "wdims")
+    __slots__ += ("threads", "y_cl", "wdims", "has_z")
 
     def __init__(
-        self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, alive: tuple, team: int,
-        y_cl: tuple, wdims: tuple,
+        self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, z: Any, alive: tuple,
+        team: int, y_cl: tuple, wdims: tuple,
     ) -> None:  # fmt: skip
         self.plan, self.w, self.b, self.team, self.y_cl = plan, w, b, team, y_cl
-        self.wdims = wdims
+        self.wdims, self.has_z = wdims, z is not None
         self.wk, self.bias = alive
         self.sample = P.sampled(w)
         self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
@@ -214,7 +214,7 @@ class Fast:
     def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
         return (
             cl
-            and z is None
+            and (z is None if not self.has_z else z is not None and z.dtype == np.float32)
             and w is self.w
             and b is self.b
             and x.shape == self.shape
@@ -224,7 +224,7 @@ class Fast:
             and omp_threads() == self.threads
         )
 
-    def run(self, x: np.ndarray, w: np.ndarray, out: Any = None) -> np.ndarray | None:
+    def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
         if not pool.try_parallel():
             return None  # the caller runs the whole primitive while the pool backs off
         plan = self.plan
@@ -233,6 +233,8 @@ class Fast:
             self.wk = P.weights(key, (w,), lambda: _weights_all(key, plan.parts, wdims, w))
             self.sample = P.sampled(w)
         ycl = np.empty(self.y_cl, np.float32)
+        if z is not None:
+            np.copyto(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
         bases = {C.arg_src: P.ptr(x), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
         if self.bias is not None:
             bases[C.arg_bias] = P.ptr(self.bias)

@@ -360,14 +360,16 @@ def test_a_batch_of_two_few_channel_images_is_not_reordered_for_a_split(split, m
 
 
 @pytest.mark.parametrize("case", [0, 1, 3])
-def test_a_remembered_split_runs_again_with_new_inputs(split, monkeypatch, case):
-    """The split convolution is remembered by its node (``conv_split.Fast``): three runs of a
-    session on three seeded inputs each split again and equal onnxruntime's result."""
-    model, feeds = _chain(case, False, seed=60 + case)
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_remembered_split_runs_again_with_new_inputs(split, monkeypatch, case, residual):
+    """The split convolution is remembered by its node (``conv_split.Fast``), with its
+    residual Z or without: three runs of a session on three seeded inputs each split again
+    and equal onnxruntime's result."""
+    model, feeds = _chain(case, residual, seed=60 + case)
     sess = anychip.load(model, devices=["cpu"])
     rng = np.random.default_rng(70 + case)
     for k in range(3):
-        feeds = {"x": _rand(rng, *feeds["x"].shape)}
+        feeds = {name: _rand(rng, *v.shape) for name, v in feeds.items()}
         before = sum(conv_split.RUNS.values())
         got = sess.run(None, feeds)
         assert sum(conv_split.RUNS.values()) == before + 1, k

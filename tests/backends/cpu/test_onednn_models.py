@@ -198,6 +198,25 @@ def test_a_node_remembers_its_simple_convolution_and_sees_rewritten_weights() ->
     assert not np.allclose(want3, want2)
 
 
+def test_a_remembered_convolution_adds_each_calls_residual() -> None:
+    """A FusedConv with a residual Z on the remembered path adds the Z of each call (the sum
+    post-op reads the destination the call fills with Z)."""
+    from anychip.backends.cpu.onednn import conv as conv_mod
+    from anychip.backends.cpu.onednn._prim import from_channels_last
+
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    attrs = {"pads": [1, 1, 1, 1]}
+    x = from_channels_last(rng.standard_normal((1, 9, 9, 8)).astype(np.float32))
+    memo: dict = {}
+    for k in range(3):
+        z = rng.standard_normal((1, 5, 9, 9)).astype(np.float32)
+        got = onednn_conv(x, w, None, z, None, attrs, channels_last=True, memo=memo)
+        assert isinstance(memo.get("fast"), conv_mod._Fast), k
+        want = numpy_conv(np.ascontiguousarray(x), w, **attrs) + z
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_node_remembers_its_grouped_1x1_product_with_the_bias_pass() -> None:
     """ShuffleNet's grouped 1x1 convolution with bias and Relu into an NCHW buffer, read from a
     channels-last source, is remembered by its node (``conv1x1.Fast``, the bias and Relu as
