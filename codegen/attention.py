@@ -18,14 +18,13 @@ that differ) and the caller runs numpy.
 
 from __future__ import annotations
 
-import ctypes
 import math
 from typing import Any
 
 import numpy as np
 
 from anychip.codegen import pool, rows
-from anychip.codegen.blas import blas_single
+from anychip.codegen.blas import blas_single, openblas_address
 from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
 from anychip.codegen.pool import SOURCE_DECL
@@ -85,17 +84,11 @@ _CDEF = """void ac_attention(long heads, long h, long s, long d, long t, long dv
     long m0, long m1, long m2, long mj, float c, int op, float *scores, float *out,
     uintptr_t gemm, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
-_sgemm: list[int] = []
 
 
 def sgemm_address() -> int:
     """The address of numpy's ILP64 OpenBLAS ``cblas_sgemm`` (0 where none is loaded)."""
-    if not _sgemm:
-        from anychip.codegen.blas import openblas_symbol
-
-        fn = openblas_symbol("scipy_cblas_sgemm64_")
-        _sgemm.append(0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0)
-    return _sgemm[0]
+    return openblas_address("scipy_cblas_sgemm64_")
 
 
 _lib = loader(C_PRELUDE + SOURCE_DECL + rows._SOURCE + _SOURCE, _CDEF, "ac_attention")[0]

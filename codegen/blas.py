@@ -27,7 +27,13 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["blas_single", "openblas_symbol", "openblas_threads", "single_blas_thread"]
+__all__ = [
+    "blas_single",
+    "openblas_address",
+    "openblas_symbol",
+    "openblas_threads",
+    "single_blas_thread",
+]
 
 _PREFIXES = ("scipy_openblas_", "openblas_")
 _SUFFIXES = ("64_", "")
@@ -52,6 +58,20 @@ def _libraries() -> Iterator[ctypes.CDLL]:
             yield ctypes.CDLL(path)
         except OSError:
             continue
+
+
+_ADDRESSES: dict[str, int] = {}
+
+
+def openblas_address(name: str) -> int:
+    """The address of OpenBLAS's function ``name`` (``openblas_symbol``), looked up once; 0
+    where no loaded OpenBLAS has it."""
+    if name not in _ADDRESSES:
+        import ctypes
+
+        fn = openblas_symbol(name)
+        _ADDRESSES[name] = 0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0
+    return _ADDRESSES[name]
 
 
 def openblas_symbol(name: str) -> Any | None:

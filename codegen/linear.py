@@ -21,7 +21,7 @@ import numpy as np
 
 from anychip.codegen import pool
 from anychip.codegen.attention import SGEMM_DECL, sgemm_address
-from anychip.codegen.blas import blas_single
+from anychip.codegen.blas import blas_single, openblas_address
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
@@ -181,19 +181,9 @@ def gemm_columns(
     return None if done < 0 else out
 
 
-_sgemv: list[int] = []
-
-
 def sgemv_address() -> int:
     """The address of numpy's ILP64 OpenBLAS ``cblas_sgemv`` (0 where none is loaded)."""
-    if not _sgemv:
-        import ctypes
-
-        from anychip.codegen.blas import openblas_symbol
-
-        fn = openblas_symbol("scipy_cblas_sgemv64_")
-        _sgemv.append(0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0)
-    return _sgemv[0]
+    return openblas_address("scipy_cblas_sgemv64_")
 
 
 def gemv_blocks(

@@ -25,6 +25,7 @@ from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn import conv1x1, conv_split
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.codegen import copies, dwconv
 
 __all__ = ["conv", "eltwise"]
@@ -377,56 +378,38 @@ def _run(
     return y
 
 
-class _Fast:
+class _Fast(Remembered):
     """A node's convolution on the simple path (one primitive reading a channels-last source
     in place and writing a channels-last output, with or without Z, too small to split or on
     one thread: a split that backed off once must try again next call), remembered with what
-    it depends on: the next call with the same source shape and strides, the same weight and
-    bias arrays, Z or none, team and OpenMP threads skips the geometry, the layout queries
-    and the cache lookups (a tiny convolution at one thread: 24.6 -> 15.2 us a call). The
-    prepared weights are kept with 65 sampled values of the array, as ``P.weights`` keeps
-    them: an array rewritten in place is prepared again."""
+    it depends on (``_memo.Remembered``): the next such call skips the geometry, the layout
+    queries and the cache lookups (a tiny convolution at one thread: 24.6 -> 15.2 us a
+    call). The prepared weights are kept with 65 sampled values of the array, as
+    ``P.weights`` keeps them: an array rewritten in place is prepared again."""
 
-    __slots__ = (
-        "entry", "key", "shape", "strides", "w", "b", "bias", "team", "threads", "cl", "wk",
-        "sample", "has_z",
-    )  # fmt: skip
+    __slots__ = ("entry", "key", "bias", "y_cl", "wk", "sample")
 
     def __init__(
         self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
     ) -> None:
-        self.entry, self.key, self.w, self.b, self.team = entry, key, w, b, team
-        self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
+        super().__init__(x, w, b, z, True, team)
+        self.entry, self.key = entry, key
         self.bias = None if b is None else np.ascontiguousarray(b)
-        self.cl = P.channels_last(entry.y_shape)
+        self.y_cl = P.channels_last(entry.y_shape)
         self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
         self.sample = P.sampled(w)
-        self.has_z = z is not None
 
     @staticmethod
     def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
         """Whether ``_run`` took the simple path for this call."""
         return cl and entry.dst_cl and entry.direct_tag(x.shape, x_tags) is not None
 
-    def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
-        return (
-            cl
-            and w is self.w
-            and b is self.b
-            and x.shape == self.shape
-            and x.strides == self.strides
-            and x.dtype == np.float32
-            and (z is None if not self.has_z else z is not None and z.dtype == np.float32)
-            and team == self.team
-            and omp_threads() == self.threads
-        )
-
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray:
         entry, key = self.entry, self.key
         if P.sampled(w) != self.sample:  # the same array rewritten in place: prepare again
             self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
             self.sample = P.sampled(w)
-        ycl = np.empty(self.cl, np.float32)
+        ycl = np.empty(self.y_cl, np.float32)
         y = P.from_channels_last(ycl)
         if z is not None:
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)

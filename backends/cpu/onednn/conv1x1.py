@@ -41,6 +41,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, fused_elementwise
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
+from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
 
@@ -116,41 +117,26 @@ def run(
     return y
 
 
-class Fast:
+class Fast(Remembered):
     """A node's 1x1 product on one primitive without Z, remembered with what it depends on
-    (``conv._Fast``'s counterpart): the next call with the same source shape and strides, the
-    same weight and bias arrays, team and OpenMP threads runs the primitive and the bias pass
-    with nothing looked up. The weights are read in place (nothing prepared), so an array
-    rewritten in place is read as it is."""
+    (``_memo.Remembered``, as ``conv._Fast``): the next such call runs the primitive and the
+    bias pass with nothing looked up. The weights are read in place (nothing prepared), so
+    an array rewritten in place is read as it is."""
 
-    __slots__ = ("prim", "w", "b", "args", "shape", "strides", "y_shape", "team", "threads")
-    __slots__ += ("post",)
+    __slots__ = ("prim", "args", "y_shape", "post")
 
     def __init__(
         self, prim: P.Prim, x: np.ndarray, w: np.ndarray, b: Any, bufs: dict, y_shape: tuple,
         team: int, post: tuple | None,
     ) -> None:  # fmt: skip
-        self.prim, self.w, self.b, self.y_shape, self.team = prim, w, b, y_shape, team
-        self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
+        super().__init__(x, w, b, None, False, team)
+        self.prim, self.y_shape = prim, y_shape
         self.args = {k: v for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
         self.post = None
         if post is not None:  # the generated bias pass, looked up once
             expr, bias, rows = post
             call = elementwise_call(expr, np.dtype(np.float32), (rows, bias.shape))
             self.post = (bias, rows, call, expr)
-
-    def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
-        return (
-            not cl
-            and z is None
-            and w is self.w
-            and b is self.b
-            and x.shape == self.shape
-            and x.strides == self.strides
-            and x.dtype == np.float32
-            and team == self.team
-            and omp_threads() == self.threads
-        )
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: np.ndarray | None) -> np.ndarray:
         y_shape = self.y_shape

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, omp_threads
+from anychip.backends.cpu.onednn._lib import C
+from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
 
@@ -191,38 +192,22 @@ def split_conv(
     return P.from_channels_last(ycl)
 
 
-class Fast:
-    """A node's split convolution, with or without Z, remembered with what it depends on (as
-    ``conv._Fast``): the next call with the same channels-last source shape and strides, the
-    same weight and bias arrays, team and OpenMP threads binds its bands and runs them with
-    nothing looked up; the prepared weights are kept with 65 sampled values of the array, so
-    an array rewritten in place is prepared again."""
+class Fast(Remembered):
+    """A node's split convolution, with or without Z, remembered with what it depends on
+    (``_memo.Remembered``, as ``conv._Fast``): the next such call binds its bands and runs
+    them with nothing looked up; the prepared weights are kept with 65 sampled values of the
+    array, so an array rewritten in place is prepared again."""
 
-    __slots__ = ("plan", "w", "b", "wk", "bias", "sample", "shape", "strides", "team")
-    __slots__ += ("threads", "y_cl", "wdims", "has_z")
+    __slots__ = ("plan", "wk", "bias", "sample", "y_cl", "wdims")
 
     def __init__(
         self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, z: Any, alive: tuple,
         team: int, y_cl: tuple, wdims: tuple,
     ) -> None:  # fmt: skip
-        self.plan, self.w, self.b, self.team, self.y_cl = plan, w, b, team, y_cl
-        self.wdims, self.has_z = wdims, z is not None
+        super().__init__(x, w, b, z, True, team)
+        self.plan, self.y_cl, self.wdims = plan, y_cl, wdims
         self.wk, self.bias = alive
         self.sample = P.sampled(w)
-        self.shape, self.strides, self.threads = x.shape, x.strides, omp_threads()
-
-    def serves(self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, cl: bool, team: int) -> bool:
-        return (
-            cl
-            and (z is None if not self.has_z else z is not None and z.dtype == np.float32)
-            and w is self.w
-            and b is self.b
-            and x.shape == self.shape
-            and x.strides == self.strides
-            and x.dtype == np.float32
-            and team == self.team
-            and omp_threads() == self.threads
-        )
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
         if not pool.try_parallel():
