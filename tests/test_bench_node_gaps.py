@@ -55,3 +55,10 @@ def test_conv_pairs_orders_onnxruntime_by_execution_and_describes_convolutions(t
     assert ops.index("MaxPool") > max(i for i, op in enumerate(ops) if "Conv" in op)
     described = conv_pairs._describe(onnx.load(path))
     assert described == {"conv": "x=[1, 3, 16, 16] w=[8, 3, 3, 3] s=None g=1"}
+
+
+def test_ab_revisions_times_a_model_of_the_imported_checkout():
+    from bench import ab_revisions
+
+    got = ab_revisions.time_models(["lstm"], threads=1)
+    assert set(got) == {"lstm"} and 0 < got["lstm"] < 1e4
