@@ -55,7 +55,7 @@ struct ac_dw {
     int act; float p0, p1;
 };
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) && !defined(AC_DW_PORTABLE)
 #include <immintrin.h>
 int ac_dw_simd(void) { return 1; }
 
@@ -286,11 +286,19 @@ _RELU, _CLIP = 32, 46  # oneDNN's eltwise_relu and eltwise_clip (onednn/_lib.C)
 _F32 = np.dtype(np.float32)
 
 _lib, _forget = loader(SOURCE_DECL + _SOURCE, _CDEF, "ac_dwconv")
+#: The same source with its portable loops only (no AVX-512 intrinsics), for ``PORTABLE``.
+_portable, _forget_portable = loader(
+    "#define AC_DW_PORTABLE 1\n" + SOURCE_DECL + _SOURCE, _CDEF, "ac_dwconv"
+)
+#: Run the portable loops, on any CPU (tests: they are what a CPU without AVX-512 would run;
+#: in use such CPUs stay on oneDNN, the portable loops never measured faster).
+PORTABLE = False
 
 
 def forget() -> None:
     """Look for the compiler again on the next call."""
     _forget()
+    _forget_portable()
 
 
 def _activation(act: tuple[int, float, float] | None) -> tuple[int, float, float] | None:
@@ -366,8 +374,8 @@ def depthwise(
         return None
     if z is not None and (z.dtype is not _F32 or not z.transpose(0, 2, 3, 1).flags.c_contiguous):
         return None
-    lib = _lib()
-    if lib is None or not lib[1].ac_dw_simd():
+    lib = _portable() if PORTABLE else _lib()
+    if lib is None or not (PORTABLE or lib[1].ac_dw_simd()):
         return None  # no compiler, or no AVX-512: the portable loops were not measured faster
     y_shape, _, (kh, kw), (strides, dil, begin, _end) = geo
     c, ow = x.shape[1], y_shape[3]

@@ -47,12 +47,17 @@ CASES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _every_shape(monkeypatch):
-    """The kernel on every shape here (small ones stay on oneDNN in use)."""
+@pytest.fixture(autouse=True, params=["native", "portable"])
+def _every_shape(monkeypatch, request):
+    """The kernel on every shape here (small ones stay on oneDNN in use), once as built for
+    this CPU and once with the portable loops only (what a CPU without AVX-512 compiles; on
+    such a CPU both runs take them)."""
     monkeypatch.setattr(dwconv, "MIN_CHANNELS", 0)
     monkeypatch.setattr(dwconv, "MIN_WIDTH", 0)
     monkeypatch.setattr(dwconv, "MAX_WIDTH", 1 << 30)
+    lib = dwconv._lib()
+    native = lib is not None and lib[1].ac_dw_simd()
+    monkeypatch.setattr(dwconv, "PORTABLE", request.param == "portable" or not native)
 
 
 def _reference(x, w, b, z, act, stride, pads, dil):
