@@ -11,7 +11,6 @@ projections); the sums are right either way. Medians over the runs, microseconds
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -75,27 +74,12 @@ def _describe(model: object) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import onnx
-    from cpu_models import MODELS, build
-    from node_gaps import anychip_nodes
+    from node_gaps import both, parse
 
-    from anychip.bench_cli import _thread_limit
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", choices=list(MODELS))
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--top", type=int, default=20)
-    args = ap.parse_args(argv)
-    model, feeds = build(args.model)
+    args = parse(__doc__, argv, runs=40, top=20)
+    model, ours, theirs = both(args.model, args.threads, args.runs, onnxruntime_ordered)
     where = {n.name: i for i, n in enumerate(model.graph.node)}
     described = _describe(model)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, f"{args.model}.onnx")
-        onnx.save(model, path)
-        with _thread_limit(args.threads):
-            ours = anychip_nodes(path, feeds, args.runs)
-        theirs = onnxruntime_ordered(path, feeds, args.runs, args.threads)
     convs = [(k, t) for k, (op, t) in ours.items() if op in ("Conv", "FusedConv")]
     convs.sort(key=lambda kt: where.get(kt[0].split("+")[0], len(where)))
     peer = [(n, t) for n, op, t in theirs if op in ("Conv", "FusedConv")]

@@ -19,6 +19,7 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 
@@ -88,25 +89,40 @@ def _report(ours: Nodes, theirs: Nodes, top: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    import onnx
-    from cpu_models import MODELS, build
+def parse(doc: str, argv: list[str] | None, runs: int, top: int) -> argparse.Namespace:
+    """The arguments these per-node benches take: a model of ``cpu_models``, threads, runs,
+    how many rows to show."""
+    from cpu_models import MODELS
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("model", choices=list(MODELS))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--top", type=int, default=15)
-    args = ap.parse_args(argv)
-    model, feeds = build(args.model)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, f"{args.model}.onnx")
-        onnx.save(model, path)
-        from anychip.bench_cli import _thread_limit
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--top", type=int, default=top)
+    return ap.parse_args(argv)
 
-        with _thread_limit(args.threads):
-            ours = anychip_nodes(path, feeds, args.runs)
-        theirs = onnxruntime_nodes(path, feeds, args.runs, args.threads)
+
+def both(name: str, threads: int, runs: int, theirs_fn: Any = None) -> tuple[Any, Nodes, Any]:
+    """Model ``name`` built, profiled by anychip at ``threads`` and by onnxruntime
+    (``theirs_fn``, ``onnxruntime_nodes`` by default): (model, ours, theirs)."""
+    import onnx
+    from cpu_models import build
+
+    from anychip.bench_cli import _thread_limit
+
+    model, feeds = build(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"{name}.onnx")
+        onnx.save(model, path)
+        with _thread_limit(threads):
+            ours = anychip_nodes(path, feeds, runs)
+        theirs = (theirs_fn or onnxruntime_nodes)(path, feeds, runs, threads)
+    return model, ours, theirs
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(__doc__, argv, runs=30, top=15)
+    _, ours, theirs = both(args.model, args.threads, args.runs)
     print(_report(ours, theirs, args.top))
 
 

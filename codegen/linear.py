@@ -108,6 +108,13 @@ _F32 = np.dtype(np.float32)
 _lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 
 
+def _into(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """``out`` when it is a C-contiguous float32 array of ``shape``, else a new one."""
+    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
+        return np.empty(shape, _F32)
+    return out
+
+
 def linear(
     a: np.ndarray, b: np.ndarray, bias: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray | None:
@@ -134,8 +141,7 @@ def linear(
     if lib is None:
         return None
     shape = a.shape[:-1] + (n,)
-    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
-        out = np.empty(shape, _F32)
+    out = _into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     y = buf(f32, out, require_writable=True)
@@ -170,8 +176,7 @@ def gemm_columns(
     if lib is None or not blas_single():
         return None  # two threads calling a threaded OpenBLAS would each start its own
     shape = a.shape[:-1] + (n,)
-    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
-        out = np.empty(shape, _F32)
+    out = _into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     done = c.ac_gemm_columns(
@@ -207,8 +212,7 @@ def gemv_blocks(
     if lib is None or not blas_single():
         return None
     shape = x.shape[:-1] + (n,)
-    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
-        out = np.empty(shape, _F32)
+    out = _into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     done = c.ac_gemv_blocks(
