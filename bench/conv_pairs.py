@@ -11,13 +11,8 @@ projections); the sums are right either way. Medians over the runs, microseconds
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import tempfile
-from collections import defaultdict
-
-import numpy as np
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
@@ -28,27 +23,10 @@ __all__ = ["onnxruntime_ordered", "main"]
 
 def onnxruntime_ordered(path: str, feeds: dict, runs: int, threads: int) -> list[tuple]:
     """onnxruntime's nodes in execution order: (name, op, median seconds per run)."""
-    import onnxruntime as ort
+    from node_gaps import onnxruntime_nodes
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    for _ in range(runs + 3):
-        sess.run(None, feeds)
-    trace = sess.end_profiling()
-    with open(trace, encoding="utf-8") as f:
-        events = json.load(f)
-    os.remove(trace)
-    kernel = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    times: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for e in sorted(kernel, key=lambda e: e["ts"]):
-        times[(e["name"][: -len("_kernel_time")], e["args"].get("op_name", "?"))].append(
-            e["dur"] * 1e-6
-        )
-    return [(n, op, float(np.median(ts[3:] or ts))) for (n, op), ts in times.items()]
+    nodes = onnxruntime_nodes(path, feeds, runs, threads)
+    return [(name, op, t) for name, (op, t) in nodes.items()]
 
 
 def _describe(model: object) -> dict[str, str]:

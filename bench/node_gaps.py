@@ -45,7 +45,8 @@ def anychip_nodes(path: str, feeds: dict, runs: int) -> Nodes:
 
 
 def onnxruntime_nodes(path: str, feeds: dict, runs: int, threads: int) -> Nodes:
-    """Per node of onnxruntime (all graph optimizations): its op and median seconds per run."""
+    """Per node of onnxruntime (all graph optimizations), in execution order: its op and
+    median seconds per run."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -62,7 +63,7 @@ def onnxruntime_nodes(path: str, feeds: dict, runs: int, threads: int) -> Nodes:
         events = json.load(f)
     os.remove(trace)
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for e in events:
+    for e in sorted(events, key=lambda e: e.get("ts", 0)):  # the nodes in execution order
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             key = (e["name"][: -len("_kernel_time")], e["args"].get("op_name", "?"))
             times[key].append(e["dur"] * 1e-6)
