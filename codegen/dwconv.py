@@ -369,8 +369,8 @@ def depthwise(
     ``onednn/conv._geometry``'s. Returns the NCHW view of a new channels-last buffer with
     ``channels_last``, else a C-contiguous array (``out`` when it fits); None where this path
     does not run (module docstring)."""
-    kind = _activation(act)
-    if kind is None or not applies(x, w, geo[1]):
+    kind = _activation(act)  # the caller checked applies(x, w, group)
+    if kind is None:
         return None
     if z is not None and (z.dtype is not _F32 or not z.transpose(0, 2, 3, 1).flags.c_contiguous):
         return None

@@ -53,9 +53,11 @@ int ac_linear(long m, long n, long k, const float *a, const float *b, const floa
 /* y = a @ op(b) by column blocks (multiples of 16 but the last), one sgemm each, on the
    pool's threads: op(b) is b [k, n] (tb 0) or b [n, k] transposed (tb 1). */
 struct ac_cols { ac_sgemm_t g; long m, n, k, parts; int tb; const float *a, *b; float *y; };
-static long ac_col(const struct ac_cols *s, long i) {
-    return i == s->parts ? s->n : (s->n * i / s->parts) & ~15L;
+/* Where block i of n columns in `parts` starts: multiples of 16, the last block to n. */
+static long ac_block(long n, long parts, long i) {
+    return i == parts ? n : (n * i / parts) & ~15L;
 }
+static long ac_col(const struct ac_cols *s, long i) { return ac_block(s->n, s->parts, i); }
 static void ac_cols_part(void *p, long i) {
     const struct ac_cols *s = (const struct ac_cols *)p;
     const long c0 = ac_col(s, i), c1 = ac_col(s, i + 1);
@@ -73,8 +75,7 @@ typedef void (*ac_sgemv_t)(int order, int trans, int64_t m, int64_t n, float alp
 struct ac_gemv { ac_sgemv_t g; long n, k, parts; int tb; const float *x, *b; float *y; };
 static void ac_gemv_part(void *p, long i) {
     const struct ac_gemv *s = (const struct ac_gemv *)p;
-    const long c0 = i == 0 ? 0 : (s->n * i / s->parts) & ~15L;
-    const long c1 = i + 1 == s->parts ? s->n : (s->n * (i + 1) / s->parts) & ~15L;
+    const long c0 = ac_block(s->n, s->parts, i), c1 = ac_block(s->n, s->parts, i + 1);
     if (c1 <= c0) return;
     if (s->tb) s->g(101, 111, c1 - c0, s->k, 1.0f, s->b + c0 * s->k, s->k, s->x, 1, 0.0f,
                     s->y + c0, 1);

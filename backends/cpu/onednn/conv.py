@@ -387,7 +387,7 @@ class _Fast(Remembered):
     call). The prepared weights are kept with 65 sampled values of the array, as
     ``P.weights`` keeps them: an array rewritten in place is prepared again."""
 
-    __slots__ = ("entry", "key", "bias", "y_cl", "wk", "sample")
+    __slots__ = ("entry", "key", "bias", "y_cl")
 
     def __init__(
         self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
@@ -396,8 +396,6 @@ class _Fast(Remembered):
         self.entry, self.key = entry, key
         self.bias = None if b is None else np.ascontiguousarray(b)
         self.y_cl = P.channels_last(entry.y_shape)
-        self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
-        self.sample = P.sampled(w)
 
     @staticmethod
     def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
@@ -406,14 +404,12 @@ class _Fast(Remembered):
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray:
         entry, key = self.entry, self.key
-        if P.sampled(w) != self.sample:  # the same array rewritten in place: prepare again
-            self.wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
-            self.sample = P.sampled(w)
+        wk = self.prepared(w, lambda: P.weights(key, (w,), lambda: _prepare_weights(entry, key, w)))
         ycl = np.empty(self.y_cl, np.float32)
         y = P.from_channels_last(ycl)
         if z is not None:
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
-        bufs = {C.arg_src: x, C.arg_weights: self.wk, C.arg_dst: ycl}
+        bufs = {C.arg_src: x, C.arg_weights: wk, C.arg_dst: ycl}
         if self.bias is not None:
             bufs[C.arg_bias] = self.bias
         entry.prim.run(bufs)

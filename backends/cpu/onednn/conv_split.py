@@ -198,7 +198,7 @@ class Fast(Remembered):
     them with nothing looked up; the prepared weights are kept with 65 sampled values of the
     array, so an array rewritten in place is prepared again."""
 
-    __slots__ = ("plan", "wk", "bias", "sample", "y_cl", "wdims")
+    __slots__ = ("plan", "bias", "y_cl", "wdims")
 
     def __init__(
         self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, z: Any, alive: tuple,
@@ -207,25 +207,19 @@ class Fast(Remembered):
         super().__init__(x, w, b, z, True, team)
         self.plan, self.y_cl, self.wdims = plan, y_cl, wdims
         self.wk, self.bias = alive
-        self.sample = P.sampled(w)
+        self.sample = P.sampled(w)  # the weights as prepared for this call
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
         if not pool.try_parallel():
             return None  # the caller runs the whole primitive while the pool backs off
-        plan = self.plan
-        if P.sampled(w) != self.sample:  # rewritten in place: prepare again
-            key, wdims = plan.wkey, self.wdims
-            self.wk = P.weights(key, (w,), lambda: _weights_all(key, plan.parts, wdims, w))
-            self.sample = P.sampled(w)
+        plan, key, wdims = self.plan, self.plan.wkey, self.wdims
+        wk = self.prepared(
+            w, lambda: P.weights(key, (w,), lambda: _weights_all(key, plan.parts, wdims, w))
+        )
         ycl = np.empty(self.y_cl, np.float32)
         if z is not None:
             np.copyto(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
-        bases = {C.arg_src: P.ptr(x), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
-        if self.bias is not None:
-            bases[C.arg_bias] = P.ptr(self.bias)
-        buffers = offset_buffers(bases, plan.offsets)
-        for bufs, w_ptr in zip(buffers, self.wk.ptrs):
-            bufs[C.arg_weights] = w_ptr
+        buffers = _bind(plan, wk, self.bias, x.transpose(0, 2, 3, 1), ycl)
         run_all(plan.prims, buffers, self.team)
         RUNS[len(plan.prims)] += 1
         return P.from_channels_last(ycl)
@@ -266,20 +260,28 @@ def _buffers(
     xcl: np.ndarray,
     ycl: np.ndarray,
 ) -> tuple[list[dict[int, int]], tuple]:
-    """Each part's buffers as addresses (``plan.offsets`` from the arrays' starts), its
-    weights from one cache entry for all parts; and the arrays behind them that the caller
-    must hold while they run (the weight cache may drop its entry meanwhile, from another
-    thread, and a non-contiguous bias is a copy)."""
+    """Each part's buffers as addresses (``_bind``), its weights from one cache entry for all
+    parts; and the arrays behind them that the caller must hold while they run (the weight
+    cache may drop its entry meanwhile, from another thread, and a non-contiguous bias is a
+    copy)."""
     key, built = plan.wkey, plan.parts
     wk = P.weights(key, (w,), lambda: _weights_all(key, built, wdims, w))
-    bases = {C.arg_src: P.ptr(xcl), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
     bc = None if b is None else np.ascontiguousarray(b)
-    if bc is not None:
-        bases[C.arg_bias] = P.ptr(bc)
+    return _bind(plan, wk, bc, xcl, ycl), (wk, bc)
+
+
+def _bind(
+    plan: _Plan, wk: _PartWeights, bias: np.ndarray | None, xcl: np.ndarray, ycl: np.ndarray
+) -> list[dict[int, int]]:
+    """Each part's buffers as addresses: ``plan.offsets`` from the arrays' starts, its own
+    prepared weights."""
+    bases = {C.arg_src: P.ptr(xcl), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
+    if bias is not None:
+        bases[C.arg_bias] = P.ptr(bias)
     buffers = offset_buffers(bases, plan.offsets)
     for bufs, w_ptr in zip(buffers, wk.ptrs):
         bufs[C.arg_weights] = w_ptr
-    return buffers, (wk, bc)
+    return buffers
 
 
 class _PartWeights:

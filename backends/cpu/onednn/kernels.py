@@ -49,6 +49,16 @@ __all__ = ["ONEDNN_KERNELS", "RUNS"]
 RUNS: Counter[tuple[str, str]] = Counter()
 
 
+def _node_memo(ctx: Any, name: str) -> dict:
+    """The node's own dict ``name`` in its ``meta``, for what its kernel remembers between
+    calls (a clone's meta starts as a copy of the original's: it gets a dict of its own)."""
+    node = ctx.node
+    kept = node.meta.get(name)
+    if kept is None or kept[0] is not node:
+        kept = node.meta[name] = (node, {})
+    return kept[1]
+
+
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
 def _conv(x: np.ndarray, w: np.ndarray, *args: Any, ctx: Any = None) -> Any:
     # output positions times the weights: a stride-2 convolution has a quarter of the input's
@@ -56,7 +66,7 @@ def _conv(x: np.ndarray, w: np.ndarray, *args: Any, ctx: Any = None) -> Any:
     for s in args[3].get("strides") or ():
         work //= max(int(s), 1)
     small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
-    memo = None if ctx is None else ctx.node.meta.setdefault("onednn_conv", {})
+    memo = None if ctx is None else _node_memo(ctx, "onednn_conv")
     with team_for(work, small) as team:  # a one-thread convolution may split its rows
         return _conv_mod.conv(x, w, *args, team=team, memo=memo)
 
@@ -67,13 +77,7 @@ def pool(x: np.ndarray, *args: Any, ctx: Any = None) -> Any:
     the window out again (warm, 2 threads, medians of 2000, us, before / after, load 2.8:
     GlobalAveragePool 544x7x7 17.2-17.6 / 12.3-13.3, AveragePool 3x3/2 136x28x28 27.1-27.7 /
     21.7-22.1, MaxPool 3x3/2 256x27x27 35.2-35.4 / 30.6-31.1)."""
-    memo = None
-    if ctx is not None:
-        node = ctx.node
-        kept = node.meta.get("onednn_pool")
-        if kept is None or kept[0] is not node:  # a clone's meta starts as a copy: its own
-            kept = node.meta["onednn_pool"] = (node, {})
-        memo = kept[1]
+    memo = None if ctx is None else _node_memo(ctx, "onednn_pool")
     with team_for(x.size * 9):
         return _pool_mod.pool(x, *args, memo=memo)
 
@@ -89,7 +93,7 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
     if b.ndim != 2:
         return None
     n = b.shape[0] if trans_b else b.shape[1]
-    y = _matmul_mod.split_gemv(a, b, out, trans_b)  # a few rows, large weights, 2+ threads
+    y = _matmul_mod.split_gemv(a, b, out, trans_b)  # one row, large weights, 2+ threads
     if y is not None:
         return y
     if a.size * n < _matmul_mod.MIN_MACS:

@@ -67,9 +67,9 @@ ROWS_PER_PART = 32
 COLUMN_SPLIT_MAX = 1 << 26
 
 
-#: Weights (``k * n`` floats) from which a matrix-vector product (fewer than ``MIN_ROWS`` rows
-#: of A) given two threads or more is cut into column blocks on ``codegen/pool.py``'s threads
-#: (``codegen/linear.gemm_columns``): in a model such a product reads its weights from memory,
+#: Weights (``k * n`` floats) from which a one-row product given two threads or more is cut
+#: into blocks of the output, one numpy sgemv each, on ``codegen/pool.py``'s threads
+#: (``codegen/linear.gemv_blocks``): in a model such a product reads its weights from memory,
 #: not cache (a classifier's 1024x1000 Gemm took 200-222 us in ShuffleNet's session at one
 #: thread's bandwidth, 54 us warm), and two threads stream them at twice the rate.
 GEMV_SPLIT_WEIGHTS = 1 << 19
@@ -83,11 +83,11 @@ def split_gemv(
     backs off and where ``gemm_columns`` does not apply (the caller runs numpy's GEMV)."""
     if a.ndim < 2 or b.ndim != 2 or b.size < GEMV_SPLIT_WEIGHTS or a.size == 0:
         return None
-    n, k = b.shape if trans_b else b.shape[::-1]
-    if a.shape[-1] != k or a.size // k >= MIN_ROWS:
+    k = b.shape[1] if trans_b else b.shape[0]
+    if a.size != k or a.shape[-1] != k:  # one row
         return None
     threads = omp_threads()
-    if threads < 2 or a.size != k or not pool.try_parallel():
+    if threads < 2 or not pool.try_parallel():
         return None
     return gemv_blocks(a, b, out, trans_b, threads)
 
