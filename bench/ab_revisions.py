@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args(argv)
+    for tag in ("old", "new"):
+        root = getattr(args, tag)
+        if not os.path.isfile(os.path.join(root, "__init__.py")):
+            ap.error(f"--{tag} {root!r} is not an anychip checkout (no __init__.py at its root)")
     names = [m for m in args.models.split(",") if m]
     if unknown := [m for m in names if m not in MODELS]:
         ap.error(f"unknown models {unknown}; choose from {', '.join(MODELS)}")

@@ -62,3 +62,13 @@ def test_ab_revisions_times_a_model_of_the_imported_checkout():
 
     got = ab_revisions.time_models(["lstm"], threads=1)
     assert set(got) == {"lstm"} and 0 < got["lstm"] < 1e4
+
+
+def test_ab_revisions_names_a_checkout_that_is_not_one(tmp_path, capsys):
+    import pytest
+
+    from bench import ab_revisions
+
+    with pytest.raises(SystemExit):
+        ab_revisions.main(["--old", str(tmp_path), "--models", "lstm"])
+    assert "is not an anychip checkout" in capsys.readouterr().err
