@@ -44,6 +44,13 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
 
     sys.pycache_prefix = str(cache_root() / "pycache")
     sys.dont_write_bytecode = False
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        # Each CI run's venv lies in a new temporary folder: drop the mirrors of gone folders.
+        from pathlib import Path  # noqa: E402
+
+        from tests.pycache_prune import prune  # noqa: E402
+
+        prune(Path(sys.pycache_prefix))
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # Two workers on two cores: a BLAS pool per worker would oversubscribe them.
