@@ -149,7 +149,7 @@ def ptr(a: np.ndarray) -> int:
 class Prim:
     """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
 
-    __slots__ = ("pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib")
+    __slots__ = ("pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib", "bound")
 
     def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
         L = self.lib = lib()
@@ -170,10 +170,22 @@ class Prim:
         self.mem_addrs = {arg: int(ffi.cast("uintptr_t", m)) for arg, m in self.mems.items()}
         self.lock = threading.Lock()
         self.info = impl_info(pd)
+        #: (the one-call runner or None, its most buffers), made on the first run.
+        self.bound: tuple[Any, int] | None = None
 
     def run(self, buffers: dict[int, np.ndarray | int]) -> None:
         """Execute with argument ``k`` in ``buffers[k]`` (arrays laid out as described, or
-        their addresses)."""
+        their addresses): in one C call where the helper builds (``_parallel.bound_runner``),
+        else binding each buffer from Python."""
+        bound = self.bound
+        if bound is None:
+            from anychip.backends.cpu.onednn._parallel import BOUND_ARGS, bound_runner
+
+            bound = self.bound = (bound_runner(self), BOUND_ARGS)
+        if bound[0] is not None and len(buffers) <= bound[1]:
+            with self.lock:
+                check(bound[0](buffers), "executing " + self.info)
+            return
         L = self.lib
         dn, mems, buf, cast = L.dnnl, self.mems, L.ffi.from_buffer, L.ffi.cast
         with self.lock:
