@@ -47,12 +47,12 @@ def available() -> bool:
 
 def max_threads() -> int:
     """The team size of the next parallel region (``omp_get_max_threads``), 1 without libgomp."""
-    fns = _gomp()
-    return int(fns[0]()) if fns is not None else 1
+    fns = _fns[0] if _fns else _gomp()  # asked around every small primitive: no extra call
+    return fns[0]() if fns is not None else 1
 
 
 def set_threads(n: int) -> None:
     """``omp_set_num_threads(n)`` (nothing without libgomp)."""
-    fns = _gomp()
+    fns = _fns[0] if _fns else _gomp()
     if fns is not None:
-        fns[1](int(n))
+        fns[1](n)

@@ -12,13 +12,11 @@ their values (``C``) were generated once with gcc from the 3.2 headers (they are
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import site
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -315,22 +313,36 @@ def omp_threads() -> int:
     return omp.max_threads()
 
 
-@contextlib.contextmanager
-def team_for(work: float, small: float | None = None) -> Iterator[int]:
+class team_for:  # noqa: N801 - used as a context manager, like the generator it replaced
     """Inside: one OpenMP thread when ``work`` is under ``small`` (``SMALL_WORK`` by default;
     primitives made and run there are keyed by that team size, ``omp_threads()``), else the
     team as it is. Yields the threads given (the team size on entry): a primitive left on one
-    thread may split its work over them."""
-    n = omp.max_threads()
-    if n <= 1:
-        yield n
-        return
-    if work >= (SMALL_WORK if small is None else small):
-        with pool.paused():  # the team takes every core: the pool's spinning threads sleep
-            yield n
-        return
-    omp.set_threads(1)
-    try:
-        yield n
-    finally:
-        omp.set_threads(n)
+    thread may split its work over them. A class, not a generator: entered once per
+    convolution, pool and product, it costs 0.5 us where ``contextlib``'s took 1.3."""
+
+    __slots__ = ("work", "small", "n", "paused")
+
+    def __init__(self, work: float, small: float | None = None) -> None:
+        self.work, self.small = work, small
+        self.n = 0
+        self.paused: Any = None
+
+    def __enter__(self) -> int:
+        n = self.n = omp.max_threads()
+        if n <= 1:
+            return n
+        if self.work >= (SMALL_WORK if self.small is None else self.small):
+            self.paused = pool.paused()  # the team takes every core: the pool's threads sleep
+            self.paused.__enter__()
+            return n
+        omp.set_threads(1)
+        return n
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.n <= 1:
+            return
+        if self.paused is not None:
+            paused, self.paused = self.paused, None
+            paused.__exit__(*exc)
+            return
+        omp.set_threads(self.n)
