@@ -36,6 +36,7 @@ from anychip.codegen.pool import SOURCE_DECL
 __all__ = [
     "depthwise",
     "applies",
+    "switched_off",
     "forget",
     "RUNS",
     "MAX_KERNEL",
@@ -313,6 +314,11 @@ def _activation(act: tuple[int, float, float] | None) -> tuple[int, float, float
     return None
 
 
+def switched_off() -> bool:
+    """Whether ``ANYCHIP_DWCONV=0`` turns this path off (read on every call)."""
+    return os.environ.get("ANYCHIP_DWCONV") == "0"
+
+
 def applies(x: np.ndarray, w: np.ndarray, group: int) -> bool:
     """Whether ``depthwise`` may run this convolution: float32 4-D, ``group == C == M``,
     a channels-last ``x``, a kernel of at most ``MAX_KERNEL`` a side, the switch on."""
@@ -321,7 +327,7 @@ def applies(x: np.ndarray, w: np.ndarray, group: int) -> bool:
     c = x.shape[1]
     if group != c or w.shape[:2] != (c, 1) or c < 2 or max(w.shape[2:]) > MAX_KERNEL:
         return False
-    if os.environ.get("ANYCHIP_DWCONV") == "0":
+    if switched_off():
         return False
     return x.transpose(0, 2, 3, 1).flags.c_contiguous
 

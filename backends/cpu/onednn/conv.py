@@ -94,6 +94,8 @@ def conv(
     if group > 1 and dwconv.applies(x, w, group):  # depthwise, channels-last: C (dwconv.py)
         y = dwconv.depthwise(x, w, b, z, act, geo, channels_last, out)
         if y is not None:
+            if memo is not None:
+                memo["fast"] = _Depthwise(x, w, b, z, act, geo, channels_last, team)
             return y
     x_tags = P.layouts(x)
     if not x_tags:
@@ -387,15 +389,16 @@ class _Fast(Remembered):
     call). The prepared weights are kept with 65 sampled values of the array, as
     ``P.weights`` keeps them: an array rewritten in place is prepared again."""
 
-    __slots__ = ("entry", "key", "bias", "y_cl")
+    __slots__ = ("entry", "key", "bias", "y_cl", "pinned")
 
     def __init__(
         self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
     ) -> None:
         super().__init__(x, w, b, z, True, team)
         self.entry, self.key = entry, key
-        self.bias = None if b is None else np.ascontiguousarray(b)
+        self.bias = None if b is None else P.pin(np.ascontiguousarray(b))
         self.y_cl = P.channels_last(entry.y_shape)
+        self.pinned: tuple[Any, Any] = (None, None)  # (prepared weights, their pointer)
 
     @staticmethod
     def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
@@ -409,11 +412,34 @@ class _Fast(Remembered):
         y = P.from_channels_last(ycl)
         if z is not None:
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
-        bufs = {C.arg_src: x, C.arg_weights: wk, C.arg_dst: ycl}
+        if self.pinned[0] is not wk:
+            self.pinned = (wk, P.pin(wk))
+        bufs = {C.arg_src: x, C.arg_weights: self.pinned[1], C.arg_dst: ycl}
         if self.bias is not None:
             bufs[C.arg_bias] = self.bias
         entry.prim.run(bufs)
         return y
+
+
+class _Depthwise(Remembered):
+    """A node's depthwise convolution on ``codegen/dwconv.py``'s C kernel, remembered with
+    what it depends on (``_memo.Remembered``): the next such call goes straight to the
+    kernel, without the geometry and the checks of ``applies`` (ShuffleNet's and
+    MobileNet's depthwise nodes run every call on this path)."""
+
+    __slots__ = ("act", "geo")
+
+    def __init__(
+        self, x: np.ndarray, w: np.ndarray, b: Any, z: Any, act: Any, geo: tuple, cl: bool,
+        team: int,
+    ) -> None:  # fmt: skip
+        super().__init__(x, w, b, z, cl, team)
+        self.act, self.geo = act, geo
+
+    def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
+        if dwconv.switched_off():  # ANYCHIP_DWCONV=0 set since: the full path, oneDNN's
+            return None
+        return dwconv.depthwise(x, w, self.b, z, self.act, self.geo, self.cl, out)
 
 
 def _prepare_weights(entry: _Conv, key: tuple, w: np.ndarray) -> np.ndarray:

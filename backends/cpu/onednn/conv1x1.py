@@ -131,7 +131,7 @@ class Fast(Remembered):
     ) -> None:  # fmt: skip
         super().__init__(x, w, b, None, False, team)
         self.prim, self.y_shape = prim, y_shape
-        self.args = {k: v for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
+        self.args = {k: P.pin(v) for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
         self.post = None
         if post is not None:  # the generated bias pass, looked up once
             expr, bias, rows = post

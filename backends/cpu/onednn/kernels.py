@@ -61,12 +61,19 @@ def _node_memo(ctx: Any, name: str) -> dict:
 
 # Each primitive runs on one OpenMP thread when its work is small (``_lib.team_for``).
 def _conv(x: np.ndarray, w: np.ndarray, *args: Any, ctx: Any = None) -> Any:
-    # output positions times the weights: a stride-2 convolution has a quarter of the input's
-    work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
-    for s in args[3].get("strides") or ():
-        work //= max(int(s), 1)
-    small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
     memo = None if ctx is None else _node_memo(ctx, "onednn_conv")
+    sized = memo.get("work") if memo is not None else None
+    if sized is not None and sized[0] == x.shape and sized[1] == w.shape:
+        work, small = sized[2], sized[3]  # the node's last call had these shapes
+    else:
+        # output positions times the weights: a stride-2 convolution has a quarter of the
+        # input's
+        work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
+        for s in args[3].get("strides") or ():
+            work //= max(int(s), 1)
+        small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
+        if memo is not None:
+            memo["work"] = (x.shape, w.shape, work, small)
     with team_for(work, small) as team:  # a one-thread convolution may split its rows
         return _conv_mod.conv(x, w, *args, team=team, memo=memo)
 

@@ -229,3 +229,34 @@ def test_shapes_left_to_onednn(monkeypatch):
         assert ran == runs, (c, hw, stride)
         ref = _reference(x, wt, b, None, "Clip", stride, (1, 1, 1, 1), 1)
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_node_remembers_its_depthwise_path(monkeypatch):
+    """A node's depthwise convolution is remembered (``conv._Depthwise``): later calls with new
+    sources and residuals go straight to the kernel and equal onnxruntime; a source of another
+    shape takes the full path again; ``ANYCHIP_DWCONV=0`` set later sends the call to oneDNN."""
+    c, k, stride, pads = 40, 3, 1, (1, 1, 1, 1)
+    attrs = _attrs(c, k, stride, pads, 1)
+    memo: dict = {}
+    for seed in range(3):
+        x, wt, b, z = _case(30, 1, c, 9, 11, k, True, stride, pads, 1)
+        if seed:  # the same weights, a new source and residual every call
+            x, _, _, z = _case(30 + seed, 1, c, 9, 11, k, True, stride, pads, 1)
+        if seed == 0:
+            w0, b0 = wt, b
+        runs = dwconv.RUNS["dwconv"]
+        y = oconv.conv(_channels_last(x), w0, b0, _channels_last(z), ACTS["Relu"][1], attrs,
+                       True, memo=memo)  # fmt: skip
+        assert dwconv.RUNS["dwconv"] == runs + 1
+        assert isinstance(memo.get("fast"), oconv._Depthwise), seed
+        ref = _reference(x, w0, b0, z, "Relu", stride, pads, 1)
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    x2, _, _, _ = _case(40, 1, c, 7, 6, k, False, stride, pads, 1)  # another shape
+    y2 = oconv.conv(_channels_last(x2), w0, b0, None, None, attrs, True, memo=memo)
+    np.testing.assert_allclose(y2, _reference(x2, w0, b0, None, None, stride, pads, 1),
+                               rtol=1e-5, atol=1e-5)  # fmt: skip
+    monkeypatch.setenv("ANYCHIP_DWCONV", "0")
+    runs = dwconv.RUNS["dwconv"]
+    y3 = oconv.conv(_channels_last(x2), w0, b0, None, None, attrs, True, memo=memo)
+    assert dwconv.RUNS["dwconv"] == runs  # oneDNN ran it
+    np.testing.assert_allclose(y3, y2, rtol=1e-5, atol=1e-5)

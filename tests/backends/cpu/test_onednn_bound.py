@@ -92,3 +92,21 @@ def test_without_the_helper_each_buffer_binds_from_python(monkeypatch) -> None:
     assert prim.bound is not None and prim.bound[0] is None
     np.testing.assert_allclose(got, _want(x, w, b), rtol=1e-4, atol=1e-4)
     prim.bound = None  # the next test's runs build the one-call path again
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_pinned_buffers_bind_as_arrays_do(monkeypatch, helper: bool) -> None:
+    """``pin``'s pointers (a remembered path's weights and bias) give the arrays' answers, in
+    the one call and on the Python path."""
+    from anychip.backends.cpu.onednn._prim import pin
+
+    rng = np.random.default_rng(24)
+    x, w, b, fast = _remembered(rng, {})
+    if not helper:
+        monkeypatch.setattr(par, "_helper", lambda: None)
+        fast.entry.prim.bound = None
+    want = _want(x, w, b)
+    got = _run(fast, x, pin(fast.wk), pin(b))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (fast.entry.prim.bound[0] is None) is not helper
+    fast.entry.prim.bound = None
