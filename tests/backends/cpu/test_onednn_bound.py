@@ -110,3 +110,28 @@ def test_pinned_buffers_bind_as_arrays_do(monkeypatch, helper: bool) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (fast.entry.prim.bound[0] is None) is not helper
     fast.entry.prim.bound = None
+
+
+@pytest.mark.parametrize("helper", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_remembered_convolution_calls_its_primitive_directly(monkeypatch, helper, bias) -> None:
+    """``conv._Fast`` binds and executes its primitive in one direct call where the helper
+    builds (``_parallel.bound_call``), else through ``Prim.run``: the same answers, call
+    after call, with and without a bias."""
+    from anychip.backends.cpu.onednn import conv as conv_mod
+
+    if not helper:
+        monkeypatch.setattr(par, "_helper", lambda: None)
+    rng = np.random.default_rng(25 + bias)
+    w = rng.standard_normal((5, 8, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32) if bias else None
+    memo: dict = {}
+    for k in range(3):
+        x = from_channels_last(rng.standard_normal((1, 6, 7, 8)).astype(np.float32))
+        got = onednn_conv(x, w, b, None, None, ATTRS, channels_last=True, memo=memo)
+        want = numpy_conv(np.ascontiguousarray(x), w, b, **ATTRS)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        fast = memo["fast"]
+        assert isinstance(fast, conv_mod._Fast), k
+        assert (fast.direct is not None) is (helper and par._helper() is not None)
+    fast.entry.prim.bound = None  # made again by the next test's runs
