@@ -39,8 +39,9 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, fused_elementwise
+from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, omp_threads
+from anychip.backends.cpu.onednn._lib import C, check, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
@@ -123,7 +124,7 @@ class Fast(Remembered):
     bias pass with nothing looked up. The weights are read in place (nothing prepared), so
     an array rewritten in place is read as it is."""
 
-    __slots__ = ("prim", "args", "y_shape", "post")
+    __slots__ = ("prim", "args", "y_shape", "post", "direct", "x_cl")
 
     def __init__(
         self, prim: P.Prim, x: np.ndarray, w: np.ndarray, b: Any, bufs: dict, y_shape: tuple,
@@ -132,6 +133,20 @@ class Fast(Remembered):
         super().__init__(x, w, b, None, False, team)
         self.prim, self.y_shape = prim, y_shape
         self.args = {k: P.pin(v) for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
+        # One direct C call (``_parallel.bound_call``): the kept arguments, then the source
+        # (the matmul's weights argument: NCHW or channels-last, dense) and the destination.
+        self.x_cl = x.ndim == 4 and P.from_channels_last_ok(x)
+        keys = (*self.args, C.arg_weights, C.arg_dst)
+        dense = self.x_cl or x.flags.c_contiguous
+        pinned = all(type(v) is not np.ndarray for v in self.args.values())
+        self.direct = None
+        if dense and pinned and len(keys) <= _parallel.BOUND_ARGS:
+            call = _parallel.bound_call(prim, keys)
+            if call is not None:
+                fn, fixed, mems, fb, null = call
+                kept = tuple(self.args.values())
+                pad = (null,) * (_parallel.BOUND_ARGS - len(keys))
+                self.direct = fn, (*fixed, len(keys), mems, *kept), pad, fb
         self.post = None
         if post is not None:  # the generated bias pass, looked up once
             expr, bias, rows = post
@@ -141,9 +156,19 @@ class Fast(Remembered):
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: np.ndarray | None) -> np.ndarray:
         y_shape = self.y_shape
         y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
-        bufs = dict(self.args)
-        bufs[C.arg_weights], bufs[C.arg_dst] = x, y
-        self.prim.run(bufs)
+        direct = self.direct
+        if direct is not None and y.flags.c_contiguous:
+            fn, head, pad, fb = direct
+            xp = fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x)
+            prim = self.prim
+            with prim.lock:
+                s = fn(*head, xp, fb(y), *pad)
+            if s:
+                check(s, "executing " + prim.info)
+        else:
+            bufs = dict(self.args)
+            bufs[C.arg_weights], bufs[C.arg_dst] = x, y
+            self.prim.run(bufs)
         if self.post is not None:
             bias, rows, call, expr = self.post
             view = y.reshape(rows)

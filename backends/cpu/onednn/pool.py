@@ -18,8 +18,9 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, get, omp_threads
+from anychip.backends.cpu.onednn._lib import C, check, get, omp_threads
 from anychip.codegen import copies
 
 __all__ = ["pool"]
@@ -52,7 +53,7 @@ def pool(
             return None
         if memo is not None:
             memo[key] = found
-    prim, y_shape, src_cl, contiguous = found
+    prim, y_shape, src_cl, contiguous, direct = found
     if contiguous:
         x = np.ascontiguousarray(x)
     if src_cl:
@@ -62,15 +63,24 @@ def pool(
         out = y = planned
     else:
         out = y = np.empty(y_shape, np.float32)
-    prim.run({C.arg_src: x, C.arg_dst: out})
+    # The source as its dense buffer: NHWC behind the NCHW view, or the array itself.
+    xs = x.transpose((0, *range(2, x.ndim), 1)) if src_cl else x
+    if direct is not None and xs.flags.c_contiguous and out.flags.c_contiguous:
+        fn, fixed, mems, fb, null = direct  # one C call (``_parallel.bound_call``)
+        with prim.lock:
+            s = fn(*fixed, 2, mems, fb(xs), fb(out), null, null, null, null)
+        if s:
+            check(s, "executing " + prim.info)
+    else:
+        prim.run({C.arg_src: x, C.arg_dst: out})
     return _c_order(y, planned) if src_cl and not channels_last else y
 
 
 def _prepare(
     x: np.ndarray, alg: int, kernel_shape: list[int] | None, attrs: dict[str, Any], op: str
-) -> tuple[P.Prim, tuple[int, ...], bool, bool] | None:
-    """``(primitive, output shape, source channels-last, source to make C-contiguous)`` for
-    ``x``'s shape and strides, or None when oneDNN cannot."""
+) -> tuple[P.Prim, tuple[int, ...], bool, bool, tuple | None] | None:
+    """``(primitive, output shape, source channels-last, source to make C-contiguous, the
+    one direct call or None)`` for ``x``'s shape and strides, or None when oneDNN cannot."""
     g = _geometry(x.shape[2:], kernel_shape, attrs, op)
     if alg == C.pooling_avg_include_padding and any(g.extra_end):
         return None
@@ -102,7 +112,7 @@ def _prepare(
         prim = P.cached(key, lambda: _build(x.shape, y_shape, tag, alg, g, right))
     except P.Unsupported:
         return None
-    return prim, y_shape, src_cl, contiguous
+    return prim, y_shape, src_cl, contiguous, _parallel.bound_call(prim, (C.arg_src, C.arg_dst))
 
 
 def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:

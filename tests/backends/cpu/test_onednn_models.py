@@ -217,11 +217,16 @@ def test_a_remembered_convolution_adds_each_calls_residual() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_node_remembers_its_grouped_1x1_product_with_the_bias_pass() -> None:
+@pytest.mark.parametrize("helper", [True, False])
+def test_a_node_remembers_its_grouped_1x1_product_with_the_bias_pass(monkeypatch, helper) -> None:
     """ShuffleNet's grouped 1x1 convolution with bias and Relu into an NCHW buffer, read from a
     channels-last source, is remembered by its node (``conv1x1.Fast``, the bias and Relu as
-    the generated pass looked up once): every call equals the numpy kernel's result."""
-    from anychip.backends.cpu.onednn import conv1x1
+    the generated pass looked up once, the primitive called directly where the C helper
+    builds): every call equals the numpy kernel's result."""
+    from anychip.backends.cpu.onednn import _parallel, conv1x1
+
+    if not helper:
+        monkeypatch.setattr(_parallel, "_helper", lambda: None)
     from anychip.backends.cpu.onednn._lib import C
     from anychip.backends.cpu.onednn._prim import from_channels_last
 
@@ -236,5 +241,6 @@ def test_a_node_remembers_its_grouped_1x1_product_with_the_bias_pass() -> None:
         out = np.full((1, 24, 7, 9), np.nan, np.float32)
         got = onednn_conv(x, w, b, None, relu, attrs, out=out, memo=memo)
         assert got is out and isinstance(memo.get("fast"), conv1x1.Fast), k
+        assert (memo["fast"].direct is not None) is (helper and _parallel._helper() is not None)
         want = np.maximum(numpy_conv(np.ascontiguousarray(x), w, b, **attrs), 0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
