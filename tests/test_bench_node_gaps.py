@@ -72,3 +72,26 @@ def test_ab_revisions_names_a_checkout_that_is_not_one(tmp_path, capsys):
     with pytest.raises(SystemExit):
         ab_revisions.main(["--old", str(tmp_path), "--models", "lstm"])
     assert "is not an anychip checkout" in capsys.readouterr().err
+
+
+def test_conv_threads_times_each_convolution_at_one_and_two_threads():
+    from bench import conv_threads
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    one, split1 = conv_threads.conv_times(model, feeds, 1, runs=3)
+    two, split2 = conv_threads.conv_times(model, feeds, 2, runs=3)
+    assert [(x, w_) for x, w_, _ in one] == [((1, 3, 12, 12), (8, 3, 3, 3))]
+    assert len(one[0][2]) == 3 and all(t > 0 for t in one[0][2])
+    assert split1 == 0  # one thread never splits
+    text = conv_threads.report(one, two, (split1, split2), top=5)
+    assert "1 convolutions" in text and "x=[1, 3, 12, 12] w=[8, 3, 3, 3]" in text
