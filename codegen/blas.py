@@ -67,8 +67,6 @@ def openblas_address(name: str) -> int:
     """The address of OpenBLAS's function ``name`` (``openblas_symbol``), looked up once; 0
     where no loaded OpenBLAS has it."""
     if name not in _ADDRESSES:
-        import ctypes
-
         fn = openblas_symbol(name)
         _ADDRESSES[name] = 0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0
     return _ADDRESSES[name]

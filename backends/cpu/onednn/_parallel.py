@@ -27,10 +27,10 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import check
 from anychip.codegen import pool
-from anychip.codegen.build import cc_key, load
+from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["run_all", "offset_buffers", "bound_runner", "bound_call", "BOUND_ARGS", "RUNS"]
+__all__ = ["run_all", "offset_buffers", "bound", "bound_runner", "Bound", "BOUND_ARGS", "RUNS"]
 
 #: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
 RUNS: Counter[str] = Counter()
@@ -121,16 +121,9 @@ def _entry_points(L: Any) -> tuple[int, int, int]:
     return _entry[1], _entry[2], _entry[3]
 
 
-def _helper() -> Any | None:
-    """The built helper ``(ffi, lib, fn)``, or None; looked up once per ``$CC`` (a build's
-    cache key hashes the source: 60 us a call)."""
-    key = cc_key()
-    if key not in _built:
-        _built[key] = load(SOURCE_DECL + _SOURCE, _CDEF, "ac_exec_all")
-    return _built[key]
-
-
-_built: dict[object, Any] = {}
+#: The built helper ``(ffi, lib, float[] type)``, or None without a compiler; kept per
+#: ``$CC`` (a build's cache key hashes the source: 60 us a call).
+_helper = loader(SOURCE_DECL + _SOURCE, _CDEF, "ac_exec_all")[0]
 
 
 def _fixed(hffi: Any, L: Any, prims: list[P.Prim]) -> tuple[Any, Any, Any, Any]:
@@ -164,53 +157,66 @@ def _address(ffi: Any, cdata: Any) -> int:
     return int(ffi.cast("uintptr_t", cdata))
 
 
-#: Most buffers ``bound_runner``'s call binds.
+#: Most buffers one ``Bound`` call binds.
 BOUND_ARGS = 6
 
 
-def bound_call(prim: P.Prim, keys: tuple[int, ...]) -> tuple | None:
-    """``(fn, fixed, mems, from_buffer, NULL)`` to bind ``prim``'s arguments ``keys`` (in
-    that order) and execute it in one C call, ``fn(*fixed, len(keys), mems, p0, ..., p5)``
-    with unused pointers NULL, under ``prim.lock``; it returns oneDNN's status. For a
-    remembered path that calls the same primitive with the same arguments every time: no
-    dictionary, no per-buffer dispatch. None without the helper."""
+class Bound:
+    """``prim``'s arguments ``keys`` (in that order) bound and the primitive executed in one C
+    call (``ac_exec_bound``), under the primitive's lock, oneDNN's error raised. Called with
+    one pointer per key after the ``kept`` ones given here (a remembered path's weights and
+    bias, ``_prim.pin``'s); ``fb`` makes a dense array's pointer. Made by ``bound``."""
+
+    __slots__ = ("fn", "head", "pad", "lock", "info", "fb")
+
+    def __init__(self, built: tuple, prim: P.Prim, keys: tuple[int, ...], kept: tuple) -> None:
+        hffi, hlib, _ = built
+        L = P.lib()
+        mems = hffi.new("uintptr_t[]", [prim.mem_addrs[k] for k in keys])
+        self.fn, self.lock, self.info, self.fb = (
+            hlib.ac_exec_bound,
+            prim.lock,
+            prim.info,
+            hffi.from_buffer,
+        )
+        self.head = (
+            *_entry_points(L),
+            _address(L.ffi, prim.prim),
+            _address(L.ffi, L.stream),
+            len(prim.mems),
+            _address(L.ffi, prim.args),
+            len(keys),
+            mems,
+            *kept,
+        )
+        self.pad = (hffi.NULL,) * (BOUND_ARGS - len(keys))
+
+    def __call__(self, *ptrs: Any) -> None:
+        with self.lock:
+            s = self.fn(*self.head, *ptrs, *self.pad)
+        if s:
+            check(s, "executing " + self.info)
+
+
+def bound(prim: P.Prim, keys: tuple[int, ...], kept: tuple = ()) -> Bound | None:
+    """A ``Bound`` call of ``prim`` on ``keys``; None without the helper (no compiler) or for
+    more than ``BOUND_ARGS`` keys."""
     built = _helper()
     if built is None or len(keys) > BOUND_ARGS:
         return None
-    hffi, hlib, _ = built
-    L = P.lib()
-    fixed = (
-        *_entry_points(L),
-        _address(L.ffi, prim.prim),
-        _address(L.ffi, L.stream),
-        len(prim.mems),
-        _address(L.ffi, prim.args),
-    )
-    mems = hffi.new("uintptr_t[]", [prim.mem_addrs[k] for k in keys])
-    return hlib.ac_exec_bound, fixed, mems, hffi.from_buffer, hffi.NULL
+    return Bound(built, prim, keys, kept)
 
 
-def bound_runner(prim: P.Prim) -> Callable[[dict[int, Any]], int] | None:
-    """``prim``'s buffers bound and the primitive executed in one C call (``ac_exec_bound``):
-    a function of ``Prim.run``'s buffers (arrays or addresses, at most ``BOUND_ARGS``) that
-    returns oneDNN's status; None without the helper (no compiler)."""
+def bound_runner(prim: P.Prim) -> Callable[[dict[int, Any]], None] | None:
+    """``Prim.run`` in one C call: a function of its buffers (arrays, addresses or ``pin``'s
+    pointers, at most ``BOUND_ARGS``) binding them through a ``Bound`` per argument order;
+    None without the helper."""
     built = _helper()
     if built is None:
         return None
-    hffi, hlib, _ = built
-    L = P.lib()
-    ffi = L.ffi
-    fixed = (
-        *_entry_points(L),
-        _address(ffi, prim.prim),
-        _address(ffi, L.stream),
-        len(prim.mems),
-        _address(ffi, prim.args),
-    )
-    addrs, fn = prim.mem_addrs, hlib.ac_exec_bound
-    orders: dict[tuple[int, ...], Any] = {}
-    fb, cast, null = hffi.from_buffer, hffi.cast, hffi.NULL
-    pad = (null,) * BOUND_ARGS
+    hffi = built[0]
+    orders: dict[tuple[int, ...], Bound] = {}
+    fb, cast = hffi.from_buffer, hffi.cast
 
     def pointer(a: Any) -> Any:
         if type(a) is not np.ndarray:
@@ -223,13 +229,12 @@ def bound_runner(prim: P.Prim) -> Callable[[dict[int, Any]], int] | None:
                 return fb(t)
         return cast("void *", P.ptr(a))
 
-    def run(buffers: dict[int, Any]) -> int:
+    def run(buffers: dict[int, Any]) -> None:
         keys = tuple(buffers)
-        mems = orders.get(keys)
-        if mems is None:
-            mems = orders[keys] = hffi.new("uintptr_t[]", [addrs[k] for k in keys])
-        ps = [pointer(a) for a in buffers.values()]
-        return fn(*fixed, len(ps), mems, *ps, *pad[len(ps) :])
+        call = orders.get(keys)
+        if call is None:
+            call = orders[keys] = Bound(built, prim, keys, ())
+        call(*[pointer(a) for a in buffers.values()])
 
     return run
 
@@ -258,7 +263,8 @@ def run_all(
         for p, b in zip(prims, buffers):
             p.run(b)
         return
-    hffi, _, fn = built
+    hffi, hlib, _ = built
+    fn = hlib.ac_exec_all
     L = P.lib()
     mems: list[int] = []
     ptrs: list[int] = []

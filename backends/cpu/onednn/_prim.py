@@ -192,8 +192,7 @@ class Prim:
 
             bound = self.bound = (bound_runner(self), BOUND_ARGS)
         if bound[0] is not None and len(buffers) <= bound[1]:
-            with self.lock:
-                check(bound[0](buffers), "executing " + self.info)
+            bound[0](buffers)  # under the lock, errors raised (``_parallel.Bound``)
             return
         L = self.lib
         dn, mems, buf, cast = L.dnnl, self.mems, L.ffi.from_buffer, L.ffi.cast

@@ -24,7 +24,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _parallel, conv1x1, conv_split
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, check, get, omp_threads
+from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.codegen import copies, dwconv
 
@@ -389,7 +389,7 @@ class _Fast(Remembered):
     call). The prepared weights are kept with 65 sampled values of the array, as
     ``P.weights`` keeps them: an array rewritten in place is prepared again."""
 
-    __slots__ = ("entry", "key", "bias", "y_cl", "pinned", "direct", "x_cl")
+    __slots__ = ("entry", "key", "bias", "y_cl", "direct", "x_cl")
 
     def __init__(
         self, entry: _Conv, key: tuple, x: np.ndarray, w: np.ndarray, b: Any, z: Any, team: int
@@ -398,13 +398,12 @@ class _Fast(Remembered):
         self.entry, self.key = entry, key
         self.bias = None if b is None else P.pin(np.ascontiguousarray(b))
         self.y_cl = P.channels_last(entry.y_shape)
-        self.pinned: tuple[Any, Any] = (None, None)  # (prepared weights, their pointer)
         # The one C call that binds (src, weights, dst[, bias]) and executes, where the
         # source is a dense buffer (channels-last, or plain): serves() keeps its strides.
         self.x_cl = x.ndim == 4 and P.from_channels_last_ok(x)
         dense = self.x_cl or x.flags.c_contiguous
         keys = (C.arg_src, C.arg_weights, C.arg_dst) + ((C.arg_bias,) if b is not None else ())
-        self.direct = _parallel.bound_call(entry.prim, keys) if dense else None
+        self.direct = _parallel.bound(entry.prim, keys) if dense else None
 
     @staticmethod
     def applies(entry: _Conv, x: np.ndarray, x_tags: list[int], cl: bool) -> bool:
@@ -413,30 +412,25 @@ class _Fast(Remembered):
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray:
         entry, key = self.entry, self.key
-        wk = self.prepared(w, lambda: P.weights(key, (w,), lambda: _prepare_weights(entry, key, w)))
+        wp = self.prepared(  # the prepared weights' pointer (``P.pin`` holds the array)
+            w, lambda: P.pin(P.weights(key, (w,), lambda: _prepare_weights(entry, key, w)))
+        )
         ycl = np.empty(self.y_cl, np.float32)
         y = P.from_channels_last(ycl)
         if z is not None:
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
-        if self.pinned[0] is not wk:
-            self.pinned = (wk, P.pin(wk))
-        direct = self.direct
+        direct, bias = self.direct, self.bias
         if direct is not None:
-            fn, fixed, mems, fb, null = direct
+            fb = direct.fb
             xp = fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x)
-            wp, bias = self.pinned[1], self.bias
-            prim = entry.prim
-            with prim.lock:
-                if bias is None:
-                    s = fn(*fixed, 3, mems, xp, wp, fb(ycl), null, null, null)
-                else:
-                    s = fn(*fixed, 4, mems, xp, wp, fb(ycl), bias, null, null)
-            if s:
-                check(s, "executing " + prim.info)
+            if bias is None:
+                direct(xp, wp, fb(ycl))
+            else:
+                direct(xp, wp, fb(ycl), bias)
             return y
-        bufs = {C.arg_src: x, C.arg_weights: self.pinned[1], C.arg_dst: ycl}
-        if self.bias is not None:
-            bufs[C.arg_bias] = self.bias
+        bufs = {C.arg_src: x, C.arg_weights: wp, C.arg_dst: ycl}
+        if bias is not None:
+            bufs[C.arg_bias] = bias
         entry.prim.run(bufs)
         return y
 

@@ -41,7 +41,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, fused_elementwise
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, check, omp_threads
+from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
@@ -133,20 +133,13 @@ class Fast(Remembered):
         super().__init__(x, w, b, None, False, team)
         self.prim, self.y_shape = prim, y_shape
         self.args = {k: P.pin(v) for k, v in bufs.items() if k not in (C.arg_weights, C.arg_dst)}
-        # One direct C call (``_parallel.bound_call``): the kept arguments, then the source
-        # (the matmul's weights argument: NCHW or channels-last, dense) and the destination.
+        # One direct C call (``_parallel.bound``): the kept arguments, then the source (the
+        # matmul's weights argument: NCHW or channels-last, dense) and the destination.
         self.x_cl = x.ndim == 4 and P.from_channels_last_ok(x)
-        keys = (*self.args, C.arg_weights, C.arg_dst)
         dense = self.x_cl or x.flags.c_contiguous
-        pinned = all(type(v) is not np.ndarray for v in self.args.values())
-        self.direct = None
-        if dense and pinned and len(keys) <= _parallel.BOUND_ARGS:
-            call = _parallel.bound_call(prim, keys)
-            if call is not None:
-                fn, fixed, mems, fb, null = call
-                kept = tuple(self.args.values())
-                pad = (null,) * (_parallel.BOUND_ARGS - len(keys))
-                self.direct = fn, (*fixed, len(keys), mems, *kept), pad, fb
+        keys = (*self.args, C.arg_weights, C.arg_dst)
+        kept = tuple(self.args.values())
+        self.direct = _parallel.bound(prim, keys, kept) if dense else None
         self.post = None
         if post is not None:  # the generated bias pass, looked up once
             expr, bias, rows = post
@@ -158,13 +151,8 @@ class Fast(Remembered):
         y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
         direct = self.direct
         if direct is not None and y.flags.c_contiguous:
-            fn, head, pad, fb = direct
-            xp = fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x)
-            prim = self.prim
-            with prim.lock:
-                s = fn(*head, xp, fb(y), *pad)
-            if s:
-                check(s, "executing " + prim.info)
+            fb = direct.fb
+            direct(fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x), fb(y))
         else:
             bufs = dict(self.args)
             bufs[C.arg_weights], bufs[C.arg_dst] = x, y

@@ -20,7 +20,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
-from anychip.backends.cpu.onednn._lib import C, check, get, omp_threads
+from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.codegen import copies
 
 __all__ = ["pool"]
@@ -66,11 +66,7 @@ def pool(
     # The source as its dense buffer: NHWC behind the NCHW view, or the array itself.
     xs = x.transpose((0, *range(2, x.ndim), 1)) if src_cl else x
     if direct is not None and xs.flags.c_contiguous and out.flags.c_contiguous:
-        fn, fixed, mems, fb, null = direct  # one C call (``_parallel.bound_call``)
-        with prim.lock:
-            s = fn(*fixed, 2, mems, fb(xs), fb(out), null, null, null, null)
-        if s:
-            check(s, "executing " + prim.info)
+        direct(direct.fb(xs), direct.fb(out))  # one C call (``_parallel.Bound``)
     else:
         prim.run({C.arg_src: x, C.arg_dst: out})
     return _c_order(y, planned) if src_cl and not channels_last else y
@@ -112,7 +108,7 @@ def _prepare(
         prim = P.cached(key, lambda: _build(x.shape, y_shape, tag, alg, g, right))
     except P.Unsupported:
         return None
-    return prim, y_shape, src_cl, contiguous, _parallel.bound_call(prim, (C.arg_src, C.arg_dst))
+    return prim, y_shape, src_cl, contiguous, _parallel.bound(prim, (C.arg_src, C.arg_dst))
 
 
 def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:

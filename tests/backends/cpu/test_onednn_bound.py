@@ -116,7 +116,7 @@ def test_pinned_buffers_bind_as_arrays_do(monkeypatch, helper: bool) -> None:
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_remembered_convolution_calls_its_primitive_directly(monkeypatch, helper, bias) -> None:
     """``conv._Fast`` binds and executes its primitive in one direct call where the helper
-    builds (``_parallel.bound_call``), else through ``Prim.run``: the same answers, call
+    builds (``_parallel.bound``), else through ``Prim.run``: the same answers, call
     after call, with and without a bias."""
     from anychip.backends.cpu.onednn import conv as conv_mod
 
