@@ -6,6 +6,11 @@
   the output has the inputs' float type and their broadcast shape.
 * ``FusedAttention``: ``softmax(Q @ Kt / scale [+ mask]) @ V`` over the last axis (``divide=0``:
   ``* scale``); ``Kt`` is K already transposed, as the MatMul it replaces read it.
+* ``HeadsAttention``: ``FusedAttention`` with its heads' layout changes taken in: ``Q``, ``K``
+  and ``V`` are reshaped by ``shape_q``, ``shape_k`` and ``shape_v`` (ONNX Reshape, each
+  ``allowzero`` in ``allowzero[0:3]``) to rank 4 ``[B, S, heads, D]`` and permuted ``[0, 2, 1,
+  3]`` (``K``: ``[0, 2, 3, 1]``), and the result is permuted ``[0, 2, 1, 3]`` and reshaped by
+  ``shape_out`` (``allowzero[3]``): the exporters' multi-head split and merge.
 * ``ShapeMemo``: the graph ``body`` that reads only the shapes of its inputs; its outputs are
   kept per input signature.
 * ``MatMulAdd``: ``Y = A @ B + C`` for an activation ``A`` of rank 3 or more, a constant 2-D
@@ -78,6 +83,47 @@ def _fused_attention() -> OpSchema:
             OpSchema.Attribute("scale", OpSchema.AttrType.FLOAT, "the scores' divisor"),
             OpSchema.Attribute(
                 "divide", helper.make_attribute("divide", 1), "0: multiply by scale instead"
+            ),
+        ],
+    )
+
+
+def _heads_attention() -> OpSchema:
+    opt = OpSchema.FormalParameterOption.Optional
+    i64 = [("I", ["tensor(int64)"], "shapes")]
+    shapes = [
+        OpSchema.FormalParameter(name, "I", f"Reshape target of {what}")
+        for name, what in (
+            ("shape_q", "Q"),
+            ("shape_k", "K"),
+            ("shape_v", "V"),
+            ("shape_out", "the merged heads"),
+        )
+    ]
+    return OpSchema(
+        "HeadsAttention",
+        ANYCHIP_DOMAIN,
+        1,
+        "Multi-head attention with the heads' split and merge taken in: "
+        "Reshape(Transpose(FusedAttention(Transpose(Reshape(Q)), ...)), shape_out).",
+        inputs=[
+            OpSchema.FormalParameter("Q", "T", "queries, heads not split"),
+            OpSchema.FormalParameter("K", "T", "keys, heads not split"),
+            OpSchema.FormalParameter("V", "T", "values, heads not split"),
+        ]
+        + shapes
+        + [OpSchema.FormalParameter("mask", "T", "added to the scores", param_option=opt)],
+        outputs=[OpSchema.FormalParameter("Y", "T", "the heads merged, reshaped by shape_out")],
+        type_constraints=_T + i64,
+        attributes=[
+            OpSchema.Attribute("scale", OpSchema.AttrType.FLOAT, "the scores' divisor"),
+            OpSchema.Attribute(
+                "divide", helper.make_attribute("divide", 1), "0: multiply by scale instead"
+            ),
+            OpSchema.Attribute(
+                "allowzero",
+                helper.make_attribute("allowzero", [0, 0, 0, 0]),
+                "each Reshape's allowzero: Q, K, V, the output",
             ),
         ],
     )
@@ -215,6 +261,7 @@ def anychip_schemas() -> list[OpSchema]:
     return [
         _fused_elementwise(),
         _fused_attention(),
+        _heads_attention(),
         _shape_memo(),
         _column_products(),
         _tree_ensemble_stack(),

@@ -270,3 +270,28 @@ def test_heads_path_declines_what_it_cannot_run(blas_one):
         assert attention.attention(q, kt, v, None, 2.0, 1, 2) is None
     finally:
         put(1)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (1, 1, 33, 33)])
+def test_heads_attention_on_the_pool_equals_its_one_thread_path(
+    team, blas_one, monkeypatch, mask_shape
+):
+    """``HeadsAttention`` over the strided parts of one packed projection: the pool's heads
+    equal the one-thread path bit for bit, written into the merged heads' layout."""
+    from anychip.backends.cpu.kernels.op_heads_attention import heads_attention
+
+    rng = np.random.default_rng(21)
+    packed = _rand(rng, (2, 33, 3 * 3 * 16))
+    q, k, v = packed[..., :48], packed[..., 48:96], packed[..., 96:]
+    mask = None if mask_shape is None else _rand(rng, mask_shape)
+    s4, s3 = np.array([2, 33, 3, 16], np.int64), np.array([2, 33, 48], np.int64)
+    args = (q, k, v, s4, s4, s4, s3, mask)
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 1 << 62)
+    want = heads_attention(*args, scale=4.0, divide=1)
+    monkeypatch.setattr(op_fused_attention, "HEADS_SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    before = len(team.asked)
+    out = np.empty((2, 33, 48), np.float32)
+    got = heads_attention(*args, scale=4.0, divide=1, out=out)
+    assert len(team.asked) > before and got is out
+    np.testing.assert_array_equal(got, want)

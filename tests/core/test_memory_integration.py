@@ -487,12 +487,12 @@ def test_every_program_plan_passes_the_checker():
     sess = anychip.load(transformer_layer(), devices=["cpu"])
     (pm,) = sess.compiled.part_memory.values()
     pp, prog = pm.current, pm.program
-    # Lifetimes rebuilt from the program's own steps. The Reshape and TransposeView outputs
-    # (the attention's queries and values: passes/view_transposes.py) view their input:
-    # the plan counts their reads as reads of the viewed tensor; drop them here, which only
-    # shortens lifetimes, so the plan must still pass.
+    # Lifetimes rebuilt from the program's own steps. The Split's outputs (the packed Q, K
+    # and V projection's parts: passes/fuse_heads.py) view their input: the plan counts
+    # their reads as reads of the viewed tensor; drop them here, which only shortens
+    # lifetimes, so the plan must still pass.
     alias = prog.alias_slots
-    assert len(alias) == 6  # the four Reshapes, the two TransposeViews
+    assert len(alias) == 3  # the Split's three parts
     steps = [
         (
             tuple(r for r in st.reads if r not in alias),

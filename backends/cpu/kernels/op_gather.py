@@ -17,9 +17,10 @@ def gather(data: np.ndarray, indices: np.ndarray, *, axis: int = 0) -> np.ndarra
     a = norm_axis(axis, data.ndim, "Gather")
     dim = data.shape[a]
     idx = indices.astype(np.int64, copy=False)
-    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+    try:  # np.take checks [-dim, dim) itself, as ONNX asks (no min and max passes: 5 us)
+        return np.take(data, idx, axis=a)
+    except IndexError:
         raise KernelError(
             f"Gather: indices must lie in [{-dim}, {dim - 1}] for axis {axis} "
             f"of size {dim}; got min {idx.min()}, max {idx.max()}"
-        )
-    return np.take(data, idx, axis=a)
+        ) from None

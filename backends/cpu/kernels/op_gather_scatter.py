@@ -56,7 +56,7 @@ def gather_nd(data: np.ndarray, indices: np.ndarray, *, batch_dims: int = 0) -> 
             f"GatherND: batch_dims {b} + index depth {k} exceeds data rank {data.ndim}"
         )
     lin = _flat_index(indices, data.shape[: b + k], b)
-    nb = int(np.prod(data.shape[:b], dtype=np.int64))
+    nb = math.prod(data.shape[:b])  # np.prod took 3 us of the tiny BERT's mask gather
     rows = data.reshape((nb * math.prod(data.shape[b : b + k]),) + data.shape[b + k :])
     out = np.take(rows, lin, axis=0)
     return out.reshape(indices.shape[:-1] + data.shape[b + k :])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from anychip.backends.cpu.kernels._axes import int_list
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 
-__all__ = ["reshape_attr", "reshape", "resolve_shape"]
+__all__ = ["reshape_attr", "reshape", "resolve_shape", "target_shape"]
 
 
 def resolve_shape(in_shape: tuple[int, ...], shape: list[int], allowzero: int) -> tuple[int, ...]:
@@ -58,9 +59,15 @@ def reshape_attr(
 @kernel("Reshape", since=5, alias=True)
 def reshape(data: np.ndarray, shape: np.ndarray, *, allowzero: int = 0) -> np.ndarray:
     """Opset 5+: the target shape is an int64 input."""
+    return data.reshape(target_shape(data.shape, shape, allowzero))
+
+
+def target_shape(in_shape: tuple[int, ...], shape: Any, allowzero: int) -> tuple[int, ...]:
+    """What Reshape makes of ``in_shape`` given the ``shape`` input (memoized for the int64
+    vectors models hold)."""
     if type(shape) is np.ndarray and shape.dtype == np.int64 and shape.ndim == 1:
-        return data.reshape(_resolved(data.shape, shape.tobytes(), allowzero))
-    return data.reshape(resolve_shape(data.shape, int_list(shape), allowzero))
+        return _resolved(in_shape, shape.tobytes(), allowzero)
+    return resolve_shape(in_shape, int_list(shape), allowzero)
 
 
 @functools.lru_cache(maxsize=4096)

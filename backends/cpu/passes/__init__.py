@@ -26,6 +26,7 @@ from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsP
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
+from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_skip_layer_norm import FuseSkipLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
@@ -49,6 +50,7 @@ __all__ = [
     "FuseConvPass",
     "FuseElementwisePass",
     "FuseGemmPass",
+    "FuseHeadsPass",
     "FuseLayerNormPass",
     "FuseSkipLayerNormPass",
     "FuseTreeGroupPass",
@@ -80,6 +82,7 @@ def cpu_passes() -> list[Pass]:
         FuseGeluPass(),
         FuseConvPass(),
         FuseGemmPass(),
+        FuseHeadsPass(),
         FuseSkipLayerNormPass(),
         FuseColumnProductsPass(),
         FuseTreeStackPass(),
