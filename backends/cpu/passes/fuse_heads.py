@@ -16,8 +16,8 @@ When ``Q``, ``K`` and ``V`` are each the one output of ``anychip::MatMulAdd`` (o
 of the same input by constant 2-D weights (and biases) read nowhere else, the three become
 one product by the weights side by side and a ``Split`` of its last axis, as onnxruntime's
 attention fusion packs them: one sgemm of width 3N for three of width N (the tiny BERT's
-32-wide projections: three of 8-12 us each became one of 13-16, `bench/node_gaps.py`). GPT-2 exports already have one product
-and a Split.
+32-wide projections: three of 8-12 us each became one of 13-16, ``bench/node_gaps.py``).
+GPT-2 exports already have one product and a Split.
 
 Fires where every intermediate has one reader and is not a graph output.
 """
