@@ -25,7 +25,7 @@ from anychip.codegen.blas import blas_single, openblas_address
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["linear", "gemm_columns", "gemv_blocks", "sgemv_address"]
+__all__ = ["linear", "Bound", "bound", "gemm_columns", "gemv_blocks", "sgemv_address"]
 
 _SOURCE = (
     SOURCE_DECL
@@ -121,6 +121,76 @@ def linear(
 ) -> np.ndarray | None:
     """``a @ b + bias`` into ``out`` when it is a C-contiguous float32 array of the result's
     shape, else into a new array; None where this path does not apply (module docstring)."""
+    if not _applies(a, b, bias):
+        return None
+    gemm = sgemm_address()
+    lib = _lib() if gemm else None
+    if lib is None:
+        return None
+    k, n = b.shape
+    out = _into(out, a.shape[:-1] + (n,))
+    ffi, c, f32 = lib
+    buf = ffi.from_buffer
+    y = buf(f32, out, require_writable=True)
+    if c.ac_linear(a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, bias), y, gemm) < 0:
+        return None  # out overlaps an input: numpy's matmul copies for that
+    return out
+
+
+class Bound:
+    """``linear`` for one node whose weights and bias stay the same arrays (constants): their
+    pointers made once (``bound``), and a call checks only ``a`` and ``out``. The tiny BERT's
+    ``[1, 128, 32] @ [32, 32] + [32]``: 6.1 us a call through ``linear``, 3.3 in C."""
+
+    __slots__ = ("b", "bias", "shape", "out_shape", "m", "n", "k", "pb", "pc", "gemm", "fn")
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray, lib: tuple, gemm: int):
+        ffi, c, f32 = lib
+        self.b, self.bias, self.shape, self.gemm = b, bias, a.shape, gemm
+        self.k, self.n = b.shape
+        self.m = a.size // self.k
+        self.out_shape = a.shape[:-1] + (self.n,)
+        self.pb, self.pc = ffi.from_buffer(f32, b), ffi.from_buffer(f32, bias)
+        self.fn = (c.ac_linear, ffi.from_buffer, f32)
+
+    def __call__(
+        self, a: np.ndarray, b: np.ndarray, bias: np.ndarray, out: np.ndarray | None
+    ) -> np.ndarray | None:
+        """``a @ b + bias`` as ``linear``; None where ``b``, ``bias`` or ``a``'s shape are
+        not the bound ones (the caller runs ``linear``)."""
+        if (
+            b is not self.b
+            or bias is not self.bias
+            or a.shape != self.shape
+            or a.dtype is not _F32
+            or not a.flags.c_contiguous
+        ):
+            return None
+        if (
+            out is None
+            or out.shape != self.out_shape
+            or out.dtype is not _F32
+            or not out.flags.c_contiguous
+        ):
+            out = np.empty(self.out_shape, _F32)
+        run, buf, f32 = self.fn
+        y = buf(f32, out, require_writable=True)
+        if run(self.m, self.n, self.k, buf(f32, a), self.pb, self.pc, y, self.gemm) < 0:
+            return None
+        return out
+
+
+def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Bound | None:
+    """A ``Bound`` for these arrays where ``linear`` applies to them, else None."""
+    if not _applies(a, b, bias):
+        return None
+    gemm = sgemm_address()
+    lib = _lib() if gemm else None
+    return None if lib is None else Bound(a, b, bias, lib, gemm)
+
+
+def _applies(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> bool:
+    """The shapes, dtypes and layouts ``linear`` computes (module docstring)."""
     if not (
         a.dtype is _F32
         and b.dtype is _F32
@@ -131,24 +201,12 @@ def linear(
         and b.flags.c_contiguous
         and bias.flags.c_contiguous
     ):
-        return None
+        return False
     k, n = b.shape
     if a.shape[-1] != k or bias.shape[-1:] != (n,) or bias.size != n or bias.ndim > a.ndim:
-        return None
-    if a.size == 0 or a.shape[-2] < 2 or n < 2 or k == 0:
-        return None  # empty, zero-K, and matrix-vector products (numpy's gemv: other sums)
-    gemm = sgemm_address()
-    lib = _lib() if gemm else None
-    if lib is None:
-        return None
-    shape = a.shape[:-1] + (n,)
-    out = _into(out, shape)
-    ffi, c, f32 = lib
-    buf = ffi.from_buffer
-    y = buf(f32, out, require_writable=True)
-    if c.ac_linear(a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, bias), y, gemm) < 0:
-        return None  # out overlaps an input: numpy's matmul copies for that
-    return out
+        return False
+    # empty, zero-K, and matrix-vector products (numpy's gemv: other sums)
+    return not (a.size == 0 or a.shape[-2] < 2 or n < 2 or k == 0)
 
 
 def gemm_columns(

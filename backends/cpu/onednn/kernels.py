@@ -37,6 +37,7 @@ from anychip.backends.cpu.onednn._prim import channels_last as channels_last_sha
 from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
+from anychip.codegen import linear as _linear
 from anychip.core.kernels import KernelTable
 from anychip.ir.dtypes import DType
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -414,11 +415,20 @@ def matmul_add(
 ) -> Any:
     """``a @ b`` through oneDNN as MatMul's (a constant 2-D float32 B, above ``MIN_MACS``),
     then ``+ c``; else the numpy kernel."""
+    memo = _node_memo(ctx, "matmul_add")
+    fast = memo.get("linear")
+    if fast is not None:  # the node's last call: under MIN_MACS, several rows, in C
+        y = fast(a, b, c, out)
+        if y is not None:
+            _served("MatMulAdd", None)
+            return y
     weights = ctx.node.inputs[1]
     if weights is not None and weights.const is not None:
         y = _matmul(a, b, out)
         if y is not None:
             return _served("MatMulAdd", op_matmul_add.add_bias(y, c))
+        if a.size * b.shape[-1] < _matmul_mod.MIN_MACS and a.size != b.shape[0]:
+            memo["linear"] = _linear.bound(a, b, c)  # _matmul declines these at any threads
     _served("MatMulAdd", None)
     return op_matmul_add.matmul_add(a, b, c, out=out)
 

@@ -76,3 +76,41 @@ def test_float64_linear_layer():
     s = anychip.load(m.SerializeToString(), "cpu")
     assert [n.op_type for n in s.partitions[0].graph.nodes] == ["MatMulAdd"]
     np.testing.assert_allclose(s.run(None, {"x": x})[0], x @ w + b, rtol=1e-12)
+
+
+def test_a_small_layer_remembers_its_c_call_across_runs_and_shapes():
+    """The node's bound C call (``codegen/linear.Bound``) serves the second run on; a new
+    sequence length, and a bias array not the bound one, go back through ``linear``."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    import anychip
+    from anychip.codegen import linear as linear_mod
+
+    graph = helper.make_graph(
+        [N("MatMul", ["x", "w"], ["m"]), N("Add", ["m", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 24])],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, [32, 24], rand(1, 32, 24).ravel()),
+            helper.make_tensor("b", TensorProto.FLOAT, [24], rand(2, 24)),
+        ],
+    )
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data.ir_version = 8
+    data = data.SerializeToString()
+    sess = anychip.load(data, "cpu")
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    (node,) = sess.partitions[0].graph.nodes
+    assert node.op_type == "MatMulAdd"
+    for seed, seq in enumerate((16, 16, 16, 9, 16)):
+        x = {"x": rand(seed + 10, 1, seq, 32)}
+        np.testing.assert_allclose(sess.run(None, x)[0], ref.run(None, x)[0], rtol=1e-5, atol=1e-5)
+    bound = node.meta["matmul_add"][1]["linear"]
+    assert isinstance(bound, linear_mod.Bound)
+    a = rand(3, 1, 16, 32)
+    w, b = bound.b, bound.bias
+    np.testing.assert_array_equal(bound(a, w, b, None), linear_mod.linear(a, w, b))
+    assert bound(a, w, b.copy(), None) is None  # not the bound bias: the caller's linear
+    assert bound(rand(4, 1, 9, 32), w, b, None) is None
