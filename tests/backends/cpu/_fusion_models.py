@@ -62,6 +62,27 @@ def ops(m: onnx.ModelProto, **device_options) -> list[str]:
     return [n.op_type for p in s.partitions for n in p.graph.nodes]
 
 
+def heads_nodes(scale_op: str = "Div", mask: bool = True, out: str = "o3") -> list:
+    """An exporter's multi-head attention from ``q4``, ``k4``, ``v4`` (``[B, S, H, D]``): the
+    heads split (``[0, 2, 1, 3]``, the keys ``[0, 2, 3, 1]``), scaled by ``c``, masked by
+    ``mask``, softmax, times the values, the heads merged by ``shape3`` into ``out``."""
+    h = helper.make_node
+    nodes = [
+        h("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
+        h("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+        h("Transpose", ["v4"], ["v"], perm=[0, 2, 1, 3]),
+        h("MatMul", ["q", "kt"], ["s"]),
+        h(scale_op, ["s", "c"], ["ss"]),
+    ]
+    nodes += [h("Add", ["ss", "mask"], ["sm"])] if mask else []
+    return nodes + [
+        h("Softmax", ["sm" if mask else "ss"], ["p"], axis=-1),
+        h("MatMul", ["p", "v"], ["o"]),
+        h("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
+        h("Reshape", ["o2", "shape3"], [out]),
+    ]
+
+
 def force_fuse_conv(monkeypatch) -> None:
     """FusedConv fusion on even with the numpy FusedConv kernel (``require_fast_kernel``)."""
     from anychip.backends.cpu.passes.fuse_conv import FuseConvPass

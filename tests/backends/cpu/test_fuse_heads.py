@@ -18,7 +18,7 @@ import anychip
 from anychip.backends.cpu.kernels.op_fused_attention import fused_attention
 from anychip.backends.cpu.kernels.op_heads_attention import heads_attention
 from anychip.errors import AnychipError
-from tests.backends.cpu._fusion_models import check, model, ops, rand
+from tests.backends.cpu._fusion_models import check, heads_nodes, model, ops, rand
 
 N = helper.make_node
 S, H, D = 12, 2, 8
@@ -48,19 +48,7 @@ def _layer(
                 nodes.append(N("Add", [f"{name}m", f"b{name}"], [f"{name}2"]))
                 inits.append((f"b{name}", rand(i + 5, H * D)))
         nodes.append(N("Reshape", [f"{name}2", "shape4"], [f"{name}4"]))
-    nodes += [
-        N("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
-        N("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
-        N("Transpose", ["v4"], ["v"], perm=[0, 2, 1, 3]),
-        N("MatMul", ["q", "kt"], ["s"]),
-        N("Div", ["s", "c"], ["ss"]),
-        N("Add", ["ss", "mask"], ["sm"]),
-        N("Softmax", ["sm"], ["p"], axis=-1),
-        N("MatMul", ["p", "v"], ["o"]),
-        N("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
-        N("Reshape", ["o2", "shape3"], ["o3"]),
-        N("Sigmoid", ["o3"], ["y"]),
-    ]
+    nodes += heads_nodes() + [N("Sigmoid", ["o3"], ["y"])]
     inits += [
         ("shape4", np.array([1, S, H, D], np.int64)),
         ("shape3", np.array([1, S, H * D], np.int64)),
@@ -138,17 +126,7 @@ def _dynamic_layer():
             N("Add", [f"{name}m", f"b{name}"], [f"{name}2"]),
             N("Reshape", [f"{name}2", "shape4"], [f"{name}4"]),
         ]
-    nodes += [
-        N("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
-        N("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
-        N("Transpose", ["v4"], ["v"], perm=[0, 2, 1, 3]),
-        N("MatMul", ["q", "kt"], ["s"]),
-        N("Mul", ["s", "c"], ["ss"]),
-        N("Softmax", ["ss"], ["p"], axis=-1),
-        N("MatMul", ["p", "v"], ["o"]),
-        N("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
-        N("Reshape", ["o2", "shape3"], ["y"]),
-    ]
+    nodes += heads_nodes("Mul", mask=False, out="y")
     inits = [(f"w{n}", rand(i + 1, H * D, H * D) * 0.3) for i, n in enumerate("qkv")]
     inits += [(f"b{n}", rand(i + 5, H * D)) for i, n in enumerate("qkv")]
     inits += [

@@ -14,7 +14,7 @@ from onnx import helper
 
 import anychip
 from anychip.backends.cpu.kernels.op_transpose import transpose_view
-from tests.backends.cpu._fusion_models import check, model, ops, rand
+from tests.backends.cpu._fusion_models import check, heads_nodes, model, ops, rand
 
 N = helper.make_node
 S, H, D = 12, 2, 8
@@ -31,19 +31,7 @@ def _layer(q_also_output: bool = False):
             N("MatMul", ["x", f"w{name}"], [f"{name}2"]),
             N("Reshape", [f"{name}2", "shape4"], [f"{name}4"]),
         ]
-    nodes += [
-        N("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
-        N("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
-        N("Transpose", ["v4"], ["v"], perm=[0, 2, 1, 3]),
-        N("MatMul", ["q", "kt"], ["s"]),
-        N("Div", ["s", "c"], ["ss"]),
-        N("Add", ["ss", "mask"], ["sm"]),
-        N("Softmax", ["sm"], ["p"], axis=-1),
-        N("MatMul", ["p", "v"], ["o"]),
-        N("Transpose", ["o"], ["o2"], perm=[0, 2, 1, 3]),
-        N("Reshape", ["o2", "shape3"], ["o3"]),
-        N("Sigmoid", ["o3"], ["y"]),
-    ]
+    nodes += heads_nodes() + [N("Sigmoid", ["o3"], ["y"])]
     inits = [(f"w{n}", rand(i + 1, H * D, H * D) * 0.3) for i, n in enumerate("qkv")]
     inits += [
         ("shape4", shape4),
