@@ -10,7 +10,9 @@
   and ``V`` are reshaped by ``shape_q``, ``shape_k`` and ``shape_v`` (ONNX Reshape, each
   ``allowzero`` in ``allowzero[0:3]``) to rank 4 ``[B, S, heads, D]`` and permuted ``[0, 2, 1,
   3]`` (``K``: ``[0, 2, 3, 1]``), and the result is permuted ``[0, 2, 1, 3]`` and reshaped by
-  ``shape_out`` (``allowzero[3]``): the exporters' multi-head split and merge.
+  ``shape_out`` (``allowzero[3]``): the exporters' multi-head split and merge. With ``parts``
+  ``[count, q, k, v]`` the three inputs are one packed projection, cut on its last axis as a
+  Split by ``split`` (none: equal parts) cuts it, Q, K and V its parts ``q``, ``k``, ``v``.
 * ``ShapeMemo``: the graph ``body`` that reads only the shapes of its inputs; its outputs are
   kept per input signature.
 * ``MatMulAdd``: ``Y = A @ B + C`` for an activation ``A`` of rank 3 or more, a constant 2-D
@@ -124,6 +126,17 @@ def _heads_attention() -> OpSchema:
                 "allowzero",
                 helper.make_attribute("allowzero", [0, 0, 0, 0]),
                 "each Reshape's allowzero: Q, K, V, the output",
+            ),
+            OpSchema.Attribute(
+                "split",
+                helper.make_attribute("split", [], attr_type=OpSchema.AttrType.INTS),
+                "with parts: the sizes a Split cuts the packed last axis into (none: equal)",
+            ),
+            OpSchema.Attribute(
+                "parts",
+                helper.make_attribute("parts", [], attr_type=OpSchema.AttrType.INTS),
+                "[count, q, k, v]: Q, K and V are parts q, k and v of count cut from Q's "
+                "last axis (the three inputs are one packed tensor); none: whole inputs",
             ),
         ],
     )

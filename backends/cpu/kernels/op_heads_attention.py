@@ -23,6 +23,7 @@ from anychip.backends.cpu.kernels import op_fused_attention
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_attention import _scaled_softmax, fused_attention
 from anychip.backends.cpu.kernels.op_reshape import reshape, target_shape
+from anychip.backends.cpu.kernels.op_split import _split
 from anychip.backends.cpu.table import kernel
 from anychip.codegen import omp, pool
 from anychip.codegen.attention import attention
@@ -48,9 +49,14 @@ def heads_attention(
     scale: float,
     divide: int = 1,
     allowzero: list[int] | tuple[int, ...] = (0, 0, 0, 0),
+    split: list[int] | tuple[int, ...] = (),
+    parts: list[int] | tuple[int, ...] = (),
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Split the heads, attend, merge the heads (the module docstring)."""
+    if parts:  # Q, K and V are parts of one packed tensor, cut as its Split cut them
+        cut = _split(q, -1, list(split) or None, parts[0])
+        q, k, v = cut[parts[1]], cut[parts[2]], cut[parts[3]]
     zq, zk, zv, zo = allowzero
     q4 = _rank4(reshape(q, shape_q, allowzero=zq), "Q")
     k4 = _rank4(reshape(k, shape_k, allowzero=zk), "K")

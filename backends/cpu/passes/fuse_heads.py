@@ -60,6 +60,7 @@ class FuseHeadsPass(Pass):
             fired += 1
             names = names or Names(graph)
             _pack(heads, graph, names)
+            _absorb_split(heads, graph)
         record(graph, self.name, fired)
         return PassResult(graph, fired > 0)
 
@@ -137,7 +138,8 @@ def _is_reshape(node: Node) -> bool:
 
 
 def _pack(heads: Node, graph: Graph, names: Names) -> None:
-    """Q, K and V's three products by constant weights as one product and a Split."""
+    """Q, K and V's three products by constant weights as one product, read by ``heads`` in
+    three parts (its ``split`` and ``parts``: no Split node)."""
     projections = [_projection(heads.inputs[i], graph) for i in range(3)]
     if any(p is None for p in projections):
         return
@@ -152,26 +154,52 @@ def _pack(heads: Node, graph: Graph, names: Names) -> None:
         return
     if DType.from_numpy(weights[0].dtype) != x.dtype:
         return
-    widths = [w.shape[1] for w in weights]
+    widths = [int(w.shape[1]) for w in weights]
     stem = first.name or "qkv"
     ins = [x, constant(graph, names, f"{stem}_qkv_weight", np.concatenate(weights, axis=1))]
     if kind == "MatMulAdd":
         biases = [p.inputs[2].const.reshape(-1) for p in projections]
         ins.append(constant(graph, names, f"{stem}_qkv_bias", np.concatenate(biases)))
-    outs = [p.outputs[0] for p in projections]
     shape = None if x.shape is None else tuple(x.shape[:-1]) + (sum(widths),)
-    packed = Value(names.fresh(f"{stem}_qkv"), outs[0].dtype, shape)
+    packed = Value(names.fresh(f"{stem}_qkv"), projections[0].outputs[0].dtype, shape)
     product = new_node(first, kind, ins, [packed], {}, domain=first.domain, version=first.version)
     product.meta.pop("kernel", None)
-    sizes = constant(graph, names, f"{stem}_qkv_split", np.array(widths, np.int64))
-    split = new_node(first, "Split", [packed, sizes], outs, attrs(axis=-1), version=13)
-    split.meta.pop("kernel", None)
-    split.name = f"{stem}_qkv_split"
     index = min(graph.nodes.index(p) for p in projections)
     for p in projections:
         graph.remove(p)
     graph.insert(index, product)
-    graph.insert(index + 1, split)
+    _read_parts(heads, packed, widths, [0, 1, 2])
+
+
+def _absorb_split(heads: Node, graph: Graph) -> None:
+    """Q, K and V as the three parts of one Split of the last axis (a GPT-2 export's packed
+    projection), read by ``heads`` itself: the Split goes."""
+    split = _made_once(heads.inputs[0], graph)
+    if split is None or split.op_type != "Split" or split.domain or len(split.outputs) != 3:
+        return
+    order = [next((j for j, o in enumerate(split.outputs) if o is v), -1) for v in heads.inputs[:3]]
+    if sorted(order) != [0, 1, 2] or any(not single_use(o, graph) for o in split.outputs):
+        return
+    x = split.inputs[0]
+    rank = len(x.shape) if x is not None and x.shape is not None else None
+    axis = int(split.attr("axis", 0))
+    if rank is None or axis not in (-1, rank - 1):
+        return
+    sizes = split.attr("split", None)
+    if len(split.inputs) > 1 and split.inputs[1] is not None:
+        if split.inputs[1].const is None:
+            return
+        sizes = split.inputs[1].const.reshape(-1).tolist()
+    graph.remove(split)
+    _read_parts(heads, x, [int(s) for s in sizes or ()], order)
+
+
+def _read_parts(heads: Node, packed: Value, sizes: list[int], order: list[int]) -> None:
+    """``heads`` reads Q, K and V as parts ``order`` of ``packed``'s last axis, cut as a
+    Split by ``sizes`` (none: three equal parts) cuts them."""
+    for i in range(3):
+        heads.replace_input(i, packed)
+    heads.attributes.update(attrs(split=sizes, parts=[3] + order))
 
 
 def _projection(v: Value | None, graph: Graph) -> Node | None:

@@ -29,17 +29,25 @@ def _layer(
     packed: bool = False,
     also_output: str = "",
     k_read_twice: bool = False,
+    sizes: bool = True,
+    split_axis: int = 2,
 ):
     """x [1, S, H*D] -> Q, K, V projections (three MatMul + Add, or one MatMul and a Split)
     -> heads -> attention with a mask -> merged heads -> Sigmoid."""
     nodes, inits = [], []
-    if packed:
-        nodes += [
-            N("MatMul", ["x", "wqkv"], ["qkv"]),
-            N("Split", ["qkv", "sizes"], ["q2", "k2", "v2"], axis=2),
-        ]
+    if packed:  # one product; Split (with sizes, or num_outputs at opset 18) by K, Q, V
+        nodes.append(N("MatMul", ["x", "wqkv"], ["qkv"]))
+        if split_axis != 2:  # [1, S, 3HD] -> a Reshape to [3, S, HD] split on axis 0
+            nodes.append(N("Reshape", ["qkv", "by_rows"], ["qkv3"]))
+            inits.append(("by_rows", np.array([3, S, H * D], np.int64)))
+        src = "qkv" if split_axis == 2 else "qkv3"
+        if sizes:
+            nodes.append(N("Split", [src, "sizes"], ["k2", "q2", "v2"], axis=split_axis))
+            part = H * D if split_axis == 2 else 1
+            inits.append(("sizes", np.array([part] * 3, np.int64)))
+        else:
+            nodes.append(N("Split", [src], ["k2", "q2", "v2"], axis=split_axis, num_outputs=3))
         inits += [("wqkv", rand(1, H * D, 3 * H * D) * 0.3)]
-        inits += [("sizes", np.array([H * D] * 3, np.int64))]
     for i, name in enumerate("qkv"):
         if not packed:
             nodes.append(N("MatMul", ["x", f"w{name}"], [f"{name}m" if bias else f"{name}2"]))
@@ -62,7 +70,7 @@ def _layer(
     if k_read_twice:
         nodes.append(N("Relu", ["k2"], ["k_relu"]))
         outputs.append(("k_relu", [1, S, H * D]))
-    return model(nodes, [("x", [1, S, H * D])], outputs, inits)
+    return model(nodes, [("x", [1, S, H * D])], outputs, inits, opset=17 if sizes else 18)
 
 
 def test_nine_nodes_become_one_and_the_projections_one_product():
@@ -73,15 +81,23 @@ def test_nine_nodes_become_one_and_the_projections_one_product():
     assert kinds.count("HeadsAttention") == 1
     assert "Transpose" not in kinds and "TransposeView" not in kinds
     assert "Reshape" not in kinds and "FusedAttention" not in kinds
-    assert kinds.count("MatMulAdd") == 1 and kinds.count("Split") == 1
+    assert kinds.count("MatMulAdd") == 1 and "Split" not in kinds  # read in parts
 
 
-def test_projections_without_bias_and_a_packed_export():
-    for m in (_layer(bias=False), _layer(packed=True)):
-        assert check(m)["fuse_heads"] == 1
-        kinds = ops(m)
-        assert kinds.count("HeadsAttention") == 1
-        assert kinds.count("MatMul") == 1 and kinds.count("Split") == 1
+@pytest.mark.parametrize(
+    "kw", [{"bias": False}, {"packed": True}, {"packed": True, "sizes": False}]
+)
+def test_projections_without_bias_and_a_packed_export(kw):
+    m = _layer(**kw)
+    assert check(m)["fuse_heads"] == 1
+    kinds = ops(m)
+    assert kinds == ["MatMul", "HeadsAttention", "Sigmoid"]
+
+
+def test_a_split_of_another_axis_stays():
+    m = _layer(packed=True, split_axis=0)
+    assert check(m)["fuse_heads"] == 1
+    assert ops(m) == ["MatMul", "Reshape", "Split", "HeadsAttention", "Sigmoid"]
 
 
 def test_a_projection_read_elsewhere_is_not_packed():
@@ -190,6 +206,32 @@ def test_kernel_against_numpy(divide, mask_shape):
     res = heads_attention(q, k, v, sq, sk, sk, so, mask, scale=2.0, divide=divide, out=out)
     assert res is out
     np.testing.assert_array_equal(out, got)
+
+
+@pytest.mark.parametrize("split", [[12, 12, 12], []])
+def test_kernel_reads_parts_of_a_packed_tensor(split):
+    rng = np.random.default_rng(7)
+    packed = rng.standard_normal((2, 5, 36)).astype(np.float32)
+    k, q, v = packed[..., :12], packed[..., 12:24], packed[..., 24:]
+    s4, s3 = _shapes([2, 5, 3, 4], [2, 5, 12])
+    want = _reference(q, k, v, s4, s4, s4, s3, None, 2.0, 1)
+    got = heads_attention(
+        packed, packed, packed, s4, s4, s4, s3, scale=2.0, split=split, parts=[3, 1, 0, 2]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(AnychipError, match="Split: sizes"):
+        heads_attention(
+            packed,
+            packed,
+            packed,
+            s4,
+            s4,
+            s4,
+            s3,
+            scale=2.0,
+            split=[12, 12, 13],
+            parts=[3, 0, 1, 2],
+        )
 
 
 def test_kernel_broadcast_heads_and_a_wider_mask_take_the_general_path():
