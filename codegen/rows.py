@@ -189,8 +189,8 @@ static inline void ac_layer_norm_row(long r, long n, const float *x, const float
     const float count = (float)n;
     const float *xr = x + r * n;
     float *yr = y + r * n;
-    if (skip) {
-        float *tr = total + r * n;
+    if (skip) {  /* the sum in total's row, or (no total) in y's, normalized there */
+        float *tr = total ? total + r * n : yr;
         const float *kr = skip + r * n;
         for (long j = 0; j < n; j++) tr[j] = xr[j] + kr[j];
         xr = tr;
@@ -201,8 +201,8 @@ static inline void ac_layer_norm_row(long r, long n, const float *x, const float
     float inv = 1.0f / sqrtf(var + eps);
     if (bias) for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j] + bias[j];
     else for (long j = 0; j < n; j++) yr[j] = yr[j] * inv * scale[j];
-    mean[r] = mu;
-    inv_std[r] = inv;
+    if (mean) mean[r] = mu;
+    if (inv_std) inv_std[r] = inv;
 }
 
 struct ac_layer_norm_args {
@@ -351,13 +351,14 @@ def layer_norm_rows(
     eps: float,
     axis: int,
     out: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    stats: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None] | None:
     """LayerNormalization of float32 ``x`` over the axes from ``axis`` on, with ``scale``
     (and ``bias``) of the normalized axes' own shape: ``(y, mean, inv_std)`` as the numpy
-    kernel returns them, or None where the C does not apply. ``y`` is ``out`` when it is a
-    C-contiguous float32 array of ``x``'s shape (it may be ``x``: each row is read whole
-    before it is written)."""
-    done = _layer_norm(x, None, scale, bias, eps, axis, out)
+    kernel returns them (``stats`` false: None for the two, not computed into memory), or
+    None where the C does not apply. ``y`` is ``out`` when it is a C-contiguous float32
+    array of ``x``'s shape (it may be ``x``: each row is read whole before it is written)."""
+    done = _layer_norm(x, None, scale, bias, eps, axis, out, stats, False)
     return None if done is None else done[:3]
 
 
@@ -367,14 +368,49 @@ def skip_layer_norm_rows(
     scale: np.ndarray,
     bias: np.ndarray | None,
     eps: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    stats: bool = True,
+    total: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None] | None:
     """SkipLayerNormalization over the last axis: ``(y, mean, inv_std, x + skip)``, the
     LayerNormalization of the sum as ``layer_norm_rows`` computes it (the sum rounded as the
-    unfused Add rounds it); None where the C does not apply (``skip`` not of ``x``'s shape,
-    or as ``layer_norm_rows``)."""
+    unfused Add rounds it); ``stats`` / ``total`` false: None in their places (the sum is
+    then formed in ``y``'s rows). None where the C does not apply (``skip`` not of ``x``'s
+    shape, or as ``layer_norm_rows``)."""
     if skip.shape != x.shape or not _ok(skip):
         return None
-    return _layer_norm(x, skip, scale, bias, eps, x.ndim - 1, None)
+    return _layer_norm(x, skip, scale, bias, eps, x.ndim - 1, None, stats, total)
+
+
+#: The scale and bias arrays of recent calls with their C pointers, by identity (each entry
+#: holds its arrays, so an id is not reused while it is kept): a model's are constants, and
+#: checking and binding them took a third of the tiny BERT's 11 us SkipLayerNormalization.
+_PARAMS: dict[tuple[int, int, tuple[int, ...]], tuple] = {}
+_PARAMS_KEEP = 64
+
+
+def _params(
+    scale: np.ndarray, bias: np.ndarray | None, norm: tuple[int, ...], ffi: Any, f32: Any
+) -> Any:
+    """``(scale, bias, scale's pointer, bias' pointer or NULL)`` when both hold one float32
+    value per normalized element in order, else None."""
+    key = (id(scale), id(bias), norm)
+    hit = _PARAMS.get(key)
+    if hit is not None and hit[0] is scale and hit[1] is bias:
+        return hit
+    n, k = math.prod(norm), len(norm)
+    for p in (scale, bias):  # one value per normalized element, in their order
+        if p is not None and not (_ok(p) and p.size == n and p.shape[p.ndim - k :] == norm):
+            return None
+    hit = (
+        scale,
+        bias,
+        ffi.from_buffer(f32, scale),
+        ffi.NULL if bias is None else ffi.from_buffer(f32, bias),
+    )
+    if len(_PARAMS) >= _PARAMS_KEEP:
+        _PARAMS.pop(next(iter(_PARAMS)))
+    _PARAMS[key] = hit
+    return hit
 
 
 def _layer_norm(
@@ -385,29 +421,33 @@ def _layer_norm(
     eps: float,
     axis: int,
     out: np.ndarray | None,
+    stats: bool = True,
+    keep_total: bool = True,
 ) -> tuple | None:
-    norm = x.shape[axis:]
-    n = math.prod(norm)
-    k = len(norm)
-    for p in (scale, bias):  # one value per normalized element, in their order
-        if p is not None and not (_ok(p) and p.size == n and p.shape[p.ndim - k :] == norm):
-            return None
     lib = _lib()
     if lib is None or x.size == 0 or not _ok(x):
         return None
     ffi, c, f32 = lib
+    norm = x.shape[axis:]
+    params = _params(scale, bias, norm, ffi, f32)
+    if params is None:
+        return None
+    n = math.prod(norm)
     if out is None or out.shape != x.shape or not _ok(out):
         out = np.empty(x.shape, _F32)
-    stat = x.shape[:axis] + (1,) * k
-    mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
-    total = None if skip is None else np.empty(x.shape, _F32)
     buf, null = ffi.from_buffer, ffi.NULL
+    mean = inv = total = None
+    if stats:
+        stat = x.shape[:axis] + (1,) * len(norm)
+        mean, inv = np.empty(stat, _F32), np.empty(stat, _F32)
+    if skip is not None and keep_total:
+        total = np.empty(x.shape, _F32)
     c.ac_layer_norm(
-        x.size // n, n, buf(f32, x), null if skip is None else buf(f32, skip), buf(f32, scale),
-        null if bias is None else buf(f32, bias), eps,
-        buf(f32, out, require_writable=True),
+        x.size // n, n, buf(f32, x), null if skip is None else buf(f32, skip), params[2],
+        params[3], eps, buf(f32, out, require_writable=True),
         null if total is None else buf(f32, total, require_writable=True),
-        buf(f32, mean, require_writable=True), buf(f32, inv, require_writable=True),
+        null if mean is None else buf(f32, mean, require_writable=True),
+        null if inv is None else buf(f32, inv, require_writable=True),
         *threads_for(x.size * LAYER_NORM_WORK),
     )  # fmt: skip
     return out, mean, inv, total

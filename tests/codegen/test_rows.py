@@ -192,3 +192,34 @@ def test_skip_layer_norm_rows_declines_other_shapes_and_without_a_compiler(no_co
 def test_skip_layer_norm_rows_declines_a_broadcast_skip():
     x = np.ones((2, 8), np.float32)
     assert rows.skip_layer_norm_rows(x, np.ones((1, 8), np.float32), x[0], None, 1e-5) is None
+
+
+@pytest.mark.parametrize("stats, total", [(False, False), (True, False), (False, True)])
+def test_skip_layer_norm_rows_leaves_out_what_is_not_asked(stats, total):
+    """Without the sum's own buffer the sum is formed in Y's rows: Y is the same bits."""
+    rng = np.random.default_rng(5)
+    x = _specials(rng, rng.standard_normal((3, 9, 24)).astype(np.float32), 3)
+    skip = rng.standard_normal((3, 9, 24)).astype(np.float32)
+    scale, bias = rng.standard_normal((2, 24)).astype(np.float32)
+    full = rows.skip_layer_norm_rows(x, skip, scale, bias, 1e-12)
+    lean = rows.skip_layer_norm_rows(x, skip, scale, bias, 1e-12, stats=stats, total=total)
+    np.testing.assert_array_equal(lean[0], full[0])
+    for got, want, kept in zip(lean[1:], full[1:], (stats, stats, total)):
+        assert got is None if not kept else np.array_equal(got, want, equal_nan=True)
+
+
+def test_layer_norm_rows_rebinds_a_new_scale_array():
+    """The scale and bias pointers are kept per array: another array (even at the same id,
+    once the first is gone) is bound anew, and an array changed in place is read as it is."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    for seed in range(4):
+        scale, bias = np.random.default_rng(seed).standard_normal((2, 16)).astype(np.float32)
+        y, mean, inv = rows.layer_norm_rows(x, scale, bias, 1e-5, 1, stats=False)
+        assert mean is None and inv is None
+        want = _numpy(layer_normalization, x, scale, bias, axis=1, epsilon=1e-5)[0]
+        np.testing.assert_array_equal(y, want)
+        scale *= 2  # in place: the kept pointer reads the new values
+        y2 = rows.layer_norm_rows(x, scale, bias, 1e-5, 1)[0]
+        np.testing.assert_array_equal(y2, _numpy(layer_normalization, x, scale, bias, axis=1,
+                                                 epsilon=1e-5)[0])  # fmt: skip

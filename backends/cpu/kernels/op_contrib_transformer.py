@@ -9,9 +9,11 @@ onnxruntime's CPU kernels do.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels._out import fits, outputs_used
 from anychip.backends.cpu.kernels.op_activations import gelu
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
 from anychip.backends.cpu.kernels.op_rnn import make_activation
@@ -219,7 +221,31 @@ def _layer_norm_last(
     return y, mean, inv
 
 
-@kernel("SkipLayerNormalization", domain=MS_DOMAIN, since=1)
+@kernel("SkipLayerNormalization", domain=MS_DOMAIN, since=1, context=True)
+def skip_layer_normalization_node(
+    ctx: Any,
+    x: np.ndarray,
+    skip: np.ndarray,
+    gamma: np.ndarray,
+    beta: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    *,
+    epsilon: float = 1e-12,
+) -> Any:
+    """``skip_layer_normalization`` for a node: the statistics and the sum made only where
+    the node uses them (None in the others' places; Y alone for a node of one output)."""
+    used = outputs_used(ctx)
+    if bias is None and type(x) is np.ndarray and x.dtype == np.float32:
+        stats = any(used[1:3])
+        done = skip_layer_norm_rows(
+            x, skip, gamma, beta, epsilon, stats=stats, total=len(used) > 3 and used[3]
+        )
+        if done is not None:
+            return done[0] if len(used) == 1 else done
+    done = skip_layer_normalization(x, skip, gamma, beta, bias, epsilon=epsilon)
+    return done[0] if len(used) == 1 else done
+
+
 def skip_layer_normalization(
     x: np.ndarray,
     skip: np.ndarray,

@@ -3,21 +3,48 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels._out import fits, outputs_used
 from anychip.backends.cpu.table import kernel
 from anychip.codegen.rows import layer_norm_rows
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
-__all__ = ["layer_normalization"]
+__all__ = ["layer_normalization", "layer_normalization_node"]
 
 _FLOATS = frozenset({DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BFLOAT16})
 
 
-@kernel("LayerNormalization", since=17, dtypes=_FLOATS)
+@kernel("LayerNormalization", since=17, dtypes=_FLOATS, context=True)
+def layer_normalization_node(
+    ctx: Any,
+    x: np.ndarray,
+    scale: np.ndarray,
+    b: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+    out: np.ndarray | None = None,
+):
+    """``layer_normalization`` for a node: Mean and InvStdDev written only where the node
+    uses them (the exporters' nodes have Y alone)."""
+    used = outputs_used(ctx)
+    stats = len(used) > 1 and (used[1] or (len(used) > 2 and used[2]))
+    if not stats and stash_type == 1 and type(x) is np.ndarray and x.dtype == np.float32:
+        a = axis + x.ndim if axis < 0 else axis
+        if 0 <= a < max(x.ndim, 1):
+            done = layer_norm_rows(x, scale, b, epsilon, a, out, stats=False)
+            if done is not None:
+                return done[0]
+    return layer_normalization(
+        x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type, out=out
+    )
+
+
 def layer_normalization(
     x: np.ndarray,
     scale: np.ndarray,
