@@ -36,13 +36,14 @@ static int ac_apart(const float *p, long np_, const float *q, long nq) {
     return p + np_ <= q || q + nq <= p;
 }
 
-/* y = a @ b + bias, or -1 (nothing written) where y overlaps an input. */
+/* y = a @ b + bias (bias NULL: a @ b), or -1 (nothing written) where y overlaps an input. */
 int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
               float *y, uintptr_t gemm) {
     if (!(ac_apart(y, m * n, a, m * k) && ac_apart(y, m * n, b, k * n) &&
-          ac_apart(y, m * n, bias, n)))
+          (!bias || ac_apart(y, m * n, bias, n))))
         return -1;
     ((ac_sgemm_t)gemm)(101, 111, 111, m, n, k, 1.0f, a, k, b, n, 0.0f, y, n);
+    if (!bias) return 0; /* MatMul's product alone */
     for (long i = 0; i < m; i++) {
         float *yr = y + i * n;
         for (long j = 0; j < n; j++) yr[j] = yr[j] + bias[j];
@@ -144,20 +145,24 @@ class Bound:
 
     __slots__ = ("b", "bias", "shape", "out_shape", "m", "n", "k", "pb", "pc", "gemm", "fn")
 
-    def __init__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray, lib: tuple, gemm: int):
+    def __init__(
+        self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, lib: tuple, gemm: int
+    ) -> None:
         ffi, c, f32 = lib
         self.b, self.bias, self.shape, self.gemm = b, bias, a.shape, gemm
         self.k, self.n = b.shape
         self.m = a.size // self.k
         self.out_shape = a.shape[:-1] + (self.n,)
-        self.pb, self.pc = ffi.from_buffer(f32, b), ffi.from_buffer(f32, bias)
+        self.pb = ffi.from_buffer(f32, b)
+        self.pc = ffi.NULL if bias is None else ffi.from_buffer(f32, bias)
         self.fn = (c.ac_linear, ffi.from_buffer, f32)
 
     def __call__(
-        self, a: np.ndarray, b: np.ndarray, bias: np.ndarray, out: np.ndarray | None
+        self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, out: np.ndarray | None
     ) -> np.ndarray | None:
-        """``a @ b + bias`` as ``linear``; None where ``b``, ``bias`` or ``a``'s shape are
-        not the bound ones (the caller runs ``linear``)."""
+        """``a @ b + bias`` (no bias: ``a @ b``, numpy's product) as ``linear``; None where
+        ``b``, ``bias`` or ``a``'s shape are not the bound ones (the caller runs its own
+        path)."""
         if (
             b is not self.b
             or bias is not self.bias
@@ -180,8 +185,9 @@ class Bound:
         return out
 
 
-def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Bound | None:
-    """A ``Bound`` for these arrays where ``linear`` applies to them, else None."""
+def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Bound | None:
+    """A ``Bound`` for these arrays where ``linear`` applies to them (``bias`` None: the
+    product alone, as numpy's matmul computes it), else None."""
     if not _applies(a, b, bias):
         return None
     gemm = sgemm_address()
@@ -189,21 +195,27 @@ def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> Bound | None:
     return None if lib is None else Bound(a, b, bias, lib, gemm)
 
 
-def _applies(a: np.ndarray, b: np.ndarray, bias: np.ndarray) -> bool:
+def _applies(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> bool:
     """The shapes, dtypes and layouts ``linear`` computes (module docstring)."""
     if not (
         a.dtype is _F32
         and b.dtype is _F32
-        and bias.dtype is _F32
         and b.ndim == 2
         and a.ndim >= 2
         and a.flags.c_contiguous
         and b.flags.c_contiguous
-        and bias.flags.c_contiguous
     ):
         return False
     k, n = b.shape
-    if a.shape[-1] != k or bias.shape[-1:] != (n,) or bias.size != n or bias.ndim > a.ndim:
+    if a.shape[-1] != k:
+        return False
+    if bias is not None and not (
+        bias.dtype is _F32
+        and bias.flags.c_contiguous
+        and bias.shape[-1:] == (n,)
+        and bias.size == n
+        and bias.ndim <= a.ndim
+    ):
         return False
     # empty, zero-K, and matrix-vector products (numpy's gemv: other sums)
     return not (a.size == 0 or a.shape[-2] < 2 or n < 2 or k == 0)

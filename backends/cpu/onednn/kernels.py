@@ -365,14 +365,30 @@ def lstm(
 
 @kernel("MatMul", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
 def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = None) -> Any:
-    """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``)."""
+    """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``); under
+    ``MIN_MACS`` numpy's sgemm, called from C for the node's next calls (``linear.Bound``)."""
+    memo = _node_memo(ctx, "matmul")
+    fast = memo.get("linear")
+    if fast is not None:
+        y = fast(a, b, None, out)
+        if y is not None:
+            _served("MatMul", None)
+            return y
     weights = ctx.node.inputs[1]
     if weights is not None and weights.const is not None:
         y = _matmul(a, b, out)
         if y is not None:
             return _served("MatMul", y)
+        _remember_linear(memo, a, b, None)
     _served("MatMul", None)
     return op_matmul.matmul(a, b, out=out)
+
+
+def _remember_linear(memo: dict, a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> None:
+    """Keep the C call of a product ``_matmul`` declined at any thread count (under
+    ``MIN_MACS``, not one row): the node's next calls of the same shapes make it alone."""
+    if b.ndim == 2 and a.size * b.shape[1] < _matmul_mod.MIN_MACS and a.size != b.shape[0]:
+        memo["linear"] = _linear.bound(a, b, c)
 
 
 @kernel("Gemm", since=1, dtypes=op_matmul._MATMUL_TYPES, context=True)
@@ -427,8 +443,7 @@ def matmul_add(
         y = _matmul(a, b, out)
         if y is not None:
             return _served("MatMulAdd", op_matmul_add.add_bias(y, c))
-        if a.size * b.shape[-1] < _matmul_mod.MIN_MACS and a.size != b.shape[0]:
-            memo["linear"] = _linear.bound(a, b, c)  # _matmul declines these at any threads
+        _remember_linear(memo, a, b, c)
     _served("MatMulAdd", None)
     return op_matmul_add.matmul_add(a, b, c, out=out)
 

@@ -114,3 +114,21 @@ def test_a_small_layer_remembers_its_c_call_across_runs_and_shapes():
     np.testing.assert_array_equal(bound(a, w, b, None), linear_mod.linear(a, w, b))
     assert bound(a, w, b.copy(), None) is None  # not the bound bias: the caller's linear
     assert bound(rand(4, 1, 9, 32), w, b, None) is None
+
+
+def test_a_small_matmul_remembers_its_c_call_and_equals_numpy():
+    """A MatMul by a constant weight under MIN_MACS: its second run on goes through the bound
+    C call (no bias), numpy's own sgemm: the same bits as np.matmul, over new inputs."""
+    import anychip
+    from anychip.codegen import linear as linear_mod
+
+    w = rand(1, 32, 48)
+    m = model([N("MatMul", ["x", "w"], ["y"])], [("x", [1, 16, 32])], [("y", [1, 16, 48])],
+              [("w", w)])  # fmt: skip
+    sess = anychip.load(m.SerializeToString(), "cpu")
+    (node,) = sess.partitions[0].graph.nodes
+    for seed in range(4):
+        x = rand(seed + 20, 1, 16, 32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.matmul(x, w))
+    bound = node.meta["matmul"][1]["linear"]
+    assert isinstance(bound, linear_mod.Bound) and bound.bias is None
