@@ -96,22 +96,6 @@ static float ac_rowmax(const float *a, long n) {
     return isnan ? NAN : r;
 }
 
-/* exp of a softmax's x - max: at most 0, -inf or NaN, so no overflow branch; the prelude's
-   ac_expf_core with the multiply-adds fused where the CPU has FMA (within 1.4 ulp of exp;
-   13 us for the tiny BERT's 32768 scores against ac_expf's 21). */
-static inline float ac_expf_le0(float x) {
-    float xc = x < -104.0f ? -104.0f : x;
-    xc = xc != xc ? 0.0f : xc;
-    float n;
-    float e = ac_expf_core(xc, &n);
-    /* 2^n for n in [-150, 0] as 2^(n + 64), exact in the normal range, then 2^-64, the one
-       rounding (into the denormals when n < -126): ac_expf's two halves of n give the same
-       bits (all of [-110, 0] compared) with four operations fewer. */
-    e = e * ac_bits(((int32_t)n + 191) << 23) * 0x1p-64f;
-    e = x < -103.97208404541015625f ? 0.0f : e;
-    return x != x ? x : e;
-}
-
 /* Softmax of one row of n: yr = softmax(xr op c + mr), op: 0 none, 1 divide, 2 multiply;
    the mask row mr (NULL: none) has its elements mj apart (0: one value per row). yr may be
    xr. */

@@ -73,6 +73,31 @@ def test_exp_over_its_whole_range_within_4_ulp_of_numpy():
     assert np.isinf(got[x > 88.73]).all() and (got[x < -104] == 0).all()
 
 
+def test_tanh_over_its_whole_range_within_2_ulp_of_numpy():
+    """Both branches, the switch at 0.625 and the clamp of the exp path at 9.1 (tanh rounds
+    to 1 from about 8.7), infinities, NaN and signed zeros."""
+    x = np.concatenate(
+        [
+            np.linspace(-12, 12, 400_001, dtype=np.float32),
+            np.nextafter(np.float32(0.625), np.float32([-1, 1] * 50)).cumsum(dtype=np.float32)[:2],
+            np.array([0.625, -0.625, 8.7, 9.1, -9.1, 9.100001, 1e30, -1e30], np.float32),
+            np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-40], np.float32),
+        ]
+    )
+    got, want = fused_elementwise(x, expr="tanh(in0)"), np.tanh(x)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+
+    def ordered(a: np.ndarray) -> np.ndarray:  # float bits in order, -0 and +0 both 0
+        i = a.view(np.int32).astype(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+    assert np.abs(ordered(got[ok]) - ordered(want[ok])).max() <= 2
+    big = np.abs(x) >= 9.1  # the clamped exp path: 1 - 2.5e-8, rounded to 1
+    assert (got[big] == np.sign(x[big])).all()
+    assert np.signbit(got[(x == 0) & np.signbit(x)]).all()
+
+
 def test_erf_against_float64_reference():
     rng = np.random.default_rng(3)
     x = _inputs(rng, (2000,))
