@@ -197,14 +197,7 @@ def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Bound | None
 
 def _applies(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> bool:
     """The shapes, dtypes and layouts ``linear`` computes (module docstring)."""
-    if not (
-        a.dtype is _F32
-        and b.dtype is _F32
-        and b.ndim == 2
-        and a.ndim >= 2
-        and a.flags.c_contiguous
-        and b.flags.c_contiguous
-    ):
+    if not _f32_matrices(a, b):
         return False
     k, n = b.shape
     if a.shape[-1] != k:
@@ -221,6 +214,19 @@ def _applies(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> bool:
     return not (a.size == 0 or a.shape[-2] < 2 or n < 2 or k == 0)
 
 
+def _f32_matrices(a: np.ndarray, b: np.ndarray) -> bool:
+    """Float32 C-contiguous ``a [..., K]`` (rank 2 or more) and 2-D ``b``: what numpy's
+    sgemm reads in place here."""
+    return (
+        a.dtype is _F32
+        and b.dtype is _F32
+        and b.ndim == 2
+        and a.ndim >= 2
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+    )
+
+
 def gemm_columns(
     a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool, parts: int
 ) -> np.ndarray | None:
@@ -230,14 +236,7 @@ def gemm_columns(
     OpenBLAS, OpenBLAS running more than one thread, an output over an input, other
     dtypes). Each element is the dot product the whole sgemm computes (numpy's own result
     where ``trans_b`` is false)."""
-    if not (
-        a.dtype is _F32
-        and b.dtype is _F32
-        and b.ndim == 2
-        and a.ndim >= 2
-        and a.flags.c_contiguous
-        and b.flags.c_contiguous
-    ):
+    if not _f32_matrices(a, b):
         return None
     n, k = b.shape if trans_b else b.shape[::-1]
     if a.shape[-1] != k or a.size == 0 or n < 16 * parts or k == 0:
