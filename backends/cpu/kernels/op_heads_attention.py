@@ -17,6 +17,8 @@ differ (broadcasting), the same operations run one after the other, with copies.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from anychip.backends.cpu.kernels import op_fused_attention
@@ -54,35 +56,86 @@ def heads_attention(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Split the heads, attend, merge the heads (the module docstring)."""
-    if parts:  # Q, K and V are parts of one packed tensor, cut as its Split cut them
-        cut = _split(q, -1, list(split) or None, parts[0])
-        q, k, v = cut[parts[1]], cut[parts[2]], cut[parts[3]]
+    key = _key(q, k, v, shape_q, shape_k, shape_v, shape_out, mask, allowzero, split, parts)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is None:
+        plan = _plan(q, k, v, shape_q, shape_k, shape_v, shape_out, mask, allowzero, split, parts)
+        if key is not None:
+            if len(_PLANS) >= _PLANS_KEEP:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = plan
+    if plan.cuts is not None:  # Q, K and V are parts of one packed tensor
+        q, k, v = q[plan.cuts[0]], k[plan.cuts[1]], v[plan.cuts[2]]
+    qh = q.reshape(plan.q4).transpose(0, 2, 1, 3)
+    kt = np.ascontiguousarray(k.reshape(plan.k4).transpose(0, 2, 3, 1))
+    vh = v.reshape(plan.v4).transpose(0, 2, 1, 3)
+    if plan.merged is None:  # broadcast heads, or shapes that do not chain: the ops in turn
+        y = fused_attention(qh, kt, vh, mask, scale=scale, divide=divide)
+        return reshape(
+            np.ascontiguousarray(y.transpose(0, 2, 1, 3)), shape_out, allowzero=allowzero[3]
+        )
+    into = fits(out, plan.target, q.dtype)
+    y4 = out.reshape(plan.merged) if into else np.empty(plan.merged, q.dtype)
+    _attend(qh, kt, vh, mask, scale, divide, y4.transpose(0, 2, 1, 3))
+    return out if into else y4.reshape(plan.target)
+
+
+class _Plan:
+    """What a call's shapes decide, worked out once (``_plan``): the packed parts' slices,
+    the heads' shapes, and the merged and output shapes (None: the general path)."""
+
+    __slots__ = ("cuts", "q4", "k4", "v4", "merged", "target")
+
+    def __init__(self, cuts: Any, q4: tuple, k4: tuple, v4: tuple, merged: Any, target: Any):
+        self.cuts, self.q4, self.k4, self.v4 = cuts, q4, k4, v4
+        self.merged, self.target = merged, target
+
+
+#: Plans of recent calls, by the inputs' shapes, strides and types, the shape tensors' values
+#: and the mask's shape: a model's calls repeat them (the tiny BERT's node: 12 us of Python
+#: a call before, the Reshapes' and Split's checks over again).
+_PLANS: dict[tuple, _Plan] = {}
+_PLANS_KEEP = 64
+
+
+def _key(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> tuple | None:  # noqa: ANN001
+    shapes = (sq, sk, sv, so)
+    if any(type(s) is not np.ndarray or s.dtype != np.int64 for s in shapes):
+        return None
+    return (
+        q.shape, q.strides, q.dtype, k.shape, k.strides, k.dtype, v.shape, v.strides, v.dtype,
+        q is k, k is v, sq.tobytes(), sk.tobytes(), sv.tobytes(), so.tobytes(),
+        tuple(allowzero), tuple(split), tuple(parts), None if mask is None else mask.shape,
+    )  # fmt: skip
+
+
+def _plan(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> _Plan:  # noqa: ANN001
+    """The checks of the Split, the Reshapes and the fast path, raising their errors."""
+    cuts = None
+    if parts:  # cut as the packed tensor's Split cut it (its checks and errors)
+        pieces = _split(q, -1, list(split) or None, parts[0])
+        starts = [0]
+        for piece in pieces:
+            starts.append(starts[-1] + piece.shape[-1])
+        cuts = tuple((Ellipsis, slice(starts[i], starts[i + 1])) for i in parts[1:4])
+        q, k, v = q[cuts[0]], k[cuts[1]], v[cuts[2]]
     zq, zk, zv, zo = allowzero
-    q4 = _rank4(reshape(q, shape_q, allowzero=zq), "Q")
-    k4 = _rank4(reshape(k, shape_k, allowzero=zk), "K")
-    v4 = _rank4(reshape(v, shape_v, allowzero=zv), "V")
-    qh = q4.transpose(0, 2, 1, 3)
-    kt = np.ascontiguousarray(k4.transpose(0, 2, 3, 1))
-    vh = v4.transpose(0, 2, 1, 3)
-    lead = qh.shape[:2]
+    q4 = _rank4(reshape(q, sq, allowzero=zq), "Q").shape
+    k4 = _rank4(reshape(k, sk, allowzero=zk), "K").shape
+    v4 = _rank4(reshape(v, sv, allowzero=zv), "V").shape
+    lead, s, t = (q4[0], q4[2]), q4[1], k4[1]
     if (
-        kt.shape[:2] != lead
-        or vh.shape[:2] != lead
-        or qh.shape[3] != kt.shape[2]
-        or kt.shape[3] != vh.shape[2]
+        (k4[0], k4[2]) != lead
+        or (v4[0], v4[2]) != lead
+        or q4[3] != k4[3]
+        or k4[1] != v4[1]
         or q.dtype != k.dtype
         or q.dtype != v.dtype
-        or not _mask_fits(mask, lead + (qh.shape[2], kt.shape[3]))
-    ):  # broadcast heads, or shapes that do not chain: the ops one by one (their errors)
-        y = fused_attention(qh, kt, vh, mask, scale=scale, divide=divide)
-        return reshape(np.ascontiguousarray(y.transpose(0, 2, 1, 3)), shape_out, allowzero=zo)
-    b, h, s, _ = qh.shape
-    merged = (b, s, h, vh.shape[3])
-    target = target_shape(merged, shape_out, zo)
-    into = fits(out, target, q.dtype)
-    y4 = out.reshape(merged) if into else np.empty(merged, q.dtype)
-    _attend(qh, kt, vh, mask, scale, divide, y4.transpose(0, 2, 1, 3))
-    return out if into else y4.reshape(target)
+        or not _mask_fits(mask, lead + (s, t))
+    ):
+        return _Plan(cuts, q4, k4, v4, None, None)
+    merged = (q4[0], s, q4[2], v4[3])
+    return _Plan(cuts, q4, k4, v4, merged, target_shape(merged, so, zo))
 
 
 def _attend(

@@ -265,3 +265,19 @@ def test_kernel_names_bad_shapes():
         heads_attention(x, x, x, s3, s4, s4, s3, scale=1.0)
     with pytest.raises(AnychipError, match="Reshape"):
         heads_attention(x, x, x, s4, s4, s4, np.array([7, 3], np.int64), scale=1.0)
+
+
+def test_kernel_plans_follow_the_shape_values_not_the_arrays():
+    """Plans are kept per shape values: the same arrays split into other heads, and a shape
+    tensor rewritten in place, give the reference's results each time."""
+    rng = np.random.default_rng(8)
+    packed = rng.standard_normal((2, 5, 36)).astype(np.float32)
+    q, k, v = packed[..., :12], packed[..., 12:24], packed[..., 24:]
+    shape, s3 = np.array([2, 5, 3, 4], np.int64), np.array([2, 5, 12], np.int64)
+    for heads in ([2, 5, 3, 4], [2, 5, 2, 6], [2, 5, 3, 4], [2, 5, 6, 2]):
+        shape[:] = heads  # in place: the same array, other values
+        want = _reference(q, k, v, shape, shape, shape, s3, None, 2.0, 1)
+        for _ in range(2):
+            got = heads_attention(packed, packed, packed, shape, shape, shape, s3, scale=2.0,
+                                  split=[12, 12, 12], parts=[3, 0, 1, 2])  # fmt: skip
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
