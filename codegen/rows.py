@@ -392,7 +392,7 @@ def _params(
         ffi.NULL if bias is None else ffi.from_buffer(f32, bias),
     )
     if len(_PARAMS) >= _PARAMS_KEEP:
-        _PARAMS.pop(next(iter(_PARAMS)))
+        _PARAMS.pop(next(iter(_PARAMS), None), None)  # another thread may have popped it
     _PARAMS[key] = hit
     return hit
 

@@ -223,3 +223,25 @@ def test_layer_norm_rows_rebinds_a_new_scale_array():
         y2 = rows.layer_norm_rows(x, scale, bias, 1e-5, 1)[0]
         np.testing.assert_array_equal(y2, _numpy(layer_normalization, x, scale, bias, axis=1,
                                                  epsilon=1e-5)[0])  # fmt: skip
+
+
+def test_kept_pointers_evicted_from_several_threads_at_once():
+    """Four threads each bind hundreds of fresh scale arrays (more than are kept): evicting
+    the oldest from several threads at once raises nothing and every result is right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = np.random.default_rng(9).standard_normal((3, 16)).astype(np.float32)
+
+    def work(seed: int) -> bool:
+        rng = np.random.default_rng(seed)
+        for _ in range(150):
+            scale = rng.standard_normal(16).astype(np.float32)
+            y = rows.layer_norm_rows(x, scale, None, 1e-5, 1, stats=False)[0]
+            mu = x.mean(axis=1, keepdims=True)
+            want = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * scale
+            if not np.allclose(y, want, rtol=1e-5, atol=1e-5):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(work, range(4)))

@@ -80,7 +80,7 @@ def _flat_index(indices: np.ndarray, lead: tuple[int, ...], b: int) -> np.ndarra
     lin = _compute_flat(indices, lead, b)
     if frozen:
         if len(_FLAT) >= _FLAT_KEEP:
-            _FLAT.pop(next(iter(_FLAT)))
+            _FLAT.pop(next(iter(_FLAT), None), None)
         lin.setflags(write=False)
         _FLAT[(id(indices), lead, b)] = (indices, lin)
     return lin

@@ -62,7 +62,7 @@ def heads_attention(
         plan = _plan(q, k, v, shape_q, shape_k, shape_v, shape_out, mask, allowzero, split, parts)
         if key is not None:
             if len(_PLANS) >= _PLANS_KEEP:
-                _PLANS.pop(next(iter(_PLANS)))
+                _PLANS.pop(next(iter(_PLANS), None), None)  # safe beside another thread
             _PLANS[key] = plan
     if plan.cuts is not None:  # Q, K and V are parts of one packed tensor
         q, k, v = q[plan.cuts[0]], k[plan.cuts[1]], v[plan.cuts[2]]
