@@ -14,9 +14,10 @@ thread that slept through a job and wakes during the next one never runs the old
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
 kernel of a model, usually that close, starts it without a wake. When, twice in a row, the
 pool's threads ran no chunk of a call, or its caller lost its core for over a fifth of its
-own part, or waited over a quarter of the call for a preempted thread's chunk (the threads did
-not run side by side: other processes hold the cores), the next 32 calls run on their caller
-alone (``AC_BACKOFF``), and
+own part, or waited over half the call for a late thread's chunk (the threads did
+not run side by side: other processes hold the cores), calls run on their caller alone for
+the next 4 ms (``AC_BACKOFF_NS``; a time, not a count of calls: 32 calls were sixteen runs of
+the bench's LSTM, which makes one pool call a run), and
 ``try_parallel()`` tells the oneDNN splits to stay whole meanwhile. One job at a time: a call
 while another runs (sessions in other Python threads) runs its chunks on its caller alone.
 The pool's threads set their OpenMP count to one, so a oneDNN primitive run as a chunk
@@ -43,6 +44,8 @@ __all__ = [
     "stats",
     "try_parallel",
     "reset_backoff",
+    "back_off",
+    "BACKOFF_SECONDS",
     "SOURCE_DECL",
 ]
 
@@ -65,7 +68,9 @@ _SOURCE = (
 #endif
 
 #define AC_MAX_THREADS 64
-#define AC_BACKOFF 32
+#ifndef AC_BACKOFF_NS
+#define AC_BACKOFF_NS 4000000L
+#endif
 #ifndef AC_SPIN_NS
 #define AC_SPIN_NS 50000L
 #endif
@@ -81,7 +86,7 @@ static _Atomic uint64_t ac_ticket;       /* (generation << 32) | next chunk */
 static _Atomic long ac_done;             /* chunks finished in this generation */
 static int ac_made = 0;                  /* threads made, under ac_busy */
 static int ac_strikes = 0;               /* under ac_busy */
-static _Atomic int ac_backoff = 0;       /* calls left to run on their caller alone */
+static _Atomic long ac_backoff = 0;      /* calls run on their caller alone until (ns) */
 static _Atomic int ac_hold = 0;          /* runs in progress that keep the threads spinning */
 static _Atomic long ac_wanted = 0;       /* calls that asked for threads (tried or run) */
 static _Atomic int ac_pause = 0;         /* OpenMP teams at work: spinning threads sleep */
@@ -160,14 +165,13 @@ static void ac_serial(ac_chunk_fn fn, void *ctx, long chunks) {
     for (long c = 0; c < chunks; c++) fn(ctx, c);
 }
 
-/* 0 while backing off (counting the call down), else 1. */
+/* 0 while backing off (counted in ac_stats[3]), else 1. */
 static int ac_no_backoff(void) {
-    int b = atomic_load(&ac_backoff);
-    while (b > 0)
-        if (atomic_compare_exchange_weak(&ac_backoff, &b, b - 1)) {
-            atomic_fetch_add(&ac_stats[3], 1);
-            return 0;
-        }
+    const long until = atomic_load(&ac_backoff);
+    if (until && ac_ns() < until) {
+        atomic_fetch_add(&ac_stats[3], 1);
+        return 0;
+    }
     return 1;
 }
 
@@ -228,18 +232,20 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
         if (spins > 64) sched_yield();
     /* No overlap: the pool's threads ran no chunk (late, or no core), the caller lost its
-       core for over a fifth of its own part (a thread ran on it), or it waited over a
-       quarter of the call for a preempted thread's chunk. Twice in a row: the next
-       AC_BACKOFF calls run on their caller alone. Two thread-CPU clock reads a call
-       (0.5 us each here; per chunk they cost 10% of a 100 us call). */
+       core for over a fifth of its own part (a thread ran on it), or it waited over half
+       the call for a thread's chunk (two equal chunks, a thread late by more than one: no
+       faster than the caller alone). Twice in a row: calls run on their caller alone for
+       AC_BACKOFF_NS, a time rather than a count of calls (32 calls were sixteen runs of an
+       LSTM, one pool call a run, and a part of one run of a CNN). Two thread-CPU clock
+       reads a call (0.5 us each here; per chunk they cost 10% of a 100 us call). */
     const long end = ac_ns();
     atomic_fetch_add(&ac_stats[0], 1);
     atomic_fetch_add(&ac_stats[2], end - mine);
     const int apart = atomic_load(&ac_theirs) == 0 || cpu * 5 < (mine - start) * 4 ||
-                      (end - mine) * 4 > end - start;
+                      (end - mine) * 2 > end - start;
     ac_strikes = apart ? ac_strikes + 1 : 0;
     if (ac_strikes >= 2) {
-        atomic_store(&ac_backoff, AC_BACKOFF);
+        atomic_store(&ac_backoff, end + AC_BACKOFF_NS);
         ac_strikes = 0;
     }
     pthread_mutex_unlock(&ac_busy);
@@ -247,6 +253,7 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
 
 uintptr_t ac_pool_address(void) { return (uintptr_t)ac_pool_run; }
 void ac_pool_reset(void) { atomic_store(&ac_backoff, 0); }
+void ac_pool_back_off(void) { atomic_store(&ac_backoff, ac_ns() + AC_BACKOFF_NS); }
 void ac_pool_hold(int delta) { atomic_fetch_add(&ac_hold, delta); }
 int ac_pool_holders(void) { return atomic_load(&ac_hold); }
 long ac_pool_wanted(void) { return atomic_load(&ac_wanted); }
@@ -256,7 +263,8 @@ void ac_pool_stats(long *out) { for (int i = 0; i < 4; i++) out[i] = atomic_load
 """
 )
 _CDEF = """uintptr_t ac_pool_address(void); void ac_pool_stats(long *out); int ac_pool_try(void);
-void ac_pool_reset(void); void ac_pool_hold(int delta); int ac_pool_holders(void);
+void ac_pool_reset(void); void ac_pool_back_off(void); void ac_pool_hold(int delta);
+int ac_pool_holders(void);
 long ac_pool_wanted(void); void ac_pool_pause(int delta);
 int ac_pool_pauses(void)"""
 _address: dict[object, int] = {}
@@ -345,6 +353,17 @@ def reset_backoff() -> None:
     lib = _lib()
     if lib is not None:
         lib.ac_pool_reset()
+
+
+def back_off() -> None:
+    """Start a backoff now, as two calls without overlap do (tests)."""
+    lib = _lib()
+    if lib is not None:
+        lib.ac_pool_back_off()
+
+
+#: How long a backoff lasts, seconds (``AC_BACKOFF_NS``).
+BACKOFF_SECONDS = 0.004
 
 
 def stats() -> dict[str, int]:

@@ -295,3 +295,27 @@ def test_heads_attention_on_the_pool_equals_its_one_thread_path(
     got = heads_attention(*args, scale=4.0, divide=1, out=out)
     assert len(team.asked) > before and got is out
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_backoff_lasts_a_time_not_a_count_of_calls():
+    """While backing off every call runs alone, however many come; after the backoff's time
+    the pool is offered again (an LSTM's one pool call a run no longer stays alone for
+    sixteen runs)."""
+    import time
+
+    if pool.address() == 0:
+        pytest.skip("needs a C compiler for the pool")
+    try:
+        for _ in range(3):  # a process preempted past the backoff's time tries again
+            before = pool.stats()["backoff_jobs"]
+            t0 = time.perf_counter()
+            pool.back_off()
+            offered = [pool.try_parallel() for _ in range(40)]  # more than the old 32 calls
+            if time.perf_counter() - t0 < pool.BACKOFF_SECONDS * 0.9:
+                break
+        assert not any(offered)
+        assert pool.stats()["backoff_jobs"] - before == 40
+        time.sleep(pool.BACKOFF_SECONDS * 2)
+        assert pool.try_parallel()
+    finally:
+        pool.reset_backoff()
