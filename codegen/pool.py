@@ -14,7 +14,7 @@ thread that slept through a job and wakes during the next one never runs the old
 chunks. After a job a thread spins for 50 us (``AC_SPIN_NS``) before it sleeps, so the next
 kernel of a model, usually that close, starts it without a wake. When, twice in a row, the
 pool's threads ran no chunk of a call, or its caller lost its core for over a fifth of its
-own part, or waited over half the call for a late thread's chunk (the threads did
+own part, or waited over a quarter of the call for a preempted thread's chunk (the threads did
 not run side by side: other processes hold the cores), calls run on their caller alone for
 the next 4 ms (``AC_BACKOFF_NS``; a time, not a count of calls: 32 calls were sixteen runs of
 the bench's LSTM, which makes one pool call a run), and
@@ -232,17 +232,17 @@ void ac_pool_run(ac_chunk_fn fn, void *ctx, long chunks, int threads) {
     for (long spins = 0; atomic_load(&ac_done) < chunks; spins++)
         if (spins > 64) sched_yield();
     /* No overlap: the pool's threads ran no chunk (late, or no core), the caller lost its
-       core for over a fifth of its own part (a thread ran on it), or it waited over half
-       the call for a thread's chunk (two equal chunks, a thread late by more than one: no
-       faster than the caller alone). Twice in a row: calls run on their caller alone for
-       AC_BACKOFF_NS, a time rather than a count of calls (32 calls were sixteen runs of an
-       LSTM, one pool call a run, and a part of one run of a CNN). Two thread-CPU clock
-       reads a call (0.5 us each here; per chunk they cost 10% of a 100 us call). */
+       core for over a fifth of its own part (a thread ran on it), or it waited over a
+       quarter of the call for a preempted thread's chunk. Twice in a row: calls run on
+       their caller alone for AC_BACKOFF_NS, a time rather than a count of calls (32 calls
+       were sixteen runs of an LSTM, one pool call a run, and part of a CNN's run). Two
+       thread-CPU clock reads a call (0.5 us each here; per chunk they cost 10% of a 100 us
+       call). */
     const long end = ac_ns();
     atomic_fetch_add(&ac_stats[0], 1);
     atomic_fetch_add(&ac_stats[2], end - mine);
     const int apart = atomic_load(&ac_theirs) == 0 || cpu * 5 < (mine - start) * 4 ||
-                      (end - mine) * 2 > end - start;
+                      (end - mine) * 4 > end - start;
     ac_strikes = apart ? ac_strikes + 1 : 0;
     if (ac_strikes >= 2) {
         atomic_store(&ac_backoff, end + AC_BACKOFF_NS);
