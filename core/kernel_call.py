@@ -34,14 +34,25 @@ class KernelContext:
     Attributes:
         node: the IR node being run.
         num_outputs: how many outputs the node declares (omitted optional ones included).
+        outputs_used: for each declared output, whether the node has it (omitted optional:
+            False); worked out once, as the node's outputs are fixed once it is compiled.
         backend: the backend running it.
     """
 
-    __slots__ = ("node", "num_outputs", "backend", "_program", "_frame", "_subprograms")
+    __slots__ = (
+        "node",
+        "num_outputs",
+        "outputs_used",
+        "backend",
+        "_program",
+        "_frame",
+        "_subprograms",
+    )
 
     def __init__(self, node: Node, program: Program | None) -> None:
         self.node = node
         self.num_outputs = len(node.outputs)
+        self.outputs_used = [v is not None and bool(v.name) for v in node.outputs]
         self.backend = program.backend if program is not None else None
         self._program = program
         self._frame: list[Any] | None = None
@@ -54,11 +65,6 @@ class KernelContext:
             self._subprograms[id(g)] = Program(
                 g, program.backend, program.table, program.schemas, parent=program
             )
-
-    @property
-    def outputs_used(self) -> list[bool]:
-        """For each declared output, whether the node has it (omitted optional: False)."""
-        return [v is not None and bool(v.name) for v in self.node.outputs]
 
     def program(self, graph: Graph) -> Program:
         """The compiled program of a nested graph of this node: its ``instrs`` hold each inner

@@ -13,11 +13,9 @@ writing the same element of ``out`` (numpy ufuncs do; multi-step formulas must k
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-__all__ = ["fits", "fits_broadcast", "broadcast_shape", "unary_into", "outputs_used"]
+__all__ = ["fits", "fits_broadcast", "broadcast_shape", "unary_into"]
 
 
 def fits(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> bool:
@@ -70,14 +68,3 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
                 elif d != 1:
                     return None
     return tuple(out)
-
-
-def outputs_used(ctx: Any) -> tuple[bool, ...]:
-    """For each output a ``context=True`` kernel's node declares, whether it is used (named),
-    worked out once per node (a clone's meta is a copy of the original's: it works its own
-    out)."""
-    node = ctx.node
-    kept = node.meta.get("outputs_used")
-    if kept is None or kept[0] is not node:
-        kept = node.meta["outputs_used"] = (node, tuple(ctx.outputs_used))
-    return kept[1]

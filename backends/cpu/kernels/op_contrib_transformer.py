@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._out import fits, outputs_used
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_activations import gelu
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
 from anychip.backends.cpu.kernels.op_rnn import make_activation
@@ -222,27 +222,12 @@ def _layer_norm_last(
 
 
 @kernel("SkipLayerNormalization", domain=MS_DOMAIN, since=1, context=True)
-def skip_layer_normalization_node(
-    ctx: Any,
-    x: np.ndarray,
-    skip: np.ndarray,
-    gamma: np.ndarray,
-    beta: np.ndarray | None = None,
-    bias: np.ndarray | None = None,
-    *,
-    epsilon: float = 1e-12,
-) -> Any:
+def skip_layer_normalization_node(ctx: Any, *args: np.ndarray | None, **attrs: Any) -> Any:
     """``skip_layer_normalization`` for a node: the statistics and the sum made only where
     the node uses them (None in the others' places; Y alone for a node of one output)."""
-    used = outputs_used(ctx)
-    if bias is None and type(x) is np.ndarray and x.dtype == np.float32:
-        stats = any(used[1:3])
-        done = skip_layer_norm_rows(
-            x, skip, gamma, beta, epsilon, stats=stats, total=len(used) > 3 and used[3]
-        )
-        if done is not None:
-            return done[0] if len(used) == 1 else done
-    done = skip_layer_normalization(x, skip, gamma, beta, bias, epsilon=epsilon)
+    used = ctx.outputs_used
+    stats, total = any(used[1:3]), any(used[3:4])
+    done = skip_layer_normalization(*args, stats=stats, total=total, **attrs)
     return done[0] if len(used) == 1 else done
 
 
@@ -254,12 +239,15 @@ def skip_layer_normalization(
     bias: np.ndarray | None = None,
     *,
     epsilon: float = 1e-12,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    stats: bool = True,
+    total: bool = True,
+) -> tuple[np.ndarray | None, ...]:
     """LayerNormalization over the last axis of ``input + skip (+ bias)``; the sum is the
     fourth output. Float32 without ``bias`` (what ``passes/fuse_skip_layer_norm.py`` writes
-    for an Add and a LayerNormalization): one C call, the unfused nodes' roundings."""
+    for an Add and a LayerNormalization): one C call, the unfused nodes' roundings, the
+    statistics and the sum left out (None) where ``stats`` / ``total`` are false."""
     if bias is None and x.dtype == np.float32:
-        done = skip_layer_norm_rows(x, skip, gamma, beta, epsilon)
+        done = skip_layer_norm_rows(x, skip, gamma, beta, epsilon, stats=stats, total=total)
         if done is not None:
             return done
     s = x.astype(_work(x)) + skip.astype(_work(x))

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._out import fits, outputs_used
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.table import kernel
 from anychip.codegen.rows import layer_norm_rows
 from anychip.errors import KernelError
@@ -25,24 +25,14 @@ def layer_normalization_node(
     scale: np.ndarray,
     b: np.ndarray | None = None,
     *,
-    axis: int = -1,
-    epsilon: float = 1e-5,
-    stash_type: int = 1,
-    out: np.ndarray | None = None,
-):
-    """``layer_normalization`` for a node: Mean and InvStdDev written only where the node
-    uses them (the exporters' nodes have Y alone)."""
-    used = outputs_used(ctx)
-    stats = len(used) > 1 and (used[1] or (len(used) > 2 and used[2]))
-    if not stats and stash_type == 1 and type(x) is np.ndarray and x.dtype == np.float32:
-        a = axis + x.ndim if axis < 0 else axis
-        if 0 <= a < max(x.ndim, 1):
-            done = layer_norm_rows(x, scale, b, epsilon, a, out, stats=False)
-            if done is not None:
-                return done[0]
-    return layer_normalization(
-        x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type, out=out
-    )
+    out: np.ndarray | None = None,  # named: the executor hands planned memory to an ``out``
+    **attrs: Any,
+) -> Any:
+    """``layer_normalization`` for a node: Mean and InvStdDev made only where the node uses
+    them (the exporters' nodes have Y alone)."""
+    stats = any(ctx.outputs_used[1:])
+    done = layer_normalization(x, scale, b, out=out, stats=stats, **attrs)
+    return done if stats else done[0]
 
 
 def layer_normalization(
@@ -54,8 +44,10 @@ def layer_normalization(
     epsilon: float = 1e-5,
     stash_type: int = 1,
     out: np.ndarray | None = None,
+    stats: bool = True,
 ):
-    """``Y = (X - mean) / sqrt(var + eps) * scale + B``; also Mean and InvStdDev.
+    """``Y = (X - mean) / sqrt(var + eps) * scale + B``; also Mean and InvStdDev (``stats``
+    false: the C path leaves them out, None in their places).
 
     Statistics are computed in the ``stash_type`` precision (float32 by default) and keep the
     normalised axes as size-1 dimensions.
@@ -70,7 +62,7 @@ def layer_normalization(
             f"LayerNormalization: stash_type {stash_type} is not a tensor type"
         ) from None
     if x.dtype == np.float32 and stash == np.float32:
-        done = layer_norm_rows(x, scale, b, epsilon, a, out)
+        done = layer_norm_rows(x, scale, b, epsilon, a, out, stats=stats)
         if done is not None:  # generated C, bit-identical to the steps below
             return done
     axes = tuple(range(a, x.ndim))

@@ -368,12 +368,9 @@ def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = N
     """MatMul through oneDNN when B is a constant 2-D float32 (``onednn/matmul.py``); under
     ``MIN_MACS`` numpy's sgemm, called from C for the node's next calls (``linear.Bound``)."""
     memo = _node_memo(ctx, "matmul")
-    fast = memo.get("linear")
-    if fast is not None:
-        y = fast(a, b, None, out)
-        if y is not None:
-            _served("MatMul", None)
-            return y
+    y = _remembered(memo, "MatMul", a, b, None, out)
+    if y is not None:
+        return y
     weights = ctx.node.inputs[1]
     if weights is not None and weights.const is not None:
         y = _matmul(a, b, out)
@@ -382,6 +379,18 @@ def matmul(ctx: Any, a: np.ndarray, b: np.ndarray, *, out: np.ndarray | None = N
         _remember_linear(memo, a, b, None)
     _served("MatMul", None)
     return op_matmul.matmul(a, b, out=out)
+
+
+def _remembered(
+    memo: dict, op: str, a: np.ndarray, b: np.ndarray, c: np.ndarray | None, out: Any
+) -> np.ndarray | None:
+    """The node's remembered C call (``_remember_linear``) on these arrays, or None where it
+    has none or they are not the remembered ones."""
+    fast = memo.get("linear")
+    y = fast(a, b, c, out) if fast is not None else None
+    if y is not None:
+        _served(op, None)  # numpy's sgemm, as the unremembered path counts it
+    return y
 
 
 def _remember_linear(memo: dict, a: np.ndarray, b: np.ndarray, c: np.ndarray | None) -> None:
@@ -432,12 +441,9 @@ def matmul_add(
     """``a @ b`` through oneDNN as MatMul's (a constant 2-D float32 B, above ``MIN_MACS``),
     then ``+ c``; else the numpy kernel."""
     memo = _node_memo(ctx, "matmul_add")
-    fast = memo.get("linear")
-    if fast is not None:  # the node's last call: under MIN_MACS, several rows, in C
-        y = fast(a, b, c, out)
-        if y is not None:
-            _served("MatMulAdd", None)
-            return y
+    y = _remembered(memo, "MatMulAdd", a, b, c, out)
+    if y is not None:
+        return y
     weights = ctx.node.inputs[1]
     if weights is not None and weights.const is not None:
         y = _matmul(a, b, out)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, record
+from anychip.backends.cpu.passes._common import fused_node, reader, record
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
@@ -74,10 +74,10 @@ def _fuse(fa: Node, graph: Graph) -> Node | None:
             return None
         splits.append(found)
     y = fa.outputs[0]
-    merge = _only_reader(y, graph)
+    merge = reader(y, graph, "Transpose")
     if merge is None or not _is_transpose(merge, _HEADS):
         return None
-    flat = _only_reader(merge.outputs[0], graph)
+    flat = reader(merge.outputs[0], graph)
     if flat is None or not _is_reshape(flat):
         return None
     mask = fa.inputs[3] if len(fa.inputs) > 3 else None
@@ -112,13 +112,6 @@ def _made_once(v: Value | None, graph: Graph) -> Node | None:
     if v is None or v.producer is None or v.producer.graph is not graph:
         return None
     return v.producer if single_use(v, graph) else None
-
-
-def _only_reader(v: Value | None, graph: Graph) -> Node | None:
-    if v is None or not single_use(v, graph):
-        return None
-    node = v.uses[0][0]
-    return node if node.graph is graph else None
 
 
 def _is_transpose(node: Node, perm: list[int]) -> bool:

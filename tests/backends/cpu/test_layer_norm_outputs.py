@@ -1,5 +1,5 @@
 """LayerNormalization and SkipLayerNormalization nodes compute the statistics and the sum
-only where the node uses them (``_out.outputs_used``): nodes of one output, of some and of
+only where the node uses them (``KernelContext.outputs_used``): nodes of one output, of some and of
 all, against onnxruntime (Y, and the sum) and against the numpy kernel (the statistics), on
 seeded random data over runs with new inputs."""
 
