@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from anychip.core.backend import Backend, DeviceModel
+from anychip.backends.cpu.thread_choice import ThreadChoice
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
@@ -31,6 +32,8 @@ class CpuBackend(Backend):
     host_memory = True
     #: Fusion passes switched off for this session (``device_options={"cpu": ...}``).
     disabled_passes: frozenset[str] = frozenset()
+    #: Whether a partition may run on one thread when its runs measured that faster.
+    thread_choice: bool = True
 
     def device_model(self) -> DeviceModel:
         # Rough figures for a few cores running BLAS: only their ratio to other devices matters.
@@ -52,11 +55,13 @@ class CpuBackend(Backend):
         return tensor
 
     def wrap_partition(self, partition: Any, program: Any) -> Any:
-        """With oneDNN there, each partition runs with numpy's OpenBLAS at one thread
+        """Each partition runs on the threads given or on one, as its runs measured
+        (``thread_choice.py``); with oneDNN there, with numpy's OpenBLAS at one thread
         (``codegen/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
-        program = _pool_held(program)
+        choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
+        program = ThreadChoice(program, partition.info, choose)
         if not _lib.findable():
             return program
         from anychip.codegen.blas import single_blas_thread
@@ -67,9 +72,14 @@ class CpuBackend(Backend):
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES
 
-        unknown = sorted(set(options) - {"disabled_passes", "fusion"})
+        unknown = sorted(set(options) - {"disabled_passes", "fusion", "thread_choice"})
         if unknown:
-            raise DeviceError(f"cpu takes the options disabled_passes and fusion, not {unknown}")
+            raise DeviceError(
+                f"cpu takes the options disabled_passes, fusion and thread_choice, not {unknown}"
+            )
+        if not isinstance(options.get("thread_choice", True), bool):
+            raise DeviceError("cpu: thread_choice is True or False")
+        self.thread_choice = options.get("thread_choice", True)
         names = set(options.get("disabled_passes") or ())
         if bad := sorted(names - set(PASS_NAMES) - {"all"}):
             raise DeviceError(f"cpu: no pass named {bad}; its passes are {', '.join(PASS_NAMES)}")
@@ -85,27 +95,3 @@ class CpuBackend(Backend):
         if "all" in off:
             return []
         return [p for p in super().passes if p.name not in off]
-
-
-def _pool_held(program: Any) -> Any:
-    """``program`` run with the generated code's pool held awake (``codegen.pool.held``)
-    when two or more threads are given and a run of it has asked the pool for threads (a
-    program of small kernels never does, and its runs leave the other core alone)."""
-    from anychip.codegen import omp, pool
-
-    uses = [False]
-
-    def run(tensors: list[Any]) -> list[Any]:
-        if omp.max_threads() < 2:
-            return program(tensors)
-        if not uses[0]:
-            before = pool.wanted()
-            try:
-                return program(tensors)
-            finally:
-                uses[0] = pool.wanted() != before
-        with pool.held():
-            return program(tensors)
-
-    run.wrapped = program  # type: ignore[attr-defined]
-    return run

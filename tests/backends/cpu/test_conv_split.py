@@ -286,7 +286,7 @@ def test_a_program_holds_the_pool_once_a_run_of_it_used_the_pool():
     """The CPU's partition wrapper: a run that asked the pool for threads makes the next runs
     hold it (spinning) while they run, and lets go after them, errors included; a program that
     never asks never holds it."""
-    from anychip.backends.cpu.backend import _pool_held
+    from anychip.backends.cpu.thread_choice import ThreadChoice
 
     if not pool.address():
         pytest.skip("needs a C compiler (gcc)")
@@ -306,7 +306,7 @@ def test_a_program_holds_the_pool_once_a_run_of_it_used_the_pool():
         return []
 
     try:
-        run, quiet = _pool_held(asks), _pool_held(small)
+        run, quiet = ThreadChoice(asks, choose=False), ThreadChoice(small, choose=False)
         run([]), run([]), quiet([]), quiet([])
         assert seen == [0, 1, 0, 0] and pool.holders() == 0
         with pytest.raises(RuntimeError):
@@ -366,7 +366,8 @@ def test_a_remembered_split_runs_again_with_new_inputs(split, monkeypatch, case,
     residual Z or without: three runs of a session on three seeded inputs each split again
     and equal onnxruntime's result."""
     model, feeds = _chain(case, residual, seed=60 + case)
-    sess = anychip.load(model, devices=["cpu"])
+    # On the threads given: the thread choice would run some of the runs on one thread.
+    sess = anychip.load(model, devices=["cpu"], device_options={"cpu": {"thread_choice": False}})
     rng = np.random.default_rng(70 + case)
     for k in range(3):
         feeds = {name: _rand(rng, *v.shape) for name, v in feeds.items()}

@@ -1,0 +1,145 @@
+"""How many threads a CPU partition runs on: the threads given, or one, whichever its own runs
+measured faster.
+
+A small CNN at two threads can be slower than at one on this kind of machine (ShuffleNet
+6.65 ms against 5.71 in one table): each split pays a wake and a wait, and the next node reads
+the other core's half of the activations from that core's cache. Whether a second core pays
+depends on the model, the input's shape and the machine's load at the time, so it is measured,
+not guessed: after warm-up a partition's runs alternate between the threads given and one
+thread, ``PROBE`` timed runs each, and the faster median (the threads given unless one thread
+wins by ``MARGIN``) runs from then on. The probe starts again after ``RECHECK`` runs (load
+changes), when the threads given change, and separately for each set of input shapes (a batch
+of 64 and a batch of 1 choose apart). The choice and its figures are in the placement report's
+partition ``info["threads"]``.
+
+All threading of the CPU backend follows ``omp.max_threads()`` (oneDNN's teams, the generated
+code's pool, the splits), so one thread is one call to ``omp.set_threads`` around the run; the
+threads given are set back after it, errors included. Off with ``device_options={"cpu":
+{"thread_choice": False}}`` or ``ANYCHIP_THREAD_CHOICE=0``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from anychip.codegen import omp, pool
+
+__all__ = ["ThreadChoice", "PROBE", "RECHECK", "MARGIN"]
+
+#: Timed runs on each side of a probe (even).
+PROBE = 4
+#: Runs between probes of one input signature.
+RECHECK = 500
+#: One thread is chosen only when its median is this much under the threads given.
+MARGIN = 0.05
+#: Input signatures remembered per partition; others run on the threads given.
+SIGNATURES = 16
+
+Program = Callable[[list[Any]], list[Any]]
+
+
+class _Probe:
+    """The state of one input signature: the runs left to warm and time, each side's times,
+    and the threads chosen (0 while probing)."""
+
+    __slots__ = ("warm", "order", "times", "chosen", "runs")
+
+    def __init__(self, given: int, warm: bool) -> None:
+        #: Untimed runs first at one thread (its primitives are made on its first run).
+        self.warm = [1] if warm else []
+        #: Alternated in ABBA order, so a drift in the machine's speed falls on both sides.
+        self.order = [1, given, given, 1] * (PROBE // 2)
+        self.times: dict[int, list[float]] = {1: [], given: []}
+        self.chosen = 0
+        self.runs = 0
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
+
+
+class ThreadChoice:
+    """``program`` run on the threads given or on one, as measured (module docstring). Holds
+    the generated code's pool awake (``pool.held``) through a run on two or more threads once
+    a run of the program has asked the pool for threads (a program of small kernels never
+    does, and its runs leave the other core alone)."""
+
+    def __init__(self, program: Program, info: dict | None = None, choose: bool = True) -> None:
+        self.program = program
+        self.wrapped = program
+        self.info = info if info is not None else {}
+        self.choose = choose
+        self.uses = False
+        self.asked = False
+        self.given = 0
+        self.probes: dict[tuple, _Probe] = {}
+
+    def __call__(self, tensors: list[Any]) -> list[Any]:
+        given = omp.max_threads()
+        if given < 2:
+            return self.program(tensors)
+        if not self.choose:
+            return self._run(tensors)
+        if given != self.given:
+            self.given, self.probes = given, {}
+        key = tuple(getattr(t, "shape", None) for t in tensors)
+        probe = self.probes.get(key)
+        if probe is None:
+            if len(self.probes) >= SIGNATURES:
+                return self._run(tensors)
+            probe = self.probes[key] = _Probe(given, warm=True)
+            return self._run(tensors)  # the first run at the threads given: untimed
+        if probe.chosen:
+            probe.runs += 1
+            if probe.runs >= RECHECK:
+                self.probes[key] = _Probe(given, warm=False)
+            return self._on(probe.chosen, given, tensors)
+        if probe.warm:
+            return self._on(probe.warm.pop(), given, tensors)
+        threads = probe.order.pop()
+        t0 = time.perf_counter()
+        out = self._on(threads, given, tensors)
+        probe.times[threads].append(time.perf_counter() - t0)
+        if not probe.order:
+            self._decide(probe, given, key)
+        return out
+
+    def _on(self, threads: int, given: int, tensors: list[Any]) -> list[Any]:
+        if threads == given:
+            return self._run(tensors)
+        omp.set_threads(threads)
+        try:
+            return self.program(tensors)
+        finally:
+            omp.set_threads(given)
+
+    def _run(self, tensors: list[Any]) -> list[Any]:
+        """A run on the threads given, the pool held once the program has asked for it."""
+        if self.uses:
+            with pool.held():
+                return self.program(tensors)
+        before = pool.wanted()
+        try:
+            return self.program(tensors)
+        finally:
+            self.uses = pool.wanted() != before
+
+    def _decide(self, probe: _Probe, given: int, key: tuple) -> None:
+        one, many = _median(probe.times[1]), _median(probe.times[given])
+        probe.chosen = 1 if one < many * (1 - MARGIN) else given
+        shapes = ", ".join(str(list(s)) for s in key if s is not None)
+        self.info["threads"] = (
+            f"{probe.chosen} of {given} for inputs {shapes}: measured median "
+            f"{one * 1e3:.3f} ms at 1 thread, {many * 1e3:.3f} at {given} ({PROBE} runs each; "
+            f"measured again every {RECHECK} runs)"
+        )[:300]
+
+    def chosen(self, tensors: list[Any]) -> int:
+        """The threads chosen for inputs shaped as ``tensors`` (0 while still measuring or
+        never seen)."""
+        probe = self.probes.get(tuple(getattr(t, "shape", None) for t in tensors))
+        return probe.chosen if probe is not None else 0

@@ -1,0 +1,192 @@
+"""The CPU partition's thread choice (``backends/cpu/thread_choice.py``): a partition runs on
+one thread from the probe on only when its own runs measured one thread faster, per input
+signature, and the threads given are always set back."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import anychip
+from anychip.backends.cpu import thread_choice
+from anychip.backends.cpu.thread_choice import PROBE, ThreadChoice
+from anychip.codegen import omp
+from anychip.errors import AnychipError
+
+pytestmark = pytest.mark.skipif(not omp.available(), reason="libgomp is not loadable")
+
+#: Runs until a signature's choice is made: one at the threads given, one warm run at one
+#: thread, then the timed probe.
+SETTLED = 2 + 2 * PROBE
+
+
+@pytest.fixture
+def two_threads():
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    yield
+    omp.set_threads(kept)
+
+
+def _program(slow_at: int, seen: list[int], delay: float = 0.004):
+    """A partition program that takes ``delay`` seconds when run on ``slow_at`` threads (1,
+    or 2 for 'two or more') and nothing otherwise, recording the threads it saw."""
+
+    def run(tensors: list) -> list:
+        n = omp.max_threads()
+        seen.append(n)
+        if (n >= 2) == (slow_at >= 2):
+            time.sleep(delay)
+        return [t * 2 for t in tensors]
+
+    return run
+
+
+@pytest.mark.parametrize(("slow_at", "chosen"), [(2, 1), (1, 2)])
+def test_the_faster_thread_count_is_chosen_and_kept(two_threads, slow_at, chosen):
+    seen: list[int] = []
+    info: dict = {}
+    run = ThreadChoice(_program(slow_at, seen), info)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for _ in range(SETTLED + 5):
+        np.testing.assert_array_equal(run([x])[0], x * 2)
+        assert omp.max_threads() == 2
+    assert seen[:2] == [2, 1]  # the first run as given, then one thread's warm run
+    assert sorted(seen[2:SETTLED]) == [1] * PROBE + [2] * PROBE
+    assert seen[SETTLED:] == [chosen] * 5
+    assert run.chosen([x]) == chosen
+    assert info["threads"].startswith(f"{chosen} of 2 for inputs [2, 3]: measured median")
+
+
+def test_each_input_signature_chooses_apart(two_threads):
+    """A batch that is slow on two threads and one that is slow on one choose differently."""
+    seen: list[int] = []
+
+    def run_by_shape(tensors: list) -> list:
+        n = omp.max_threads()
+        seen.append(n)
+        slow = (n >= 2) if tensors[0].shape[0] == 1 else (n == 1)
+        if slow:
+            time.sleep(0.004)
+        return tensors
+
+    run = ThreadChoice(run_by_shape, {})
+    one, many = np.zeros((1, 4), np.float32), np.zeros((64, 4), np.float32)
+    for _ in range(SETTLED):
+        run([one]), run([many])
+    assert (run.chosen([one]), run.chosen([many])) == (1, 2)
+    seen.clear()
+    run([one]), run([many])
+    assert seen == [1, 2]
+
+
+def test_the_threads_given_are_set_back_after_an_error(two_threads):
+    def failing(tensors: list) -> list:
+        if omp.max_threads() == 1:
+            raise RuntimeError("a kernel failed")
+        return tensors
+
+    run = ThreadChoice(failing, {})
+    run([np.zeros(2)])
+    with pytest.raises(RuntimeError, match="a kernel failed"):
+        run([np.zeros(2)])  # the warm run at one thread
+    assert omp.max_threads() == 2
+
+
+def test_new_threads_given_and_the_recheck_start_a_new_probe(two_threads, monkeypatch):
+    seen: list[int] = []
+    run = ThreadChoice(_program(2, seen), {})
+    x = np.zeros(3, np.float32)
+    for _ in range(SETTLED):
+        run([x])
+    assert run.chosen([x]) == 1
+    omp.set_threads(3)
+    run([x])
+    assert run.chosen([x]) == 0 and seen[-1] == 3  # measured again, from its first run
+    for _ in range(SETTLED - 1):
+        run([x])
+    assert run.chosen([x]) == 1
+    monkeypatch.setattr(thread_choice, "RECHECK", 3)
+    seen.clear()
+    for _ in range(3 + 2 * PROBE):
+        run([x])
+    assert seen[:3] == [1, 1, 1] and 3 in seen[3:]  # the recheck ran the threads given again
+    assert run.chosen([x]) == 1
+
+
+def test_one_thread_given_or_the_choice_off_runs_as_given(two_threads):
+    seen: list[int] = []
+    run = ThreadChoice(_program(2, seen), {}, choose=False)
+    for _ in range(SETTLED + 2):
+        run([np.zeros(2)])
+    assert seen == [2] * (SETTLED + 2)
+    omp.set_threads(1)
+    seen.clear()
+    run = ThreadChoice(_program(1, seen), {})
+    for _ in range(SETTLED + 2):
+        run([np.zeros(2)])
+    assert seen == [1] * (SETTLED + 2) and run.chosen([np.zeros(2)]) == 0
+
+
+def _cnn() -> onnx.ModelProto:
+    """Two seeded 3x3 convolutions with a ReLU: large enough to be split on two threads."""
+    rng = np.random.default_rng(7)
+    w1 = rng.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.2
+    w2 = rng.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.1
+    b1 = rng.standard_normal(32).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 56, 56])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 56, 56])],
+        [numpy_helper.from_array(a, n) for a, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"))],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("choose", [True, False])
+def test_a_session_equals_onnxruntime_on_either_thread_count(two_threads, choose):
+    """Every run of a session, probe and choice included, equals onnxruntime's result on new
+    seeded inputs; the placement report says what was chosen and why."""
+    model = _cnn()
+    opts = {"cpu": {"thread_choice": choose}}
+    sess = anychip.load(model.SerializeToString(), "cpu", device_options=opts)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    for _ in range(SETTLED + 2):
+        x = rng.standard_normal((1, 16, 56, 56)).astype(np.float32)
+        got = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        assert omp.max_threads() == 2
+    info = sess.placement().partitions[0].info
+    if choose:
+        assert info["threads"].split(" of ")[0] in ("1", "2")
+        assert "at 1 thread" in info["threads"] and "at 2 (" in info["threads"]
+    else:
+        assert "threads" not in info
+
+
+def test_the_choice_is_off_from_the_environment(two_threads, monkeypatch):
+    monkeypatch.setenv("ANYCHIP_THREAD_CHOICE", "0")
+    sess = anychip.load(_cnn().SerializeToString(), "cpu")
+    x = np.random.default_rng(3).standard_normal((1, 16, 56, 56)).astype(np.float32)
+    for _ in range(SETTLED + 1):
+        sess.run(None, {"x": x})
+    assert "threads" not in sess.placement().partitions[0].info
+
+
+def test_a_bad_option_is_named():
+    with pytest.raises(AnychipError, match="thread_choice is True or False"):
+        anychip.load(_cnn(), "cpu", device_options={"cpu": {"thread_choice": "yes"}})
+    with pytest.raises(AnychipError, match="thread_choice"):
+        anychip.load(_cnn(), "cpu", device_options={"cpu": {"threads": 1}})
