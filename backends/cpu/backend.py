@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.backend import Backend, DeviceModel
 from anychip.backends.cpu.thread_choice import ThreadChoice
+from anychip.core.backend import Backend, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
