@@ -21,11 +21,11 @@ import numpy as np
 
 from anychip.codegen import pool
 from anychip.codegen.attention import SGEMM_DECL, sgemm_address
-from anychip.codegen.blas import blas_single, openblas_address
+from anychip.codegen.blas import blas_single
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["linear", "Bound", "bound", "gemm_columns", "gemv_blocks", "sgemv_address"]
+__all__ = ["linear", "Bound", "bound", "gemm_columns"]
 
 _SOURCE = (
     SOURCE_DECL
@@ -67,29 +67,6 @@ static void ac_cols_part(void *p, long i) {
     s->g(101, 111, s->tb ? 112 : 111, s->m, c1 - c0, s->k, 1.0f, s->a, s->k, b,
          s->tb ? s->k : s->n, 0.0f, s->y + c0, s->n);
 }
-/* y = x @ op(b) for one row x, by blocks of y (multiples of 16 but the last), one sgemv
-   each, on the pool's threads: op(b) is b [k, n] (tb 0: y[c0:c1] = b[:, c0:c1]^T x) or b
-   [n, k] transposed (tb 1: y[c0:c1] = b[c0:c1] x). */
-typedef void (*ac_sgemv_t)(int order, int trans, int64_t m, int64_t n, float alpha,
-                           const float *a, int64_t lda, const float *x, int64_t incx,
-                           float beta, float *y, int64_t incy);
-struct ac_gemv { ac_sgemv_t g; long n, k, parts; int tb; const float *x, *b; float *y; };
-static void ac_gemv_part(void *p, long i) {
-    const struct ac_gemv *s = (const struct ac_gemv *)p;
-    const long c0 = ac_block(s->n, s->parts, i), c1 = ac_block(s->n, s->parts, i + 1);
-    if (c1 <= c0) return;
-    if (s->tb) s->g(101, 111, c1 - c0, s->k, 1.0f, s->b + c0 * s->k, s->k, s->x, 1, 0.0f,
-                    s->y + c0, 1);
-    else s->g(101, 112, s->k, c1 - c0, 1.0f, s->b + c0, s->n, s->x, 1, 0.0f, s->y + c0, 1);
-}
-int ac_gemv_blocks(long n, long k, const float *x, const float *b, float *y, uintptr_t gemv,
-                   int tb, long parts, int nthreads, uintptr_t pool) {
-    if (!(ac_apart(y, n, x, k) && ac_apart(y, n, b, k * n))) return -1;
-    struct ac_gemv s = {(ac_sgemv_t)gemv, n, k, parts, tb, x, b, y};
-    if (nthreads > 1 && pool) ((ac_pool_fn)pool)(ac_gemv_part, &s, parts, nthreads);
-    else for (long i = 0; i < parts; i++) ac_gemv_part(&s, i);
-    return 0;
-}
 int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
                     uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool) {
     if (!(ac_apart(y, m * n, a, m * k) && ac_apart(y, m * n, b, k * n))) return -1;
@@ -103,9 +80,7 @@ int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, floa
 _CDEF = """int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
     float *y, uintptr_t gemm);
 int ac_gemm_columns(long m, long n, long k, const float *a, const float *b, float *y,
-    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool);
-int ac_gemv_blocks(long n, long k, const float *x, const float *b, float *y, uintptr_t gemv,
-    int tb, long parts, int nthreads, uintptr_t pool)"""
+    uintptr_t gemm, int tb, long parts, int nthreads, uintptr_t pool)"""
 _F32 = np.dtype(np.float32)
 _lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 
@@ -252,41 +227,5 @@ def gemm_columns(
     done = c.ac_gemm_columns(
         a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, out, require_writable=True),
         gemm, int(trans_b), parts, parts, pool.address(),
-    )  # fmt: skip
-    return None if done < 0 else out
-
-
-def sgemv_address() -> int:
-    """The address of numpy's ILP64 OpenBLAS ``cblas_sgemv`` (0 where none is loaded)."""
-    return openblas_address("scipy_cblas_sgemv64_")
-
-
-def gemv_blocks(
-    x: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool, parts: int
-) -> np.ndarray | None:
-    """``x @ b`` (``x @ b.T`` with ``trans_b``) for one row ``x`` (``[1, K]`` or ``[K]``,
-    float32, C-contiguous) and a C-contiguous 2-D ``b``, as ``parts`` blocks of the output,
-    one numpy ``sgemv`` each, on the pool's threads; into ``out`` when it fits. Each element
-    is the dot product numpy's own GEMV computes. None where this does not apply (no
-    compiler, no ILP64 OpenBLAS, OpenBLAS running more than one thread, other shapes or
-    dtypes, an output over an input)."""
-    if not (x.dtype is _F32 and b.dtype is _F32 and b.ndim == 2 and x.flags.c_contiguous):
-        return None
-    if not b.flags.c_contiguous or x.size == 0 or x.size != x.shape[-1]:
-        return None
-    n, k = b.shape if trans_b else b.shape[::-1]
-    if x.shape[-1] != k or n < 16 * parts:
-        return None
-    gemv = sgemv_address()
-    lib = _lib() if gemv else None
-    if lib is None or not blas_single():
-        return None
-    shape = x.shape[:-1] + (n,)
-    out = _into(out, shape)
-    ffi, c, f32 = lib
-    buf = ffi.from_buffer
-    done = c.ac_gemv_blocks(
-        n, k, buf(f32, x), buf(f32, b), buf(f32, out, require_writable=True),
-        gemv, int(trans_b), parts, parts, pool.address(),
     )  # fmt: skip
     return None if done < 0 else out

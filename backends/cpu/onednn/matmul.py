@@ -4,7 +4,8 @@ B (an initializer: a layer's weights) is reordered once into the layout the prim
 (format ``any``: packed for its brgemm kernels) and cached; A's leading axes are folded into
 the M axis. Measured on ResNet/BERT-like shapes at one thread, packed oneDNN ran 108-115 GFLOP/s
 where numpy's OpenBLAS ran 89-104 for M >= 32, and slightly behind it for M = 1 (37 against 41),
-so rows below ``MIN_ROWS`` stay with numpy. A oneDNN call costs 12-50 us of its own (binding,
+so rows below ``MIN_ROWS`` stay with numpy (one row times large weights streams them through
+``codegen/gemv.py``, ``split_gemv``). A oneDNN call costs 12-50 us of its own (binding,
 execute, stream wait; more with the OpenMP team waking on a busy machine) where numpy's costs 2:
 products under ``MIN_MACS`` multiply-adds stay with numpy too (the tiny Hugging Face exports'
 128x32 @ 32x32: 15 us oneDNN, 3.4 numpy; a scikit-learn model's 300x12 @ 12x4: 2 us numpy; at
@@ -27,11 +28,13 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
-from anychip.codegen.linear import gemm_columns, gemv_blocks
+from anychip.codegen.gemv import gemv
+from anychip.codegen.linear import gemm_columns
 
 __all__ = [
     "split_gemv",
     "GEMV_SPLIT_WEIGHTS",
+    "GEMV_WEIGHTS",
     "MIN_ROWS",
     "MIN_MACS",
     "COLUMN_SPLIT_MAX",
@@ -67,11 +70,18 @@ ROWS_PER_PART = 32
 COLUMN_SPLIT_MAX = 1 << 26
 
 
-#: Weights (``k * n`` floats) from which a one-row product given two threads or more is cut
-#: into blocks of the output, one numpy sgemv each, on ``codegen/pool.py``'s threads
-#: (``codegen/linear.gemv_blocks``): in a model such a product reads its weights from memory,
-#: not cache (a classifier's 1024x1000 Gemm took 200-222 us in ShuffleNet's session at one
-#: thread's bandwidth, 54 us warm), and two threads stream them at twice the rate.
+#: Weights (``k * n`` floats) from which a one-row product (a batch-1 fully connected layer)
+#: at one thread streams them through ``codegen/gemv.py``'s kernel rather than numpy's one-row
+#: sgemm: with the caches flushed before each call (they are, in a model), numpy / this, us:
+#: 4096x25088 (VGG-19's fc6) 21824 / 14899, 4096x9216 (AlexNet's) 7532 / 5956, but 4096x4096
+#: 2952 / 3027 and 1000x1024 184-234 / 242-263, where numpy's stays.
+GEMV_WEIGHTS = 1 << 25
+#: From this many weights, given two threads or more, the product is cut into blocks of the
+#: output on ``codegen/pool.py``'s threads, streamed by the same kernel: two threads stream
+#: the weights at twice the rate (a classifier's 1024x1000 Gemm took 200-222 us in
+#: ShuffleNet's session at one thread's bandwidth, 54 us warm). Against the blocks of numpy's
+#: sgemv it replaced, two threads, caches flushed, us: 4096x25088 15013 / 12428, 4096x9216
+#: 5172 / 4458, 1000x2048 355 / 228; 4096x4096, 1000x1024 and 1000x544 within 8% either way.
 GEMV_SPLIT_WEIGHTS = 1 << 19
 
 
@@ -79,17 +89,17 @@ def split_gemv(
     a: np.ndarray, b: np.ndarray, out: np.ndarray | None, trans_b: bool = False
 ) -> np.ndarray | None:
     """``a @ b`` (``a @ b.T`` with ``trans_b``) for one row ``a`` and large weights, as
-    ``GEMV_SPLIT_WEIGHTS`` describes; None at one thread, for other shapes, while the pool
-    backs off and where ``gemm_columns`` does not apply (the caller runs numpy's GEMV)."""
+    ``GEMV_WEIGHTS`` and ``GEMV_SPLIT_WEIGHTS`` describe; None for other shapes, smaller
+    weights, and where ``codegen/gemv.py`` does not apply (the caller runs numpy's)."""
     if a.ndim < 2 or b.ndim != 2 or b.size < GEMV_SPLIT_WEIGHTS or a.size == 0:
         return None
     k = b.shape[1] if trans_b else b.shape[0]
     if a.size != k or a.shape[-1] != k:  # one row
         return None
     threads = omp_threads()
-    if threads < 2 or not pool.try_parallel():
-        return None
-    return gemv_blocks(a, b, out, trans_b, threads)
+    if threads > 1 and pool.try_parallel():
+        return gemv(a, b, out, trans_b, threads)
+    return gemv(a, b, out, trans_b, 1) if b.size >= GEMV_WEIGHTS else None
 
 
 def split_columns(

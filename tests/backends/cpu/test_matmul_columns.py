@@ -123,22 +123,23 @@ def test_few_rows_not_split(monkeypatch, calls, blas_one):
 
 @pytest.fixture
 def gemv_calls(monkeypatch):
-    """The matrix-vector split's calls, counted."""
+    """The streaming matrix-vector product's calls: the weights' shape and the parts."""
     seen = []
-    real = matmul.gemv_blocks
+    real = matmul.gemv
 
     def spy(*args, **kw):
-        seen.append(args[1].shape)
+        seen.append((args[1].shape, args[4]))
         return real(*args, **kw)
 
-    monkeypatch.setattr(matmul, "gemv_blocks", spy)
+    monkeypatch.setattr(matmul, "gemv", spy)
     return seen
 
 
 @pytest.mark.parametrize("trans_b", [True, False])
 def test_batch_one_classifier_split_over_threads(monkeypatch, gemv_calls, trans_b):
-    """A batch-1 Gemm (transB) or MatMul over ``GEMV_SPLIT_WEIGHTS`` weights runs as blocks of
-    numpy's sgemv on the pool: onnxruntime's result, a NaN carried to the outputs."""
+    """A batch-1 Gemm (transB) or MatMul over ``GEMV_SPLIT_WEIGHTS`` weights streams them in
+    two blocks on the pool (``codegen/gemv.py``): onnxruntime's result, a NaN carried to the
+    outputs."""
     a = _rand(7, 1, 1024)
     b = _rand(8, 1000, 1024) * 0.05 if trans_b else _rand(8, 1024, 1000) * 0.05
     m = _model(a.shape, b, gemm_trans_b=trans_b)
@@ -150,13 +151,32 @@ def test_batch_one_classifier_split_over_threads(monkeypatch, gemv_calls, trans_
         bad = a.copy()
         bad[0, 5] = np.nan  # every output reads it
         got_nan = sess.run(None, {"x": bad})[0]
-    assert gemv_calls == [b.shape, b.shape]
+    assert gemv_calls == [(b.shape, 2), (b.shape, 2)]
     np.testing.assert_allclose(got, ref.run(None, {"x": a})[0], rtol=1e-5, atol=1e-5)
     assert np.isnan(got_nan).all() and np.isnan(ref.run(None, {"x": bad})[0]).all()
 
 
-def test_gemv_blocks_equal_numpy_and_refuse_an_overlap(blas_one):
-    x, w = _rand(9, 1, 700), _rand(10, 530, 700)
-    np.testing.assert_array_equal(linear.gemv_blocks(x, w, None, True, 2), x @ w.T)
-    assert linear.gemv_blocks(x, w, x[:, :530], True, 2) is None  # out over the input
-    assert linear.gemv_blocks(_rand(11, 2, 700), w, None, True, 2) is None  # two rows
+@pytest.mark.parametrize("trans_b", [True, False])
+def test_batch_one_product_streams_on_one_thread_from_gemv_weights(
+    monkeypatch, gemv_calls, trans_b
+):
+    """At one thread a one-row product over ``GEMV_WEIGHTS`` weights (lowered here: VGG's
+    fc6 is 100M) streams them in one part; a smaller one stays numpy's. Both equal
+    onnxruntime's."""
+    monkeypatch.setattr(matmul, "GEMV_WEIGHTS", 1 << 16)
+    monkeypatch.setattr(matmul, "GEMV_SPLIT_WEIGHTS", 1 << 10)
+    kept = omp.max_threads()
+    omp.set_threads(1)
+    try:
+        for n, k, streams in ((300, 256, True), (60, 256, False)):
+            a = _rand(12, 1, k)
+            b = _rand(13, n, k) * 0.05 if trans_b else _rand(13, k, n) * 0.05
+            assert (b.size >= matmul.GEMV_WEIGHTS) is streams
+            m = _model(a.shape, b, gemm_trans_b=trans_b)
+            ref = ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+            gemv_calls.clear()
+            got = anychip.load(m, "cpu").run(None, {"x": a})[0]
+            assert gemv_calls == ([(b.shape, 1)] if streams else [])
+            np.testing.assert_allclose(got, ref.run(None, {"x": a})[0], rtol=1e-5, atol=1e-5)
+    finally:
+        omp.set_threads(kept)
