@@ -5,20 +5,23 @@ A small CNN at two threads can be slower than at one on this kind of machine (Sh
 6.65 ms against 5.71 in one table): each split pays a wake and a wait, and the next node reads
 the other core's half of the activations from that core's cache. Whether a second core pays
 depends on the model, the input's shape and the machine's load at the time, so it is measured,
-not guessed: after warm-up a partition's runs alternate between the threads given and one
-thread, ``PROBE`` timed runs each, and the threads given run on unless one thread's median is
-``MARGIN`` under theirs in two probes in a row (one probe may fall in a moment when another
-tenant held the second core: on this VM a DenseNet-like model's two-thread probe once read
-43.7 ms against its usual 27-29, and one thread would have run on for 500 runs at 40). One
-thread chosen is measured again after ``SOON`` runs, then twice as long each time it wins
-again, up to ``RECHECK``; the threads given after ``RECHECK``. The probe starts again when the
-threads given change, and separately for each set of input shapes (a batch of 64 and a batch
-of 1 choose apart). The choice and its figures are in the placement report's partition
-``info["threads"]``.
+not guessed: after ``START`` runs on the threads given (a session run a few times gains
+nothing from tuning, and its first runs are its slowest), a partition's runs alternate
+between the threads given and one thread, ``PROBE`` timed runs each, and the threads given
+run on unless one thread's median is ``MARGIN`` under theirs in two probes in a row (one
+probe may fall in a moment when another tenant held the second core: on this VM a
+DenseNet-like model's two-thread probe once read 43.7 ms against its usual 27-29, and one
+thread would have run on for 500 runs at 40). One thread chosen is measured again after
+``SOON`` runs, then twice as long each time it wins again, up to ``RECHECK``; the threads
+given after ``RECHECK``. The probe starts again when the threads given change, and
+separately for each set of input shapes (a batch of 64 and a batch of 1 choose apart). The
+choice and its figures are in the placement report's partition ``info["threads"]``.
 
 With another process spinning on one of the two cores, two threads given, medians of 12,
 ms, chosen / given: SqueezeNet 16.2 / 19.3, a ResNet-like 52.1 / 58.3, a MobileNet-like 24.7 /
-26.1, the bench's LSTM 0.64 / 2.05; one thread was chosen for each.
+26.1, the bench's LSTM 0.64 / 2.05; one thread was chosen for each. On an idle machine the
+CNNs keep two threads, and a session with the choice against one without it, alternated in
+one process, read 0.994-1.001 (SqueezeNet) and 1.016-1.050 (ShuffleNet-like).
 
 All threading of the CPU backend follows ``omp.max_threads()`` (oneDNN's teams, the generated
 code's pool, the splits), so one thread is one call to ``omp.set_threads`` around the run; the
@@ -34,8 +37,10 @@ from typing import Any
 
 from anychip.codegen import omp, pool
 
-__all__ = ["ThreadChoice", "PROBE", "RECHECK", "SOON", "MARGIN"]
+__all__ = ["ThreadChoice", "START", "PROBE", "RECHECK", "SOON", "MARGIN"]
 
+#: Runs of an input signature on the threads given before its first probe.
+START = 20
 #: Timed runs on each side of a probe (even).
 PROBE = 4
 #: Runs between probes of one input signature.
@@ -58,8 +63,9 @@ class _Probe:
     __slots__ = ("warm", "order", "times", "chosen", "runs", "recheck", "wins")
 
     def __init__(self, given: int, warm: bool, wins: int = 0) -> None:
-        #: Untimed runs first at one thread (its primitives are made on its first run).
-        self.warm = [1] if warm else []
+        #: Untimed runs first: ``START`` on the threads given, then one at one thread (its
+        #: primitives are made on its first run).
+        self.warm = [1] + [given] * START if warm else []
         #: Alternated in ABBA order, so a drift in the machine's speed falls on both sides.
         self.order = [1, given, given, 1] * (PROBE // 2)
         self.times: dict[int, list[float]] = {1: [], given: []}
@@ -104,7 +110,6 @@ class ThreadChoice:
             if len(self.probes) >= SIGNATURES:
                 return self._run(tensors)
             probe = self.probes[key] = _Probe(given, warm=True)
-            return self._run(tensors)  # the first run at the threads given: untimed
         if probe.chosen:
             probe.runs += 1
             if probe.runs >= probe.recheck:

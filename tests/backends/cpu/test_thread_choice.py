@@ -13,15 +13,16 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.backends.cpu.thread_choice import PROBE, SOON, ThreadChoice
+from anychip.backends.cpu.thread_choice import PROBE, SOON, START, ThreadChoice
 from anychip.codegen import omp
 from anychip.errors import AnychipError
 
 pytestmark = pytest.mark.skipif(not omp.available(), reason="libgomp is not loadable")
 
-#: Runs until a signature's choice is made: one at the threads given, one warm run at one
-#: thread, then the timed probe (the threads given kept), or two (one thread taken).
-KEPT = 2 + 2 * PROBE
+#: Runs until a signature's choice is made: ``START`` at the threads given, one warm run at
+#: one thread, then the timed probe (the threads given kept), or two (one thread taken).
+WARM = START + 1
+KEPT = WARM + 2 * PROBE
 SETTLED = KEPT + 2 * PROBE
 
 
@@ -56,9 +57,9 @@ def test_the_faster_thread_count_is_chosen_and_kept(two_threads, slow_at, chosen
     for _ in range(settled + 5):
         np.testing.assert_array_equal(run([x])[0], x * 2)
         assert omp.max_threads() == 2
-    assert seen[:2] == [2, 1]  # the first run as given, then one thread's warm run
-    probes = (settled - 2) // (2 * PROBE)
-    assert sorted(seen[2:settled]) == [1] * PROBE * probes + [2] * PROBE * probes
+    assert seen[:WARM] == [2] * START + [1]  # the first runs as given, one thread's warm run
+    probes = (settled - WARM) // (2 * PROBE)
+    assert sorted(seen[WARM:settled]) == [1] * PROBE * probes + [2] * PROBE * probes
     assert seen[settled:] == [chosen] * 5
     assert run.chosen([x]) == chosen
     assert info["threads"].startswith(f"{chosen} of 2 for inputs [2, 3]: measured median")
@@ -115,7 +116,8 @@ def test_the_threads_given_are_set_back_after_an_error(two_threads):
         return tensors
 
     run = ThreadChoice(failing, {})
-    run([np.zeros(2)])
+    for _ in range(START):
+        run([np.zeros(2)])
     with pytest.raises(RuntimeError, match="a kernel failed"):
         run([np.zeros(2)])  # the warm run at one thread
     assert omp.max_threads() == 2
