@@ -119,10 +119,12 @@ class ThreadChoice:
             return self._on(probe.warm.pop(), given, tensors)
         threads = probe.order.pop()
         t0 = time.perf_counter()
-        out = self._on(threads, given, tensors)
-        probe.times[threads].append(time.perf_counter() - t0)
-        if not probe.order:
-            self._decide(probe, given, key)
+        try:
+            out = self._on(threads, given, tensors)
+            probe.times[threads].append(time.perf_counter() - t0)
+        finally:  # a run that raised is not timed; the probe still ends
+            if not probe.order:
+                self._decide(probe, given, key)
         return out
 
     def _on(self, threads: int, given: int, tensors: list[Any]) -> list[Any]:
@@ -146,6 +148,9 @@ class ThreadChoice:
             self.uses = pool.wanted() != before
 
     def _decide(self, probe: _Probe, given: int, key: tuple) -> None:
+        if not probe.times[1] or not probe.times[given]:  # runs that raised: measure again
+            self.probes[key] = _Probe(given, warm=False, wins=probe.wins)
+            return
         one, many = _median(probe.times[1]), _median(probe.times[given])
         if one >= many * (1 - MARGIN):
             probe.chosen, probe.wins, probe.recheck = given, 0, RECHECK

@@ -123,6 +123,28 @@ def test_the_threads_given_are_set_back_after_an_error(two_threads):
     assert omp.max_threads() == 2
 
 
+def test_runs_that_raise_during_a_probe_leave_it_measuring(two_threads):
+    """Every probe run on one thread raises (bad feeds, say): the probe has nothing to compare
+    and starts again, and the runs that succeed still return their results."""
+
+    def fails_on_one(tensors: list) -> list:
+        if omp.max_threads() == 1:
+            raise RuntimeError("a kernel failed")
+        return tensors
+
+    run = ThreadChoice(fails_on_one, {})
+    x = np.zeros(2)
+    for _ in range(START):
+        assert run([x])[0] is x
+    failed = 0
+    for _ in range(3 * 2 * PROBE):
+        try:
+            run([x])
+        except RuntimeError:
+            failed += 1
+    assert failed >= 3 * PROBE and run.chosen([x]) == 0 and omp.max_threads() == 2
+
+
 def test_new_threads_given_and_the_recheck_start_a_new_probe(two_threads):
     """One thread once taken is measured again after ``SOON`` runs (then twice as long each
     time it wins); new threads given start over."""
