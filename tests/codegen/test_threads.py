@@ -319,3 +319,42 @@ def test_a_backoff_lasts_a_time_not_a_count_of_calls():
         assert pool.try_parallel()
     finally:
         pool.reset_backoff()
+
+
+def _until(cond, seconds: float = 2.0) -> bool:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        if cond():
+            return True
+        time.sleep(0.001)
+    return cond()
+
+
+@pytest.mark.parametrize("prewake", [1, 0])
+def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
+    """A run entering ``held()`` wakes the pool's sleeping threads without a job (they spin
+    for its first one); with the wake switched off they sleep on until a job comes."""
+    if pool.address() == 0:
+        pytest.skip("needs a C compiler for the pool")
+    from anychip.codegen.gemv import gemv
+
+    lib = pool._lib()
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 256), np.float32), rng.standard_normal((64, 256), np.float32)
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    try:
+        pool.reset_backoff()
+        for _ in range(3):  # make the pool's thread and give it a job (two parts)
+            gemv(x, w, None, True, 2)
+        assert _until(lambda: pool.sleepers() >= 1)  # its spin (50 us) ran out
+        lib.ac_pool_prewake(prewake)
+        with pool.held():
+            woke = _until(lambda: pool.sleepers() == 0, 0.5)
+        assert woke is bool(prewake)
+    finally:
+        lib.ac_pool_prewake(1)
+        omp.set_threads(kept)
+        pool.reset_backoff()
