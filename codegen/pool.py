@@ -268,6 +268,7 @@ void ac_pool_back_off(void) { atomic_store(&ac_backoff, ac_ns() + AC_BACKOFF_NS)
 void ac_pool_hold(int delta) {
     atomic_fetch_add(&ac_hold, delta);
     if (delta <= 0 || !atomic_load(&ac_prewake)) return;
+    pthread_once(&ac_once, ac_init); /* a forked child re-makes ac_mu before it locks it */
     pthread_mutex_lock(&ac_mu);
     if (ac_sleepers) {
         ac_wakes++;
@@ -277,6 +278,7 @@ void ac_pool_hold(int delta) {
 }
 void ac_pool_prewake(int on) { atomic_store(&ac_prewake, on); }
 int ac_pool_sleepers(void) {
+    pthread_once(&ac_once, ac_init);
     pthread_mutex_lock(&ac_mu);
     const int n = ac_sleepers;
     pthread_mutex_unlock(&ac_mu);
