@@ -25,12 +25,14 @@ import numpy as np
 
 from anychip.codegen import pool
 from anychip.codegen.build import loader
+from anychip.codegen.linear import SPANS_DECL, into
 from anychip.codegen.pool import SOURCE_DECL
 
 __all__ = ["gemv", "forget"]
 
 _SOURCE = (
     SOURCE_DECL
+    + SPANS_DECL  # ac_apart, ac_block (blocks of the output, multiples of 16)
     + r"""
 #ifdef __FMA__
 #include <immintrin.h>
@@ -41,10 +43,6 @@ static inline float ac_hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 #endif
-
-static int ac_apart(const float *p, long np_, const float *q, long nq) {
-    return p + np_ <= q || q + nq <= p;
-}
 
 /* y[i] = W[i, :] . x for rows r0 to r1 of W [n, k]. */
 static void ac_rows(const float *w, const float *x, float *y, long k, long r0, long r1) {
@@ -116,14 +114,9 @@ static void ac_cols(const float *w, const float *x, float *y, long k, long n, lo
 
 struct ac_gv { const float *x, *w; float *y; long n, k, parts; int tb; };
 
-/* Block i of `parts`: output elements in multiples of 16 but the last. */
-static long ac_gv_at(long n, long parts, long i) {
-    return i == parts ? n : (n * i / parts) & ~15L;
-}
-
 static void ac_gv_part(void *p, long i) {
     const struct ac_gv *s = (const struct ac_gv *)p;
-    const long c0 = ac_gv_at(s->n, s->parts, i), c1 = ac_gv_at(s->n, s->parts, i + 1);
+    const long c0 = ac_block(s->n, s->parts, i), c1 = ac_block(s->n, s->parts, i + 1);
     if (c1 <= c0) return;
     if (s->tb) ac_rows(s->w, s->x, s->y, s->k, c0, c1);
     else ac_cols(s->w, s->x, s->y, s->k, s->n, c0, c1);
@@ -171,8 +164,7 @@ def gemv(
         return None
     parts = min(parts, max(1, n // 16))
     shape = x.shape[:-1] + (n,)
-    if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
-        out = np.empty(shape, _F32)
+    out = into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     done = c.ac_gemv(

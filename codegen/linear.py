@@ -25,16 +25,25 @@ from anychip.codegen.blas import blas_single
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
 
-__all__ = ["linear", "Bound", "bound", "gemm_columns"]
+__all__ = ["linear", "Bound", "bound", "gemm_columns", "into", "SPANS_DECL"]
+
+#: What the products over one or more rows share (C, also ``gemv.py``'s): whether two float
+#: ranges are apart (an output over an input is refused), and where block i of n outputs in
+#: ``parts`` starts (multiples of 16, the last block to n).
+SPANS_DECL = r"""
+static int ac_apart(const float *p, long np_, const float *q, long nq) {
+    return p + np_ <= q || q + nq <= p;
+}
+static long ac_block(long n, long parts, long i) {
+    return i == parts ? n : (n * i / parts) & ~15L;
+}
+"""
 
 _SOURCE = (
     SOURCE_DECL
     + SGEMM_DECL
+    + SPANS_DECL
     + r"""
-
-static int ac_apart(const float *p, long np_, const float *q, long nq) {
-    return p + np_ <= q || q + nq <= p;
-}
 
 /* y = a @ b + bias (bias NULL: a @ b), or -1 (nothing written) where y overlaps an input. */
 int ac_linear(long m, long n, long k, const float *a, const float *b, const float *bias,
@@ -54,10 +63,6 @@ int ac_linear(long m, long n, long k, const float *a, const float *b, const floa
 /* y = a @ op(b) by column blocks (multiples of 16 but the last), one sgemm each, on the
    pool's threads: op(b) is b [k, n] (tb 0) or b [n, k] transposed (tb 1). */
 struct ac_cols { ac_sgemm_t g; long m, n, k, parts; int tb; const float *a, *b; float *y; };
-/* Where block i of n columns in `parts` starts: multiples of 16, the last block to n. */
-static long ac_block(long n, long parts, long i) {
-    return i == parts ? n : (n * i / parts) & ~15L;
-}
 static long ac_col(const struct ac_cols *s, long i) { return ac_block(s->n, s->parts, i); }
 static void ac_cols_part(void *p, long i) {
     const struct ac_cols *s = (const struct ac_cols *)p;
@@ -85,7 +90,7 @@ _F32 = np.dtype(np.float32)
 _lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 
 
-def _into(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+def into(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
     """``out`` when it is a C-contiguous float32 array of ``shape``, else a new one."""
     if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
         return np.empty(shape, _F32)
@@ -104,7 +109,7 @@ def linear(
     if lib is None:
         return None
     k, n = b.shape
-    out = _into(out, a.shape[:-1] + (n,))
+    out = into(out, a.shape[:-1] + (n,))
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     y = buf(f32, out, require_writable=True)
@@ -221,7 +226,7 @@ def gemm_columns(
     if lib is None or not blas_single():
         return None  # two threads calling a threaded OpenBLAS would each start its own
     shape = a.shape[:-1] + (n,)
-    out = _into(out, shape)
+    out = into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
     done = c.ac_gemm_columns(

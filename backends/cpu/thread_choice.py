@@ -88,7 +88,6 @@ class ThreadChoice:
     does, and its runs leave the other core alone)."""
 
     def __init__(self, program: Program, info: dict | None = None, choose: bool = True) -> None:
-        self.program = program
         self.wrapped = program
         self.info = info if info is not None else {}
         self.choose = choose
@@ -99,7 +98,7 @@ class ThreadChoice:
     def __call__(self, tensors: list[Any]) -> list[Any]:
         given = omp.max_threads()
         if given < 2:
-            return self.program(tensors)
+            return self.wrapped(tensors)
         if not self.choose:
             return self._run(tensors)
         if given != self.given:
@@ -132,7 +131,7 @@ class ThreadChoice:
             return self._run(tensors)
         omp.set_threads(threads)
         try:
-            return self.program(tensors)
+            return self.wrapped(tensors)
         finally:
             omp.set_threads(given)
 
@@ -140,10 +139,10 @@ class ThreadChoice:
         """A run on the threads given, the pool held once the program has asked for it."""
         if self.uses:
             with pool.held():
-                return self.program(tensors)
+                return self.wrapped(tensors)
         before = pool.wanted()
         try:
-            return self.program(tensors)
+            return self.wrapped(tensors)
         finally:
             self.uses = pool.wanted() != before
 
