@@ -342,17 +342,27 @@ def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
 
     lib = pool._lib()
     rng = np.random.default_rng(5)
-    x, w = rng.standard_normal((1, 256), np.float32), rng.standard_normal((64, 256), np.float32)
+    # parts long enough (about a ms each) that the pool's thread wakes and runs one
+    x, w = rng.standard_normal((1, 2048), np.float32), rng.standard_normal((2048, 2048), np.float32)
     kept = omp.max_threads()
     omp.set_threads(2)
+    asked = -1
     try:
-        pool.reset_backoff()
-        for _ in range(3):  # make the pool's thread and give it a job (two parts)
+        for _ in range(5):  # until the thread took a part and no other job came meanwhile
+            pool.reset_backoff()
+            ran = pool.stats()["pool_chunks"]
             gemv(x, w, None, True, 2)
-        assert _until(lambda: pool.sleepers() >= 1)  # its spin (50 us) ran out
-        lib.ac_pool_prewake(prewake)
-        with pool.held():
-            woke = _until(lambda: pool.sleepers() == 0, 0.5)
+            if pool.stats()["pool_chunks"] == ran:
+                continue  # it woke too late for either part: no settled sleep to test
+            assert _until(lambda: pool.sleepers() >= 1)  # its spin (50 us) ran out
+            lib.ac_pool_prewake(prewake)
+            asked = pool.wanted()
+            with pool.held():
+                woke = _until(lambda: pool.sleepers() == 0, 0.5)
+            lib.ac_pool_prewake(1)
+            if pool.wanted() == asked:
+                break
+        assert pool.wanted() == asked, "the thread ran no part, or other jobs came, every try"
         assert woke is bool(prewake)
     finally:
         lib.ac_pool_prewake(1)
