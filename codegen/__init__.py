@@ -23,6 +23,7 @@ from anychip.codegen.build import cc_key, load
 from anychip.codegen.c_emitter import CEmitter
 from anychip.codegen.expr import Expr, parse
 from anychip.codegen.program import KernelSpec, Layout, classify, linearize
+from anychip.core import replay as _replay
 
 __all__ = [
     "Expr",
@@ -85,7 +86,10 @@ class CFunction:
         ptrs = [buf(ptr, a) for a in arrays]
         y = buf(ptr, out, require_writable=True)
         threads = threads_for(layout.outer * layout.inner * self.work)
-        self.fn(layout.outer, layout.inner, *ptrs, *layout.r_mods, y, *threads)
+        args = (layout.outer, layout.inner, *ptrs, *layout.r_mods, y, *threads)
+        self.fn(*args)
+        if _replay.ACTIVE:
+            _replay.note(self.fn, args)
 
 
 def c_kernel(spec: KernelSpec) -> Callable[..., None] | None:

@@ -28,6 +28,7 @@ import numpy as np
 from anychip.codegen import threads_for
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
+from anychip.core import replay as _replay
 
 __all__ = ["shuffle_channels_last", "to_planar", "forget", "COPY_WORK", "PLANAR_MIN"]
 
@@ -147,11 +148,14 @@ def shuffle_channels_last(x: np.ndarray, group: int) -> np.ndarray | None:
     if lib is None:
         return None
     ffi, lc, f32 = lib
-    buf = np.empty((n, h, w, c), np.float32)
-    lc.ac_shuffle_cl(
+    buf = _replay.empty((n, h, w, c))  # np.empty, or the recorder's (core/replay.py)
+    args = (
         ffi.from_buffer(f32, x), ffi.from_buffer(f32, buf, require_writable=True),
         n, c, h * w, group, *threads_for(x.size * COPY_WORK),
     )  # fmt: skip
+    lc.ac_shuffle_cl(*args)
+    if _replay.ACTIVE:
+        _replay.note(lc.ac_shuffle_cl, args)
     return buf.transpose(0, 3, 1, 2)
 
 
@@ -173,8 +177,11 @@ def to_planar(x: np.ndarray, out: np.ndarray) -> bool:
     if lib is None:
         return False
     ffi, lc, f32 = lib
-    lc.ac_shuffle_cl(
+    args = (
         ffi.from_buffer(f32, buf), ffi.from_buffer(f32, out, require_writable=True),
         n, h * w, c, 1, *threads_for(x.size * COPY_WORK),
     )  # fmt: skip
+    lc.ac_shuffle_cl(*args)
+    if _replay.ACTIVE:
+        _replay.note(lc.ac_shuffle_cl, args)
     return True

@@ -32,6 +32,7 @@ from anychip.codegen import omp, pool
 from anychip.codegen.build import loader
 from anychip.codegen.copies import to_planar
 from anychip.codegen.pool import SOURCE_DECL
+from anychip.core import replay as _replay
 
 __all__ = [
     "depthwise",
@@ -388,21 +389,26 @@ def depthwise(
     if c < MIN_CHANNELS or strides == (1, 1) and not MIN_WIDTH <= ow <= MAX_WIDTH:
         return None
     g, wp, bp = _prepared(x.shape, w, b, geo)
-    buf = np.empty(_nhwc(y_shape), np.float32)
+    buf = _replay.empty(_nhwc(y_shape))  # np.empty, or the recorder's (core/replay.py)
     threads = 1
     if buf.size * kh * kw >= PARALLEL_FMAS and pool.try_parallel():
         threads = omp.max_threads()
     ffi, lc, f32 = lib
     fb = ffi.from_buffer
     zp = ffi.NULL if z is None else fb(f32, z.transpose(0, 2, 3, 1))
-    lc.ac_dwconv(
+    args = (
         fb(f32, x.transpose(0, 2, 3, 1)), wp, bp, zp,
         fb(f32, buf, require_writable=True), g,
         kind[0], kind[1], kind[2], threads, pool.address() if threads > 1 else 0,
     )  # fmt: skip
+    lc.ac_dwconv(*args)
     RUNS["dwconv"] += 1
     y = buf.transpose(0, 3, 1, 2)
+    if _replay.ACTIVE:
+        _replay.note(lc.ac_dwconv, args)
     if channels_last:
+        if _replay.ACTIVE:  # the one call: all it did
+            _replay.seal()
         return y
     fit = out is not None and out.shape == y_shape and out.dtype is _F32
     res = out if fit and out.flags.c_contiguous else np.empty(y_shape, np.float32)

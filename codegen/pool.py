@@ -38,6 +38,7 @@ __all__ = [
     "address",
     "held",
     "paused",
+    "pause",
     "pauses",
     "holders",
     "sleepers",
@@ -367,6 +368,14 @@ def paused() -> contextlib.AbstractContextManager[None]:
     even yielding, halved a 116M multiply-add convolution on two threads (1065 -> 1955 us).
     A pool never built has no threads to pause (nothing is built here)."""
     return _raised(_lib(build=False), "ac_pool_pause")
+
+
+def pause(delta: int) -> None:
+    """Raise (1) or lower (-1) the pool's pause count by hand, as ``paused()`` does on entry
+    and exit (a replay switching it between recorded calls, ``core/replay.py``)."""
+    lib = _lib(build=False)
+    if lib is not None:
+        lib.ac_pool_pause(delta)
 
 
 def wanted() -> int:

@@ -279,6 +279,13 @@ class Backend:
         ``backends/cuda/graphs.py``)."""
         return program
 
+    def replay_state(self) -> tuple[Callable[[], Any], Callable[[Any, Any], None]] | None:
+        """How a static-shape partition's recorded kernel calls are replayed on this device
+        (``core/replay.py``): ``(capture, apply)``, ``capture()`` the thread state a call runs
+        under (hashable) and ``apply(new, old)`` switching to it; None (the default) where
+        partitions are not recorded."""
+        return None
+
     # -- capability ----------------------------------------------------------------------------
     def supports(self, node: Node, table: KernelTable | None = None) -> str | None:
         """None when this backend can run ``node``, else the reason it cannot.

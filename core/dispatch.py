@@ -38,7 +38,7 @@ _ndarray = np.ndarray
 def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
     """Run ``program``'s instructions over ``slots`` (filled with its inputs and constants)."""
     views, base, aliases, record = run.views, run.base, run.aliases, run.record
-    track, held = run.track, run.held
+    track, held, hook = run.track, run.held, run.hook
     live, peak, declined = run.live, run.peak, 0
     release = program._release
     call_failed = program.on_error
@@ -94,6 +94,8 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
             run.live, run.peak = live, peak
             run.store(ins, results, slots)
             live, peak = run.live, run.peak
+        if hook is not None:  # a recorded run (core/replay.py)
+            hook(ins, args, out, res, slots)
         for f in ins.frees:
             if release is not None and slots[f] is not None:
                 try:  # free when nothing raises: no call added to the per-node loop
@@ -125,9 +127,13 @@ class Run:
         "device",
         "host",
         "release",
+        "hook",
     )
 
-    def __init__(self, program: Program, arena: Arena | None, record: dict | None) -> None:
+    def __init__(
+        self, program: Program, arena: Arena | None, record: dict | None, hook: Any = None
+    ) -> None:
+        self.hook = hook
         self.views = self.base = None
         self.live = self.peak = 0
         if arena is not None:

@@ -232,6 +232,7 @@ class Program:
         *,
         arena: Arena | None = None,
         record: dict[int, tuple[tuple[int, ...], Any]] | None = None,
+        hook: Any = None,
     ) -> list[Any]:
         """Run with ``inputs`` (device tensors, in graph input order); returns outputs.
 
@@ -241,9 +242,10 @@ class Program:
             arena: Planned output views for kernels that accept ``out=``.
             record: Filled with ``slot -> (shape, dtype)`` of every array a kernel returns
                 (the sizes a plan for these input shapes needs).
+            hook: Called after each instruction of a recorded run (``core/replay.py``).
         """
         slots = self._frame(inputs, outer)
-        run = Run(self, arena, record)
+        run = Run(self, arena, record, hook)
         try:
             run_instrs(self, slots, run)
         except BaseException:

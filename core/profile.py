@@ -194,6 +194,9 @@ def _timed(compiled: Any, events: list[Event], state: dict) -> Iterator[None]:
             pm = compiled.part_memory.get(p.index)
             if pm is None:
                 continue
+            if pm.replay is not None:  # each node timed through its kernel: no replay
+                pm.replay.suspended += 1
+                saved.append((pm.replay, None))
             for ins in pm.program.instrs:
                 saved.append((ins, ins.fn))
                 n = ins.node
@@ -203,7 +206,10 @@ def _timed(compiled: Any, events: list[Event], state: dict) -> Iterator[None]:
         yield
     finally:
         for obj, fn in saved:
-            obj.fn = fn
+            if fn is None:
+                obj.suspended -= 1
+            else:
+                obj.fn = fn
 
 
 def _span_timer(

@@ -4,6 +4,7 @@ against, and the fallback for every node no other device claims."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ class CpuBackend(Backend):
     disabled_passes: frozenset[str] = frozenset()
     #: Whether a partition may run on one thread when its runs measured that faster.
     thread_choice: bool = True
+    #: Whether static-shape partitions replay their recorded kernel calls (core/replay.py).
+    replay: bool = True
 
     def device_model(self) -> DeviceModel:
         # Rough figures for a few cores running BLAS: only their ratio to other devices matters.
@@ -68,18 +71,31 @@ class CpuBackend(Backend):
 
         return single_blas_thread(program)
 
+    def replay_state(self) -> tuple[Callable[[], Any], Callable[[Any, Any], None]] | None:
+        """A call's thread state: the OpenMP team it ran on and whether the generated code's
+        pool was paused for it (``onednn/_lib.team_for``); None with ``replay`` off."""
+        if not self.replay:
+            return None
+        from anychip.backends.cpu.replay_state import apply, capture
+
+        return capture, apply
+
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES
 
-        unknown = sorted(set(options) - {"disabled_passes", "fusion", "thread_choice"})
+        known = {"disabled_passes", "fusion", "thread_choice", "replay"}
+        unknown = sorted(set(options) - known)
         if unknown:
             raise DeviceError(
-                f"cpu takes the options disabled_passes, fusion and thread_choice, not {unknown}"
+                f"cpu takes the options disabled_passes, fusion, thread_choice and replay, not "
+                f"{unknown}"
             )
-        if not isinstance(options.get("thread_choice", True), bool):
-            raise DeviceError("cpu: thread_choice is True or False")
+        for flag in ("thread_choice", "replay"):
+            if not isinstance(options.get(flag, True), bool):
+                raise DeviceError(f"cpu: {flag} is True or False")
         self.thread_choice = options.get("thread_choice", True)
+        self.replay = options.get("replay", True)
         names = set(options.get("disabled_passes") or ())
         if bad := sorted(names - set(PASS_NAMES) - {"all"}):
             raise DeviceError(f"cpu: no pass named {bad}; its passes are {', '.join(PASS_NAMES)}")

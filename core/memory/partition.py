@@ -55,6 +55,7 @@ from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend
+    from anychip.core.replay import Replay
 
 __all__ = [
     "ALIAS_OPS",
@@ -294,6 +295,21 @@ def _uses_arena(pp: ProgramPlan | None) -> bool:
     return pp is not None and pp.arena is not None and pp.arena.total_size >= MIN_ARENA_BYTES
 
 
+def _replay_for(program: Program, pp: ProgramPlan | None) -> Replay | None:
+    """The partition's ``Replay`` where its backend has a ``replay_state`` and it has more
+    than one node (a single kernel's own remembered path is as short)."""
+    state = program.backend.replay_state()
+    if state is None or len(program.instrs) < 2:
+        return None
+    from anychip.core.replay import Replay
+
+    nslots = program.nslots
+    if _uses_arena(pp):
+        size = pp.arena.total_size
+        return Replay(program, *state, lambda raw: pp.views(raw, nslots), size)
+    return Replay(program, *state, None, 0)
+
+
 class PartitionMemory:
     """The plans and arena of one kernel-mode partition; ``runner`` is what the session calls.
 
@@ -322,6 +338,9 @@ class PartitionMemory:
         self.arena = 0
         if not self.dynamic:
             self._use(plan_program(program, shapes))
+        #: The recorded runs replayed (``core/replay.py``): static shapes, where the backend
+        #: says how (``Backend.replay_state``) and the partition allows.
+        self.replay = None if self.dynamic else _replay_for(program, self.current)
 
     def _use(self, pp: ProgramPlan) -> None:
         self.current = pp
@@ -333,12 +352,16 @@ class PartitionMemory:
     @property
     def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
         """The callable the session's run step uses."""
-        if not self.dynamic and not _uses_arena(self.current):
+        if not self.dynamic and not _uses_arena(self.current) and self.replay is None:
             return self.program.run  # nothing to do per run: no wrapper
         return self.run
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run the partition, planning first when these input shapes are new."""
+        if self.replay is not None:
+            outs = self.replay.run(inputs)
+            if outs is not None:
+                return outs
         pp = self.current
         if self.dynamic:
             sig = _signature(inputs)

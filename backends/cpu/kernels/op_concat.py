@@ -11,6 +11,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._axes import norm_axis
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.table import kernel
+from anychip.core import replay as _replay
 from anychip.errors import KernelError
 
 __all__ = ["concat"]
@@ -35,16 +36,26 @@ def concat(
                 if out.base is not None and any(x.base is out.base for x in arrays):
                     placed = _into_place(arrays, a, out)
                     if placed is not None:
+                        _replay.seal()  # the copies it noted: all it did
                         return placed
                 try:
-                    return np.concatenate(arrays, axis=a, out=out, casting="no")
+                    _concatenate(arrays, a, out)
                 except TypeError:
                     pass  # mixed dtypes: numpy's promotion, in a fresh array
+                else:
+                    if _replay.ACTIVE:  # that one call: all it did
+                        _replay.note(_concatenate, (arrays, a, out))
+                        _replay.seal()
+                    return out
         return np.concatenate(arrays, axis=a)
     except (ValueError, IndexError) as e:  # IndexError: an input of lower rank
         raise KernelError(
             f"Concat: input shapes {[t.shape for t in arrays]} differ outside axis {a} ({e})"
         ) from e
+
+
+def _concatenate(arrays: list[np.ndarray], a: int, out: np.ndarray) -> None:
+    np.concatenate(arrays, axis=a, out=out, casting="no")
 
 
 def _into_place(arrays: list[np.ndarray], a: int, out: np.ndarray) -> np.ndarray | None:
@@ -61,6 +72,8 @@ def _into_place(arrays: list[np.ndarray], a: int, out: np.ndarray) -> np.ndarray
         dst = out[lead + (slice(start, stop),)]
         if not _same_memory(x, dst):
             np.copyto(dst, x)
+            if _replay.ACTIVE:
+                _replay.note(np.copyto, (dst, x))
         start = stop
     return out
 

@@ -12,6 +12,7 @@ full-shape first input only; the C takes no ``restrict`` on that pair).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +24,7 @@ from anychip.backends.cpu.table import kernel
 from anychip.codegen import KernelSpec, c_kernel, classify, parse
 from anychip.codegen.expr import Expr
 from anychip.codegen.program import linearize
+from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -129,6 +131,17 @@ def forget_plans() -> None:
 )
 def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None) -> np.ndarray:
     """``expr`` over ``xs`` (numpy broadcasting), as generated C where it can be built."""
+    y, noted = evaluate_into(xs, expr, out)
+    if noted and _replay.ACTIVE:  # the one call of generated C (noted there): all it did
+        _replay.seal()
+    return y
+
+
+def evaluate_into(
+    xs: Sequence[np.ndarray], expr: str, out: np.ndarray | None
+) -> tuple[np.ndarray, bool]:
+    """``fused_elementwise``'s result, in ``out`` where it fits, and whether one call of
+    generated C on ``xs`` themselves made it (nothing else: a replay's note is all of it)."""
     dtype = xs[0].dtype
     for x in xs:
         if x.dtype != dtype:
@@ -136,7 +149,7 @@ def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None)
             raise KernelError(f"FusedElementwise: inputs of mixed types {types}")
     e, shape, layout, fn = _plan(expr, dtype, tuple([x.shape for x in xs]))
     if fn is None:
-        return evaluate(e, list(xs), dtype)
+        return evaluate(e, list(xs), dtype), False
     if layout.broadcasts:
         arrays = [
             np.ascontiguousarray(np.broadcast_to(x, shape) if c == "X" else x)
@@ -145,7 +158,7 @@ def fused_elementwise(*xs: np.ndarray, expr: str, out: np.ndarray | None = None)
     else:  # the common case, a few us a call cheaper on small transformer tensors
         arrays = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in xs]
     if not fits(out, shape, dtype) or not _may_write(out, arrays, layout.classes, fn):
-        out = np.empty(shape, dtype)
+        out = _replay.empty(shape, dtype)  # np.empty, or the recorder's (core/replay.py)
     if out.size:
-        fn(layout, arrays, out)
-    return out
+        fn(layout, arrays, out)  # generated C, noted (``codegen.CFunction``)
+    return out, all(a is x for a, x in zip(arrays, xs))

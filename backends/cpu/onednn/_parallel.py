@@ -29,8 +29,18 @@ from anychip.backends.cpu.onednn._lib import check
 from anychip.codegen import pool
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
+from anychip.core import replay as _replay
 
-__all__ = ["run_all", "offset_buffers", "bound", "bound_runner", "Bound", "BOUND_ARGS", "RUNS"]
+__all__ = [
+    "run_all",
+    "run_kept",
+    "offset_buffers",
+    "bound",
+    "bound_runner",
+    "Bound",
+    "BOUND_ARGS",
+    "RUNS",
+]
 
 #: Calls of ``run_all`` by how the parts ran ("together", or "in turn" without the helper).
 RUNS: Counter[str] = Counter()
@@ -196,6 +206,8 @@ class Bound:
             s = self.fn(*self.head, *ptrs, *self.pad)
         if s:
             check(s, "executing " + self.info)
+        if _replay.ACTIVE:
+            _replay.note(self, ptrs)
 
 
 def bound(prim: P.Prim, keys: tuple[int, ...], kept: tuple = ()) -> Bound | None:
@@ -244,6 +256,14 @@ def offset_buffers(bases: dict[int, int], offsets: list[dict[int, int]]) -> list
     ``bases[k] + offsets[j][k]`` (addresses and byte offsets; a plan works the offsets out
     once, and taking an array's address costs about 1 us in Python, so once a call)."""
     return [{arg: bases[arg] + off for arg, off in part.items()} for part in offsets]
+
+
+def run_kept(prims: list[P.Prim], buffers: list[dict], threads: int, *alive: Any) -> None:
+    """``run_all`` on buffers given as addresses, noted for a replay (``core/replay.py``) with
+    the arrays behind them (``alive``), which the note keeps."""
+    run_all(prims, buffers, threads)
+    if _replay.ACTIVE:
+        _replay.note(run_kept, (prims, buffers, threads, *alive))
 
 
 def run_all(

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.onednn._lib import C, Lib, check, get
+from anychip.core import replay as _replay
 
 __all__ = [
     "Prim",
@@ -193,7 +194,15 @@ class Prim:
             bound = self.bound = (bound_runner(self), BOUND_ARGS)
         if bound[0] is not None and len(buffers) <= bound[1]:
             bound[0](buffers)  # under the lock, errors raised (``_parallel.Bound``)
+            if _replay.ACTIVE:  # the arrays behind addresses the note holds as ints
+                _replay.hold(buffers)
             return
+        self._bind_and_run(buffers)
+        if _replay.ACTIVE:
+            _replay.note(self._bind_and_run, (buffers,))
+
+    def _bind_and_run(self, buffers: dict[int, np.ndarray | int]) -> None:
+        """``run`` binding each buffer from Python."""
         L = self.lib
         dn, mems, buf, cast = L.dnnl, self.mems, L.ffi.from_buffer, L.ffi.cast
         with self.lock:
@@ -331,6 +340,11 @@ def _reorder(key: Hashable, src: np.ndarray, dst: np.ndarray, build: Callable[[]
     p = cached(("reorder", key), build)
     REORDERS[key[1] if isinstance(key, tuple) and len(key) > 1 else "other"] += 1
     p.run({C.arg_src: src, C.arg_dst: dst})
+
+
+def scratch_for(d: Any) -> np.ndarray:
+    """``empty_for``'s buffer for a call's own use (``core/replay.py``'s while recorded)."""
+    return _replay.empty((max(1, md_size(d) // 4),))
 
 
 def empty_for(d: Any) -> np.ndarray:

@@ -27,6 +27,7 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.codegen import copies, dwconv
+from anychip.core import replay as _replay
 
 __all__ = ["conv", "eltwise"]
 
@@ -99,8 +100,11 @@ def conv(
             return y
     x_tags = P.layouts(x)
     if not x_tags:
-        x = np.ascontiguousarray(x)
-        x_tags = P.layouts(x)
+        xc = _replay.empty(x.shape) if x.dtype == np.float32 else np.empty_like(x)
+        np.copyto(xc, x)
+        if _replay.ACTIVE:
+            _replay.note(np.copyto, (xc, x))
+        x, x_tags = xc, P.layouts(xc)
     # A 1x1 convolution between plain (NCHW) neighbours is a matrix product on NCHW itself:
     # W[M, C] @ X[n][C, HW] through oneDNN's matmul (brgemm), else its convolution's GEMM
     # path (x64:gemm:jit); reorders on both sides cost more there (conv1x1.py).
@@ -347,22 +351,24 @@ def _run(
             tag = -1
             P.REORDERS["src"] += 1  # counted as oneDNN's reorder is
     if tag is None:  # reorder into the primitive's layout
-        src = P.empty_for(entry.src_md)
+        src = P.scratch_for(entry.src_md)
         user = entry.user_md(x.shape, x_tags[0])
         P.reorder_into((key, "src", x_tags[0]), x, user, src, entry.src_md)
     wk = P.weights(key, (w,), lambda: _prepare_weights(entry, key, w))
     if channels_last:
-        out = np.empty(P.channels_last(y_shape), np.float32)
+        out = _replay.empty(P.channels_last(y_shape))  # np.empty, or a recorder's
         y = P.from_channels_last(out)
     else:
         fit = fits(planned, y_shape, np.dtype(np.float32))
-        out = y = planned if fit else np.empty(y_shape, np.float32)
+        out = y = planned if fit else _replay.empty(y_shape)
     direct = entry.dst_cl if channels_last else entry.dst_plain
-    dst = out if direct else P.empty_for(entry.dst_md)
+    dst = out if direct else P.scratch_for(entry.dst_md)
     dst_cl = dst.reshape(P.channels_last(y_shape)) if entry.dst_cl and dst is not out else None
     if z is not None:
         if dst is out:
             np.copyto(y, z)
+            if _replay.ACTIVE:
+                _replay.note(np.copyto, (y, z))
         else:
             zc = z if P.layouts(z) else np.ascontiguousarray(z)
             ztag = P.layouts(zc)[0]
@@ -371,6 +377,9 @@ def _run(
     if b is not None:
         bufs[C.arg_bias] = np.ascontiguousarray(b)
     entry.prim.run(bufs)
+    # Every step here is a noted call (reorders and the primitive through ``Prim.run``, the
+    # copies in C): a replay runs them alone (core/replay.py).
+    _replay.seal()
     if dst is not out and entry.dst_cl and copies.to_planar(P.from_channels_last(dst_cl), out):
         P.REORDERS["dst"] += 1  # a tile transpose in C, on the pool; counted as a reorder
         return y
@@ -415,10 +424,12 @@ class _Fast(Remembered):
         wp = self.prepared(  # the prepared weights' pointer (``P.pin`` holds the array)
             w, lambda: P.pin(P.weights(key, (w,), lambda: _prepare_weights(entry, key, w)))
         )
-        ycl = np.empty(self.y_cl, np.float32)
+        ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
         y = P.from_channels_last(ycl)
         if z is not None:
             np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
+            if _replay.ACTIVE:
+                _replay.note(np.copyto, (y, z))
         direct, bias = self.direct, self.bias
         if direct is not None:
             fb = direct.fb
@@ -427,6 +438,8 @@ class _Fast(Remembered):
                 direct(xp, wp, fb(ycl))
             else:
                 direct(xp, wp, fb(ycl), bias)
+            if _replay.ACTIVE:  # the copy of Z and the one call: all it did
+                _replay.seal()
             return y
         bufs = {C.arg_src: x, C.arg_weights: wp, C.arg_dst: ycl}
         if bias is not None:

@@ -38,13 +38,14 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, fused_elementwise
+from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, evaluate_into
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
 from anychip.codegen import pool
+from anychip.core import replay as _replay
 
 __all__ = ["run", "SPLIT_WORK", "RUNS"]
 
@@ -93,13 +94,17 @@ def run(
             prim = P.cached(key, lambda: _build(*spec))
     except P.Unsupported:
         return None
-    y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
+    y = out if fits(out, y_shape, np.dtype(np.float32)) else _replay.empty(y_shape)
     if z is not None:
         np.copyto(y, z)
+        if _replay.ACTIVE:
+            _replay.note(np.copyto, (y, z))
     wc = np.ascontiguousarray(w)
     bc = None if inner_b is None else np.ascontiguousarray(inner_b)
     if parts is not None:
         _run_parts(parts, x, wc, bc, y, z is not None, team)
+        if _replay.ACTIVE:
+            _replay.note(_run_parts, (parts, x, wc, bc, y, z is not None, team))
     else:
         bufs = {C.arg_src: wc, C.arg_weights: x, C.arg_dst: y}
         if bc is not None:
@@ -112,7 +117,10 @@ def run(
         rows = y.reshape(n, m, cols)
         expr = "add(in0,in1)" if act is None else "max(add(in0,in1),0.0)"
         post = expr, b.reshape(m, 1), (n, m, cols)
-        fused_elementwise(rows, post[1], expr=expr, out=rows)
+        if evaluate_into((rows, post[1]), expr, rows)[1] and _replay.ACTIVE:
+            _replay.seal()  # Z's copy, the product and the bias pass in C: all noted
+    elif _replay.ACTIVE:
+        _replay.seal()  # Z's copy and the product: all noted
     if memo is not None and not split and z is None:
         memo["fast"] = Fast(prim, x, w, b, bufs, y_shape, team, post)
     return y
@@ -148,9 +156,10 @@ class Fast(Remembered):
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: np.ndarray | None) -> np.ndarray:
         y_shape = self.y_shape
-        y = out if fits(out, y_shape, np.dtype(np.float32)) else np.empty(y_shape, np.float32)
+        y = out if fits(out, y_shape, np.dtype(np.float32)) else _replay.empty(y_shape)
         direct = self.direct
-        if direct is not None and y.flags.c_contiguous:
+        sealed = direct is not None and y.flags.c_contiguous
+        if sealed:
             fb = direct.fb
             direct(fb(x.transpose(0, 2, 3, 1)) if self.x_cl else fb(x), fb(y))
         else:
@@ -161,9 +170,12 @@ class Fast(Remembered):
             bias, rows, call, expr = self.post
             view = y.reshape(rows)
             if call is None:
-                fused_elementwise(view, bias, expr=expr, out=view)
+                sealed = False
+                evaluate_into((view, bias), expr, view)
             else:
-                call([view, bias], view)
+                call([view, bias], view)  # generated C, noted (``codegen.CFunction``)
+        if sealed and _replay.ACTIVE:  # the product's one call and the bias pass's
+            _replay.seal()
         return y
 
 

@@ -32,8 +32,9 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C
 from anychip.backends.cpu.onednn._memo import Remembered
-from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
+from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all, run_kept
 from anychip.codegen import pool
+from anychip.core import replay as _replay
 
 __all__ = [
     "Fast",
@@ -216,12 +217,17 @@ class Fast(Remembered):
         wk = self.prepared(
             w, lambda: P.weights(key, (w,), lambda: _weights_all(key, plan.parts, wdims, w))
         )
-        ycl = np.empty(self.y_cl, np.float32)
+        ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
         if z is not None:
-            np.copyto(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
+            zt = z.transpose(0, 2, 3, 1)
+            np.copyto(ycl, zt)  # the parts' sum post-op adds into it
+            if _replay.ACTIVE:
+                _replay.note(np.copyto, (ycl, zt))
         buffers = _bind(plan, wk, self.bias, x.transpose(0, 2, 3, 1), ycl)
-        run_all(plan.prims, buffers, self.team)
+        run_kept(plan.prims, buffers, self.team, wk, self.bias, x, ycl)
         RUNS[len(plan.prims)] += 1
+        if _replay.ACTIVE:  # the copy of Z and the parts' one call: all it did
+            _replay.seal()
         return P.from_channels_last(ycl)
 
 

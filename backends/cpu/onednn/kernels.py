@@ -38,6 +38,7 @@ from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
 from anychip.codegen import linear as _linear
+from anychip.core import replay as _replay
 from anychip.core.kernels import KernelTable
 from anychip.ir.dtypes import DType
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -118,6 +119,8 @@ def _served(op: str, y: Any) -> Any:
     return y
 
 
+_ZERO = np.float32(0)
+
 #: Merged into the CPU table by the plugin hook when ``onednn.findable()``.
 ONEDNN_KERNELS = KernelTable("cpu")
 kernel = ONEDNN_KERNELS.register
@@ -181,7 +184,17 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
     """
     if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
         if channels_last_ok(x):
-            return np.maximum(x, np.float32(0))  # numpy keeps the input's memory order
+            # in the input's memory order (4-D: the recorder's buffer while recorded,
+            # core/replay.py; else numpy's empty_like, which keeps it)
+            if x.ndim == 4:
+                y = from_channels_last(_replay.empty(channels_last_shape(x.shape)))
+            else:
+                y = np.empty_like(x)
+            np.maximum(x, _ZERO, out=y)
+            if _replay.ACTIVE:  # that one call: all it did
+                _replay.note(np.maximum, (x, _ZERO, y))
+                _replay.seal()
+            return y
     return op_activations.relu(x, consumed_inputs, out=out)
 
 
@@ -207,11 +220,16 @@ def concat(
     ):
         first = arrays[0]
         shape = (first.shape[0], sum(a.shape[1] for a in arrays)) + first.shape[2:]
-        y = from_channels_last(np.empty(channels_last_shape(shape), np.float32))
+        y = from_channels_last(_replay.empty(channels_last_shape(shape)))
         c = 0
         for a in arrays:
-            np.copyto(y[:, c : c + a.shape[1]], a)
+            part = y[:, c : c + a.shape[1]]
+            np.copyto(part, a)
+            if _replay.ACTIVE:
+                _replay.note(np.copyto, (part, a))
             c += a.shape[1]
+        if _replay.ACTIVE:  # the copies: all it did
+            _replay.seal()
         return y
     return op_concat.concat(*inputs, axis=axis, out=out)
 

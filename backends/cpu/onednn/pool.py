@@ -22,6 +22,7 @@ from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.codegen import copies
+from anychip.core import replay as _replay
 
 __all__ = ["pool"]
 
@@ -57,16 +58,18 @@ def pool(
     if contiguous:
         x = np.ascontiguousarray(x)
     if src_cl:
-        out = np.empty(P.channels_last(y_shape), np.float32)
+        out = _replay.empty(P.channels_last(y_shape))  # np.empty, or a recorder's
         y = P.from_channels_last(out)
     elif fits(planned, y_shape, np.dtype(np.float32)):
         out = y = planned
     else:
-        out = y = np.empty(y_shape, np.float32)
+        out = y = _replay.empty(y_shape)
     # The source as its dense buffer: NHWC behind the NCHW view, or the array itself.
     xs = x.transpose((0, *range(2, x.ndim), 1)) if src_cl else x
     if direct is not None and xs.flags.c_contiguous and out.flags.c_contiguous:
         direct(direct.fb(xs), direct.fb(out))  # one C call (``_parallel.Bound``)
+        if _replay.ACTIVE and not contiguous and not (src_cl and not channels_last):
+            _replay.seal()  # that call (noted there) was all it did
     else:
         prim.run({C.arg_src: x, C.arg_dst: out})
     return _c_order(y, planned) if src_cl and not channels_last else y

@@ -22,6 +22,13 @@ def _need_onednn() -> None:
     assert _lib.available(), _lib.unavailable_reason()
 
 
+@pytest.fixture(autouse=True)
+def _kernels_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests count the kernels' reorders run by run: the path through the kernels, not
+    a replay of their recorded calls (``core/replay.py``, tested in tests/core)."""
+    monkeypatch.setenv("ANYCHIP_REPLAY", "0")
+
+
 def _fire(rng: np.random.Generator, outputs: list[str]) -> tuple[onnx.ModelProto, dict]:
     """SqueezeNet's fire module with its input X joined in too: Conv 1x1 and 3x3 with Relu
     on X (fused into FusedConv) -> Concat(a, b, X) -> Conv 3x3 with Relu -> GlobalAveragePool."""

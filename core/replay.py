@@ -1,0 +1,428 @@
+"""A static-shape host partition's kernel calls recorded once and replayed without the per-node
+Python (the CPU's counterpart of ``backends/cuda/graphs.py``'s CUDA graphs, and of tinygrad's
+``TinyJit``).
+
+A warm run of a small CNN spends a third of its time between kernels: the dispatch loop, each
+kernel's checks of its remembered path, its OpenMP switches and cffi's argument conversions
+(about 9 us a convolution node whose C call takes 5). Once a partition has run ``RECORD_AT``
+times with the same input shapes and threads, its next run is *recorded*: on private copies
+of the inputs and a private arena, each instruction runs as usual while the kernels note the
+calls that did their work (``note``: the function and its arguments, cffi pointers that keep
+their arrays alive) with the thread state they ran under (the backend's ``replay_state``).
+A kernel whose whole effect was the calls it noted says so (``seal``): a remembered
+convolution, pool, depthwise convolution or channel shuffle. The others are kept as they were
+called (their arguments and planned output), and re-run.
+
+Later runs with the same shapes and threads *replay*: the feeds are copied into the private
+inputs, the sealed instructions' calls run in one flat loop (the thread state switched only
+where it changes), the other instructions run through their kernels on the recorded arrays,
+a result that lands elsewhere is copied where the recorded readers look, and the outputs are
+copied out (the next replay overwrites them). A replay holds the trace's lock: a second
+thread running the same partition meanwhile takes the usual path.
+
+What a replay does not do, and where that matters:
+
+* It reads the initializers where they were when recorded; a kernel's own check for weights
+  rewritten in place (``_memo.Remembered.prepared``) is not made again.
+* It keeps every buffer the recorded calls touch (the private arena and each kernel's own
+  output arrays): more memory than the plan's reuse. A trace keeping more than
+  ``MAX_BYTES`` is dropped and the partition runs as before (``info``).
+* Profiling (``Session.profile``) and a shape or thread count not recorded take the usual
+  path; so does everything with ``ANYCHIP_REPLAY=0`` or ``device_options={"cpu":
+  {"replay": False}}``.
+* Partitions with control flow (nested graphs) or non-array values are not recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from anychip.core.executor import Program
+    from anychip.core.kernel_call import Instr
+
+__all__ = ["Replay", "note", "seal", "empty", "recording", "RECORD_AT", "MAX_BYTES", "ACTIVE"]
+
+#: Runs with the same input shapes and threads before the next is recorded (a kernel
+#: remembers its fast path on its first run; ``thread_choice`` warms both thread counts).
+RECORD_AT = 3
+#: Recordings of one signature whose two passes took other paths before it is left alone.
+ATTEMPTS = 3
+#: Bytes a trace may keep alive (its arena, inputs and kernel-made arrays).
+MAX_BYTES = 256 << 20
+#: Traces kept per partition (one per input signature and thread count). A trace is kept
+#: only where at least half the nodes are recorded calls (the others cost their kernels' path
+#: and a check of where their results went: a wash where most nodes are so).
+MAX_TRACES = 4
+
+#: Recorders running in any thread (checked before the thread-local lookup).
+ACTIVE = 0
+_local = threading.local()
+_active_lock = threading.Lock()
+
+
+class Recorder:
+    """The calls noted while one instruction runs, and whether its kernel sealed them; the
+    buffers kernels ask for through ``empty``: on a first, dry pass made by numpy and timed
+    (``lifetimes``: when each was made and dropped, in events), on the recorded pass placed
+    in one block at the offsets ``plan`` gives them (``offsets``, in the same order)."""
+
+    __slots__ = (
+        "steps", "sealed", "capture", "lifetimes", "clock", "block", "offsets", "broken", "held",
+        "node",
+    )  # fmt: skip
+
+    def __init__(
+        self, capture: Callable[[], Any], block: np.ndarray | None = None, offsets: Any = None
+    ) -> None:
+        self.steps: list[tuple[Any, tuple, Any]] = []
+        self.sealed = False
+        self.capture = capture
+        self.lifetimes: list[list[Any]] = []
+        self.clock = 0
+        self.block, self.offsets = block, offsets
+        self.broken = ""
+        self.held: list[Any] = []
+        self.node = 0  # instructions ended so far (the hooks count them)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        k = len(self.lifetimes)
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if self.block is not None:
+            self.lifetimes.append([nbytes])
+            if k >= len(self.offsets) or self.offsets[k][1:] != (nbytes, self.node):
+                self.broken = "a kernel asked for other buffers than on the first run"
+                return np.empty(shape, dtype)
+            off = self.offsets[k][0]
+            return self.block[off : off + nbytes].view(dtype).reshape(shape)
+        a = np.empty(shape, dtype)
+        self.lifetimes.append([nbytes, self.clock, None, self.node])
+        self.clock += 1
+        weakref.finalize(a, self._dropped, k)
+        return a
+
+    def _dropped(self, k: int) -> None:
+        self.lifetimes[k][2] = self.clock
+        self.clock += 1
+
+    def plan(self) -> tuple[list[tuple[int, int, int]], int]:
+        """The dry pass's buffers placed in one block: ``[(offset, bytes, node)]`` in the
+        order they were asked for (``node``: the instruction that asked), and its size
+        (``core/memory/planner.py``: buffers alive at the same time apart, the others sharing
+        bytes as numpy's reuse of freed memory had them, so a replay's working set stays as
+        small and as warm)."""
+        from anychip.core.memory.planner import plan_memory
+
+        end = self.clock + 1
+        ts = [(k, n, t0, (t1 if t1 is not None else end) - 1) for k, (n, t0, t1, _) in
+              enumerate(self.lifetimes)]  # fmt: skip
+        if not ts:
+            return [], 0
+        plan = plan_memory(ts, alignment=64)
+        nodes = [life[3] for life in self.lifetimes]
+        return [(plan.offsets[k], n, i) for (k, n, _, _), i in zip(ts, nodes)], plan.total_size
+
+
+def empty(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+    """``np.empty(shape, dtype)`` for a buffer a kernel writes by noted calls; while a run is
+    recorded, a buffer of the recorder's (``Recorder.empty``)."""
+    rec = getattr(_local, "rec", None) if ACTIVE else None
+    return np.empty(shape, dtype) if rec is None else rec.empty(tuple(shape), dtype)
+
+
+def recording() -> Recorder | None:
+    """The recorder of this thread, or None (the usual case: one global read)."""
+    return getattr(_local, "rec", None) if ACTIVE else None
+
+
+def note(fn: Callable[..., Any], args: tuple) -> None:
+    """Record ``fn(*args)``, just called by a kernel, with the thread state it ran under.
+    ``fn`` must do the same work when called again with ``args`` (addresses, cffi pointers
+    and arrays that stay where they are), raising on failure."""
+    rec = getattr(_local, "rec", None) if ACTIVE else None
+    if rec is not None:
+        rec.steps.append((fn, args, rec.capture()))
+
+
+def hold(obj: Any) -> None:
+    """Keep ``obj`` alive as long as the trace being recorded (arrays a note gave as
+    addresses)."""
+    rec = getattr(_local, "rec", None) if ACTIVE else None
+    if rec is not None:
+        rec.held.append(obj)
+
+
+def seal() -> None:
+    """Say that the running instruction's whole effect was the calls it noted (its result
+    an array those calls wrote, or a view of one): a replay runs only those."""
+    rec = getattr(_local, "rec", None) if ACTIVE else None
+    if rec is not None:
+        rec.sealed = True
+
+
+class _Rerun:
+    """An instruction replayed through its kernel, on the arguments and planned output it
+    was recorded with; results landing elsewhere are copied into the recorded arrays."""
+
+    __slots__ = ("ins", "args", "out", "targets")
+
+    def __init__(self, ins: Instr, args: list[Any], out: Any, targets: list[Any]) -> None:
+        self.ins, self.args, self.out, self.targets = ins, args, out, targets
+
+    def __call__(self) -> None:
+        ins = self.ins
+        if self.out is None:
+            res = ins.fn(*self.args, **ins.attrs)
+        else:
+            res = ins.fn(*self.args, out=self.out, **ins.attrs)
+        results = res if type(res) is tuple or type(res) is list else (res,)
+        for r, t in zip(results, self.targets):
+            if r is t or t is None:
+                continue
+            if type(r) is not np.ndarray or r.shape != t.shape or r.dtype != t.dtype:
+                raise _Stale(f"node {ins.node.name!r} returned another shape or type")
+            if r.__array_interface__ != t.__array_interface__:
+                np.copyto(t, r)
+
+
+class _Stale(Exception):
+    """The trace no longer matches what the kernels do: run as usual, record no more."""
+
+
+class Trace:
+    """One recorded run: the private inputs, the steps, the outputs and what they keep."""
+
+    __slots__ = ("inputs", "steps", "outputs", "keep", "sealed", "total", "nbytes")
+
+    def __init__(self) -> None:
+        self.inputs: list[np.ndarray] = []
+        self.steps: list[tuple[Any, tuple, Any]] = []
+        self.outputs: list[np.ndarray] = []
+        self.keep: list[Any] = []
+        self.sealed = self.total = self.nbytes = 0
+
+    def play(self, feeds: Sequence[Any], state: Any, apply: Callable[[Any, Any], None]) -> list:
+        for own, t in zip(self.inputs, feeds):
+            np.copyto(own, t)
+        cur = entry = state
+        try:
+            for fn, args, st in self.steps:
+                if st != cur and st is not None:
+                    apply(st, cur)
+                    cur = st
+                fn(*args)
+        finally:
+            if cur != entry:
+                apply(entry, cur)
+        return [o.copy() for o in self.outputs]
+
+
+def _bytes(values: Sequence[Any]) -> int:
+    seen: dict[int, int] = {}
+    for v in values:
+        if type(v) is np.ndarray:
+            base = v
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            seen[id(base)] = base.nbytes
+    return sum(seen.values())
+
+
+class Replay:
+    """A partition's traces (module docstring): ``run`` returns the outputs of a replay, or
+    None where the caller should run the partition as usual (then perhaps recording)."""
+
+    def __init__(
+        self,
+        program: Program,
+        capture: Callable[[], Any],
+        apply: Callable[[Any, Any], None],
+        views: Callable[[np.ndarray], Any] | None,
+        arena_bytes: int,
+    ) -> None:
+        self.program = program
+        self.capture, self.apply = capture, apply
+        self.views, self.arena_bytes = views, arena_bytes
+        self.traces: dict[tuple, Trace] = {}
+        self.seen: dict[tuple, int] = {}
+        self.tries: dict[tuple, int] = {}
+        self.lock = threading.Lock()
+        self.suspended = 0
+        self.info: dict[str, Any] = {}
+        self.off = os.environ.get("ANYCHIP_REPLAY", "1") == "0" or not _recordable(program)
+
+    def run(self, inputs: Sequence[Any]) -> list[Any] | None:
+        if self.off or self.suspended:
+            return None
+        state = self.capture()
+        key = (state, *((t.shape, t.dtype) if type(t) is np.ndarray else None for t in inputs))
+        trace = self.traces.get(key)
+        if trace is None:
+            count = self.seen.get(key, 0) + 1
+            if count > RECORD_AT or None in key or len(self.seen) > 4 * MAX_TRACES:
+                return None  # dropped, not arrays, or too many signatures
+            self.seen[key] = count
+            if count < RECORD_AT or not self.lock.acquire(blocking=False):
+                return None
+            try:
+                return self._record(key, inputs, state)
+            finally:
+                self.lock.release()
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return trace.play(inputs, state, self.apply)
+        except _Stale as e:
+            self._drop(key, f"dropped: {e}")
+            return None
+        finally:
+            self.lock.release()
+
+    def _drop(self, key: tuple, why: str, again: bool = False) -> None:
+        """No trace for ``key``; recorded again after ``RECORD_AT`` runs where ``again``
+        (a path that changed between the two passes: the pool's backoff under load, say),
+        up to ``ATTEMPTS`` recordings."""
+        self.traces.pop(key, None)
+        tries = self.tries[key] = self.tries.get(key, 0) + 1
+        self.seen[key] = 0 if again and tries < ATTEMPTS else RECORD_AT + 1
+        self.info["replay"] = why
+
+    def _record(self, key: tuple, inputs: Sequence[Any], state: Any) -> list[Any]:
+        """Two runs on private inputs and arena: a dry one timing the buffers the kernels ask
+        for, then the recorded one with those buffers placed by ``Recorder.plan``."""
+        program = self.program
+        # a copy per pass: kernels may write over a partition's inputs (in place)
+        dry_in = [np.array(t, copy=True, order="C") for t in inputs]
+        own = [np.array(t, copy=True, order="C") for t in inputs]
+        raw = np.empty(self.arena_bytes, np.uint8) if self.views is not None else None
+        arena = self.views(raw) if raw is not None else None
+        dry = Recorder(self.capture)
+        _under(dry, lambda: program.run(dry_in, arena=arena, hook=_forget(dry)))
+        offsets, size = dry.plan()
+        rec = Recorder(self.capture, np.empty(size, np.uint8), offsets)
+        trace = Trace()
+        trace.inputs = own
+        hook = _Hook(trace, rec)
+        outs = _under(rec, lambda: program.run(own, arena=arena, hook=hook))
+        trace.outputs = [o for o in hook.final(program) if type(o) is np.ndarray]
+        trace.keep += [raw, rec.block, rec.held]
+        trace.nbytes = _bytes(trace.keep + trace.inputs + trace.outputs)
+        if len(trace.outputs) != len(outs) or rec.broken:
+            why = rec.broken or "outputs that are not arrays"
+            self._drop(key, f"not recorded: {why}", again=rec.broken != "")
+            return outs
+        if trace.nbytes > MAX_BYTES:
+            self._drop(key, f"not kept: the trace would hold {trace.nbytes >> 20} MiB")
+            return outs
+        if trace.sealed * 2 < trace.total:
+            self._drop(key, f"not kept: {trace.sealed} of {trace.total} nodes are recorded calls")
+            return outs
+        first = [o.copy() for o in trace.outputs]  # the check below replays over them
+        why = _differs(program, trace, state, self.apply)
+        if why:
+            self._drop(key, f"not kept: {why}")
+            return first
+        if len(self.traces) >= MAX_TRACES:
+            self.traces.pop(next(iter(self.traces)))
+        self.traces[key] = trace
+        self.info["replay"] = (
+            f"{trace.sealed} of {trace.total} nodes replayed as {len(trace.steps)} recorded "
+            f"calls (the others through their kernels); holds {trace.nbytes >> 10} KiB"
+        )
+        return first
+
+
+def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str:
+    """Why the trace may not be kept: its replay on a check input (float inputs reversed:
+    the same values elsewhere, so a buffer not written again, or bytes shared while still
+    read, show) differs from the kernels' run on it; '' when they agree."""
+    check = [np.flip(t).copy() if t.dtype.kind == "f" else t.copy() for t in trace.inputs]
+    want = program.run([t.copy() for t in check])
+    try:
+        got = trace.play(check, state, apply)
+    except _Stale as e:
+        return str(e)
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return "its replay made other shapes than the kernels"
+        if g.dtype.kind in "fc":
+            scale = float(np.nanmax(np.abs(w))) if w.size and not np.isnan(w).all() else 0.0
+            if not np.allclose(g, w, rtol=1e-4, atol=1e-5 * max(1.0, scale), equal_nan=True):
+                return "its replay differed from the kernels' run on a check input"
+        elif not np.array_equal(g, w):
+            return "its replay differed from the kernels' run on a check input"
+    return ""
+
+
+def _under(rec: Recorder, fn: Callable[[], list[Any]]) -> list[Any]:
+    """``fn()`` with ``rec`` this thread's recorder."""
+    global ACTIVE
+    with _active_lock:
+        ACTIVE += 1
+    _local.rec = rec
+    try:
+        return fn()
+    finally:
+        _local.rec = None
+        with _active_lock:
+            ACTIVE -= 1
+
+
+def _forget(rec: Recorder) -> Callable[..., None]:
+    """The dry pass's hook: each instruction's notes dropped as it ends (they hold its
+    buffers, whose lifetimes the pass is timing)."""
+
+    def hook(*_: Any) -> None:
+        rec.steps, rec.sealed, rec.held = [], False, []
+        rec.node += 1
+
+    return hook
+
+
+class _Hook:
+    """Called by the dispatch loop after each instruction of a recorded run."""
+
+    __slots__ = ("trace", "rec", "slots")
+
+    def __init__(self, trace: Trace, rec: Recorder) -> None:
+        self.trace, self.rec = trace, rec
+        self.slots: list[Any] | None = None
+
+    def __call__(self, ins: Instr, args: list[Any], out: Any, res: Any, slots: list) -> None:
+        self.slots = slots
+        trace, rec = self.trace, self.rec
+        trace.total += 1
+        results = [slots[s] if s >= 0 else None for s in ins.outs]
+        trace.keep.append((args, out, results))
+        single = type(res) is np.ndarray and len(results) == 1 and results[0] is res
+        if rec.sealed and single:
+            trace.sealed += 1
+            trace.steps.extend(rec.steps)
+        else:
+            trace.steps.append((_Rerun(ins, args, out, results), (), None))
+        rec.steps, rec.sealed = [], False
+        rec.node += 1
+
+    def final(self, program: Program) -> list[Any]:
+        slots = self.slots or []
+        return [slots[s] for s in program.output_slots] if slots else []
+
+
+def _recordable(program: Program) -> bool:
+    """No nested graphs (their runs read the frame of the moment) and host arrays."""
+    if not program.backend.host_memory:
+        return False
+    for ins in program.instrs:
+        if ins.ctx is not None and len(ins.reads) != len([i for i in ins.ins if i >= 0]):
+            return False
+        if any(hasattr(v, "nodes") for v in ins.attrs.values()):
+            return False
+    return True

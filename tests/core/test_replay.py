@@ -1,0 +1,216 @@
+"""The recorded kernel calls of a static-shape CPU partition, replayed (``core/replay.py``):
+equal to the kernels' path and to onnxruntime on new random inputs every run, at one and two
+threads; outputs the caller owns; the switches; profiling through the kernels; a second
+thread meanwhile on the usual path; the buffers placed as the dry pass timed them."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from threadpoolctl import threadpool_limits
+
+import anychip
+from anychip.backends.cpu.onednn import _lib
+from anychip.core import replay
+from anychip.core.replay import Recorder
+from bench.cpu_models import densenet_like, mobilenet_like, shufflenet_like
+
+RUNS = 8  # past replay.RECORD_AT: the later runs replay
+#: Runs within which a trace is kept (a recording whose passes took other paths, the pool
+#: backing off under load between them, is made again: ``replay.ATTEMPTS``).
+ENOUGH = replay.RECORD_AT * replay.ATTEMPTS + 2
+
+
+def _session(model: onnx.ModelProto, **cpu: object) -> anychip.Session:
+    return anychip.load(model.SerializeToString(), devices=["cpu"], device_options={"cpu": cpu})
+
+
+def _replay_of(sess: anychip.Session) -> replay.Replay:
+    (pm,) = sess.compiled.part_memory.values()
+    assert pm.replay is not None
+    return pm.replay
+
+
+def _inputs(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    weights = {t.name for t in model.graph.initializer}
+    (x,) = [v for v in model.graph.input if v.name not in weights]
+    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+    return {x.name: rng.standard_normal(shape).astype(np.float32)}
+
+
+def _squeezenet(size: int, seed: int) -> onnx.ModelProto:
+    """The light SqueezeNet (its channel Concats channels-last between oneDNN kernels)."""
+    from anychip.zoo import light_model
+
+    return light_model("squeezenet", seed=seed)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet])
+def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads) -> None:
+    assert _lib.available(), _lib.unavailable_reason()
+    model = build(size=64, seed=3)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(threads)
+    with threadpool_limits(limits=threads):
+        sess = _session(model, thread_choice=False)
+        plain = _session(model, replay=False, thread_choice=False)
+        r, replayed = _replay_of(sess), 0
+        for k in range(ENOUGH + RUNS):
+            feeds = _inputs(model, rng)
+            replayed += bool(r.traces)  # this run replays
+            (got,) = sess.run(None, feeds)
+            (kernels,) = plain.run(None, feeds)
+            (want,) = ref.run(None, feeds)
+            np.testing.assert_allclose(got, kernels, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"run {k}")
+    assert replayed >= RUNS, r.info
+    assert len(r.traces) == 1, r.info
+    (trace,) = r.traces.values()
+    assert trace.sealed * 2 >= trace.total
+    assert "nodes replayed as" in r.info["replay"]
+
+
+def test_the_switches_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = shufflenet_like(size=32, seed=1)
+    sess = _session(model, replay=False)
+    assert all(pm.replay is None for pm in sess.compiled.part_memory.values())
+    monkeypatch.setenv("ANYCHIP_REPLAY", "0")
+    sess = _session(model)
+    feeds = _inputs(model, np.random.default_rng(0))
+    for _ in range(RUNS):
+        sess.run(None, feeds)
+    assert _replay_of(sess).off and not _replay_of(sess).traces
+    with pytest.raises(anychip.AnychipError, match="replay is True or False"):
+        _session(model, replay="yes")
+
+
+def test_outputs_belong_to_the_caller() -> None:
+    """Each run returns new arrays: the next replay does not write into the last result."""
+    model = shufflenet_like(size=32, seed=2)
+    sess = _session(model)
+    rng = np.random.default_rng(5)
+    outs = []
+    for _ in range(RUNS):
+        feeds = _inputs(model, rng)
+        (y,) = sess.run(None, feeds)
+        outs.append((y, y.copy()))
+    assert _replay_of(sess).traces
+    for y, kept in outs:
+        np.testing.assert_array_equal(y, kept)
+    assert len({id(y) for y, _ in outs}) == len(outs)
+    assert not np.array_equal(outs[-1][0], outs[-2][0])
+
+
+def test_profile_times_every_node_through_its_kernel() -> None:
+    model = shufflenet_like(size=32, seed=4)
+    sess = _session(model)
+    feeds = _inputs(model, np.random.default_rng(6))
+    for _ in range(RUNS):
+        sess.run(None, feeds)
+    assert _replay_of(sess).traces
+    prof = sess.profile(feeds, runs=2)
+    ops = {op for _, op, _, _ in prof.node_times()}
+    assert "FusedConv" in ops and len(prof.node_times()) > 10
+    assert not _replay_of(sess).suspended  # replays again after
+
+
+def test_a_second_thread_meanwhile_gets_its_own_answer() -> None:
+    model = densenet_like(size=32, seed=5)
+    sess = _session(model, thread_choice=False)
+    plain = _session(model, replay=False, thread_choice=False)
+    rng = np.random.default_rng(7)
+    for _ in range(RUNS):
+        sess.run(None, _inputs(model, rng))
+    cases = [_inputs(model, rng) for _ in range(12)]
+    want = [plain.run(None, f)[0] for f in cases]
+    got: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def worker(ids: range) -> None:
+        try:
+            for i in ids:
+                got[i] = sess.run(None, cases[i])[0]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(range(k, 12, 3),)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, w in enumerate(want):
+        np.testing.assert_allclose(got[i], w, rtol=1e-5, atol=1e-6, err_msg=f"case {i}")
+
+
+def test_mostly_unrecorded_partitions_are_not_kept() -> None:
+    """An MLP's nodes are numpy and BLAS calls that are not noted: the trace is dropped and
+    the runs take the usual path, with the reason in the partition's info; every run's
+    answer, the recording run's too, is the kernels'."""
+    from bench.models import mlp
+
+    model = onnx.load_from_string(mlp(batch=4, width=64, layers=2))
+    sess = _session(model)
+    plain = _session(model, replay=False)
+    rng = np.random.default_rng(8)
+    for k in range(RUNS):
+        feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], plain.run(None, feeds)[0], rtol=1e-6, err_msg=f"run {k}"
+        )
+    r = _replay_of(sess)
+    assert not r.traces and r.info["replay"].startswith("not kept:"), r.info
+
+
+def test_buffers_share_bytes_only_when_their_lifetimes_do_not_meet() -> None:
+    rec = Recorder(lambda: None)
+    a = rec.empty((256,), np.float32)  # 1 KiB
+    b = rec.empty((256,), np.float32)
+    del a  # dropped before c is made: c may take its bytes
+    c = rec.empty((256,), np.float32)
+    offsets, size = rec.plan()
+    assert offsets[0][0] == offsets[2][0] and offsets[1][0] != offsets[0][0]
+    assert [n for _, n, _ in offsets] == [1024] * 3
+    assert size == 2048
+    block = np.zeros(size, np.uint8)
+    placed = Recorder(lambda: None, block, offsets)
+    views = [placed.empty((256,), np.float32) for _ in range(3)]
+    assert all(v.base is not None for v in views) and not placed.broken
+    assert placed.empty((9,), np.float32).size == 9 and placed.broken  # not as timed
+    del b, c
+
+
+def test_a_kernel_that_seals_work_it_did_not_note_is_caught_by_the_check_replay() -> None:
+    """A kernel claiming its numpy work was noted calls (here the head's Gemm, sealing with
+    nothing noted): the replay on the check input differs from the kernels' run, the trace is
+    not kept, and every run's answer stays the kernels'."""
+    model = shufflenet_like(size=32, seed=9)
+    sess = _session(model, thread_choice=False)
+    plain = _session(model, replay=False, thread_choice=False)
+    (pm,) = sess.compiled.part_memory.values()
+    (ins,) = [i for i in pm.program.instrs if i.node.op_type == "Gemm"]
+    honest = ins.fn
+
+    def lying(*args: object, **kw: object) -> object:
+        y = honest(*args, **kw)
+        replay.seal()
+        return y
+
+    ins.fn = lying
+    rng = np.random.default_rng(10)
+    for k in range(ENOUGH):
+        feeds = _inputs(model, rng)
+        np.testing.assert_allclose(
+            sess.run(None, feeds)[0], plain.run(None, feeds)[0], rtol=1e-5, atol=1e-6,
+            err_msg=f"run {k}",
+        )  # fmt: skip
+    r = _replay_of(sess)
+    assert not r.traces
+    assert (
+        r.info["replay"] == "not kept: its replay differed from the kernels' run on a check input"
+    )
