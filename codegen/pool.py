@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from anychip.codegen.build import cc_key, load
+from anychip.core import replay as _replay
 
 __all__ = [
     "address",
@@ -328,7 +329,10 @@ def try_parallel() -> bool:
     """False while the pool backs off (counting this call down): the caller should run its
     work whole, on itself. True without a pool too (the parts then run in turn)."""
     lib = _lib()
-    return True if lib is None else bool(lib.ac_pool_try())
+    if lib is None:
+        return True
+    # recorded runs split: the replay's pool calls run on the caller alone while it backs off
+    return bool(_replay.decide(lib.ac_pool_try, True))
 
 
 @contextlib.contextmanager

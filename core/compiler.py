@@ -332,6 +332,8 @@ def _compile_kernels(
             )
         return why
     out.part_memory[p.index] = pm
+    if pm.replay is not None:  # what its recordings did, in the partition's info
+        pm.replay.info = p.info
     p.program = pm.runner
     return None
 

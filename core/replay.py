@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -48,13 +49,30 @@ if TYPE_CHECKING:
     from anychip.core.executor import Program
     from anychip.core.kernel_call import Instr
 
-__all__ = ["Replay", "note", "seal", "empty", "recording", "RECORD_AT", "MAX_BYTES", "ACTIVE"]
+__all__ = [
+    "Replay",
+    "note",
+    "seal",
+    "empty",
+    "decide",
+    "recording",
+    "RECORD_AT",
+    "MAX_BYTES",
+    "ACTIVE",
+]
 
 #: Runs with the same input shapes and threads before the next is recorded (a kernel
 #: remembers its fast path on its first run; ``thread_choice`` warms both thread counts).
 RECORD_AT = 3
-#: Recordings of one signature whose two passes took other paths before it is left alone.
-ATTEMPTS = 3
+#: Seconds a node takes on average (the fastest run before recording) from which a partition
+#: is not recorded: a replay saves the few us of Python each node costs, and memory is kept.
+SLOW_NODE = 5e-3
+#: A trace is kept only where its replay took under this share of the kernels' time.
+GAIN = 0.98
+#: Runs after a recording dropped for the machine's sake before the next (doubling with
+#: each try, up to ``MAX_WAIT``).
+RETRY = 8
+MAX_WAIT = 1000
 #: Bytes a trace may keep alive (its arena, inputs and kernel-made arrays).
 MAX_BYTES = 256 << 20
 #: Traces kept per partition (one per input signature and thread count). A trace is kept
@@ -128,6 +146,13 @@ class Recorder:
         plan = plan_memory(ts, alignment=64)
         nodes = [life[3] for life in self.lifetimes]
         return [(plan.offsets[k], n, i) for (k, n, _, _), i in zip(ts, nodes)], plan.total_size
+
+
+def decide(ask: Callable[[], Any], recorded: Any) -> Any:
+    """``ask()``, a kernel's choice of path that may change from call to call (the pool
+    backing off under load), or ``recorded`` while a run is recorded: every pass of a
+    recording takes the same paths (and a replay, the one its calls were made for)."""
+    return ask() if (getattr(_local, "rec", None) if ACTIVE else None) is None else recorded
 
 
 def empty(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
@@ -257,54 +282,76 @@ class Replay:
         self.suspended = 0
         self.info: dict[str, Any] = {}
         self.off = os.environ.get("ANYCHIP_REPLAY", "1") == "0" or not _recordable(program)
+        #: The fastest of the usual runs before a recording (seconds).
+        self.fastest = math.inf
 
-    def run(self, inputs: Sequence[Any]) -> list[Any] | None:
+    def run(self, inputs: Sequence[Any], usual: Callable[[Sequence[Any]], list[Any]]) -> list:
+        """The partition's outputs: replayed, recorded, or ``usual(inputs)`` (timed on the
+        runs before a recording: ``SLOW_NODE``)."""
         if self.off or self.suspended:
-            return None
+            return usual(inputs)
         state = self.capture()
         key = (state, *((t.shape, t.dtype) if type(t) is np.ndarray else None for t in inputs))
         trace = self.traces.get(key)
         if trace is None:
             count = self.seen.get(key, 0) + 1
             if count > RECORD_AT or None in key or len(self.seen) > 4 * MAX_TRACES:
-                return None  # dropped, not arrays, or too many signatures
+                return usual(inputs)  # dropped, not arrays, or too many signatures
             self.seen[key] = count
-            if count < RECORD_AT or not self.lock.acquire(blocking=False):
-                return None
+            if count < RECORD_AT:
+                t0 = time.perf_counter()
+                outs = usual(inputs)
+                self.fastest = min(self.fastest, time.perf_counter() - t0)
+                return outs
+            per_node = self.fastest / len(self.program.instrs)
+            if per_node > SLOW_NODE:
+                self.off = True
+                self.info["replay"] = (
+                    f"off: its nodes take {per_node * 1e3:.1f} ms each, where the per-node "
+                    "Python a replay saves is a few us"
+                )
+                return usual(inputs)
+            if not self.lock.acquire(blocking=False):
+                return usual(inputs)
             try:
                 return self._record(key, inputs, state)
             finally:
                 self.lock.release()
         if not self.lock.acquire(blocking=False):
-            return None
+            return usual(inputs)  # another thread replays: this one takes the kernels' path
         try:
             return trace.play(inputs, state, self.apply)
         except _Stale as e:
             self._drop(key, f"dropped: {e}")
-            return None
         finally:
             self.lock.release()
+        return usual(inputs)
 
     def _drop(self, key: tuple, why: str, again: bool = False) -> None:
-        """No trace for ``key``; recorded again after ``RECORD_AT`` runs where ``again``
-        (a path that changed between the two passes: the pool's backoff under load, say),
-        up to ``ATTEMPTS`` recordings."""
+        """No trace for ``key``; where ``again`` (a replay measured slower, or passes that
+        took other paths: both can be the machine's load) recorded again later, after
+        ``RETRY`` runs doubling with each try up to ``MAX_WAIT``."""
         self.traces.pop(key, None)
         tries = self.tries[key] = self.tries.get(key, 0) + 1
-        self.seen[key] = 0 if again and tries < ATTEMPTS else RECORD_AT + 1
-        self.info["replay"] = why
+        wait = min(MAX_WAIT, RETRY << (tries - 1))
+        self.seen[key] = RECORD_AT - wait if again else RECORD_AT + 1
+        self.info["replay"] = why + (f" (recorded again in {wait} runs)" if again else "")
 
     def _record(self, key: tuple, inputs: Sequence[Any], state: Any) -> list[Any]:
-        """Two runs on private inputs and arena: a dry one timing the buffers the kernels ask
-        for, then the recorded one with those buffers placed by ``Recorder.plan``."""
+        """Runs on private inputs and arena: two dry ones (the second timing the buffers the
+        kernels ask for; the first may leave kernels on other remembered paths than the last
+        usual run, ``decide``), then the recorded one with those buffers placed by
+        ``Recorder.plan``, then the check of ``_differs``."""
         program = self.program
         # a copy per pass: kernels may write over a partition's inputs (in place)
         dry_in = [np.array(t, copy=True, order="C") for t in inputs]
         own = [np.array(t, copy=True, order="C") for t in inputs]
         raw = np.empty(self.arena_bytes, np.uint8) if self.views is not None else None
         arena = self.views(raw) if raw is not None else None
-        dry = Recorder(self.capture)
-        _under(dry, lambda: program.run(dry_in, arena=arena, hook=_forget(dry)))
+        for _ in range(2):  # the first may leave kernels other remembered paths (``decide``)
+            dry = Recorder(self.capture)
+            feeds = [t.copy() for t in dry_in]
+            _under(dry, lambda: program.run(feeds, arena=arena, hook=_forget(dry)))  # noqa: B023
         offsets, size = dry.plan()
         rec = Recorder(self.capture, np.empty(size, np.uint8), offsets)
         trace = Trace()
@@ -318,16 +365,16 @@ class Replay:
             why = rec.broken or "outputs that are not arrays"
             self._drop(key, f"not recorded: {why}", again=rec.broken != "")
             return outs
-        if trace.nbytes > MAX_BYTES:
-            self._drop(key, f"not kept: the trace would hold {trace.nbytes >> 20} MiB")
-            return outs
-        if trace.sealed * 2 < trace.total:
-            self._drop(key, f"not kept: {trace.sealed} of {trace.total} nodes are recorded calls")
+        if trace.nbytes > MAX_BYTES or trace.sealed * 2 < trace.total:
+            self.off = True  # so for every signature: the partition runs as before
+            self._drop(key, f"not kept: {trace.sealed} of {trace.total} nodes are recorded calls"
+                       if trace.nbytes <= MAX_BYTES else
+                       f"not kept: the trace would hold {trace.nbytes >> 20} MiB")  # fmt: skip
             return outs
         first = [o.copy() for o in trace.outputs]  # the check below replays over them
         why = _differs(program, trace, state, self.apply)
-        if why:
-            self._drop(key, f"not kept: {why}")
+        if why:  # slower (measured again later: the machine may have been busy), or wrong
+            self._drop(key, f"not kept: {why}", again=why.startswith("its replay took"))
             return first
         if len(self.traces) >= MAX_TRACES:
             self.traces.pop(next(iter(self.traces)))
@@ -340,15 +387,22 @@ class Replay:
 
 
 def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str:
-    """Why the trace may not be kept: its replay on a check input (float inputs reversed:
-    the same values elsewhere, so a buffer not written again, or bytes shared while still
-    read, show) differs from the kernels' run on it; '' when they agree."""
+    """Why the trace may not be kept, '' when it may: its replay on a check input (float
+    inputs reversed: the same values elsewhere, so a buffer not written again, or bytes
+    shared while still read, show) must give the kernels' answer on it, and in less time
+    (the better of two runs each, alternated: ``GAIN``)."""
     check = [np.flip(t).copy() if t.dtype.kind == "f" else t.copy() for t in trace.inputs]
-    want = program.run([t.copy() for t in check])
-    try:
-        got = trace.play(check, state, apply)
-    except _Stale as e:
-        return str(e)
+    best = [math.inf, math.inf]
+    for _ in range(2):
+        t0 = time.perf_counter()
+        want = program.run([t.copy() for t in check])
+        t1 = time.perf_counter()
+        try:
+            got = trace.play(check, state, apply)
+        except _Stale as e:
+            return str(e)
+        t2 = time.perf_counter()
+        best = [min(best[0], t1 - t0), min(best[1], t2 - t1)]
     for g, w in zip(got, want):
         w = np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
@@ -359,6 +413,11 @@ def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str
                 return "its replay differed from the kernels' run on a check input"
         elif not np.array_equal(g, w):
             return "its replay differed from the kernels' run on a check input"
+    if best[1] > best[0] * GAIN:
+        return (
+            f"its replay took {best[1] * 1e3:.3f} ms against the kernels' {best[0] * 1e3:.3f}"
+            " (the better of two runs each)"
+        )
     return ""
 
 
@@ -407,7 +466,7 @@ class _Hook:
             trace.sealed += 1
             trace.steps.extend(rec.steps)
         else:
-            trace.steps.append((_Rerun(ins, args, out, results), (), None))
+            trace.steps.append((_Rerun(ins, args, out, results), (), rec.capture()))
         rec.steps, rec.sealed = [], False
         rec.node += 1
 

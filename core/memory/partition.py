@@ -357,11 +357,14 @@ class PartitionMemory:
         return self.run
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
-        """Run the partition, planning first when these input shapes are new."""
-        if self.replay is not None:
-            outs = self.replay.run(inputs)
-            if outs is not None:
-                return outs
+        """Run the partition, planning first when these input shapes are new; replayed where
+        it was recorded (``core/replay.py``)."""
+        replay = self.replay
+        if replay is not None and not replay.off:
+            return replay.run(inputs, self._run)
+        return self._run(inputs)
+
+    def _run(self, inputs: Sequence[Any]) -> list[Any]:
         pp = self.current
         if self.dynamic:
             sig = _signature(inputs)

@@ -20,9 +20,17 @@ from anychip.core.replay import Recorder
 from bench.cpu_models import densenet_like, mobilenet_like, shufflenet_like
 
 RUNS = 8  # past replay.RECORD_AT: the later runs replay
-#: Runs within which a trace is kept (a recording whose passes took other paths, the pool
-#: backing off under load between them, is made again: ``replay.ATTEMPTS``).
-ENOUGH = replay.RECORD_AT * replay.ATTEMPTS + 2
+#: Runs within which a trace is kept (timing rules off: ``_no_timing``).
+ENOUGH = replay.RECORD_AT + 2
+
+
+@pytest.fixture(autouse=True)
+def _no_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rules that time runs (a partition of slow nodes is not recorded, a replay slower
+    than the kernels is not kept) off: a loaded machine's timings would decide these tests;
+    ``test_the_timing_rules`` sets them."""
+    monkeypatch.setattr(replay, "SLOW_NODE", float("inf"))
+    monkeypatch.setattr(replay, "GAIN", float("inf"))
 
 
 def _session(model: onnx.ModelProto, **cpu: object) -> anychip.Session:
@@ -214,3 +222,30 @@ def test_a_kernel_that_seals_work_it_did_not_note_is_caught_by_the_check_replay(
     assert (
         r.info["replay"] == "not kept: its replay differed from the kernels' run on a check input"
     )
+
+
+def test_the_timing_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes slower than ``SLOW_NODE`` on average: not recorded, the partition off; a replay
+    not under ``GAIN`` of the kernels' time: not kept, recorded again after ``RETRY`` runs."""
+    model = shufflenet_like(size=32, seed=11)
+    feeds = _inputs(model, np.random.default_rng(12))
+    monkeypatch.setattr(replay, "SLOW_NODE", 0.0)
+    sess = _session(model)
+    for _ in range(RUNS):
+        sess.run(None, feeds)
+    r = _replay_of(sess)
+    assert r.off and r.info["replay"].startswith("off: its nodes take"), r.info
+    monkeypatch.setattr(replay, "SLOW_NODE", float("inf"))
+    monkeypatch.setattr(replay, "GAIN", 0.0)
+    sess = _session(model)
+    r = _replay_of(sess)
+    for _ in range(replay.RECORD_AT):
+        sess.run(None, feeds)
+    assert not r.traces and "recorded again in 8 runs" in r.info["replay"], r.info
+    assert r.info["replay"].startswith("not kept: its replay took"), r.info
+    monkeypatch.setattr(replay, "GAIN", float("inf"))
+    for _ in range(replay.RETRY - 1):
+        sess.run(None, feeds)
+    assert not r.traces
+    sess.run(None, feeds)
+    assert r.traces, r.info
