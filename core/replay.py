@@ -2,31 +2,53 @@
 Python (the CPU's counterpart of ``backends/cuda/graphs.py``'s CUDA graphs, and of tinygrad's
 ``TinyJit``).
 
-A warm run of a small CNN spends a third of its time between kernels: the dispatch loop, each
-kernel's checks of its remembered path, its OpenMP switches and cffi's argument conversions
-(about 9 us a convolution node whose C call takes 5). Once a partition has run ``RECORD_AT``
-times with the same input shapes and threads, its next run is *recorded*: on private copies
-of the inputs and a private arena, each instruction runs as usual while the kernels note the
-calls that did their work (``note``: the function and its arguments, cffi pointers that keep
-their arrays alive) with the thread state they ran under (the backend's ``replay_state``).
-A kernel whose whole effect was the calls it noted says so (``seal``): a remembered
-convolution, pool, depthwise convolution or channel shuffle. The others are kept as they were
-called (their arguments and planned output), and re-run.
+Between its kernels a warm run of a small CNN spends a fifth to a quarter of its time in
+Python: the dispatch loop, each kernel's checks of its remembered path, its OpenMP switches
+and cffi's argument conversions (about 9 us a convolution node whose C call takes 5). Once a
+partition has run ``RECORD_AT`` times with the same input shapes and threads, its next run is
+*recorded*, on private copies of the inputs and a private arena:
+
+1. Two *dry* passes run the kernels as usual while every buffer they ask for through
+   ``empty`` is timed: when it was made and when Python dropped it (``weakref.finalize``),
+   in events. The first pass only settles the kernels' remembered paths (``decide``: while
+   recorded, the pool's backoff does not change a kernel's path).
+2. ``Recorder.plan`` places those buffers in one block with ``core/memory/planner.py``:
+   buffers alive at the same time apart, the others sharing bytes as numpy's reuse of freed
+   memory had them. (Kept apart, each in its own allocation, a replay's working set grew
+   from the plan's few hundred KiB to megabytes, and ShuffleNet replayed 5% *slower*
+   than the kernels.)
+3. The *recorded* pass runs the kernels again, their buffers at the planned offsets (the
+   same instruction must ask for the same sizes, else the recording is dropped), while they
+   note the calls that did their work (``note``: the function and its arguments, cffi
+   pointers that keep their arrays alive) with the thread state they ran under (the
+   backend's ``replay_state``: the OpenMP team, the pool's pause). A kernel whose whole
+   effect was the calls it noted says so (``seal``): remembered convolutions and 1x1
+   products, depthwise convolutions, shuffles, pools, concats, generated element-wise
+   chains. The other instructions are kept as they were called (arguments, planned output,
+   results) to run again through their kernels (``_Rerun``).
+4. The *check*: the trace is replayed on the inputs reversed (the same values elsewhere, so
+   a buffer no call writes again, or bytes shared while still read, show) and must give the
+   kernels' answer on them (``_differs``), in under ``GAIN`` of their time.
 
 Later runs with the same shapes and threads *replay*: the feeds are copied into the private
-inputs, the sealed instructions' calls run in one flat loop (the thread state switched only
-where it changes), the other instructions run through their kernels on the recorded arrays,
-a result that lands elsewhere is copied where the recorded readers look, and the outputs are
-copied out (the next replay overwrites them). A replay holds the trace's lock: a second
-thread running the same partition meanwhile takes the usual path.
+inputs, the steps run in one flat loop (the thread state switched only where it changes), a
+re-run instruction's result that lands elsewhere is copied where the recorded readers look,
+and the outputs are copied out (the next replay overwrites them). A replay holds the trace's
+lock: a second thread running the same partition meanwhile takes the usual path.
 
 What a replay does not do, and where that matters:
 
 * It reads the initializers where they were when recorded; a kernel's own check for weights
   rewritten in place (``_memo.Remembered.prepared``) is not made again.
-* It keeps every buffer the recorded calls touch (the private arena and each kernel's own
-  output arrays): more memory than the plan's reuse. A trace keeping more than
-  ``MAX_BYTES`` is dropped and the partition runs as before (``info``).
+* It keeps its block, the private arena and inputs, and the arrays the calls read (a few MiB
+  for the small CNNs: the partition's info says how many). A trace that would keep more than
+  ``MAX_BYTES``, or in which fewer than half the nodes are sealed, is not kept, and the
+  partition runs as before (``off``); so is a partition whose nodes took over ``SLOW_NODE``
+  each (the Python saved is noise there).
+* A replay measured slower than the kernels (the machine may have been busy) is not kept and
+  recorded again ``RETRY`` runs later, doubling up to ``MAX_WAIT``.
+* Kernels' path counters (``onednn.kernels.RUNS``, ``_prim.REORDERS``) do not count replayed
+  calls, and a recording runs the kernels five times.
 * Profiling (``Session.profile``) and a shape or thread count not recorded take the usual
   path; so does everything with ``ANYCHIP_REPLAY=0`` or ``device_options={"cpu":
   {"replay": False}}``.
@@ -462,6 +484,9 @@ class _Hook:
         results = [slots[s] if s >= 0 else None for s in ins.outs]
         trace.keep.append((args, out, results))
         single = type(res) is np.ndarray and len(results) == 1 and results[0] is res
+        if not rec.sealed and ins.alias and not rec.steps:  # a view kernel that made views
+            rec.sealed = _views_of(results, args)
+            single = True
         if rec.sealed and single:
             trace.sealed += 1
             trace.steps.extend(rec.steps)
@@ -473,6 +498,20 @@ class _Hook:
     def final(self, program: Program) -> list[Any]:
         slots = self.slots or []
         return [slots[s] for s in program.output_slots] if slots else []
+
+
+def _root(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _views_of(results: list[Any], args: list[Any]) -> bool:
+    """Whether every result is one of ``args``' arrays or a view of one's memory (what a
+    kernel registered ``alias=True`` returns when it copied nothing: no work to replay)."""
+    roots = {id(_root(a)) for a in args if type(a) is np.ndarray}
+    arrays = [r for r in results if r is not None]  # an output not asked for: None
+    return bool(arrays) and all(type(r) is np.ndarray and id(_root(r)) in roots for r in arrays)
 
 
 def _recordable(program: Program) -> bool:

@@ -249,3 +249,15 @@ def test_the_timing_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not r.traces
     sess.run(None, feeds)
     assert r.traces, r.info
+
+
+def test_a_view_kernel_is_sealed_only_for_views_of_its_arguments() -> None:
+    """An ``alias=True`` kernel that noted nothing replays as nothing only when each result
+    is an argument's memory (Reshape's view); a copy (Reshape of a strided input) re-runs."""
+    from anychip.core.replay import _views_of
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert _views_of([x.reshape(6, 4)], [x, np.array([6, 4])])
+    assert _views_of([x, None], [x])  # Dropout's identity, its mask not asked for
+    assert not _views_of([x.transpose(2, 0, 1).reshape(4, 6)], [x.transpose(2, 0, 1)])
+    assert not _views_of([None], [x])

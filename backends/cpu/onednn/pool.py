@@ -68,8 +68,8 @@ def pool(
     xs = x.transpose((0, *range(2, x.ndim), 1)) if src_cl else x
     if direct is not None and xs.flags.c_contiguous and out.flags.c_contiguous:
         direct(direct.fb(xs), direct.fb(out))  # one C call (``_parallel.Bound``)
-        if _replay.ACTIVE and not contiguous and not (src_cl and not channels_last):
-            _replay.seal()  # that call (noted there) was all it did
+        if _replay.ACTIVE and not contiguous:
+            _replay.seal()  # that call, and _c_order's copy, noted: all it did
     else:
         prim.run({C.arg_src: x, C.arg_dst: out})
     return _c_order(y, planned) if src_cl and not channels_last else y
@@ -120,13 +120,14 @@ def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:
     numpy's strided copy at 64x56x56: 86 against 158 us, 1 thread), else numpy's copy."""
     out = planned if fits(planned, y.shape, np.dtype(np.float32)) else None
     if y.ndim == 4:
-        target = out if out is not None else np.empty(y.shape, np.float32)
-        if copies.to_planar(y, target):
+        target = out if out is not None else _replay.empty(y.shape)
+        if copies.to_planar(y, target):  # noted there
             return target
-    if out is not None:
-        np.copyto(out, y)
-        return out
-    return np.ascontiguousarray(y)
+    target = out if out is not None else _replay.empty(y.shape)
+    np.copyto(target, y)
+    if _replay.ACTIVE:
+        _replay.note(np.copyto, (target, y))
+    return target
 
 
 def _geometry(
