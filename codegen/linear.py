@@ -17,6 +17,8 @@ product) and the caller runs numpy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from anychip.codegen import pool
@@ -24,6 +26,8 @@ from anychip.codegen.attention import SGEMM_DECL, sgemm_address
 from anychip.codegen.blas import blas_single
 from anychip.codegen.build import loader
 from anychip.codegen.pool import SOURCE_DECL
+from anychip.core import replay as _replay
+from anychip.errors import KernelError
 
 __all__ = ["linear", "Bound", "bound", "gemm_columns", "into", "SPANS_DECL"]
 
@@ -93,7 +97,7 @@ _lib = loader(_SOURCE, _CDEF, "ac_linear")[0]
 def into(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
     """``out`` when it is a C-contiguous float32 array of ``shape``, else a new one."""
     if out is None or out.shape != shape or out.dtype is not _F32 or not out.flags.c_contiguous:
-        return np.empty(shape, _F32)
+        return _replay.empty(shape)  # np.empty, or a recorder's (core/replay.py)
     return out
 
 
@@ -157,12 +161,21 @@ class Bound:
             or out.dtype is not _F32
             or not out.flags.c_contiguous
         ):
-            out = np.empty(self.out_shape, _F32)
+            out = _replay.empty(self.out_shape)  # np.empty, or a recorder's (core/replay.py)
         run, buf, f32 = self.fn
-        y = buf(f32, out, require_writable=True)
-        if run(self.m, self.n, self.k, buf(f32, a), self.pb, self.pc, y, self.gemm) < 0:
+        args = (self.m, self.n, self.k, buf(f32, a), self.pb, self.pc,
+                buf(f32, out, require_writable=True), self.gemm)  # fmt: skip
+        if run(*args) < 0:
             return None
+        if _replay.ACTIVE:
+            _replay.note(_checked, (run, args))
         return out
+
+
+def _checked(run: Any, args: tuple) -> None:
+    """A replayed ``Bound`` call (``core/replay.py``): its failure raised, not returned."""
+    if run(*args) < 0:
+        raise KernelError("the bound sgemm call failed on replay (its buffers could not be made)")
 
 
 def bound(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Bound | None:
@@ -229,8 +242,13 @@ def gemm_columns(
     out = into(out, shape)
     ffi, c, f32 = lib
     buf = ffi.from_buffer
-    done = c.ac_gemm_columns(
+    args = (
         a.size // k, n, k, buf(f32, a), buf(f32, b), buf(f32, out, require_writable=True),
         gemm, int(trans_b), parts, parts, pool.address(),
     )  # fmt: skip
-    return None if done < 0 else out
+    if c.ac_gemm_columns(*args) < 0:
+        return None
+    if _replay.ACTIVE:  # the one call: all the product does (``split_columns``' callers)
+        _replay.note(_checked, (c.ac_gemm_columns, args))
+        _replay.seal()
+    return out

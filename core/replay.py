@@ -52,7 +52,8 @@ What a replay does not do, and where that matters:
 * Profiling (``Session.profile``) and a shape or thread count not recorded take the usual
   path; so does everything with ``ANYCHIP_REPLAY=0`` or ``device_options={"cpu":
   {"replay": False}}``.
-* Partitions with control flow (nested graphs) or non-array values are not recorded.
+* Partitions fed non-array values are not recorded; nodes with nested graphs (ShapeMemo,
+  If, Loop) re-run through their kernels, on the frame of slots they saw when recorded.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ __all__ = [
     "Replay",
     "note",
     "seal",
+    "unseal",
+    "hold",
     "empty",
     "decide",
     "recording",
@@ -206,6 +209,14 @@ def hold(obj: Any) -> None:
         rec.held.append(obj)
 
 
+def unseal() -> None:
+    """Say that the running instruction did work it did not note after a callee sealed (it
+    re-runs through its kernel)."""
+    rec = getattr(_local, "rec", None) if ACTIVE else None
+    if rec is not None:
+        rec.sealed = False
+
+
 def seal() -> None:
     """Say that the running instruction's whole effect was the calls it noted (its result
     an array those calls wrote, or a view of one): a replay runs only those."""
@@ -216,15 +227,22 @@ def seal() -> None:
 
 class _Rerun:
     """An instruction replayed through its kernel, on the arguments and planned output it
-    was recorded with; results landing elsewhere are copied into the recorded arrays."""
+    was recorded with (a node with nested graphs, ShapeMemo's or an If's, on the frame of
+    slots it saw: the recorded arrays); results landing elsewhere are copied into the
+    recorded arrays."""
 
-    __slots__ = ("ins", "args", "out", "targets")
+    __slots__ = ("ins", "args", "out", "targets", "frame")
 
-    def __init__(self, ins: Instr, args: list[Any], out: Any, targets: list[Any]) -> None:
+    def __init__(
+        self, ins: Instr, args: list[Any], out: Any, targets: list[Any], frame: list | None
+    ) -> None:
         self.ins, self.args, self.out, self.targets = ins, args, out, targets
+        self.frame = frame
 
     def __call__(self) -> None:
         ins = self.ins
+        if self.frame is not None:
+            ins.ctx._frame = self.frame
         if self.out is None:
             res = ins.fn(*self.args, **ins.attrs)
         else:
@@ -291,12 +309,12 @@ class Replay:
         program: Program,
         capture: Callable[[], Any],
         apply: Callable[[Any, Any], None],
-        views: Callable[[np.ndarray], Any] | None,
-        arena_bytes: int,
+        arena_for: Callable[[Sequence[Any]], tuple[Callable[[np.ndarray], Any] | None, int]],
     ) -> None:
         self.program = program
         self.capture, self.apply = capture, apply
-        self.views, self.arena_bytes = views, arena_bytes
+        #: The planned arena's views and size for a run's inputs (``PartitionMemory``).
+        self.arena_for = arena_for
         self.traces: dict[tuple, Trace] = {}
         self.seen: dict[tuple, int] = {}
         self.tries: dict[tuple, int] = {}
@@ -368,8 +386,9 @@ class Replay:
         # a copy per pass: kernels may write over a partition's inputs (in place)
         dry_in = [np.array(t, copy=True, order="C") for t in inputs]
         own = [np.array(t, copy=True, order="C") for t in inputs]
-        raw = np.empty(self.arena_bytes, np.uint8) if self.views is not None else None
-        arena = self.views(raw) if raw is not None else None
+        views, nbytes = self.arena_for(inputs)
+        raw = np.empty(nbytes, np.uint8) if views is not None else None
+        arena = views(raw) if views is not None else None
         for _ in range(2):  # the first may leave kernels other remembered paths (``decide``)
             dry = Recorder(self.capture)
             feeds = [t.copy() for t in dry_in]
@@ -409,15 +428,18 @@ class Replay:
 
 
 def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str:
-    """Why the trace may not be kept, '' when it may: its replay on a check input (float
+    """Why the trace may not be kept, '' when it may: its replay on a check input (the
     inputs reversed: the same values elsewhere, so a buffer not written again, or bytes
     shared while still read, show) must give the kernels' answer on it, and in less time
     (the better of two runs each, alternated: ``GAIN``)."""
-    check = [np.flip(t).copy() if t.dtype.kind == "f" else t.copy() for t in trace.inputs]
+    check = [np.flip(t).copy() for t in trace.inputs]
     best = [math.inf, math.inf]
     for _ in range(2):
         t0 = time.perf_counter()
-        want = program.run([t.copy() for t in check])
+        try:  # reversed token ids or masks are still in range; a model may refuse them
+            want = program.run([t.copy() for t in check])
+        except Exception as e:  # noqa: BLE001 - the reason the trace is not kept
+            return f"the kernels refused the check input ({type(e).__name__})"
         t1 = time.perf_counter()
         try:
             got = trace.play(check, state, apply)
@@ -491,7 +513,9 @@ class _Hook:
             trace.sealed += 1
             trace.steps.extend(rec.steps)
         else:
-            trace.steps.append((_Rerun(ins, args, out, results), (), rec.capture()))
+            nested = ins.ctx is not None and len(ins.reads) > len([i for i in ins.ins if i >= 0])
+            rerun = _Rerun(ins, args, out, results, list(slots) if nested else None)
+            trace.steps.append((rerun, (), rec.capture()))
         rec.steps, rec.sealed = [], False
         rec.node += 1
 
@@ -515,12 +539,5 @@ def _views_of(results: list[Any], args: list[Any]) -> bool:
 
 
 def _recordable(program: Program) -> bool:
-    """No nested graphs (their runs read the frame of the moment) and host arrays."""
-    if not program.backend.host_memory:
-        return False
-    for ins in program.instrs:
-        if ins.ctx is not None and len(ins.reads) != len([i for i in ins.ins if i >= 0]):
-            return False
-        if any(hasattr(v, "nodes") for v in ins.attrs.values()):
-            return False
-    return True
+    """Host arrays (a node with nested graphs re-runs on the frame it saw: ``_Rerun``)."""
+    return bool(program.backend.host_memory)

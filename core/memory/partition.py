@@ -295,19 +295,15 @@ def _uses_arena(pp: ProgramPlan | None) -> bool:
     return pp is not None and pp.arena is not None and pp.arena.total_size >= MIN_ARENA_BYTES
 
 
-def _replay_for(program: Program, pp: ProgramPlan | None) -> Replay | None:
+def _replay_for(pm: PartitionMemory) -> Replay | None:
     """The partition's ``Replay`` where its backend has a ``replay_state`` and it has more
     than one node (a single kernel's own remembered path is as short)."""
-    state = program.backend.replay_state()
-    if state is None or len(program.instrs) < 2:
+    state = pm.program.backend.replay_state()
+    if state is None or len(pm.program.instrs) < 2:
         return None
     from anychip.core.replay import Replay
 
-    nslots = program.nslots
-    if _uses_arena(pp):
-        size = pp.arena.total_size
-        return Replay(program, *state, lambda raw: pp.views(raw, nslots), size)
-    return Replay(program, *state, None, 0)
+    return Replay(pm.program, *state, pm.arena_for)
 
 
 class PartitionMemory:
@@ -340,7 +336,7 @@ class PartitionMemory:
             self._use(plan_program(program, shapes))
         #: The recorded runs replayed (``core/replay.py``): static shapes, where the backend
         #: says how (``Backend.replay_state``) and the partition allows.
-        self.replay = None if self.dynamic else _replay_for(program, self.current)
+        self.replay = _replay_for(self)
 
     def _use(self, pp: ProgramPlan) -> None:
         self.current = pp
@@ -348,6 +344,15 @@ class PartitionMemory:
         self.lower_bound = max(self.lower_bound, pp.plan.lower_bound)
         if _uses_arena(pp):
             self.arena = max(self.arena, pp.arena.total_size)
+
+    def arena_for(self, inputs: Sequence[Any]) -> tuple[Callable[[np.ndarray], Any] | None, int]:
+        """The plan for these inputs' arena as ``(views of a buffer, its bytes)``; ``(None,
+        0)`` where the runs use none (a recording's private arena, ``core/replay.py``)."""
+        pp = self.cache.get(_signature(inputs)) if self.cache is not None else self.current
+        if self.pool is None or not _uses_arena(pp):
+            return None, 0
+        nslots = self.program.nslots
+        return (lambda raw: pp.views(raw, nslots)), pp.arena.total_size
 
     @property
     def runner(self) -> Callable[[Sequence[Any]], list[Any]]:

@@ -27,6 +27,13 @@ from tests.models import transformer_layer
 
 
 @pytest.fixture(autouse=True)
+def _usual_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests watch the pool serve each run's planned arena: the usual runs, not a
+    replay's private buffers (``core/replay.py``, tested in tests/core/test_replay.py)."""
+    monkeypatch.setenv("ANYCHIP_REPLAY", "0")
+
+
+@pytest.fixture(autouse=True)
 def _every_arena_used(monkeypatch):
     """These tests exercise the arena on small models: every planned arena is used (below
     ``MIN_ARENA_BYTES`` a session lets numpy allocate; tests/wild/test_sklearn_fixed_costs)."""

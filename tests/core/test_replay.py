@@ -44,10 +44,19 @@ def _replay_of(sess: anychip.Session) -> replay.Replay:
 
 
 def _inputs(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Random images; for the tiny BERT, token ids under 100 and a mask whose tail is cut."""
     weights = {t.name for t in model.graph.initializer}
-    (x,) = [v for v in model.graph.input if v.name not in weights]
-    shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
-    return {x.name: rng.standard_normal(shape).astype(np.float32)}
+    feeds = {}
+    for x in [v for v in model.graph.input if v.name not in weights]:
+        shape = [d.dim_value or 24 for d in x.type.tensor_type.shape.dim]  # symbolic: 24
+        if x.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
+            feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+        elif "mask" in x.name:
+            feeds[x.name] = (np.arange(shape[-1]) < rng.integers(8, shape[-1])).astype(np.int64)
+            feeds[x.name] = np.broadcast_to(feeds[x.name], shape).copy()
+        else:
+            feeds[x.name] = rng.integers(0, 100, shape).astype(np.int64)
+    return feeds
 
 
 def _squeezenet(size: int, seed: int) -> onnx.ModelProto:
@@ -57,8 +66,18 @@ def _squeezenet(size: int, seed: int) -> onnx.ModelProto:
     return light_model("squeezenet", seed=seed)  # type: ignore[return-value]
 
 
+def _hf_bert_tiny(size: int, seed: int) -> onnx.ModelProto:
+    """The tiny BERT export (a symbolic length: a plan per shape; a ShapeMemo node with a
+    nested graph; MatMulAdd, attention and SkipLayerNormalization kernels)."""
+    import os
+
+    return onnx.load(os.path.join(os.path.dirname(__file__), "..", "data", "hf_bert_tiny.onnx"))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet])
+@pytest.mark.parametrize(
+    "build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet, _hf_bert_tiny]
+)
 def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads) -> None:
     assert _lib.available(), _lib.unavailable_reason()
     model = build(size=64, seed=3)
@@ -71,11 +90,10 @@ def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads)
         for k in range(ENOUGH + RUNS):
             feeds = _inputs(model, rng)
             replayed += bool(r.traces)  # this run replays
-            (got,) = sess.run(None, feeds)
-            (kernels,) = plain.run(None, feeds)
-            (want,) = ref.run(None, feeds)
-            np.testing.assert_allclose(got, kernels, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"run {k}")
+            got, kernels, want = sess.run(None, feeds), plain.run(None, feeds), ref.run(None, feeds)
+            for g, p, w in zip(got, kernels, want, strict=True):
+                np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"run {k}")
     assert replayed >= RUNS, r.info
     assert len(r.traces) == 1, r.info
     (trace,) = r.traces.values()

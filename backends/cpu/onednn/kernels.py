@@ -24,6 +24,7 @@ from anychip.backends.cpu.kernels import (
     op_pool,
     op_rnn,
 )
+from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.onednn import _lib as _lib_mod
 from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import conv_split as _conv_split
@@ -182,6 +183,13 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
     """Relu that keeps a channels-last input channels-last (a oneDNN kernel made it for a
     oneDNN reader, ``_channels_last``); anything else goes to the numpy kernel and its ``out``.
     """
+    if x.dtype == np.float32 and x.flags.c_contiguous:  # numpy's maximum, noted for a replay
+        y = out if fits(out, x.shape, x.dtype) else _replay.empty(x.shape)
+        np.maximum(x, _ZERO, out=y)
+        if _replay.ACTIVE:
+            _replay.note(np.maximum, (x, _ZERO, y))
+            _replay.seal()
+        return y
     if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
         if channels_last_ok(x):
             # in the input's memory order (4-D: the recorder's buffer while recorded,
@@ -408,6 +416,8 @@ def _remembered(
     y = fast(a, b, c, out) if fast is not None else None
     if y is not None:
         _served(op, None)  # numpy's sgemm, as the unremembered path counts it
+        if _replay.ACTIVE:  # its one C call (noted there): all the node does
+            _replay.seal()
     return y
 
 
@@ -444,7 +454,10 @@ def gemm(
         y = _matmul(a, b, out, trans_b=bool(attrs.get("transB")))
         if y is not None:
             if c is not None and beta == 1.0:
-                y += c.astype(np.float32, copy=False)
+                cc = c.astype(np.float32, copy=False)
+                np.add(y, cc, out=y)
+                if _replay.ACTIVE:  # the product sealed; the bias too, noted
+                    _replay.note(np.add, (y, cc, y))
             return _served("Gemm", y)
     _served("Gemm", None)
     return op_matmul.gemm(a, b, c, out=out, **attrs)
@@ -466,6 +479,7 @@ def matmul_add(
     if weights is not None and weights.const is not None:
         y = _matmul(a, b, out)
         if y is not None:
+            _replay.unseal()  # the bias below is numpy's, not noted
             return _served("MatMulAdd", op_matmul_add.add_bias(y, c))
         _remember_linear(memo, a, b, c)
     _served("MatMulAdd", None)

@@ -30,6 +30,7 @@ from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
 from anychip.codegen.gemv import gemv
 from anychip.codegen.linear import gemm_columns
+from anychip.core import replay as _replay
 
 __all__ = [
     "split_gemv",
@@ -147,11 +148,17 @@ def matmul(
         return None
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        out = np.empty(y_shape, np.float32)
-    a = np.ascontiguousarray(a)
+        out = _replay.empty(y_shape)  # np.empty, or a recorder's (core/replay.py)
+    if not a.flags.c_contiguous:
+        ac = _replay.empty(a.shape)
+        np.copyto(ac, a)
+        if _replay.ACTIVE:
+            _replay.note(np.copyto, (ac, a))
+        a = ac
     if len(runs) == 1:  # the whole product: the arrays as they are, no row views
         entry, packed = runs[0]
-        entry.prim.run({C.arg_src: a, C.arg_weights: packed, C.arg_dst: out})
+        entry.prim.run({C.arg_src: a, C.arg_weights: packed, C.arg_dst: out})  # noted there
+        _replay.seal()  # the copy and the product: all it did (callers adding more unseal)
         return out
     a2, y2 = a.reshape(m, k), out.reshape(m, n)
     bufs = []
@@ -159,6 +166,9 @@ def matmul(
         bufs.append({C.arg_src: a2[lo:hi], C.arg_weights: packed, C.arg_dst: y2[lo:hi]})
         bufs[-1][C.arg_scratchpad] = entry.scratch  # parts are built with their own
     run_all([e.prim for e, _ in runs], bufs, team)
+    if _replay.ACTIVE:  # the parts' one call (the buffers' arrays kept by the note)
+        _replay.note(run_all, ([e.prim for e, _ in runs], bufs, team))
+        _replay.seal()
     return out
 
 
