@@ -334,8 +334,8 @@ class PartitionMemory:
         self.arena = 0
         if not self.dynamic:
             self._use(plan_program(program, shapes))
-        #: The recorded runs replayed (``core/replay.py``): static shapes, where the backend
-        #: says how (``Backend.replay_state``) and the partition allows.
+        #: The recorded runs replayed (``core/replay.py``; per input signature), where the
+        #: backend says how (``Backend.replay_state``).
         self.replay = _replay_for(self)
 
     def _use(self, pp: ProgramPlan) -> None:
