@@ -505,7 +505,12 @@ class _Hook:
         trace.total += 1
         results = [slots[s] if s >= 0 else None for s in ins.outs]
         trace.keep.append((args, out, results))
-        single = type(res) is np.ndarray and len(results) == 1 and results[0] is res
+        several = type(res) is tuple or type(res) is list
+        single = (  # the kernel's results are what the slots hold (no executor copy)
+            all(r is s for r, s in zip(res, results)) and len(res) >= len(results)
+            if several
+            else type(res) is np.ndarray and len(results) == 1 and results[0] is res
+        )
         if not rec.sealed and ins.alias and not rec.steps:  # a view kernel that made views
             rec.sealed = _views_of(results, args)
             single = True

@@ -74,9 +74,16 @@ def _hf_bert_tiny(size: int, seed: int) -> onnx.ModelProto:
     return onnx.load(os.path.join(os.path.dirname(__file__), "..", "data", "hf_bert_tiny.onnx"))
 
 
+def _lstm(size: int, seed: int) -> onnx.ModelProto:
+    """The bench's LSTM (batch 8: split by batch over two threads, the parts joined)."""
+    from bench.models import lstm
+
+    return onnx.load_from_string(lstm(seed=seed))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
-    "build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet, _hf_bert_tiny]
+    "build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet, _hf_bert_tiny, _lstm]
 )
 def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads) -> None:
     assert _lib.available(), _lib.unavailable_reason()

@@ -24,6 +24,7 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
 from anychip.codegen import pool
+from anychip.core import replay as _replay
 
 __all__ = ["recurrent"]
 
@@ -117,11 +118,15 @@ def recurrent(
     except P.Unsupported:
         return None
     if parts == 1:
-        runs[0][0].prim.run(runs[0][1])
+        runs[0][0].prim.run(runs[0][1])  # noted there
     else:
-        run_all([e.prim for e, _ in runs], [bufs for _, bufs in runs])
+        prims, buffers = [e.prim for e, _ in runs], [bufs for _, bufs in runs]
+        run_all(prims, buffers)
+        if _replay.ACTIVE:  # the buffers' arrays kept by the note
+            _replay.note(run_all, (prims, buffers))
     dst = _joined(runs, C.arg_dst)
     outs = [_joined(runs, C.arg_dst_1 + k) for k in range(len(initial))]
+    _replay.seal()  # the copies in and out and the primitives: all noted
     y = dst.reshape(t, n, d, h).transpose(0, 2, 1, 3)  # (T, D, N, H)
     if layout:
         return (y.transpose(2, 0, 1, 3),) + tuple(o.transpose(1, 0, 2) for o in outs)
@@ -132,7 +137,29 @@ def _joined(runs: list[tuple[Any, dict[int, np.ndarray]]], arg: int) -> np.ndarr
     """Output ``arg`` of the batch parts, joined along the batch (a lone part's own buffer)."""
     if len(runs) == 1:
         return runs[0][1][arg]
-    return np.concatenate([bufs[arg] for _, bufs in runs], axis=1)
+    parts = [bufs[arg] for _, bufs in runs]
+    shape = parts[0].shape[:1] + (sum(p.shape[1] for p in parts),) + parts[0].shape[2:]
+    joined = _replay.empty(shape)
+    np.concatenate(parts, axis=1, out=joined)
+    if _replay.ACTIVE:
+        _replay.note(_concatenate, (parts, joined))
+    return joined
+
+
+def _concatenate(parts: list[np.ndarray], out: np.ndarray) -> None:
+    np.concatenate(parts, axis=1, out=out)
+
+
+def _dense(a: np.ndarray) -> np.ndarray:
+    """``a`` as a C-contiguous float32 array: itself where it is one, else a copy noted for
+    a replay (``core/replay.py``)."""
+    if a.dtype == np.float32 and a.flags.c_contiguous:
+        return a
+    c = _replay.empty(a.shape)
+    np.copyto(c, a)
+    if _replay.ACTIVE:
+        _replay.note(np.copyto, (c, a))
+    return c
 
 
 def _part(
@@ -154,18 +181,18 @@ def _part(
     key = (op, lbr, act, xs.shape, h, d, ddir, omp_threads()) + ((lo, parts) if parts > 1 else ())
     entry = P.cached(key, lambda: _build(op, lbr, act, t, hi - lo, i, h, d, ddir, parts > 1))
     wl, wi, bias = P.weights(key, (w, r, b), lambda: _prepare(entry, key, op, lbr, w, r, b))
-    bufs = {C.arg_src: np.ascontiguousarray(xs), C.arg_weights: wl, C.arg_weights_1: wi}
+    bufs = {C.arg_src: _dense(xs), C.arg_weights: wl, C.arg_weights_1: wi}
     bufs[C.arg_bias] = bias
     if entry.scratch is not None:
         bufs[C.arg_scratchpad] = entry.scratch
-    bufs[C.arg_dst] = np.empty((t, hi - lo, d * h), np.float32)
+    bufs[C.arg_dst] = _replay.empty((t, hi - lo, d * h))
     for k, s in enumerate(initial):
-        if s is None:
+        if s is None:  # numpy's, not a recorder's: read, never written (a replay keeps it)
             s = np.zeros((d, hi - lo, h), np.float32)
         else:
-            s = np.ascontiguousarray(s[:, lo:hi] if parts > 1 else s, np.float32)
+            s = _dense(s[:, lo:hi] if parts > 1 else s)
         bufs[C.arg_src_1 + k] = s
-        bufs[C.arg_dst_1 + k] = np.empty((d, hi - lo, h), np.float32)
+        bufs[C.arg_dst_1 + k] = _replay.empty((d, hi - lo, h))
     return entry, bufs
 
 
