@@ -55,7 +55,7 @@ from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
     from anychip.core.backend import Backend
-    from anychip.core.replay import Replay
+    from anychip.core.replay_run import Replay
 
 __all__ = [
     "ALIAS_OPS",
@@ -301,7 +301,7 @@ def _replay_for(pm: PartitionMemory) -> Replay | None:
     state = pm.program.backend.replay_state()
     if state is None or len(pm.program.instrs) < 2:
         return None
-    from anychip.core.replay import Replay
+    from anychip.core.replay_run import Replay
 
     return Replay(pm.program, *state, pm.arena_for)
 

@@ -15,8 +15,8 @@ from threadpoolctl import threadpool_limits
 
 import anychip
 from anychip.backends.cpu.onednn import _lib
-from anychip.core import replay
-from anychip.core.replay import Recorder
+from anychip.core import replay_run as replay
+from anychip.core.replay import Recorder, seal
 from bench.cpu_models import densenet_like, mobilenet_like, shufflenet_like
 
 RUNS = 8  # past replay.RECORD_AT: the later runs replay
@@ -231,7 +231,7 @@ def test_a_kernel_that_seals_work_it_did_not_note_is_caught_by_the_check_replay(
 
     def lying(*args: object, **kw: object) -> object:
         y = honest(*args, **kw)
-        replay.seal()
+        seal()
         return y
 
     ins.fn = lying
@@ -279,7 +279,7 @@ def test_the_timing_rules(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_view_kernel_is_sealed_only_for_views_of_its_arguments() -> None:
     """An ``alias=True`` kernel that noted nothing replays as nothing only when each result
     is an argument's memory (Reshape's view); a copy (Reshape of a strided input) re-runs."""
-    from anychip.core.replay import _views_of
+    from anychip.core.replay_run import _views_of
 
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     assert _views_of([x.reshape(6, 4)], [x, np.array([6, 4])])
