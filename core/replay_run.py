@@ -107,19 +107,27 @@ class Trace:
 
 
 def _bytes(values: Sequence[Any]) -> int:
+    """Bytes of the distinct arrays behind ``values`` (lists, tuples and dicts opened: the
+    recorded arguments, results and buffers)."""
     seen: dict[int, int] = {}
-    for v in values:
+    stack = list(values)
+    while stack:
+        v = stack.pop()
         if type(v) is np.ndarray:
             base = v
             while isinstance(base.base, np.ndarray):
                 base = base.base
             seen[id(base)] = base.nbytes
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
     return sum(seen.values())
 
 
 class Replay:
-    """A partition's traces (module docstring): ``run`` returns the outputs of a replay, or
-    None where the caller should run the partition as usual (then perhaps recording)."""
+    """A partition's traces (``core/replay.py``'s docstring): ``run`` replays, records, or
+    runs the kernels (``usual``), and returns the outputs."""
 
     def __init__(
         self,
