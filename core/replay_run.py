@@ -188,6 +188,8 @@ class Replay:
             return trace.play(inputs, state, self.apply)
         except _Stale as e:
             self._drop(key, f"dropped: {e}")
+        except Exception as e:  # noqa: BLE001 - the kernels' path runs, and names a node
+            self._drop(key, f"dropped: a replayed call raised {type(e).__name__}: {e}"[:300])
         finally:
             self.lock.release()
         return usual(inputs)

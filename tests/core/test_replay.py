@@ -286,3 +286,25 @@ def test_a_view_kernel_is_sealed_only_for_views_of_its_arguments() -> None:
     assert _views_of([x, None], [x])  # Dropout's identity, its mask not asked for
     assert not _views_of([x.T.reshape(-1)], [x.T])
     assert not _views_of([None], [x])
+
+
+def test_a_replayed_call_that_raises_drops_the_trace_and_the_kernels_answer() -> None:
+    """A recorded call failing on replay (a driver error, say): the trace is dropped with
+    the reason in the partition's info and the run's answer comes from the kernels' path."""
+    model = shufflenet_like(size=32, seed=13)
+    sess = _session(model, thread_choice=False)
+    plain = _session(model, replay=False, thread_choice=False)
+    rng = np.random.default_rng(14)
+    for _ in range(RUNS):
+        sess.run(None, _inputs(model, rng))
+    r = _replay_of(sess)
+    (trace,) = r.traces.values()
+
+    def failing() -> None:
+        raise RuntimeError("device lost")
+
+    trace.steps.insert(len(trace.steps) // 2, (failing, (), trace.steps[0][2]))
+    feeds = _inputs(model, rng)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], plain.run(None, feeds)[0], rtol=1e-6)
+    assert not r.traces
+    assert r.info["replay"] == "dropped: a replayed call raised RuntimeError: device lost"
