@@ -48,7 +48,8 @@ What a replay does not do, and where that matters:
   partition runs as before (``off``); so is a partition whose nodes took over ``SLOW_NODE``
   each (the Python saved is noise there).
 * A replay measured slower than the kernels (the machine may have been busy) is not kept and
-  recorded again ``RETRY`` runs later, doubling up to ``MAX_WAIT``.
+  recorded again ``RETRY`` runs later, doubling up to ``MAX_WAIT``. A replayed call that
+  raises drops the trace; the run takes the kernels' path (which names the node if it fails).
 * Kernels' path counters (``onednn.kernels.RUNS``, ``_prim.REORDERS``) do not count replayed
   calls, and a recording runs the kernels five times.
 * Profiling (``Session.profile``) and a shape or thread count not recorded take the usual
