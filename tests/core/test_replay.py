@@ -81,9 +81,17 @@ def _lstm(size: int, seed: int) -> onnx.ModelProto:
     return onnx.load_from_string(lstm(seed=seed))
 
 
+def _bert_like(size: int, seed: int) -> onnx.ModelProto:
+    """The bench's BERT-like layer (its attention on the pool at two threads)."""
+    from bench.models import _bert_like
+
+    return onnx.load_from_string(_bert_like())
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
-    "build", [shufflenet_like, densenet_like, mobilenet_like, _squeezenet, _hf_bert_tiny, _lstm]
+    "build",
+    [shufflenet_like, densenet_like, mobilenet_like, _squeezenet, _hf_bert_tiny, _lstm, _bert_like],
 )
 def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads) -> None:
     assert _lib.available(), _lib.unavailable_reason()
@@ -93,13 +101,14 @@ def test_replays_equal_the_kernels_and_onnxruntime_on_new_inputs(build, threads)
     with threadpool_limits(limits=threads):
         sess = _session(model, thread_choice=False)
         plain = _session(model, replay=False, thread_choice=False)
-        r, replayed = _replay_of(sess), 0
+        r, replayed, tol = _replay_of(sess), 0, 1e-5 if threads == 1 else 1e-4
         for k in range(ENOUGH + RUNS):
             feeds = _inputs(model, rng)
             replayed += bool(r.traces)  # this run replays
             got, kernels, want = sess.run(None, feeds), plain.run(None, feeds), ref.run(None, feeds)
             for g, p, w in zip(got, kernels, want, strict=True):
-                np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
+                # two threads: a split may run whole in one session (the pool backing off)
+                np.testing.assert_allclose(g, p, rtol=tol, atol=tol / 10, err_msg=f"run {k}")
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"run {k}")
     assert replayed >= RUNS, r.info
     assert len(r.traces) == 1, r.info

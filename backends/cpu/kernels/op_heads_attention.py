@@ -30,6 +30,7 @@ from anychip.backends.cpu.table import kernel
 from anychip.codegen import omp, pool
 from anychip.codegen.attention import attention
 from anychip.codegen.rows import softmax_rows
+from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -67,7 +68,7 @@ def heads_attention(
     if plan.cuts is not None:  # Q, K and V are parts of one packed tensor
         q, k, v = q[plan.cuts[0]], k[plan.cuts[1]], v[plan.cuts[2]]
     qh = q.reshape(plan.q4).transpose(0, 2, 1, 3)
-    kt = np.ascontiguousarray(k.reshape(plan.k4).transpose(0, 2, 3, 1))
+    kt = _dense(k.reshape(plan.k4).transpose(0, 2, 3, 1))
     vh = v.reshape(plan.v4).transpose(0, 2, 1, 3)
     if plan.merged is None:  # broadcast heads, or shapes that do not chain: the ops in turn
         y = fused_attention(qh, kt, vh, mask, scale=scale, divide=divide)
@@ -75,9 +76,32 @@ def heads_attention(
             np.ascontiguousarray(y.transpose(0, 2, 1, 3)), shape_out, allowzero=allowzero[3]
         )
     into = fits(out, plan.target, q.dtype)
-    y4 = out.reshape(plan.merged) if into else np.empty(plan.merged, q.dtype)
-    _attend(qh, kt, vh, mask, scale, divide, y4.transpose(0, 2, 1, 3))
+    y4 = out.reshape(plan.merged) if into else _replay.empty(plan.merged, q.dtype)
+    if _attend(qh, kt, vh, mask, scale, divide, y4.transpose(0, 2, 1, 3)):
+        _replay.seal()  # K's copy and the attention's calls, noted: all the node did
     return out if into else y4.reshape(plan.target)
+
+
+def _dense(a: np.ndarray) -> np.ndarray:
+    """``a`` C-contiguous: itself, or a copy noted for a replay (``core/replay.py``)."""
+    if a.flags.c_contiguous:
+        return a
+    c = _replay.empty(a.shape, a.dtype)
+    np.copyto(c, a)
+    if _replay.ACTIVE:
+        _replay.note(np.copyto, (c, a))
+    return c
+
+
+def _attention_into(
+    q: np.ndarray, kt: np.ndarray, v: np.ndarray, mask: Any, scale: float, op: int,
+    threads: int, y: np.ndarray,
+) -> None:  # fmt: skip
+    """``attention`` on the pool, copied into the strided ``y`` (a replay's step)."""
+    r = attention(q, kt, v, mask, scale, op, threads)
+    if r is None:
+        raise KernelError("HeadsAttention: the generated attention declined on replay")
+    y[...] = r
 
 
 class _Plan:
@@ -146,8 +170,9 @@ def _attend(
     scale: float,
     divide: int,
     y: np.ndarray,
-) -> None:
-    """``y[...] = softmax(q @ kt op scale + mask) @ v``; ``y`` a strided view."""
+) -> bool:
+    """``y[...] = softmax(q @ kt op scale + mask) @ v``; ``y`` a strided view. Returns
+    whether every step was a call noted for a replay (``core/replay.py``)."""
     op = 1 if divide else 2
     work = q.size * kt.shape[-1] * 2
     if q.dtype == np.float32 and work >= op_fused_attention.HEADS_SPLIT_WORK:  # its threshold
@@ -156,11 +181,21 @@ def _attend(
             r = attention(q, kt, v, mask, scale, op, threads)
             if r is not None:
                 y[...] = r
-                return
-    scores = np.matmul(q, kt)
-    if not softmax_rows(scores, scores, mask, scale, op):  # float32 in C, else numpy
+                if _replay.ACTIVE:
+                    _replay.note(_attention_into, (q, kt, v, mask, scale, op, threads, y))
+                return True
+    shape = np.broadcast_shapes(q.shape[:-2], kt.shape[:-2]) + (q.shape[-2], kt.shape[-1])
+    scores = _replay.empty(shape, np.result_type(q, kt))
+    np.matmul(q, kt, out=scores)
+    noted = softmax_rows(scores, scores, mask, scale, op)  # float32 in C, else numpy
+    if not noted:
         scores = _scaled_softmax(scores, mask, scale, divide)
     np.matmul(scores, v, out=y)
+    if noted and _replay.ACTIVE:  # in the order they ran
+        _replay.note(np.matmul, (q, kt, scores))
+        _replay.note(softmax_rows, (scores, scores, mask, scale, op))
+        _replay.note(np.matmul, (scores, v, y))
+    return noted
 
 
 def _mask_fits(mask: np.ndarray | None, scores: tuple[int, ...]) -> bool:
