@@ -24,10 +24,10 @@ partition has run ``RECORD_AT`` times with the same input shapes and threads, it
    pointers that keep their arrays alive) with the thread state they ran under (the
    backend's ``replay_state``: the OpenMP team, the pool's pause). A kernel whose whole
    effect was the calls it noted says so (``seal``): convolutions, products, pools,
-   shuffles, concats, normalizations, recurrences, generated element-wise chains (and a view
-   kernel that made only views, ``replay_run._views_of``). The other instructions are kept
-   as they were called (arguments, planned output, results) to run again through their
-   kernels (``replay_run._Rerun``).
+   shuffles, concats, normalizations, attention, recurrences, generated element-wise chains
+   (and a view kernel that made only views, ``replay_run._views_of``). The other
+   instructions are kept as they were called (arguments, planned output, results) to run
+   again through their kernels (``replay_run._Rerun``).
 4. The *check*: the trace is replayed on the inputs reversed (the same values elsewhere, so
    a buffer no call writes again, or bytes shared while still read, show) and must give the
    kernels' answer on them (``_differs``), in under ``GAIN`` of their time.
