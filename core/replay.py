@@ -76,6 +76,8 @@ __all__ = [
     "unseal",
     "hold",
     "empty",
+    "copy",
+    "contiguous",
     "decide",
     "recording",
     "under",
@@ -162,6 +164,25 @@ def empty(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     recorded, a buffer of the recorder's (``Recorder.empty``)."""
     rec = getattr(_local, "rec", None) if ACTIVE else None
     return np.empty(shape, dtype) if rec is None else rec.empty(tuple(shape), dtype)
+
+
+def copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``np.copyto(dst, src)``, noted while a run is recorded: a kernel's copy a replay makes
+    again."""
+    np.copyto(dst, src)
+    if ACTIVE:
+        note(np.copyto, (dst, src))
+
+
+def contiguous(a: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """``a`` as a C-contiguous array of ``dtype`` (``a``'s by default): itself where it is
+    one, else a copy into ``empty``'s buffer made by ``copy`` (noted)."""
+    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    if a.dtype == dtype and a.flags.c_contiguous:
+        return a
+    c = empty(a.shape, dtype)
+    copy(c, a)
+    return c
 
 
 def recording() -> Recorder | None:

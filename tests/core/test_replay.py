@@ -161,13 +161,22 @@ def test_profile_times_every_node_through_its_kernel() -> None:
     assert not _replay_of(sess).suspended  # replays again after
 
 
-def test_a_second_thread_meanwhile_gets_its_own_answer() -> None:
-    model = densenet_like(size=32, seed=5)
+def _replaying(
+    model: onnx.ModelProto, seed: int
+) -> tuple[anychip.Session, anychip.Session, np.random.Generator]:
+    """A session past its recording (``RUNS`` runs on new inputs), one without the replay,
+    and the inputs' generator."""
     sess = _session(model, thread_choice=False)
     plain = _session(model, replay=False, thread_choice=False)
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     for _ in range(RUNS):
         sess.run(None, _inputs(model, rng))
+    return sess, plain, rng
+
+
+def test_a_second_thread_meanwhile_gets_its_own_answer() -> None:
+    model = densenet_like(size=32, seed=5)
+    sess, plain, rng = _replaying(model, 7)
     cases = [_inputs(model, rng) for _ in range(12)]
     want = [plain.run(None, f)[0] for f in cases]
     got: dict[int, np.ndarray] = {}
@@ -301,11 +310,7 @@ def test_a_replayed_call_that_raises_drops_the_trace_and_the_kernels_answer() ->
     """A recorded call failing on replay (a driver error, say): the trace is dropped with
     the reason in the partition's info and the run's answer comes from the kernels' path."""
     model = shufflenet_like(size=32, seed=13)
-    sess = _session(model, thread_choice=False)
-    plain = _session(model, replay=False, thread_choice=False)
-    rng = np.random.default_rng(14)
-    for _ in range(RUNS):
-        sess.run(None, _inputs(model, rng))
+    sess, plain, rng = _replaying(model, 14)
     r = _replay_of(sess)
     (trace,) = r.traces.values()
 

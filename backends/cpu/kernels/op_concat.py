@@ -71,9 +71,7 @@ def _into_place(arrays: list[np.ndarray], a: int, out: np.ndarray) -> np.ndarray
         stop = start + x.shape[a]
         dst = out[lead + (slice(start, stop),)]
         if not _same_memory(x, dst):
-            np.copyto(dst, x)
-            if _replay.ACTIVE:
-                _replay.note(np.copyto, (dst, x))
+            _replay.copy(dst, x)
         start = stop
     return out
 

@@ -68,7 +68,7 @@ def heads_attention(
     if plan.cuts is not None:  # Q, K and V are parts of one packed tensor
         q, k, v = q[plan.cuts[0]], k[plan.cuts[1]], v[plan.cuts[2]]
     qh = q.reshape(plan.q4).transpose(0, 2, 1, 3)
-    kt = _dense(k.reshape(plan.k4).transpose(0, 2, 3, 1))
+    kt = _replay.contiguous(k.reshape(plan.k4).transpose(0, 2, 3, 1))
     vh = v.reshape(plan.v4).transpose(0, 2, 1, 3)
     if plan.merged is None:  # broadcast heads, or shapes that do not chain: the ops in turn
         y = fused_attention(qh, kt, vh, mask, scale=scale, divide=divide)
@@ -80,17 +80,6 @@ def heads_attention(
     if _attend(qh, kt, vh, mask, scale, divide, y4.transpose(0, 2, 1, 3)):
         _replay.seal()  # K's copy and the attention's calls, noted: all the node did
     return out if into else y4.reshape(plan.target)
-
-
-def _dense(a: np.ndarray) -> np.ndarray:
-    """``a`` C-contiguous: itself, or a copy noted for a replay (``core/replay.py``)."""
-    if a.flags.c_contiguous:
-        return a
-    c = _replay.empty(a.shape, a.dtype)
-    np.copyto(c, a)
-    if _replay.ACTIVE:
-        _replay.note(np.copyto, (c, a))
-    return c
 
 
 def _attention_into(

@@ -100,11 +100,8 @@ def conv(
             return y
     x_tags = P.layouts(x)
     if not x_tags:
-        xc = _replay.empty(x.shape) if x.dtype == np.float32 else np.empty_like(x)
-        np.copyto(xc, x)
-        if _replay.ACTIVE:
-            _replay.note(np.copyto, (xc, x))
-        x, x_tags = xc, P.layouts(xc)
+        x = _replay.contiguous(x)
+        x_tags = P.layouts(x)
     # A 1x1 convolution between plain (NCHW) neighbours is a matrix product on NCHW itself:
     # W[M, C] @ X[n][C, HW] through oneDNN's matmul (brgemm), else its convolution's GEMM
     # path (x64:gemm:jit); reorders on both sides cost more there (conv1x1.py).
@@ -366,9 +363,7 @@ def _run(
     dst_cl = dst.reshape(P.channels_last(y_shape)) if entry.dst_cl and dst is not out else None
     if z is not None:
         if dst is out:
-            np.copyto(y, z)
-            if _replay.ACTIVE:
-                _replay.note(np.copyto, (y, z))
+            _replay.copy(y, z)
         else:
             zc = z if P.layouts(z) else np.ascontiguousarray(z)
             ztag = P.layouts(zc)[0]
@@ -427,9 +422,7 @@ class _Fast(Remembered):
         ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
         y = P.from_channels_last(ycl)
         if z is not None:
-            np.copyto(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
-            if _replay.ACTIVE:
-                _replay.note(np.copyto, (y, z))
+            _replay.copy(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
         direct, bias = self.direct, self.bias
         if direct is not None:
             fb = direct.fb

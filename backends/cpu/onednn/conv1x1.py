@@ -96,9 +96,7 @@ def run(
         return None
     y = out if fits(out, y_shape, np.dtype(np.float32)) else _replay.empty(y_shape)
     if z is not None:
-        np.copyto(y, z)
-        if _replay.ACTIVE:
-            _replay.note(np.copyto, (y, z))
+        _replay.copy(y, z)
     wc = np.ascontiguousarray(w)
     bc = None if inner_b is None else np.ascontiguousarray(inner_b)
     if parts is not None:

@@ -219,10 +219,7 @@ class Fast(Remembered):
         )
         ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
         if z is not None:
-            zt = z.transpose(0, 2, 3, 1)
-            np.copyto(ycl, zt)  # the parts' sum post-op adds into it
-            if _replay.ACTIVE:
-                _replay.note(np.copyto, (ycl, zt))
+            _replay.copy(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
         buffers = _bind(plan, wk, self.bias, x.transpose(0, 2, 3, 1), ycl)
         run_kept(plan.prims, buffers, self.team, wk, self.bias, x, ycl)
         RUNS[len(plan.prims)] += 1

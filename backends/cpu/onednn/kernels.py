@@ -232,9 +232,7 @@ def concat(
         c = 0
         for a in arrays:
             part = y[:, c : c + a.shape[1]]
-            np.copyto(part, a)
-            if _replay.ACTIVE:
-                _replay.note(np.copyto, (part, a))
+            _replay.copy(part, a)
             c += a.shape[1]
         if _replay.ACTIVE:  # the copies: all it did
             _replay.seal()

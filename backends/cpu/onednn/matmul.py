@@ -149,12 +149,7 @@ def matmul(
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
         out = _replay.empty(y_shape)  # np.empty, or a recorder's (core/replay.py)
-    if not a.flags.c_contiguous:
-        ac = _replay.empty(a.shape)
-        np.copyto(ac, a)
-        if _replay.ACTIVE:
-            _replay.note(np.copyto, (ac, a))
-        a = ac
+    a = _replay.contiguous(a)
     if len(runs) == 1:  # the whole product: the arrays as they are, no row views
         entry, packed = runs[0]
         entry.prim.run({C.arg_src: a, C.arg_weights: packed, C.arg_dst: out})  # noted there

@@ -124,9 +124,7 @@ def _c_order(y: np.ndarray, planned: np.ndarray | None) -> np.ndarray:
         if copies.to_planar(y, target):  # noted there
             return target
     target = out if out is not None else _replay.empty(y.shape)
-    np.copyto(target, y)
-    if _replay.ACTIVE:
-        _replay.note(np.copyto, (target, y))
+    _replay.copy(target, y)
     return target
 
 

@@ -150,18 +150,6 @@ def _concatenate(parts: list[np.ndarray], out: np.ndarray) -> None:
     np.concatenate(parts, axis=1, out=out)
 
 
-def _dense(a: np.ndarray) -> np.ndarray:
-    """``a`` as a C-contiguous float32 array: itself where it is one, else a copy noted for
-    a replay (``core/replay.py``)."""
-    if a.dtype == np.float32 and a.flags.c_contiguous:
-        return a
-    c = _replay.empty(a.shape)
-    np.copyto(c, a)
-    if _replay.ACTIVE:
-        _replay.note(np.copyto, (c, a))
-    return c
-
-
 def _part(
     spec: tuple,
     x: np.ndarray,
@@ -181,7 +169,7 @@ def _part(
     key = (op, lbr, act, xs.shape, h, d, ddir, omp_threads()) + ((lo, parts) if parts > 1 else ())
     entry = P.cached(key, lambda: _build(op, lbr, act, t, hi - lo, i, h, d, ddir, parts > 1))
     wl, wi, bias = P.weights(key, (w, r, b), lambda: _prepare(entry, key, op, lbr, w, r, b))
-    bufs = {C.arg_src: _dense(xs), C.arg_weights: wl, C.arg_weights_1: wi}
+    bufs = {C.arg_src: _replay.contiguous(xs, np.float32), C.arg_weights: wl, C.arg_weights_1: wi}
     bufs[C.arg_bias] = bias
     if entry.scratch is not None:
         bufs[C.arg_scratchpad] = entry.scratch
@@ -190,7 +178,7 @@ def _part(
         if s is None:  # numpy's, not a recorder's: read, never written (a replay keeps it)
             s = np.zeros((d, hi - lo, h), np.float32)
         else:
-            s = _dense(s[:, lo:hi] if parts > 1 else s)
+            s = _replay.contiguous(s[:, lo:hi] if parts > 1 else s, np.float32)
         bufs[C.arg_src_1 + k] = s
         bufs[C.arg_dst_1 + k] = _replay.empty((d, hi - lo, h))
     return entry, bufs
