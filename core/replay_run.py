@@ -90,7 +90,13 @@ class Trace:
         self.keep: list[Any] = []
         self.sealed = self.total = self.nbytes = 0
 
-    def play(self, feeds: Sequence[Any], state: Any, apply: Callable[[Any, Any], None]) -> list:
+    def play(
+        self,
+        feeds: Sequence[Any],
+        state: Any,
+        apply: Callable[[Any, Any], None],
+        fresh: Callable[[int, np.ndarray], np.ndarray],
+    ) -> list:
         for own, t in zip(self.inputs, feeds):
             np.copyto(own, t)
         cur = entry = state
@@ -103,7 +109,11 @@ class Trace:
         finally:
             if cur != entry:
                 apply(entry, cur)
-        return [o.copy() for o in self.outputs]
+        return [fresh(i, o) for i, o in enumerate(self.outputs)]
+
+
+def _copy(i: int, a: np.ndarray) -> np.ndarray:
+    return a.copy()
 
 
 def _bytes(values: Sequence[Any]) -> int:
@@ -135,8 +145,11 @@ class Replay:
         capture: Callable[[], Any],
         apply: Callable[[Any, Any], None],
         arena_for: Callable[[Sequence[Any]], tuple[Callable[[np.ndarray], Any] | None, int]],
+        fresh: Callable[[int, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.program = program
+        #: Output ``i``'s array for a replay's result (``recycle.Outputs.copy``), else a copy.
+        self.fresh = fresh or _copy
         self.capture, self.apply = capture, apply
         #: The planned arena's views and size for a run's inputs (``PartitionMemory``).
         self.arena_for = arena_for
@@ -185,7 +198,7 @@ class Replay:
         if not self.lock.acquire(blocking=False):
             return usual(inputs)  # another thread replays: this one takes the kernels' path
         try:
-            return trace.play(inputs, state, self.apply)
+            return trace.play(inputs, state, self.apply, self.fresh)
         except _Stale as e:
             self._drop(key, f"dropped: {e}")
         except Exception as e:  # noqa: BLE001 - the kernels' path runs, and names a node
@@ -269,7 +282,7 @@ def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str
             return f"the kernels refused the check input ({type(e).__name__})"
         t1 = time.perf_counter()
         try:
-            got = trace.play(check, state, apply)
+            got = trace.play(check, state, apply, _copy)
         except _Stale as e:
             return str(e)
         t2 = time.perf_counter()

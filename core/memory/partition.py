@@ -50,6 +50,7 @@ from anychip.core.memory import (
     plan_memory,
 )
 from anychip.core.memory.concat_inplace import concat_members, resolve
+from anychip.core.memory.recycle import MIN_BYTES, Outputs
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
@@ -303,7 +304,21 @@ def _replay_for(pm: PartitionMemory) -> Replay | None:
         return None
     from anychip.core.replay_run import Replay
 
-    return Replay(pm.program, *state, pm.arena_for)
+    return Replay(pm.program, *state, pm.arena_for, pm.outputs.copy)
+
+
+def _offers(program: Program, shapes: ShapeMap, root: dict[int, int]) -> list[tuple]:
+    """``(output index, slot, shape, dtype)`` of the outputs a kernel writes with a static
+    shape of at least ``recycle.MIN_BYTES``: handed their last array again (``Outputs``)."""
+    skip = program.external_slots() | set(root)
+    found = []
+    for i, s in enumerate(program.output_slots):
+        if s in skip or s not in shapes or program.output_slots.index(s) != i:
+            continue
+        shape, dtype = shapes[s]
+        if prod(shape) * dtype.itemsize >= MIN_BYTES:
+            found.append((i, s, shape, dtype))
+    return found
 
 
 class PartitionMemory:
@@ -334,6 +349,10 @@ class PartitionMemory:
         self.arena = 0
         if not self.dynamic:
             self._use(plan_program(program, shapes))
+        #: The outputs' arrays, taken again once the caller drops them (``recycle.py``).
+        self.outputs = Outputs()
+        host = program.backend.host_memory
+        self._offers = _offers(program, shapes, root) if host and not self.dynamic else []
         #: The recorded runs replayed (``core/replay.py``; per input signature), where the
         #: backend says how (``Backend.replay_state``).
         self.replay = _replay_for(self)
@@ -357,17 +376,40 @@ class PartitionMemory:
     @property
     def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
         """The callable the session's run step uses."""
-        if not self.dynamic and not _uses_arena(self.current) and self.replay is None:
+        if (
+            not self.dynamic
+            and not _uses_arena(self.current)
+            and self.replay is None
+            and not self._offers
+        ):
             return self.program.run  # nothing to do per run: no wrapper
         return self.run
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         """Run the partition, planning first when these input shapes are new; replayed where
-        it was recorded (``core/replay.py``)."""
+        it was recorded (``core/replay.py``). The outputs are kept for the next run
+        (``recycle.py``)."""
         replay = self.replay
         if replay is not None and not replay.off:
-            return replay.run(inputs, self._run)
-        return self._run(inputs)
+            outs = replay.run(inputs, self._run)
+        else:
+            outs = self._run(inputs)
+        self.outputs.keep(outs)
+        return outs
+
+    def _offered(self, arena: Arena | None) -> Arena | None:
+        """``arena`` (or none) with the outputs' free arrays as their kernels' ``out`` views:
+        a copy of its views list (the plan's own is reused by later runs and recordings)."""
+        got = None
+        for i, s, shape, dtype in self._offers:
+            a = self.outputs.take(i, shape, dtype)
+            if a is None:
+                continue
+            if got is None:
+                views = list(arena.views) if arena is not None else [None] * self.program.nslots
+                got = Arena(views, arena.base, arena.nbytes) if arena else Arena(views, None, 0)
+            got.views[s] = a
+        return got if got is not None else arena
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         pp = self.current
@@ -386,11 +428,16 @@ class PartitionMemory:
                 return outs
             self.current = pp
         if self.pool is None or not _uses_arena(pp):
+            if self._offers:
+                return self.program.run(inputs, arena=self._offered(None))
             return self.program.run(inputs)
         block = self.pool.alloc(pp.arena.total_size)
         try:
             raw = block.buffer[block.offset : block.offset + pp.arena.total_size]
-            return self.program.run(inputs, arena=pp.views(raw, self.program.nslots))
+            arena = pp.views(raw, self.program.nslots)
+            if self._offers:
+                arena = self._offered(arena)
+            return self.program.run(inputs, arena=arena)
         finally:
             self.pool.free(block)
 
