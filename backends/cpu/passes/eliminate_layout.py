@@ -9,7 +9,11 @@
   equal (Transpose: identity permutation) is removed: its readers read its input. Not when its
   output is a graph output or its input a graph input that is also an output;
 * a Cast to its input's own type (skl2onnx starts most models with a Cast to float of a float
-  input) goes the same way: it only copies.
+  input) goes the same way: it only copies;
+* so do Identity and an inference Dropout (no ``training_mode``, or a constant false one; its
+  mask unread): SqueezeNet's Dropout sat between a channel Concat and the last convolution,
+  so the Concat wrote NCHW for it and the convolution reordered it (onnxruntime removes both
+  the same way).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class EliminateTransposeReshapePass(Pass):
                 fired += self._identity(node, graph)
             elif node.op_type == "Cast":
                 fired += self._same_type_cast(node, graph)
+            elif node.op_type in ("Identity", "Dropout"):
+                fired += self._pass_through(node, graph)
         record(graph, self.name, fired)
         return PassResult(graph, fired > 0)
 
@@ -114,6 +120,19 @@ class EliminateTransposeReshapePass(Pass):
             return 0
         if x in graph.outputs:
             return 0
+        return int(_bypass(node, graph))
+
+    def _pass_through(self, node: Node, graph: Graph) -> int:
+        """An Identity, or a Dropout that is one in inference."""
+        x = node.inputs[0] if node.inputs else None
+        if x is None or not x.is_tensor or x in graph.outputs:
+            return 0
+        if node.op_type == "Dropout":
+            if any(v is not None and (v.uses or v in graph.outputs) for v in node.outputs[1:]):
+                return 0  # the mask is read
+            training = node.inputs[2] if len(node.inputs) > 2 else None
+            if training is not None and (training.const is None or bool(training.const.any())):
+                return 0  # training mode, or not known to be off
         return int(_bypass(node, graph))
 
     def _same_type_cast(self, node: Node, graph: Graph) -> int:

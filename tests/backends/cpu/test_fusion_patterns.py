@@ -165,6 +165,36 @@ def test_reshape_of_reshape_and_identity_reshape():
     assert ops(m) == ["Relu"]
 
 
+def test_identity_and_inference_dropout_are_bypassed():
+    """Identity and an inference Dropout go; a Dropout whose mask is read, or in training
+    mode (a constant true, or an input), stays; results equal onnxruntime's either way."""
+    body = [N("Relu", ["x"], ["a"]), N("Identity", ["a"], ["b"]), N("Dropout", ["b"], ["c"])]
+    m = model(body + [N("Neg", ["c"], ["y"])], [("x", [2, 3, 4])], [("y", [2, 3, 4])])
+    assert not {"Identity", "Dropout"} & set(ops(m))
+    check(m)
+    off = [("r", np.array(0.5, np.float32)), ("t", np.array(False))]
+    body = [N("Relu", ["x"], ["a"]), N("Dropout", ["a", "r", "t"], ["c"])]
+    m = model(body + [N("Neg", ["c"], ["y"])], [("x", [2, 3, 4])], [("y", [2, 3, 4])], off)
+    assert not {"Identity", "Dropout"} & set(ops(m))
+    check(m)
+    masked = [N("Relu", ["x"], ["a"]), N("Dropout", ["a"], ["c", "mask"])]
+    m = helper.make_model(
+        helper.make_graph(
+            masked + [N("Neg", ["c"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", 1, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", 1, [2, 3, 4]),
+             helper.make_tensor_value_info("mask", 9, [2, 3, 4])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )  # fmt: skip
+    assert "Dropout" in ops(m)
+    on = [("r", np.array(0.5, np.float32)), ("t", np.array(True))]
+    body = [N("Relu", ["x"], ["a"]), N("Dropout", ["a", "r", "t"], ["c"])]
+    m = model(body + [N("Neg", ["c"], ["y"])], [("x", [2, 3, 4])], [("y", [2, 3, 4])], on)
+    assert "Dropout" in ops(m)
+
+
 @pytest.mark.parametrize(
     "pads, mode, fold",
     [
