@@ -371,11 +371,14 @@ def depthwise(
     geo: tuple,
     channels_last: bool,
     out: np.ndarray | None = None,
+    team: int = 0,
 ) -> np.ndarray | None:
     """``act(conv(x, w) + b + z)`` for a depthwise ``x`` that ``applies``; ``geo`` is
     ``onednn/conv._geometry``'s. Returns the NCHW view of a new channels-last buffer with
     ``channels_last``, else a C-contiguous array (``out`` when it fits); None where this path
-    does not run (module docstring)."""
+    does not run (module docstring). ``team``: the threads given (a caller that left oneDNN on
+    one OpenMP thread for a small convolution, ``_lib.team_for``, passes the threads it was
+    given; 0: ``omp.max_threads()``)."""
     kind = _activation(act)  # the caller checked applies(x, w, group)
     if kind is None:
         return None
@@ -392,7 +395,7 @@ def depthwise(
     buf = _replay.empty(_nhwc(y_shape))  # np.empty, or the recorder's (core/replay.py)
     threads = 1
     if buf.size * kh * kw >= PARALLEL_FMAS and pool.try_parallel():
-        threads = omp.max_threads()
+        threads = team or omp.max_threads()
     ffi, lc, f32 = lib
     fb = ffi.from_buffer
     zp = ffi.NULL if z is None else fb(f32, z.transpose(0, 2, 3, 1))

@@ -93,7 +93,7 @@ def conv(
         return None
     y_shape, group, kshape, window = geo
     if group > 1 and dwconv.applies(x, w, group):  # depthwise, channels-last: C (dwconv.py)
-        y = dwconv.depthwise(x, w, b, z, act, geo, channels_last, out)
+        y = dwconv.depthwise(x, w, b, z, act, geo, channels_last, out, team)
         if y is not None:
             if memo is not None:
                 memo["fast"] = _Depthwise(x, w, b, z, act, geo, channels_last, team)
@@ -459,7 +459,7 @@ class _Depthwise(Remembered):
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
         if dwconv.switched_off():  # ANYCHIP_DWCONV=0 set since: the full path, oneDNN's
             return None
-        return dwconv.depthwise(x, w, self.b, z, self.act, self.geo, self.cl, out)
+        return dwconv.depthwise(x, w, self.b, z, self.act, self.geo, self.cl, out, self.team)
 
 
 def _prepare_weights(entry: _Conv, key: tuple, w: np.ndarray) -> np.ndarray:

@@ -38,6 +38,9 @@ from anychip.core import replay as _replay
 
 __all__ = [
     "Fast",
+    "team_work",
+    "WEIGHTY",
+    "WEIGHTY_TEAM_WORK",
     "ROW_SPLIT_WORK",
     "TEAM_WORK",
     "MIN_PART_ROWS",
@@ -62,6 +65,14 @@ ROW_SPLIT_WORK = 2_900_000
 #: Multiply-adds from which a batch-1 convolution runs on oneDNN's own team instead
 #: (``_lib.SMALL_WORK``, the threshold of every other primitive).
 TEAM_WORK = 1 << 25
+#: Multiply-adds from which a batch-1 1x1 convolution whose weights hold at least
+#: ``WEIGHTY`` times the bytes of its source runs on oneDNN's team rather than split by rows:
+#: each band re-reads all the weights. Team / split at two threads, back-to-back calls, us:
+#: 512 -> 1024 at 7x7 (25.7M) 281 / 369, 256 -> 512 at 14x14 (25.7M) 316 / 402; kept split:
+#: 512 -> 128 at 14x14 (weights a third of the source) 206 / 147, a 3x3 48 -> 192 at 13x13
+#: 215 / 146, 64 -> 256 at 13x13 269 / 273.
+WEIGHTY_TEAM_WORK = 1 << 24
+WEIGHTY = 2
 #: Most channels of a batch-1 NCHW source reordered to channels-last to be split
 #: (``conv.py``): a model's first convolution. With many channels (DenseNet's 1x1
 #: convolutions after numpy's BatchNormalization) reorder and split measured 1.01-1.09 of
@@ -139,6 +150,15 @@ def _build(
         args[C.arg_bias] = bias_md
     scratch = P.scratchpad_arg(pd, args)
     return _Part(P.Prim(pd, args), w_md, scratch, (lo, hi, a, b))
+
+
+def team_work(x: np.ndarray, w: np.ndarray) -> int:
+    """The multiply-adds from which a batch-1 convolution of ``x`` by ``w`` runs on oneDNN's
+    team (``_lib.team_for``'s ``small``): ``TEAM_WORK``, or ``WEIGHTY_TEAM_WORK`` for a 1x1
+    convolution whose weights outweigh its source ``WEIGHTY`` times."""
+    if w.ndim == 4 and w.shape[2:] == (1, 1) and w.size >= WEIGHTY * (x.size // x.shape[0]):
+        return WEIGHTY_TEAM_WORK
+    return TEAM_WORK
 
 
 def will_split(y_shape: tuple[int, ...], w: np.ndarray, team: int) -> bool:

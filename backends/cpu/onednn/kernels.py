@@ -74,7 +74,7 @@ def _conv(x: np.ndarray, w: np.ndarray, *args: Any, ctx: Any = None) -> Any:
         work = x.size // x.shape[1] * w.size if x.ndim > 1 and x.shape[1] else 0
         for s in args[3].get("strides") or ():
             work //= max(int(s), 1)
-        small = _conv_split.TEAM_WORK if x.ndim == 4 and x.shape[0] == 1 else None
+        small = _conv_split.team_work(x, w) if x.ndim == 4 and x.shape[0] == 1 else None
         if memo is not None:
             memo["work"] = (x.shape, w.shape, work, small)
     with team_for(work, small) as team:  # a one-thread convolution may split its rows

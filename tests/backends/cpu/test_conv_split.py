@@ -229,6 +229,44 @@ def test_a_1x1_product_splits_its_output_channels(split, monkeypatch, group, sou
     _close(got, [np.asarray(whole[0])], tol=1e-5)
 
 
+def test_a_weighty_1x1_convolution_runs_on_the_team_not_split(split, monkeypatch):
+    """A batch-1 1x1 convolution whose weights outweigh its source (each band of a row split
+    re-reads them all) runs on oneDNN's team from ``WEIGHTY_TEAM_WORK``; a 3x3 one of the same
+    work, or a 1x1 one with light weights, still splits. Results equal onnxruntime's."""
+    x4 = np.zeros((1, 64, 7, 7), np.float32)
+    assert conv_split.team_work(x4, np.zeros((256, 64, 1, 1), np.float32)) == (
+        conv_split.WEIGHTY_TEAM_WORK
+    )
+    assert conv_split.team_work(x4, np.zeros((256, 64, 3, 3), np.float32)) == conv_split.TEAM_WORK
+    wide = np.zeros((1, 64, 28, 28), np.float32)  # the source outweighs 64 x 64 weights
+    assert conv_split.team_work(wide, np.zeros((64, 64, 1, 1), np.float32)) == conv_split.TEAM_WORK
+    rng = np.random.default_rng(61)
+    x = _rand(rng, 1, 8, 8, 8)
+    weights = {
+        "W0": _rand(rng, 32, 8, 1, 1),
+        "W1": _rand(rng, 128, 32, 1, 1),
+        "W2": _rand(rng, 4, 128, 1, 1),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1"], ["c"]),  # channels-last in and out
+        helper.make_node("Relu", ["c"], ["t"]),
+        helper.make_node("Conv", ["t", "W2"], ["y"]),
+    ]
+    work = 8 * 8 * 128 * 32  # the second convolution's: weights 2x its source's bytes
+    monkeypatch.setattr(conv_split, "WEIGHTY_TEAM_WORK", work)
+    monkeypatch.setattr(conv_split, "TEAM_WORK", 4 * work)
+    model = _model(nodes, {"x": x}, weights, ["y"])
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, {"x": x})
+    assert sum(conv_split.RUNS.values()) == before  # none split (the first: NCHW source)
+    monkeypatch.setattr(conv_split, "WEIGHTY_TEAM_WORK", 2 * work)  # under it: split
+    _run_both(model, {"x": x})
+    assert sum(conv_split.RUNS.values()) > before
+    _close(got, want, tol=1e-5)
+
+
 def test_one_thread_never_splits(monkeypatch):
     kept = omp.max_threads()
     omp.set_threads(1)

@@ -217,6 +217,51 @@ def test_in_a_session_after_a_onednn_conv():
     np.testing.assert_allclose(ours, ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_session_node_takes_the_threads_given(monkeypatch, threads):
+    """In a session the convolution kernel leaves oneDNN on one OpenMP thread for small work
+    (``_lib.team_for``); the depthwise kernel still runs on the threads given (it read
+    ``omp.max_threads()`` there, one, and ran MobileNet's depthwise nodes on one thread at
+    two: 90 us against 227 after a 1x1 convolution on oneDNN's team)."""
+    seen = []
+    lib = dwconv._portable() if dwconv.PORTABLE else dwconv._lib()
+
+    class Spy:  # the C library, its calls' thread counts noted
+        def __getattr__(self, name):
+            return getattr(lib[1], name)
+
+        def ac_dwconv(self, *args):
+            seen.append(args[9])
+            return lib[1].ac_dwconv(*args)
+
+    fake = (lib[0], Spy(), lib[2])
+    monkeypatch.setattr(dwconv, "_portable" if dwconv.PORTABLE else "_lib", lambda: fake)
+    rng = np.random.default_rng(23)
+    c = 64
+    w1 = (rng.standard_normal((c, 16, 1, 1)) * 0.4).astype(np.float32)
+    wd = (rng.standard_normal((c, 1, 3, 3)) * 0.4).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["X", "W1"], ["a"]),
+        helper.make_node("Conv", ["a", "Wd"], ["d"], group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["d"], ["Y"]),
+    ]
+    inits = [onnx.numpy_helper.from_array(v, k) for k, v in {"W1": w1, "Wd": wd}.items()]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("X", F, [1, 16, 28, 28])],
+        [helper.make_tensor_value_info("Y", F, None)], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 16, 28, 28)).astype(np.float32)
+    with _thread_limit(threads):
+        sess = anychip.load(
+            model.SerializeToString(), "cpu", device_options={"cpu": {"replay": False}}
+        )
+        ours = sess.run(None, {"X": x})[0]
+    assert seen == [threads]  # 64 x 28 x 28 x 9 multiply-adds: over PARALLEL_FMAS
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ours, ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_shapes_left_to_onednn(monkeypatch):
     """The measured rule: stride 1 only for outputs 8 to 16 wide, 64 channels or more."""
     monkeypatch.setattr(dwconv, "MIN_CHANNELS", 64)
