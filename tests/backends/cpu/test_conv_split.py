@@ -162,29 +162,32 @@ def test_a_split_written_to_nchw_fills_the_plan(split, monkeypatch, residual):
     _close(got, [np.asarray(v) for v in whole], tol=1e-5)
 
 
+def _three_convs(seed: int, x_shape: tuple, shapes: list, **middle: list) -> tuple:
+    """``x -> Conv -> Relu -> Conv(**middle) -> Relu -> Conv -> y`` with seeded weights of
+    ``shapes``: the model and ``x``."""
+    rng = np.random.default_rng(seed)
+    x = _rand(rng, *x_shape)
+    weights = {f"W{i}": _rand(rng, *shape) for i, shape in enumerate(shapes)}
+    nodes = [
+        helper.make_node("Conv", ["x", "W0"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W1"], ["c"], **middle),
+        helper.make_node("Relu", ["c"], ["t"]),
+        helper.make_node("Conv", ["t", "W2"], ["y"]),
+    ]
+    return _model(nodes, {"x": x}, weights, ["y"]), x
+
+
 def test_a_strided_convolution_counts_its_output_positions(split, monkeypatch):
     """The work that decides oneDNN's team against the split is output positions times the
     weights: a stride-2 convolution whose input-sized estimate is over ``TEAM_WORK`` but whose
     own work is under it splits (SqueezeNet's first convolution, 21M multiply-adds, ran on
     the team as 87M)."""
-    rng = np.random.default_rng(60)
-    x = _rand(rng, 1, 8, 32, 32)
-    weights = {
-        "W0": _rand(rng, 8, 8, 1, 1),
-        "W1": _rand(rng, 8, 8, 3, 3),
-        "W2": _rand(rng, 4, 8, 1, 1),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "W0"], ["a"]),
-        helper.make_node("Relu", ["a"], ["r"]),
-        helper.make_node("Conv", ["r", "W1"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c"], ["t"]),
-        helper.make_node("Conv", ["t", "W2"], ["y"]),
-    ]
+    shapes = [(8, 8, 1, 1), (8, 8, 3, 3), (4, 8, 1, 1)]
+    model, x = _three_convs(60, (1, 8, 32, 32), shapes, strides=[2, 2], pads=[1, 1, 1, 1])
     output_work = 16 * 16 * 8 * 8 * 9  # the strided convolution's multiply-adds
     monkeypatch.setattr(conv_split, "TEAM_WORK", 2 * output_work)  # input-sized: 4x
     monkeypatch.setattr(conv_split, "ROW_SPLIT_WORK", output_work)  # only the strided one
-    model = _model(nodes, {"x": x}, weights, ["y"])
     before = sum(conv_split.RUNS.values())
     got, want = _run_both(model, {"x": x})
     assert sum(conv_split.RUNS.values()) == before + 1
@@ -240,24 +243,11 @@ def test_a_weighty_1x1_convolution_runs_on_the_team_not_split(split, monkeypatch
     assert conv_split.team_work(x4, np.zeros((256, 64, 3, 3), np.float32)) == conv_split.TEAM_WORK
     wide = np.zeros((1, 64, 28, 28), np.float32)  # the source outweighs 64 x 64 weights
     assert conv_split.team_work(wide, np.zeros((64, 64, 1, 1), np.float32)) == conv_split.TEAM_WORK
-    rng = np.random.default_rng(61)
-    x = _rand(rng, 1, 8, 8, 8)
-    weights = {
-        "W0": _rand(rng, 32, 8, 1, 1),
-        "W1": _rand(rng, 128, 32, 1, 1),
-        "W2": _rand(rng, 4, 128, 1, 1),
-    }
-    nodes = [
-        helper.make_node("Conv", ["x", "W0"], ["a"]),
-        helper.make_node("Relu", ["a"], ["r"]),
-        helper.make_node("Conv", ["r", "W1"], ["c"]),  # channels-last in and out
-        helper.make_node("Relu", ["c"], ["t"]),
-        helper.make_node("Conv", ["t", "W2"], ["y"]),
-    ]
+    shapes = [(32, 8, 1, 1), (128, 32, 1, 1), (4, 128, 1, 1)]  # the second: channels-last
+    model, x = _three_convs(61, (1, 8, 8, 8), shapes)
     work = 8 * 8 * 128 * 32  # the second convolution's: weights 2x its source's bytes
     monkeypatch.setattr(conv_split, "WEIGHTY_TEAM_WORK", work)
     monkeypatch.setattr(conv_split, "TEAM_WORK", 4 * work)
-    model = _model(nodes, {"x": x}, weights, ["y"])
     before = sum(conv_split.RUNS.values())
     got, want = _run_both(model, {"x": x})
     assert sum(conv_split.RUNS.values()) == before  # none split (the first: NCHW source)

@@ -190,31 +190,41 @@ def test_declines_what_it_does_not_run():
     assert dwconv.depthwise(xc, wt, b, None, tanh, geo, True) is None
 
 
-def test_in_a_session_after_a_onednn_conv():
-    """A 1x1 convolution (oneDNN, channels-last out) then a depthwise 3x3 with Relu."""
-    rng = np.random.default_rng(17)
-    c = 40
-    w1 = (rng.standard_normal((c, 8, 1, 1)) * 0.4).astype(np.float32)
+def _pointwise_then_depthwise(
+    rng: np.random.Generator, c: int, cin: int, hw: int, stride: int
+) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A 1x1 convolution (oneDNN, channels-last out) from ``cin`` to ``c`` channels, then a
+    depthwise 3x3 with a bias and Relu; seeded weights and input (``[1, cin, hw, hw]``)."""
+    w1 = (rng.standard_normal((c, cin, 1, 1)) * 0.4).astype(np.float32)
     wd = (rng.standard_normal((c, 1, 3, 3)) * 0.4).astype(np.float32)
     bd = rng.standard_normal(c).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["X", "W1"], ["a"]),
         helper.make_node("Conv", ["a", "Wd", "Bd"], ["d"], group=c, pads=[1, 1, 1, 1],
-                         strides=[2, 2]),
+                         strides=[stride, stride]),
         helper.make_node("Relu", ["d"], ["Y"]),
     ]  # fmt: skip
     inits = [onnx.numpy_helper.from_array(v, k) for k, v in {"W1": w1, "Wd": wd, "Bd": bd}.items()]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("X", F, [1, 8, 15, 15])],
+        nodes, "g", [helper.make_tensor_value_info("X", F, [1, cin, hw, hw])],
         [helper.make_tensor_value_info("Y", F, None)], inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    x = rng.standard_normal((1, 8, 15, 15)).astype(np.float32)
+    return model, rng.standard_normal((1, cin, hw, hw)).astype(np.float32)
+
+
+def _onnxruntime(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return ref.run(None, {"X": x})[0]
+
+
+def test_in_a_session_after_a_onednn_conv():
+    """A 1x1 convolution (oneDNN, channels-last out) then a depthwise 3x3 with Relu."""
+    model, x = _pointwise_then_depthwise(np.random.default_rng(17), 40, 8, 15, 2)
     runs = dwconv.RUNS["dwconv"]
     ours = anychip.load(model.SerializeToString(), "cpu").run(None, {"X": x})[0]
     assert dwconv.RUNS["dwconv"] > runs
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(ours, ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours, _onnxruntime(model, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -236,30 +246,14 @@ def test_a_session_node_takes_the_threads_given(monkeypatch, threads):
 
     fake = (lib[0], Spy(), lib[2])
     monkeypatch.setattr(dwconv, "_portable" if dwconv.PORTABLE else "_lib", lambda: fake)
-    rng = np.random.default_rng(23)
-    c = 64
-    w1 = (rng.standard_normal((c, 16, 1, 1)) * 0.4).astype(np.float32)
-    wd = (rng.standard_normal((c, 1, 3, 3)) * 0.4).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["X", "W1"], ["a"]),
-        helper.make_node("Conv", ["a", "Wd"], ["d"], group=c, pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["d"], ["Y"]),
-    ]
-    inits = [onnx.numpy_helper.from_array(v, k) for k, v in {"W1": w1, "Wd": wd}.items()]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("X", F, [1, 16, 28, 28])],
-        [helper.make_tensor_value_info("Y", F, None)], inits,
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    x = rng.standard_normal((1, 16, 28, 28)).astype(np.float32)
+    model, x = _pointwise_then_depthwise(np.random.default_rng(23), 64, 16, 28, 1)
     with _thread_limit(threads):
         sess = anychip.load(
             model.SerializeToString(), "cpu", device_options={"cpu": {"replay": False}}
         )
         ours = sess.run(None, {"X": x})[0]
     assert seen == [threads]  # 64 x 28 x 28 x 9 multiply-adds: over PARALLEL_FMAS
-    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(ours, ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours, _onnxruntime(model, x), rtol=1e-5, atol=1e-5)
 
 
 def test_shapes_left_to_onednn(monkeypatch):
