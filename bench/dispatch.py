@@ -3,9 +3,11 @@ against onnxruntime without graph optimizations (every node run) and with all of
 
 The chain is ``nodes`` unary/binary ops (Add, Mul, Relu, Neg, Abs in turn) over a float32 [4]
 tensor, so each kernel does almost nothing and the time per node is the runtime's own
-overhead. anychip runs it unfused (``optimize=False``: no graph rewriting, one kernel per node).
-Runs are interleaved round by round (one run of each engine per round, after warm-ups) and the
-median per engine is divided by ``nodes``.
+overhead. anychip runs it unfused (``optimize=False``: no graph rewriting, one kernel per node)
+and, as ``anychip_fused``, with its passes (the element-wise fusion makes the chain one
+generated C kernel; the issue's "with fusion, below onnxruntime"). Runs are interleaved round by
+round (one run of each engine per round, after warm-ups) and the median per engine is divided
+by ``nodes``.
 
     python bench/dispatch.py [--nodes 1000] [--rounds 200]
 """
@@ -56,6 +58,8 @@ def _engines(model: onnx.ModelProto, threads: int) -> dict[str, Callable[[dict],
     out: dict[str, Callable[[dict], object]] = {}
     sess = anychip.load(model, devices=["cpu"], optimize=False)
     out["anychip"] = lambda f, s=sess: s.run(None, f)
+    fused = anychip.load(model, devices=["cpu"])
+    out["anychip_fused"] = lambda f, s=fused: s.run(None, f)
     for label, level in (
         ("ort_no_opt", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
         ("ort_all_opt", ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
@@ -85,7 +89,9 @@ def measure(nodes: int = 1000, rounds: int = 200, warmup: int = 10, threads: int
             fn(feeds)
             times[k].append(time.perf_counter() - t0)
     ref = engines["ort_no_opt"](feeds)[0]
-    diff = float(np.max(np.abs(engines["anychip"](feeds)[0] - ref)))
+    diff = max(
+        float(np.max(np.abs(engines[k](feeds)[0] - ref))) for k in ("anychip", "anychip_fused")
+    )
     us = {k: statistics.median(v) / nodes * 1e6 for k, v in times.items()}
     return {"nodes": nodes, "rounds": rounds, "us_per_node": us, "max_abs_diff": diff}
 
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {k:<12} {v:7.2f}")
     print(f"  anychip / ort_no_opt  {us['anychip'] / us['ort_no_opt']:.2f}")
     print(f"  anychip / ort_all_opt {us['anychip'] / us['ort_all_opt']:.2f}")
+    print(f"  anychip_fused / ort_all_opt {us['anychip_fused'] / us['ort_all_opt']:.3f}")
     print(f"  max |diff| {r['max_abs_diff']:.2e}")
 
 

@@ -83,7 +83,7 @@ def test_model_set_names_build_with_their_inputs():
 def test_dispatch_benchmark_runs_and_agrees():
     r = measure(nodes=20, rounds=2, warmup=1)
     assert r["max_abs_diff"] == 0.0
-    assert set(r["us_per_node"]) == {"anychip", "ort_no_opt", "ort_all_opt"}
+    assert set(r["us_per_node"]) == {"anychip", "anychip_fused", "ort_no_opt", "ort_all_opt"}
 
 
 def test_devices_reach_anychip(tmp_path, capsys):

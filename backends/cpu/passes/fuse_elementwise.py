@@ -7,6 +7,9 @@ output is already in the group (and the output is not a graph output), so no int
 needed outside. One-element float constants become literals; other inputs become the fused
 node's inputs. A group of one node is fused only when it lowers to three primitives or more
 (Gelu, HardSwish, HardSigmoid, LeakyRelu: numpy makes one pass over memory per primitive).
+A group stops growing at ``MAX_NODES``: the expression is a tree as deep as the chain, and the
+code that prints, parses and emits it recurses (a 1,000-node chain of Add, Mul, Relu, Neg and
+Abs failed to load with Python's ``RecursionError``); a longer chain becomes several groups.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.rewrite import attrs
 from anychip.ir.value import Value
 
-__all__ = ["FuseElementwisePass"]
+__all__ = ["FuseElementwisePass", "MAX_NODES"]
+
+#: Most nodes in one fused group (each lowers to a few primitives, each a level of the tree).
+MAX_NODES = 32
 
 
 def _fusible(node: Node) -> bool:
@@ -42,6 +48,8 @@ def _group(root: Node, graph: Graph, taken: set[Node], pos: dict[Node, int]) -> 
                 p = v.producer if v is not None else None
                 if p is None or p in group or p in taken or p.graph is not graph:
                     continue
+                if len(group) >= MAX_NODES:
+                    return sorted(group, key=pos.__getitem__)
                 if not _fusible(p) or p.outputs[0].dtype != root.outputs[0].dtype:
                     continue
                 if v in graph.outputs or any(u not in group for u, _ in v.uses):

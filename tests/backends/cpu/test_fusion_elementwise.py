@@ -36,6 +36,20 @@ def test_a_chain_becomes_one_node():
     assert check(m) == {"fuse_elementwise": 1}
 
 
+def test_a_chain_longer_than_a_group_becomes_several():
+    """A 1,000-node chain (Add, Mul, Relu, Neg, Abs in turn) loads and runs fused, in groups
+    of at most ``MAX_NODES`` (one group's expression tree failed with ``RecursionError``),
+    equal to onnxruntime and to the unfused graph."""
+    from anychip.backends.cpu.passes.fuse_elementwise import MAX_NODES
+    from bench.dispatch import chain_model
+
+    m = chain_model(1000)
+    kinds = ops(m)
+    assert set(kinds) == {"FusedElementwise"}
+    assert len(kinds) == -(-1000 // MAX_NODES)
+    check(m)
+
+
 @pytest.mark.parametrize(
     "op, attrs, extra",
     [
