@@ -63,12 +63,15 @@ def resnet_convs() -> Counter[Shape]:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds of each function, called in turn once per round (after one warm-up)."""
+    """Median seconds of each function, called in turn once per round (after one warm-up),
+    each timed call right after an untimed one of its own, as ``anychip bench`` times: the
+    previous contender's threads then slow its own untimed call, not the timed one."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for f in fns.values():
         f()
     for _ in range(rounds):
         for k, f in fns.items():
+            f()
             t = time.perf_counter()
             f()
             times[k].append(time.perf_counter() - t)
@@ -108,9 +111,14 @@ def bench_shape(
         "onednn-cl": lambda: onednn_conv(x_cl, w, None, None, None, attrs, True),
         "onednn-nchw": lambda: onednn_conv(x, w, None, None, None, attrs, False),
         "onnxruntime": lambda: sess.run(None, {"X": x}),
-        "numpy": lambda: numpy_conv(x, w, **attrs),
     }
-    return interleaved(fns, rounds)
+    out = interleaved(fns, rounds)
+    # numpy's on its own, then a pause: OpenBLAS's threads spin for about 0.1 s after a call
+    # (0.105 s of the process's CPU in the idle second after a 512x512 matmul), sharing the
+    # cores with whichever contender is timed meanwhile
+    out |= interleaved({"numpy": lambda: numpy_conv(x, w, **attrs)}, rounds)
+    time.sleep(0.3)  # its spin over before the next shape's contenders
+    return out
 
 
 def bench_convs(threads: int, rounds: int) -> dict:
@@ -121,8 +129,8 @@ def bench_convs(threads: int, rounds: int) -> dict:
         w = (rng.standard_normal(ws) * 0.05).astype(np.float32)
         attrs = {"strides": list(strides), "pads": list(pads)}
         med = bench_shape(x, w, attrs, threads, rounds)
-        y = numpy_conv(x, w, **attrs)
-        flops = 2.0 * np.prod(y.shape) * np.prod(ws[1:])
+        oh, ow = ((xs[k + 2] + pads[k] + pads[k + 2] - ws[k + 2]) // strides[k] + 1 for k in (0, 1))
+        flops = 2.0 * ws[0] * oh * ow * np.prod(ws[1:])  # (numpy's conv would start OpenBLAS)
         flops_total += flops * count
         for k, v in med.items():
             time_total[k] += v * count
