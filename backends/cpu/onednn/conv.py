@@ -22,7 +22,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
-from anychip.backends.cpu.onednn import _parallel, conv1x1, conv_split
+from anychip.backends.cpu.onednn import _parallel, conv1x1, conv1x1_cl, conv_split
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
@@ -102,6 +102,10 @@ def conv(
     if not x_tags:
         x = _replay.contiguous(x)
         x_tags = P.layouts(x)
+    if channels_last and conv1x1_cl.applies(x, w, z, group, window):  # NCHW in, NHWC out
+        y = conv1x1_cl.run(x, w, b, act, team, memo)
+        if y is not None:
+            return y
     # A 1x1 convolution between plain (NCHW) neighbours is a matrix product on NCHW itself:
     # W[M, C] @ X[n][C, HW] through oneDNN's matmul (brgemm), else its convolution's GEMM
     # path (x64:gemm:jit); reorders on both sides cost more there (conv1x1.py).

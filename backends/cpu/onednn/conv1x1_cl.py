@@ -1,0 +1,155 @@
+"""A 1x1 convolution from an NCHW source to a channels-last destination as one oneDNN matmul:
+``Y[n] = X[n]^T @ W^T``, ``X[n]`` the source's ``[C, H*W]`` read transposed in place (strides
+``(1, H*W)``: brgemm copies its blocks), ``W^T`` the weights ``[C, M]`` packed once for the
+primitive (format ``any``), ``Y[n]`` the ``[H*W, M]`` rows of the channels-last buffer; bias (per
+column, the matmul's own bias argument) and activation as post-ops.
+
+DenseNet's 1x1 convolutions read the block's NCHW buffer (its BatchNormalization and Relu run
+in numpy) and write channels-last for the 3x3 convolution after them; ShuffleNet-like's read a
+Split of NCHW. oneDNN's convolution primitive on such a source reorders it or takes a slower
+kernel. One process, back-to-back calls, us, that convolution / this matmul, two threads:
+128 -> 128 at 56x56 810 / 596, 256 -> 128 at 56x56 1398 / 1118, 512 -> 256 at 28x28 1234 /
+1079, 1024 -> 512 at 14x14 2028 / 1057 (the convolution did not use its second thread),
+58 -> 58 at 28x28 146 / 94; one thread: 1255 / 1030, 2582 / 2026, 2023 / 1901, 2029 / 1888,
+94 / 69. Equal results (the same sums, in the same order per output: 0.0 difference at these
+shapes, 1.5e-5 at 1024 channels).
+
+Not for: a residual Z (the convolution's ``sum`` post-op path keeps it), groups, strides or
+pads, another dtype, a source that is not C-contiguous, and whatever oneDNN runs with its
+reference kernel (``conv.py`` then builds the convolution as before).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.onednn import _prim as P
+from anychip.backends.cpu.onednn._lib import C, omp_threads
+from anychip.backends.cpu.onednn._memo import Remembered
+from anychip.core import replay as _replay
+
+__all__ = ["applies", "run", "Fast", "RUNS"]
+
+#: Calls run here (tests read it).
+RUNS = [0]
+
+
+def applies(x: np.ndarray, w: np.ndarray, z: Any, group: int, window: tuple) -> bool:
+    """Whether ``run`` takes this convolution (module docstring)."""
+    strides, _, begin, end = window
+    return (
+        z is None
+        and group == 1
+        and x.ndim == 4
+        and w.ndim == 4
+        and w.shape[2:] == (1, 1)
+        and x.dtype == np.float32
+        and w.dtype == np.float32
+        and x.flags.c_contiguous
+        and all(s == 1 for s in strides)
+        and not any(begin)
+        and not any(end)
+    )
+
+
+class _Plan:
+    """The matmul for one shape, bias and activation, and its weights' layout."""
+
+    __slots__ = ("prim", "w_md", "key", "m")
+
+    def __init__(self, n: int, c: int, m: int, cols: int, bias: bool, act: Any) -> None:
+        L = P.lib()
+        src = P.md_strided((n, cols, c), (c * cols, 1, cols))
+        wei = P.md((1, c, m), C.any)
+        dst = P.md((n, cols, m), C.abc)
+        bias_md = P.md((1, 1, m), C.abc) if bias else L.ffi.NULL
+        pd = P.make_pd(
+            L.dnnl.dnnl_matmul_primitive_desc_create,
+            L.engine,
+            src,
+            wei,
+            bias_md,
+            dst,
+            P.post_ops(False, act),
+        )
+        if not P.impl_info(pd).startswith("brg"):
+            raise P.Unsupported("oneDNN's reference matmul: the convolution primitive is faster")
+        self.w_md = P.query_md(pd, C.query_weights_md)
+        args = {C.arg_src: src, C.arg_weights: self.w_md, C.arg_dst: dst}
+        if bias:
+            args[C.arg_bias] = bias_md
+        self.prim = P.Prim(pd, args)
+        self.key = ("conv1x1-cl", n, c, m, cols, bias, act, omp_threads())
+        self.m = m
+
+    def packed(self, w: np.ndarray) -> np.ndarray:
+        """``w``'s ``[C, M]`` transpose in the primitive's layout (once per weight array)."""
+        m, c = w.shape[:2]
+
+        def prepare() -> np.ndarray:
+            buf = P.empty_for(self.w_md)
+            wt = np.ascontiguousarray(w.reshape(m, c).T)
+            P.reorder_into((self.key, "w"), wt, P.md((1, c, m), C.abc), buf, self.w_md)
+            return buf
+
+        return P.weights((self.key, "w"), (w,), prepare)
+
+    def run(self, x: np.ndarray, wk: np.ndarray, b: Any) -> np.ndarray:
+        """The product into a new channels-last buffer (``b``: the pinned bias or None)."""
+        n, c, h, wd = x.shape
+        ycl = _replay.empty((n, h, wd, self.m))  # np.empty, or a recorder's
+        src = x.reshape(n, c, h * wd).transpose(0, 2, 1)
+        bufs = {C.arg_src: src, C.arg_weights: wk, C.arg_dst: ycl}
+        if b is not None:
+            bufs[C.arg_bias] = b
+        self.prim.run(bufs)  # noted there
+        RUNS[0] += 1
+        return P.from_channels_last(ycl)
+
+
+def run(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    act: Any,
+    team: int,
+    memo: dict | None,
+) -> np.ndarray | None:
+    """``act(conv1x1(x, w) + b)`` channels-last (the NCHW view of an NHWC buffer) for an ``x``
+    that ``applies``; None where oneDNN declines (the caller builds the convolution)."""
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    bias = b is not None
+    key = ("conv1x1-cl", n, c, m, h * wd, bias, act, omp_threads())
+    try:
+        plan = P.cached(key, lambda: _Plan(n, c, m, h * wd, bias, act))
+    except P.Unsupported:
+        return None
+    bc = None if b is None else P.pin(np.ascontiguousarray(b, np.float32).reshape(1, 1, m))
+    y = plan.run(x, plan.packed(w), bc)
+    if _replay.ACTIVE:
+        _replay.seal()  # the matmul's one call: all it did
+    if memo is not None:
+        memo["fast"] = Fast(plan, x, w, b, bc, team)
+    return y
+
+
+class Fast(Remembered):
+    """A node's channels-last 1x1 product remembered (``_memo.Remembered``): the next such call
+    runs the primitive with nothing looked up (its packed weights prepared again only when
+    sampled values of the array changed)."""
+
+    __slots__ = ("plan", "bias")
+
+    def __init__(self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, bc: Any, team: int):
+        super().__init__(x, w, b, None, True, team)
+        self.plan, self.bias = plan, bc
+
+    def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
+        plan = self.plan
+        y = plan.run(x, self.prepared(w, lambda: plan.packed(w)), self.bias)
+        if _replay.ACTIVE:
+            _replay.seal()
+        return y
