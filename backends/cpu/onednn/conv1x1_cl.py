@@ -21,6 +21,7 @@ reference kernel (``conv.py`` then builds the convolution as before).
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,20 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
+from anychip.backends.cpu.onednn._parallel import run_kept
+from anychip.codegen import pool
 from anychip.core import replay as _replay
 
 __all__ = ["applies", "run", "Fast", "RUNS"]
 
 #: Calls run here (tests read it).
 RUNS = [0]
+#: Multiply-adds from which a batch-1 product left on one OpenMP thread, with two threads or
+#: more given, runs in blocks of output channels on the pool (``conv_split.ROW_SPLIT_WORK``'s
+#: figure).
+SPLIT_WORK = 2_900_000
+#: Fewest output channels per part.
+MIN_CHANNELS = 16
 
 
 def applies(x: np.ndarray, w: np.ndarray, z: Any, group: int, window: tuple) -> bool:
@@ -57,44 +66,46 @@ def applies(x: np.ndarray, w: np.ndarray, z: Any, group: int, window: tuple) -> 
 class _Plan:
     """The matmul for one shape, bias and activation, and its weights' layout."""
 
-    __slots__ = ("prim", "w_md", "key", "m")
+    __slots__ = ("prim", "w_md", "key", "m", "scratch")
 
-    def __init__(self, n: int, c: int, m: int, cols: int, bias: bool, act: Any) -> None:
+    def __init__(
+        self, n: int, c: int, m: int, cols: int, bias: bool, act: Any, ldd: int = 0
+    ) -> None:
         L = P.lib()
         src = P.md_strided((n, cols, c), (c * cols, 1, cols))
         wei = P.md((1, c, m), C.any)
-        dst = P.md((n, cols, m), C.abc)
+        # a part of the output channels (``_Parts``) writes every ``ldd``-th float's block
+        dst = P.md_strided((n, cols, m), (cols * ldd, ldd, 1)) if ldd else P.md((n, cols, m), C.abc)
         bias_md = P.md((1, 1, m), C.abc) if bias else L.ffi.NULL
+        attr = P.post_ops(False, act)
+        if ldd:  # a part runs on a pool thread: its own scratchpad
+            attr = P.user_scratchpad(attr)
         pd = P.make_pd(
-            L.dnnl.dnnl_matmul_primitive_desc_create,
-            L.engine,
-            src,
-            wei,
-            bias_md,
-            dst,
-            P.post_ops(False, act),
+            L.dnnl.dnnl_matmul_primitive_desc_create, L.engine, src, wei, bias_md, dst, attr
         )
-        if not P.impl_info(pd).startswith("brg"):
+        if P.impl_info(pd).startswith("ref"):
             raise P.Unsupported("oneDNN's reference matmul: the convolution primitive is faster")
         self.w_md = P.query_md(pd, C.query_weights_md)
         args = {C.arg_src: src, C.arg_weights: self.w_md, C.arg_dst: dst}
         if bias:
             args[C.arg_bias] = bias_md
+        self.scratch = P.scratchpad_arg(pd, args) if ldd else None
         self.prim = P.Prim(pd, args)
         self.key = ("conv1x1-cl", n, c, m, cols, bias, act, omp_threads())
         self.m = m
 
-    def packed(self, w: np.ndarray) -> np.ndarray:
-        """``w``'s ``[C, M]`` transpose in the primitive's layout (once per weight array)."""
-        m, c = w.shape[:2]
+    def packed(self, w: np.ndarray, lo: int = 0) -> np.ndarray:
+        """Output channels ``lo`` on of ``w`` as the ``[C, M]`` transpose in the primitive's
+        layout (once per weight array)."""
+        c, m = w.shape[1], self.m
 
         def prepare() -> np.ndarray:
             buf = P.empty_for(self.w_md)
-            wt = np.ascontiguousarray(w.reshape(m, c).T)
-            P.reorder_into((self.key, "w"), wt, P.md((1, c, m), C.abc), buf, self.w_md)
+            wt = np.ascontiguousarray(w.reshape(w.shape[0], c)[lo : lo + m].T)
+            P.reorder_into((self.key, "w", lo), wt, P.md((1, c, m), C.abc), buf, self.w_md)
             return buf
 
-        return P.weights((self.key, "w"), (w,), prepare)
+        return P.weights((self.key, "w", lo), (w,), prepare)
 
     def run(self, x: np.ndarray, wk: np.ndarray, b: Any) -> np.ndarray:
         """The product into a new channels-last buffer (``b``: the pinned bias or None)."""
@@ -105,6 +116,50 @@ class _Plan:
         if b is not None:
             bufs[C.arg_bias] = b
         self.prim.run(bufs)  # noted there
+        RUNS[0] += 1
+        return P.from_channels_last(ycl)
+
+
+class _Parts:
+    """The product cut into blocks of output channels, one primitive each on the pool's
+    threads (``_parallel.run_kept``): every part reads the whole transposed source and writes
+    its columns of the channels-last rows (a strided destination, ``ldd`` = all the channels:
+    oneDNN's ``gemm:jit`` there, brgemm declining it); its own packed weights, bias slice and
+    scratchpad. Two parts against the whole product on one thread, us: 64 -> 128 at 56x56
+    534 / 335, 128 -> 128 at 28x28 286 / 141, 512 -> 128 at 14x14 249 / 151, 1024 -> 128 at
+    7x7 129 / 75."""
+
+    __slots__ = ("plans", "prims", "bounds", "m", "team")
+
+    def __init__(self, c: int, m: int, cols: int, bias: bool, act: Any, parts: int) -> None:
+        self.bounds = [m * k // parts for k in range(parts + 1)]
+        self.plans = [
+            _Plan(1, c, hi - lo, cols, bias, act, ldd=m) for lo, hi in pairwise(self.bounds)
+        ]
+        self.prims = [p.prim for p in self.plans]
+        self.m, self.team = m, parts
+
+    def packed(self, w: np.ndarray) -> list[np.ndarray]:
+        return [p.packed(w, lo) for p, lo in zip(self.plans, self.bounds)]
+
+    def run(self, x: np.ndarray, wk: list[np.ndarray], b: Any) -> np.ndarray:
+        """The blocks at once (``b``: the bias array or None)."""
+        n, c, h, wd = x.shape
+        ycl = _replay.empty((n, h, wd, self.m))  # np.empty, or a recorder's
+        xp, yp = P.ptr(x), P.ptr(ycl)
+        bp = None if b is None else P.ptr(b)
+        buffers = []
+        for plan, lo, packed in zip(self.plans, self.bounds, wk):
+            bufs = {
+                C.arg_src: xp,
+                C.arg_dst: yp + 4 * lo,
+                C.arg_weights: P.ptr(packed),
+                C.arg_scratchpad: P.ptr(plan.scratch),
+            }
+            if bp is not None:
+                bufs[C.arg_bias] = bp + 4 * lo
+            buffers.append(bufs)
+        run_kept(self.prims, buffers, self.team, x, ycl, wk, b)  # noted there
         RUNS[0] += 1
         return P.from_channels_last(ycl)
 
@@ -123,15 +178,23 @@ def run(
     m = w.shape[0]
     bias = b is not None
     key = ("conv1x1-cl", n, c, m, h * wd, bias, act, omp_threads())
+    split = n == 1 and team > 1 and omp_threads() == 1 and c * m * h * wd >= SPLIT_WORK
+    parts = min(team, m // MIN_CHANNELS) if split else 1
+    banded = parts > 1 and pool.try_parallel()  # while the pool backs off: whole, not kept
     try:
-        plan = P.cached(key, lambda: _Plan(n, c, m, h * wd, bias, act))
+        if banded:
+            plan: Any = P.cached(key + (parts,), lambda: _Parts(c, m, h * wd, bias, act, parts))
+        else:
+            plan = P.cached(key, lambda: _Plan(n, c, m, h * wd, bias, act))
     except P.Unsupported:
         return None
-    bc = None if b is None else P.pin(np.ascontiguousarray(b, np.float32).reshape(1, 1, m))
+    bc = None if b is None else np.ascontiguousarray(b, np.float32).reshape(1, 1, m)
+    if isinstance(plan, _Plan):
+        bc = None if bc is None else P.pin(bc)
     y = plan.run(x, plan.packed(w), bc)
     if _replay.ACTIVE:
         _replay.seal()  # the matmul's one call: all it did
-    if memo is not None:
+    if memo is not None and banded == (parts > 1):
         memo["fast"] = Fast(plan, x, w, b, bc, team)
     return y
 
@@ -143,12 +206,16 @@ class Fast(Remembered):
 
     __slots__ = ("plan", "bias")
 
-    def __init__(self, plan: _Plan, x: np.ndarray, w: np.ndarray, b: Any, bc: Any, team: int):
+    def __init__(
+        self, plan: _Plan | _Parts, x: np.ndarray, w: np.ndarray, b: Any, bc: Any, team: int
+    ) -> None:
         super().__init__(x, w, b, None, True, team)
         self.plan, self.bias = plan, bc
 
     def run(self, x: np.ndarray, w: np.ndarray, z: Any, out: Any = None) -> np.ndarray | None:
         plan = self.plan
+        if isinstance(plan, _Parts) and not pool.try_parallel():
+            return None  # the pool backs off: the full path runs it whole
         y = plan.run(x, self.prepared(w, lambda: plan.packed(w)), self.bias)
         if _replay.ACTIVE:
             _replay.seal()

@@ -77,3 +77,29 @@ def test_what_it_does_not_take():
     assert not conv1x1_cl.applies(x, np.zeros((4, 8, 3, 3), np.float32), None, 1, plain)
     assert not conv1x1_cl.applies(x.transpose(0, 1, 3, 2), w, None, 1, plain)  # strided
     assert not conv1x1_cl.applies(x.astype(np.float64), w, None, 1, plain)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_two_threads_split_the_output_channels(monkeypatch, bias):
+    """Left on one OpenMP thread with two given, the product runs as blocks of output
+    channels on the pool (``_Parts``: a strided destination each), bias sliced per block;
+    equal to onnxruntime on new inputs through the remembered path."""
+    from anychip.codegen import pool
+
+    monkeypatch.setattr(conv1x1_cl, "SPLIT_WORK", 0)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    model, x = _dense_layer(5, 1, 24, 10, 40, bias, "Relu")
+    with _thread_limit(2):
+        sess = anychip.load(model, devices=["cpu"], device_options={"cpu": {"replay": False}})
+        rng = np.random.default_rng(9)
+        for k in range(3):
+            feeds = x if k == 0 else _rand(rng, *x.shape)
+            got = sess.run(None, {"x": feeds})
+            _close([np.asarray(g) for g in got], _onnxruntime(model, feeds), tol=1e-5)
+    fasts = [
+        n.meta["onednn_conv"][1].get("fast")
+        for p in sess.partitions
+        for n in p.graph.nodes
+        if "onednn_conv" in n.meta
+    ]
+    assert any(isinstance(getattr(f, "plan", None), conv1x1_cl._Parts) for f in fasts)
