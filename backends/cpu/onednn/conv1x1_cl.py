@@ -91,7 +91,10 @@ class _Plan:
             args[C.arg_bias] = bias_md
         self.scratch = P.scratchpad_arg(pd, args) if ldd else None
         self.prim = P.Prim(pd, args)
-        self.key = ("conv1x1-cl", n, c, m, cols, bias, act, omp_threads())
+        # ``ldd`` in it: a part's weights layout (gemm:jit's) is not the whole product's
+        # (brgemm's), and the weights' reorder is cached by this key (sharing it wrote one
+        # layout's bytes into the other's smaller buffer: heap corruption, in the bench)
+        self.key = ("conv1x1-cl", n, c, m, cols, bias, act, omp_threads(), ldd)
         self.m = m
 
     def packed(self, w: np.ndarray, lo: int = 0) -> np.ndarray:

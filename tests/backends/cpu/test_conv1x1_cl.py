@@ -103,3 +103,38 @@ def test_two_threads_split_the_output_channels(monkeypatch, bias):
         if "onednn_conv" in n.meta
     ]
     assert any(isinstance(getattr(f, "plan", None), conv1x1_cl._Parts) for f in fasts)
+
+
+def test_a_whole_product_and_a_part_of_another_keep_their_own_weight_layouts(monkeypatch):
+    """Two 1x1 nodes on one NCHW source: one whole (40 outputs, brgemm's packed weights), one
+    split into two blocks of 40 (gemm:jit's layout). Their weights' reorders were cached by
+    one key, so one node's weights were written in the other's layout into a buffer of the
+    wrong size (a heap corruption that crashed the bench); each now has its own."""
+    from anychip.codegen import pool
+
+    rng = np.random.default_rng(31)
+    c, hw = 24, 12  # 40 outputs: brgemm pads them, gemm:jit does not
+    x = _rand(rng, 1, c, hw, hw)
+    weights = {
+        "WA": _rand(rng, 40, c, 1, 1) * 0.3,
+        "WB": _rand(rng, 80, c, 1, 1) * 0.3,
+        "W3": _rand(rng, 4, 40, 3, 3) * 0.3,
+        "W4": _rand(rng, 4, 80, 3, 3) * 0.3,
+    }
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Conv", ["s", "WA"], ["a"]),
+        helper.make_node("Conv", ["s", "WB"], ["b"]),
+        helper.make_node("Conv", ["a", "W3"], ["ya"], pads=[1] * 4),
+        helper.make_node("Conv", ["b", "W4"], ["yb"], pads=[1] * 4),
+    ]
+    model = _model(nodes, {"x": x}, weights, ["ya", "yb"])
+    work_a = c * 40 * hw * hw
+    monkeypatch.setattr(conv1x1_cl, "SPLIT_WORK", work_a + 1)  # the 80-output node splits
+    monkeypatch.setattr(conv1x1_cl, "MIN_CHANNELS", 8)
+    monkeypatch.setattr(pool, "try_parallel", lambda: True)
+    with _thread_limit(2):
+        sess = anychip.load(model, devices=["cpu"], device_options={"cpu": {"replay": False}})
+        for _ in range(2):
+            got = sess.run(None, {"x": x})
+            _close([np.asarray(g) for g in got], _onnxruntime(model, x), tol=1e-5)
