@@ -162,7 +162,7 @@ class _Parts:
             if bp is not None:
                 bufs[C.arg_bias] = bp + 4 * lo
             buffers.append(bufs)
-        run_kept(self.prims, buffers, self.team, x, ycl, wk, b)  # noted there
+        run_kept(self.prims, buffers, self.team, x, ycl, wk, b, self)  # noted, self's scratch kept
         RUNS[0] += 1
         return P.from_channels_last(ycl)
 

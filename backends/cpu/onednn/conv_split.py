@@ -241,7 +241,7 @@ class Fast(Remembered):
         if z is not None:
             _replay.copy(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
         buffers = _bind(plan, wk, self.bias, x.transpose(0, 2, 3, 1), ycl)
-        run_kept(plan.prims, buffers, self.team, wk, self.bias, x, ycl)
+        run_kept(plan.prims, buffers, self.team, wk, self.bias, x, ycl, plan)  # its scratchpads
         RUNS[len(plan.prims)] += 1
         if _replay.ACTIVE:  # the copy of Z and the parts' one call: all it did
             _replay.seal()
