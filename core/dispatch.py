@@ -58,8 +58,6 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
             raise
         except BaseException as e:  # noqa: BLE001 - re-raised with the node's text
             call_failed(ins, args, e)
-        if ctx is not None:
-            ctx._frame = None  # the run's slots are not held past it (outputs, inputs)
         s = ins.out0
         want = ins.want
         if (

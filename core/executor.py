@@ -153,6 +153,8 @@ class Program:
         self.nslots = len(self.slot_of)
         for instr in self.instrs:
             instr.seal(self.nslots)
+        #: The nodes' contexts, whose frame (the run's slots) is dropped after each run.
+        self.contexts = tuple(ins.ctx for ins in self.instrs if ins.ctx is not None)
 
     def _lookup(self, node: Node) -> Kernel:
         kernel, why = find_kernel(self.table, node)
@@ -251,6 +253,9 @@ class Program:
         except BaseException:
             self._drop(slots)
             raise
+        finally:
+            for ctx in self.contexts:  # not held past the run: its outputs, inputs, all
+                ctx._frame = None
         if run.track and run.peak > self.peak:
             self.peak = run.peak
         outs = [slots[s] for s in self.output_slots]

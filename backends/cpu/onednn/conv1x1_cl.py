@@ -29,7 +29,7 @@ import numpy as np
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
-from anychip.backends.cpu.onednn._parallel import run_kept
+from anychip.backends.cpu.onednn._parallel import offset_buffers, run_kept
 from anychip.codegen import pool
 from anychip.core import replay as _replay
 
@@ -132,7 +132,7 @@ class _Parts:
     534 / 335, 128 -> 128 at 28x28 286 / 141, 512 -> 128 at 14x14 249 / 151, 1024 -> 128 at
     7x7 129 / 75."""
 
-    __slots__ = ("plans", "prims", "bounds", "m", "team")
+    __slots__ = ("plans", "prims", "bounds", "offsets", "m", "team")
 
     def __init__(self, c: int, m: int, cols: int, bias: bool, act: Any, parts: int) -> None:
         self.bounds = [m * k // parts for k in range(parts + 1)]
@@ -141,6 +141,14 @@ class _Parts:
         ]
         self.prims = [p.prim for p in self.plans]
         self.m, self.team = m, parts
+        # each part's byte offsets from the whole arrays (``_parallel.offset_buffers``); its
+        # scratchpad's address from 0
+        self.offsets = []
+        for plan, lo in zip(self.plans, self.bounds):
+            off = {C.arg_src: 0, C.arg_dst: 4 * lo, C.arg_scratchpad: P.ptr(plan.scratch)}
+            if bias:
+                off[C.arg_bias] = 4 * lo
+            self.offsets.append(off)
 
     def packed(self, w: np.ndarray) -> list[np.ndarray]:
         return [p.packed(w, lo) for p, lo in zip(self.plans, self.bounds)]
@@ -149,19 +157,12 @@ class _Parts:
         """The blocks at once (``b``: the bias array or None)."""
         n, c, h, wd = x.shape
         ycl = _replay.empty((n, h, wd, self.m))  # np.empty, or a recorder's
-        xp, yp = P.ptr(x), P.ptr(ycl)
-        bp = None if b is None else P.ptr(b)
-        buffers = []
-        for plan, lo, packed in zip(self.plans, self.bounds, wk):
-            bufs = {
-                C.arg_src: xp,
-                C.arg_dst: yp + 4 * lo,
-                C.arg_weights: P.ptr(packed),
-                C.arg_scratchpad: P.ptr(plan.scratch),
-            }
-            if bp is not None:
-                bufs[C.arg_bias] = bp + 4 * lo
-            buffers.append(bufs)
+        bases = {C.arg_src: P.ptr(x), C.arg_dst: P.ptr(ycl), C.arg_scratchpad: 0}
+        if b is not None:
+            bases[C.arg_bias] = P.ptr(b)
+        buffers = offset_buffers(bases, self.offsets)
+        for bufs, packed in zip(buffers, wk):
+            bufs[C.arg_weights] = P.ptr(packed)
         run_kept(self.prims, buffers, self.team, x, ycl, wk, b, self)  # noted, self's scratch kept
         RUNS[0] += 1
         return P.from_channels_last(ycl)
