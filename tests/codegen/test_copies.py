@@ -119,3 +119,39 @@ def test_to_planar_refuses_what_it_does_not_run():
     small = np.zeros((1, 4, 4, 4), np.float32).transpose(0, 3, 1, 2)
     assert small.size < copies.PLANAR_MIN
     assert not copies.to_planar(small, np.empty(small.shape, np.float32))
+
+
+def _cl(x: np.ndarray) -> np.ndarray:
+    """``x`` as the NCHW view of a new channels-last buffer."""
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "n, widths, h, w",
+    [
+        (1, (64, 64), 55, 55),
+        (2, (5, 13, 7), 9, 11),
+        (1, (3, 1), 40, 40),
+        (1, (16, 48, 8, 24), 28, 28),
+    ],
+)
+def test_concat_on_the_pool_matches_numpy_bit_for_bit(two_threads, n, widths, h, w):
+    xs = [_cl(_input(n, c, h, w, seed=20 + i)) for i, c in enumerate(widths)]
+    y = np.empty((n, h, w, sum(widths)), np.float32).transpose(0, 3, 1, 2)
+    y[...] = 7.0  # every element must be written over
+    assert copies.concat_channels_last(xs, y)
+    _same_bits(y, np.concatenate(xs, axis=1))
+
+
+def test_concat_declines_one_thread_and_what_it_does_not_run(two_threads, monkeypatch):
+    xs = [_cl(_input(1, c, 6, 6, seed=c)) for c in (4, 12)]
+    y = np.empty((1, 6, 6, 16), np.float32).transpose(0, 3, 1, 2)
+    with monkeypatch.context() as mp:  # under the threshold numpy's copy is as fast
+        mp.setattr(cg, "PARALLEL_WORK", 1 << 62)
+        assert not copies.concat_channels_last(xs, y)
+    assert not copies.concat_channels_last([xs[0], np.ascontiguousarray(xs[1])], y)  # planar
+    assert not copies.concat_channels_last(xs, np.empty((1, 16, 6, 6), np.float32))
+    assert not copies.concat_channels_last(xs[:1], y)  # widths do not add up
+    wide = np.empty((1, 6, 7, 16), np.float32).transpose(0, 3, 1, 2)
+    assert not copies.concat_channels_last(xs, wide)  # another plane
+    assert copies.concat_channels_last(xs, y)

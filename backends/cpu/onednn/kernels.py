@@ -38,6 +38,7 @@ from anychip.backends.cpu.onednn._prim import channels_last as channels_last_sha
 from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
+from anychip.codegen import copies
 from anychip.codegen import linear as _linear
 from anychip.core import replay as _replay
 from anychip.core.kernels import KernelTable
@@ -229,11 +230,12 @@ def concat(
         first = arrays[0]
         shape = (first.shape[0], sum(a.shape[1] for a in arrays)) + first.shape[2:]
         y = from_channels_last(_replay.empty(channels_last_shape(shape)))
-        c = 0
-        for a in arrays:
-            part = y[:, c : c + a.shape[1]]
-            _replay.copy(part, a)
-            c += a.shape[1]
+        if not copies.concat_channels_last(arrays, y):  # every input channels-last: in C
+            c = 0
+            for a in arrays:
+                part = y[:, c : c + a.shape[1]]
+                _replay.copy(part, a)
+                c += a.shape[1]
         if _replay.ACTIVE:  # the copies: all it did
             _replay.seal()
         return y

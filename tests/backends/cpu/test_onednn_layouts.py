@@ -29,14 +29,17 @@ def _kernels_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANYCHIP_REPLAY", "0")
 
 
-def _fire(rng: np.random.Generator, outputs: list[str]) -> tuple[onnx.ModelProto, dict]:
-    """SqueezeNet's fire module with its input X joined in too: Conv 1x1 and 3x3 with Relu
-    on X (fused into FusedConv) -> Concat(a, b, X) -> Conv 3x3 with Relu -> GlobalAveragePool."""
-    x = rng.standard_normal((1, 8, 12, 12)).astype(np.float32)
+def _fire(
+    rng: np.random.Generator, outputs: list[str], join_x: bool = True, side: int = 12
+) -> tuple[onnx.ModelProto, dict]:
+    """SqueezeNet's fire module with its input X joined in too (``join_x``): Conv 1x1 and 3x3
+    with Relu on X (fused into FusedConv) -> Concat(a, b[, X]) -> Conv 3x3 with Relu ->
+    GlobalAveragePool."""
+    x = rng.standard_normal((1, 8, side, side)).astype(np.float32)
     w = {
         "W1": (rng.standard_normal((6, 8, 1, 1)) * 0.3).astype(np.float32),
         "W2": (rng.standard_normal((10, 8, 3, 3)) * 0.2).astype(np.float32),
-        "W3": (rng.standard_normal((4, 24, 3, 3)) * 0.2).astype(np.float32),
+        "W3": (rng.standard_normal((4, 24 if join_x else 16, 3, 3)) * 0.2).astype(np.float32),
         "B1": rng.standard_normal(6).astype(np.float32),
     }
     nodes = [
@@ -44,7 +47,7 @@ def _fire(rng: np.random.Generator, outputs: list[str]) -> tuple[onnx.ModelProto
         helper.make_node("Relu", ["a0"], ["a"]),
         helper.make_node("Conv", ["X", "W2"], ["b0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["b0"], ["b"]),
-        helper.make_node("Concat", ["a", "b", "X"], ["cat"], axis=1),
+        helper.make_node("Concat", ["a", "b"] + ["X"] * join_x, ["cat"], axis=1),
         helper.make_node("Conv", ["cat", "W3"], ["d0"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["d0"], ["d"]),
         helper.make_node("GlobalAveragePool", ["d"], ["Y"]),
@@ -91,6 +94,40 @@ def test_channel_concat_keeps_channels_last_for_onednn_readers(outputs: list[str
     plain = anychip.load(model, devices=["cpu"], optimize=False).run(None, feeds)
     for g, p in zip(got, plain):
         np.testing.assert_allclose(g, p, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("replay", ["0", "1"])
+def test_channel_concat_on_the_pool_at_two_threads(
+    monkeypatch: pytest.MonkeyPatch, replay: str
+) -> None:
+    """At two threads a Concat of channels-last inputs copies on the pool's threads
+    (``codegen/copies.concat_channels_last``), run after run and in a replay of the recorded
+    calls: onnxruntime's result on new inputs each run."""
+    import anychip.codegen as cg
+    from anychip.bench_cli import _thread_limit
+    from anychip.codegen import build, copies
+
+    if build.compiler() is None:
+        pytest.skip("needs a C compiler (gcc)")
+    monkeypatch.setenv("ANYCHIP_REPLAY", replay)
+    calls: list[bool] = []
+    real = copies.concat_channels_last
+
+    def spy(arrays: list[np.ndarray], y: np.ndarray) -> bool:
+        calls.append(real(arrays, y))
+        return calls[-1]
+
+    monkeypatch.setattr(copies, "concat_channels_last", spy)
+    monkeypatch.setattr(cg, "PARALLEL_WORK", 0)  # this small Concat on the pool too
+    rng = np.random.default_rng(5)
+    model, feeds = _fire(rng, ["Y"], join_x=False, side=20)
+    with _thread_limit(2):
+        session = anychip.load(model, devices=["cpu"])
+        for _ in range(4):
+            feeds = {"X": rng.standard_normal(feeds["X"].shape).astype(np.float32)}
+            got = session.run(None, feeds)
+            np.testing.assert_allclose(got[0], _onnxruntime(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert calls and all(calls), calls
 
 
 def test_channel_concat_without_onednn_is_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
