@@ -41,6 +41,7 @@ __all__ = [
     "team_work",
     "WEIGHTY",
     "WEIGHTY_TEAM_WORK",
+    "WEIGHTY_BYTES",
     "ROW_SPLIT_WORK",
     "TEAM_WORK",
     "MIN_PART_ROWS",
@@ -73,6 +74,13 @@ TEAM_WORK = 1 << 25
 #: 215 / 146, 64 -> 256 at 13x13 269 / 273.
 WEIGHTY_TEAM_WORK = 1 << 24
 WEIGHTY = 2
+#: The same from ``WEIGHTY_TEAM_WORK`` for a convolution of any window whose weights reach a
+#: core's L2 cache (1 MiB here): each band would read them again from L3. Team / split, two
+#: threads, pool held, medians of 8 x 40 calls, us: Inception-v2's 3x3 convolutions at 7x7
+#: 192 -> 224 232 / 331, 192 -> 320 331 / 466, 224 -> 224 270 / 386, 256 -> 256 stride 2
+#: 388 / 599, Inception-v1's 192 -> 384 at 6x6 323 / 484; kept split (weights under 1 MiB):
+#: 96 -> 128 at 14x14 242 / 229, 64 -> 256 at 13x13 269 / 247.
+WEIGHTY_BYTES = 1 << 20
 #: Most channels of a batch-1 NCHW source reordered to channels-last to be split
 #: (``conv.py``): a model's first convolution. With many channels (DenseNet's 1x1
 #: convolutions after numpy's BatchNormalization) reorder and split measured 1.01-1.09 of
@@ -155,8 +163,12 @@ def _build(
 def team_work(x: np.ndarray, w: np.ndarray) -> int:
     """The multiply-adds from which a batch-1 convolution of ``x`` by ``w`` runs on oneDNN's
     team (``_lib.team_for``'s ``small``): ``TEAM_WORK``, or ``WEIGHTY_TEAM_WORK`` for a 1x1
-    convolution whose weights outweigh its source ``WEIGHTY`` times."""
-    if w.ndim == 4 and w.shape[2:] == (1, 1) and w.size >= WEIGHTY * (x.size // x.shape[0]):
+    convolution whose weights outweigh its source ``WEIGHTY`` times and for any whose
+    weights reach ``WEIGHTY_BYTES``."""
+    source = x.size // x.shape[0]
+    if w.ndim == 4 and w.shape[2:] == (1, 1) and w.size >= WEIGHTY * source:
+        return WEIGHTY_TEAM_WORK
+    if w.ndim == 4 and w.nbytes >= WEIGHTY_BYTES:
         return WEIGHTY_TEAM_WORK
     return TEAM_WORK
 

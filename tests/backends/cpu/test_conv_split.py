@@ -257,6 +257,32 @@ def test_a_weighty_1x1_convolution_runs_on_the_team_not_split(split, monkeypatch
     _close(got, want, tol=1e-5)
 
 
+def test_a_convolution_with_weights_past_the_cache_runs_on_the_team(split, monkeypatch):
+    """A batch-1 convolution of any window whose weights reach ``WEIGHTY_BYTES`` (each band
+    would read them all again, from past the core's cache) runs on oneDNN's team from
+    ``WEIGHTY_TEAM_WORK``; with lighter weights it splits. Results equal onnxruntime's."""
+    x7 = np.zeros((1, 192, 7, 7), np.float32)
+    heavy = np.zeros((320, 192, 3, 3), np.float32)  # Inception-v2's, 2.2 MB
+    assert heavy.nbytes >= conv_split.WEIGHTY_BYTES
+    assert conv_split.team_work(x7, heavy) == conv_split.WEIGHTY_TEAM_WORK
+    light = np.zeros((64, 192, 3, 3), np.float32)
+    assert conv_split.team_work(x7, light) == conv_split.TEAM_WORK
+    shapes = [(16, 8, 1, 1), (24, 16, 3, 3), (4, 24, 1, 1)]
+    model, x = _three_convs(62, (1, 8, 10, 10), shapes, pads=[1, 1, 1, 1])
+    work = 10 * 10 * 24 * 16 * 9  # the 3x3 convolution's
+    monkeypatch.setattr(conv_split, "WEIGHTY_TEAM_WORK", work)
+    monkeypatch.setattr(conv_split, "TEAM_WORK", 4 * work)
+    monkeypatch.setattr(conv_split, "WEIGHTY_BYTES", 24 * 16 * 9 * 4)  # its weights' bytes
+    before = sum(conv_split.RUNS.values())
+    got, want = _run_both(model, {"x": x})
+    assert sum(conv_split.RUNS.values()) == before  # on the team
+    _close(got, want, tol=1e-5)
+    monkeypatch.setattr(conv_split, "WEIGHTY_BYTES", 24 * 16 * 9 * 4 + 4)  # lighter: split
+    got, want = _run_both(model, {"x": x})
+    assert sum(conv_split.RUNS.values()) > before
+    _close(got, want, tol=1e-5)
+
+
 def test_one_thread_never_splits(monkeypatch):
     kept = omp.max_threads()
     omp.set_threads(1)
