@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.core.memory import hugepages
 from anychip.core.replay import Recorder, under
 
 if TYPE_CHECKING:
@@ -227,14 +228,14 @@ class Replay:
         dry_in = [np.array(t, copy=True, order="C") for t in inputs]
         own = [np.array(t, copy=True, order="C") for t in inputs]
         views, nbytes = self.arena_for(inputs)
-        raw = np.empty(nbytes, np.uint8) if views is not None else None
+        raw = hugepages.empty(nbytes) if views is not None else None
         arena = views(raw) if views is not None else None
         for _ in range(2):  # the first may leave kernels other remembered paths (``decide``)
             dry = Recorder(self.capture)
             feeds = [t.copy() for t in dry_in]
             under(dry, lambda: program.run(feeds, arena=arena, hook=_forget(dry)))  # noqa: B023
         offsets, size = dry.plan()
-        rec = Recorder(self.capture, np.empty(size, np.uint8), offsets)
+        rec = Recorder(self.capture, hugepages.empty(size), offsets)
         trace = Trace()
         trace.inputs = own
         hook = _Hook(trace, rec)

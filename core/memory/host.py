@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.core.memory import hugepages
 from anychip.core.memory.pool import Block
 from anychip.errors import DeviceError
 
@@ -39,7 +40,7 @@ class NumpyAllocator:
 
     def _alloc(self, nbytes: int) -> np.ndarray:
         # numpy only promises 16-byte alignment: over-allocate and start at the next boundary.
-        raw = np.empty(nbytes + self.base_alignment, dtype=np.uint8)
+        raw = hugepages.empty(nbytes + self.base_alignment)  # large ones on huge pages
         start = -raw.ctypes.data % self.base_alignment
         return raw[start : start + nbytes]
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from anychip.backends.cpu.onednn._lib import C, Lib, check, get
 from anychip.core import replay as _replay
+from anychip.core.memory import hugepages
 
 __all__ = [
     "Prim",
@@ -350,7 +351,8 @@ def scratch_for(d: Any) -> np.ndarray:
 def empty_for(d: Any) -> np.ndarray:
     """A float32 buffer big enough for memory descriptor ``d`` (64-byte aligned by numpy's
     allocator in practice; oneDNN does not require alignment)."""
-    return np.empty(max(1, md_size(d) // 4), np.float32)
+    n = max(1, md_size(d) // 4)
+    return hugepages.empty(4 * n).view(np.float32)  # weights a run reads: on huge pages
 
 
 _MAX_WEIGHTS = 512
