@@ -10,10 +10,10 @@
   output is a graph output or its input a graph input that is also an output;
 * a Cast to its input's own type (skl2onnx starts most models with a Cast to float of a float
   input) goes the same way: it only copies;
-* so do Identity and an inference Dropout (no ``training_mode``, or a constant false one; its
-  mask unread): SqueezeNet's Dropout sat between a channel Concat and the last convolution,
-  so the Concat wrote NCHW for it and the convolution reordered it (onnxruntime removes both
-  the same way).
+* so do Identity and an inference Dropout (no ``training_mode``, or a constant false one;
+  ``is_test`` set in opsets 1-6; its mask unread): SqueezeNet's Dropout sat between a channel
+  Concat and the last convolution, so the Concat wrote NCHW for it and the convolution
+  reordered it (onnxruntime removes both the same way).
 """
 
 from __future__ import annotations
@@ -133,6 +133,8 @@ class EliminateTransposeReshapePass(Pass):
             training = node.inputs[2] if len(node.inputs) > 2 else None
             if training is not None and (training.const is None or bool(training.const.any())):
                 return 0  # training mode, or not known to be off
+            if (node.version or 7) < 7 and not node.attr("is_test", 0):
+                return 0  # opsets 1-6 train unless is_test is set
         return int(_bypass(node, graph))
 
     def _same_type_cast(self, node: Node, graph: Graph) -> int:

@@ -193,6 +193,10 @@ def test_identity_and_inference_dropout_are_bypassed():
     body = [N("Relu", ["x"], ["a"]), N("Dropout", ["a", "r", "t"], ["c"])]
     m = model(body + [N("Neg", ["c"], ["y"])], [("x", [2, 3, 4])], [("y", [2, 3, 4])], on)
     assert "Dropout" in ops(m)
+    for is_test, kept in ((0, True), (1, False)):  # opsets 1-6 train unless is_test is set
+        body = [N("Relu", ["x"], ["a"]), N("Dropout", ["a"], ["c"], is_test=is_test)]
+        m = model(body + [N("Neg", ["c"], ["y"])], [("x", [2, 3, 4])], [("y", [2, 3, 4])], opset=6)
+        assert ("Dropout" in ops(m)) == kept
 
 
 @pytest.mark.parametrize(
