@@ -4,10 +4,10 @@ against onnxruntime without graph optimizations (every node run) and with all of
 The chain is ``nodes`` unary/binary ops (Add, Mul, Relu, Neg, Abs in turn) over a float32 [4]
 tensor, so each kernel does almost nothing and the time per node is the runtime's own
 overhead. anychip runs it unfused (``optimize=False``: no graph rewriting, one kernel per node)
-and, as ``anychip_fused``, with its passes (the element-wise fusion makes the chain one
-generated C kernel; the issue's "with fusion, below onnxruntime"). Runs are interleaved round by
-round (one run of each engine per round, after warm-ups) and the median per engine is divided
-by ``nodes``.
+and, as ``anychip_fused``, with its passes (the element-wise fusion makes the chain generated C
+kernels of up to 32 nodes each; the issue's "with fusion, below onnxruntime"). Runs are
+interleaved round by round (one run of each engine per round, after warm-ups) and the median
+per engine is divided by ``nodes``.
 
     python bench/dispatch.py [--nodes 1000] [--rounds 200]
 """

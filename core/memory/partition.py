@@ -406,8 +406,11 @@ class PartitionMemory:
             if a is None:
                 continue
             if got is None:
-                views = list(arena.views) if arena is not None else [None] * self.program.nslots
-                got = Arena(views, arena.base, arena.nbytes) if arena else Arena(views, None, 0)
+                got = (
+                    Arena(list(arena.views), arena.base, arena.nbytes)
+                    if arena is not None
+                    else Arena([None] * self.program.nslots, None, 0)
+                )
             got.views[s] = a
         return got if got is not None else arena
 

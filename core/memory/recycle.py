@@ -85,7 +85,3 @@ class Outputs:
         for i, o in enumerate(outs):
             if type(o) is np.ndarray and o.base is None and o.nbytes >= MIN_BYTES:
                 kept[i] = o
-
-    def clear(self) -> None:
-        """Forget the kept arrays (the partition's memory is being given back)."""
-        self._kept.clear()

@@ -165,12 +165,10 @@ def team_work(x: np.ndarray, w: np.ndarray) -> int:
     team (``_lib.team_for``'s ``small``): ``TEAM_WORK``, or ``WEIGHTY_TEAM_WORK`` for a 1x1
     convolution whose weights outweigh its source ``WEIGHTY`` times and for any whose
     weights reach ``WEIGHTY_BYTES``."""
-    source = x.size // x.shape[0]
-    if w.ndim == 4 and w.shape[2:] == (1, 1) and w.size >= WEIGHTY * source:
-        return WEIGHTY_TEAM_WORK
-    if w.ndim == 4 and w.nbytes >= WEIGHTY_BYTES:
-        return WEIGHTY_TEAM_WORK
-    return TEAM_WORK
+    if w.ndim != 4:
+        return TEAM_WORK
+    weighty_1x1 = w.shape[2:] == (1, 1) and w.size >= WEIGHTY * (x.size // x.shape[0])
+    return WEIGHTY_TEAM_WORK if weighty_1x1 or w.nbytes >= WEIGHTY_BYTES else TEAM_WORK
 
 
 def will_split(y_shape: tuple[int, ...], w: np.ndarray, team: int) -> bool:
