@@ -2,17 +2,26 @@
 
 Each MODEL (an ``.onnx`` path, or a name: one of onnx's light models, or with the repository's
 ``bench/`` folder at hand one of ``bench/cpu_models.py``) is loaded by every engine; after
-``--warmup`` runs each, ``--runs`` rounds run every engine in turn, in a new seeded order
-each round, and each engine's timed run comes right after an untimed one of its own (a
-rotating order kept each engine's predecessor every round, and threads a peer leaves
-spinning after its run slowed whichever engine ran next), and the median of each engine's
-times is reported with the ratio anychip/peer (below 1: anychip is faster) and the largest
-absolute difference of anychip's outputs from the peer's. ``--threads N`` gives every engine
-N threads: onnxruntime's intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's
-BLAS and OpenMP pools through threadpoolctl (the ``bench`` extra). ``--cpu-time`` times each
-run by the process's CPU time (every thread's) instead of the wall clock: on a shared, loaded
-machine the waits for a core are then not counted. The peers run with all their graph
+``--warmup`` runs each (``WARMUP`` by default: past anychip's thread choice, below),
+``--runs`` rounds run every engine in turn, in a new seeded order each round, and each
+engine's timed run comes right after an untimed one of its own (a rotating order kept each
+engine's predecessor every round, and threads a peer leaves spinning after its run slowed
+whichever engine ran next), and the median of each engine's times is reported with the ratio
+anychip/peer (below 1: anychip is faster) and the largest absolute difference of anychip's
+outputs from the peer's. ``--threads N`` gives every engine N threads: onnxruntime's
+intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's BLAS and OpenMP pools
+through threadpoolctl (the ``bench`` extra). ``--cpu-time`` times each run by the process's
+CPU time (every thread's) instead of the wall clock: on a shared, loaded machine the waits
+for a core are then not counted. The peers run with all their graph
 optimizations (onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
+
+At two or more threads an anychip session measures, in its runs 22 to 29 (and 30 to 37 when
+one thread won the first probe), some of them on one thread (``backends/cpu/thread_choice.py``);
+those on one thread are its slowest (the first builds one thread's primitives). A warm-up of 2
+left them in the timed rounds: the bench's LSTM at two threads read 1.74 and 1.81 against
+onnxruntime in two runs of 40 rounds (0.59-0.61 ms against 0.34) where every run after the
+probe took 0.35-0.39 ms; with this warm-up, 0.69 in a whole table. Every engine gets the same warm-up; the choice each model's session
+made is in its row (``anychip_threads``), and under the table where it chose one thread.
 """
 
 from __future__ import annotations
@@ -39,6 +48,10 @@ from anychip.errors import AnychipError, ModelError
 __all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS"]
 
 PEERS = ("onnxruntime", "openvino")
+#: Untimed runs of every engine before the timed rounds: past anychip's thread choice, which
+#: runs ``START`` warm runs, one to build one thread's primitives and two probes of ``PROBE``
+#: runs a side at most before it settles (``tests/test_bench_cli.py`` checks the sum).
+WARMUP = 40
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
@@ -50,7 +63,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--devices", default="cpu", help="anychip's devices, e.g. cpu or npu,cpu")
     p.add_argument("--threads", type=int, default=None, help="threads of every engine")
     p.add_argument("--runs", type=int, default=10, help="interleaved rounds (medians)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed runs of each engine first")
+    p.add_argument("--warmup", type=int, default=WARMUP, help="untimed runs of each engine first")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument(
         "--cpu-time",
@@ -247,7 +260,7 @@ def bench_models(
     devices: Sequence[str] = ("cpu",),
     threads: int | None = None,
     runs: int = 10,
-    warmup: int = 2,
+    warmup: int = WARMUP,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
     cpu_time: bool = False,
@@ -276,6 +289,7 @@ def bench_models(
                 feeds = random_feeds(sess, seed)
             row = {"model": os.path.basename(name)}
             row.update(_time_model(engines, feeds, runs, warmup, cpu_time))
+            row["anychip_threads"] = _thread_notes(sess)
             rows.append(row)
             advance(1)
             if log is not None:
@@ -291,6 +305,12 @@ def bench_models(
         "models": rows,
         "geomean_ratio": geo,
     }
+
+
+def _thread_notes(sess: Any) -> list[str]:
+    """What each CPU partition's thread choice measured and chose (empty while it has not
+    decided, or at one thread)."""
+    return [p.info["threads"] for p in sess.placement().partitions if "threads" in p.info]
 
 
 def _ratios_text(row: dict) -> str:
@@ -316,6 +336,9 @@ def format_table(result: dict) -> str:
     lines.append(
         f"ratios anychip/peer (below 1: anychip faster); medians of {result['runs']} interleaved "
         f"rounds ({result.get('clock', 'wall')} clock); threads: {threads}; anychip devices: "
-        f"{','.join(result['devices'])}"
+        f"{','.join(result['devices'])}; warm-up: {result['warmup']} runs each"
     )
+    for r in result["models"]:
+        notes = [n for n in r.get("anychip_threads", []) if n.startswith("1 of ")]
+        lines += [f"  {r['model']}: anychip's threads {note}" for note in notes]
     return "\n".join(lines)

@@ -273,7 +273,7 @@ def build(name: str) -> tuple[onnx.ModelProto, Feeds]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from anychip.bench_cli import PEERS, bench_models, format_table
+    from anychip.bench_cli import PEERS, WARMUP, bench_models, format_table
     from anychip.viz.terminal import progress_bars
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--against", nargs="+", choices=PEERS, default=list(PEERS))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--json", default=None, metavar="FILE")
     ap.add_argument("--cpu-time", action="store_true", help="process CPU time, not wall clock")
     args = ap.parse_args(argv)

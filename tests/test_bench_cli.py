@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -151,3 +152,43 @@ def test_rounds_vary_the_order_and_run_each_engine_twice_in_a_row() -> None:
     assert all(rd[0::2] == rd[1::2] and sorted(rd[0::2]) == names for rd in rounds)
     before_anychip = {rd[rd.index("anychip") - 1] if rd.index("anychip") else None for rd in rounds}
     assert len({tuple(rd[0::2]) for rd in rounds}) > 2 and len(before_anychip) > 1
+
+
+def test_the_default_warmup_outlasts_anychips_thread_choice():
+    """The timed rounds come after the session settled its threads, even when one thread
+    wins and is measured twice (the longest the choice takes)."""
+    from anychip.backends.cpu.thread_choice import ThreadChoice
+    from anychip.bench_cli import WARMUP
+    from anychip.codegen import omp
+
+    seen: list[int] = []
+
+    def program(tensors: list) -> list:  # slower on two threads: one thread is chosen
+        seen.append(omp.max_threads())
+        if omp.max_threads() >= 2:
+            time.sleep(0.003)
+        return tensors
+
+    kept = omp.max_threads()
+    omp.set_threads(2)
+    try:
+        run = ThreadChoice(program)
+        for _ in range(1 + WARMUP):  # the bench's first run (the compared outputs), its warm-up
+            run([np.zeros(2, np.float32)])
+        timed = len(seen)
+        for _ in range(10):
+            run([np.zeros(2, np.float32)])
+    finally:
+        omp.set_threads(kept)
+    assert 2 in seen[:timed] and seen[timed:] == [1] * 10
+
+
+def test_a_rows_thread_choice_is_reported(tmp_path, capsys):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(chain_model(30).SerializeToString())
+    out = tmp_path / "r.json"
+    argv = ["bench", str(path), "--runs", "1", "--threads", "2", "--quiet", "--json", str(out)]
+    assert main(argv) == 0
+    assert "warm-up: 40 runs each" in capsys.readouterr().out
+    (note,) = json.loads(out.read_text())["models"][0]["anychip_threads"]
+    assert note.split(" for inputs ")[0] in ("1 of 2", "2 of 2") and "measured median" in note
