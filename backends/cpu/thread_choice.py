@@ -6,7 +6,8 @@ A small CNN at two threads can be slower than at one on this kind of machine (Sh
 the other core's half of the activations from that core's cache. Whether a second core pays
 depends on the model, the input's shape and the machine's load at the time, so it is measured,
 not guessed: after ``START`` runs on the threads given (a session run a few times gains
-nothing from tuning, and its first runs are its slowest), a partition's runs alternate
+nothing from tuning, and its first runs are its slowest) and ``ONE_WARM`` on one thread (to
+its replay, ``core/replay.py``, as the threads given run by then), a partition's runs alternate
 between the threads given and one thread, ``PROBE`` timed runs each, and the threads given
 run on unless one thread's median is ``MARGIN`` under theirs in two probes in a row (one
 probe may fall in a moment when another tenant held the second core: on this VM a
@@ -36,11 +37,18 @@ from collections.abc import Callable
 from typing import Any
 
 from anychip.codegen import omp, pool
+from anychip.core.replay_run import RECORD_AT
 
-__all__ = ["ThreadChoice", "START", "PROBE", "RECHECK", "SOON", "MARGIN"]
+__all__ = ["ThreadChoice", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
 
 #: Runs of an input signature on the threads given before its first probe.
 START = 20
+#: Untimed runs on one thread after those: the first builds one thread's primitives, the last
+#: records its replay (``core/replay_run.RECORD_AT``, a partition's third run at a thread
+#: count), so the probe times one thread's replays against the threads given's. With one
+#: warm run, one thread's side was timed on the kernels' path and its recording: SqueezeNet's
+#: four runs on one thread took 9.65, 63.2, 7.21 and 7.82 ms (median 8.7, the replays 7.2-7.8).
+ONE_WARM = RECORD_AT
 #: Timed runs on each side of a probe (even).
 PROBE = 4
 #: Runs between probes of one input signature.
@@ -63,9 +71,9 @@ class _Probe:
     __slots__ = ("warm", "order", "times", "chosen", "runs", "recheck", "wins")
 
     def __init__(self, given: int, warm: bool, wins: int = 0) -> None:
-        #: Untimed runs first: ``START`` on the threads given, then one at one thread (its
-        #: primitives are made on its first run).
-        self.warm = [1] + [given] * START if warm else []
+        #: Untimed runs first (popped from the end): ``START`` on the threads given, then
+        #: ``ONE_WARM`` on one thread.
+        self.warm = [1] * ONE_WARM + [given] * START if warm else []
         #: Alternated in ABBA order, so a drift in the machine's speed falls on both sides.
         self.order = [1, given, given, 1] * (PROBE // 2)
         self.times: dict[int, list[float]] = {1: [], given: []}

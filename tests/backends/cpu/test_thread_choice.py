@@ -13,15 +13,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.backends.cpu.thread_choice import PROBE, SOON, START, ThreadChoice
+from anychip.backends.cpu.thread_choice import ONE_WARM, PROBE, SOON, START, ThreadChoice
 from anychip.codegen import omp
+from anychip.core.replay_run import RECORD_AT
 from anychip.errors import AnychipError
 
 pytestmark = pytest.mark.skipif(not omp.available(), reason="libgomp is not loadable")
 
-#: Runs until a signature's choice is made: ``START`` at the threads given, one warm run at
-#: one thread, then the timed probe (the threads given kept), or two (one thread taken).
-WARM = START + 1
+#: Runs until a signature's choice is made: ``START`` at the threads given, ``ONE_WARM`` warm
+#: runs at one thread (to its replay), then the timed probe (the threads given kept), or two
+#: (one thread taken).
+WARM = START + ONE_WARM
 KEPT = WARM + 2 * PROBE
 SETTLED = KEPT + 2 * PROBE
 
@@ -57,7 +59,7 @@ def test_the_faster_thread_count_is_chosen_and_kept(two_threads, slow_at, chosen
     for _ in range(settled + 5):
         np.testing.assert_array_equal(run([x])[0], x * 2)
         assert omp.max_threads() == 2
-    assert seen[:WARM] == [2] * START + [1]  # the first runs as given, one thread's warm run
+    assert seen[:WARM] == [2] * START + [1] * ONE_WARM  # as given, then one thread's warm runs
     probes = (settled - WARM) // (2 * PROBE)
     assert sorted(seen[WARM:settled]) == [1] * PROBE * probes + [2] * PROBE * probes
     assert seen[settled:] == [chosen] * 5
@@ -121,6 +123,25 @@ def test_the_threads_given_are_set_back_after_an_error(two_threads):
     with pytest.raises(RuntimeError, match="a kernel failed"):
         run([np.zeros(2)])  # the warm run at one thread
     assert omp.max_threads() == 2
+
+
+def test_one_threads_first_runs_are_not_timed(two_threads):
+    """A partition's first runs at a thread count are its slowest (its primitives are built,
+    its replay recorded: ``core/replay_run.RECORD_AT``). One thread faster once warm is chosen:
+    its first ``ONE_WARM`` runs are not in the probe."""
+    seen: list[int] = []
+
+    def program(tensors: list) -> list:
+        n = omp.max_threads()
+        seen.append(n)
+        first = n == 1 and seen.count(1) <= RECORD_AT  # the kernels' path, then the recording
+        time.sleep(0.03 if first else 0.002 if n >= 2 else 0.0005)
+        return tensors
+
+    run = ThreadChoice(program, {})
+    for _ in range(SETTLED):
+        run([np.zeros(2)])
+    assert run.chosen([np.zeros(2)]) == 1
 
 
 def test_runs_that_raise_during_a_probe_leave_it_measuring(two_threads):
