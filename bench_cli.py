@@ -12,18 +12,18 @@ outputs from the peer's. ``--threads N`` gives every engine N threads: onnxrunti
 intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's BLAS and OpenMP pools
 through threadpoolctl (the ``bench`` extra). ``--cpu-time`` times each run by the process's
 CPU time (every thread's) instead of the wall clock: on a shared, loaded machine the waits
-for a core are then not counted. The peers run with all their graph
-optimizations (onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
+for a core are then not counted. The peers run with all their graph optimizations
+(onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
 
 At two or more threads an anychip session runs its runs 21 to 23 on one thread and measures
-one thread against the threads given in its runs 24 to 31 (and 32 to 39 when one thread won the
-first probe; ``backends/cpu/thread_choice.py``); the first three on one thread are its slowest
-(they build one thread's primitives and record its replay). A warm-up of 2
-left them in the timed rounds: the bench's LSTM at two threads read 1.74 and 1.81 against
+one thread against the threads given in its runs 24 to 31 (and 32 to 39 when one thread won
+the first probe; ``backends/cpu/thread_choice.py``); the first three on one thread are its
+slowest (they build one thread's primitives and record its replay). A warm-up of 2 left
+them in the timed rounds: the bench's LSTM at two threads read 1.74 and 1.81 against
 onnxruntime in two runs of 40 rounds (0.59-0.61 ms against 0.34) where every run after the
-probe took 0.35-0.39 ms; with this warm-up, 0.69 in a whole table. Every engine gets the same
-warm-up; the choice each model's session made is in its row (``anychip_threads``), and under
-the table where it chose one thread.
+probe took 0.35-0.39 ms; with this warm-up, 0.76-1.16 in four whole tables. Every engine gets
+the same warm-up; the choice each model's session made is in its row (``anychip_threads``),
+and under the table where it chose one thread.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import numpy as np
 
 from anychip.errors import AnychipError, ModelError
 
-__all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS"]
+__all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS", "WARMUP"]
 
 PEERS = ("onnxruntime", "openvino")
 #: Untimed runs of every engine before the timed rounds: past anychip's thread choice, which
