@@ -13,7 +13,12 @@ intra-op pool, OpenVINO's ``INFERENCE_NUM_THREADS``, and anychip's BLAS and Open
 through threadpoolctl (the ``bench`` extra). ``--cpu-time`` times each run by the process's
 CPU time (every thread's) instead of the wall clock: on a shared, loaded machine the waits
 for a core are then not counted. The peers run with all their graph optimizations
-(onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision).
+(onnxruntime ``ORT_ENABLE_ALL``; OpenVINO CPU in f32 precision). Each engine's load of the
+model and its first run are timed too, once each, on the wall clock (``load_ms``,
+``first_run_ms``; a line under the table gives their sum's geomean ratio): what a process
+that runs a model a few times pays, and where anychip's lazy work shows (its primitives and
+generated code are made on the first run; its calibration and compiled code are cached on
+disk, so a second process loads faster than the first).
 
 At two or more threads an anychip session runs its runs 21 to 23 on one thread and measures
 one thread against the threads given in its runs 24 to 31 (and 32 to 39 when one thread won
@@ -234,7 +239,11 @@ def _time_model(
     from anychip.core.progress import task
 
     names = list(engines)
-    outputs = {k: engines[k](feeds) for k in names}  # the first run: also the compared outputs
+    outputs, first = {}, {}
+    for k in names:  # the first run: also the compared outputs
+        t0 = time.perf_counter()
+        outputs[k] = engines[k](feeds)
+        first[k] = (time.perf_counter() - t0) * 1e3
     for _ in range(warmup):
         for k in names:
             engines[k](feeds)
@@ -251,6 +260,7 @@ def _time_model(
     peers = [k for k in names if k != "anychip"]
     return {
         "ms": ms,
+        "first_run_ms": first,
         "ratio": {p: ms["anychip"] / ms[p] for p in peers},
         "max_abs_diff": {p: _max_diff(outputs["anychip"], outputs[p]) for p in peers},
     }
@@ -283,20 +293,27 @@ def bench_models(
             path = os.path.join(tmp, f"model{i}.onnx")
             with open(path, "wb") as f:
                 f.write(data)
+            load = {}
+            t0 = time.perf_counter()
             ours, sess = _anychip(path, list(devices))
+            load["anychip"] = (time.perf_counter() - t0) * 1e3
             engines = {"anychip": ours}
             for p in peers:
+                t0 = time.perf_counter()
                 engines[p] = makers[p](path, threads)
+                load[p] = (time.perf_counter() - t0) * 1e3
             if feeds is None:
                 feeds = random_feeds(sess, seed)
             row = {"model": os.path.basename(name)}
             row.update(_time_model(engines, feeds, runs, warmup, cpu_time))
+            row["load_ms"] = load
             row["anychip_threads"] = _thread_notes(sess)
             rows.append(row)
             advance(1)
             if log is not None:
                 log(f"[{i + 1}/{len(models)}] {row['model']}: {_ratios_text(row)}")
-    geo = {p: float(np.exp(np.mean([np.log(r["ratio"][p]) for r in rows]))) for p in peers}
+    geo = {p: _geomean([r["ratio"][p] for r in rows]) for p in peers}
+    cold = {p: _geomean([_cold(r, "anychip") / _cold(r, p) for r in rows]) for p in peers}
     return {
         "devices": list(devices),
         "threads": threads,
@@ -306,7 +323,17 @@ def bench_models(
         "peers": list(peers),
         "models": rows,
         "geomean_ratio": geo,
+        "cold_geomean_ratio": cold,
     }
+
+
+def _cold(row: dict, engine: str) -> float:
+    """An engine's load and first run of the model in ``row`` (ms)."""
+    return row["load_ms"][engine] + row["first_run_ms"][engine]
+
+
+def _geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def _thread_notes(sess: Any) -> list[str]:
@@ -340,6 +367,10 @@ def format_table(result: dict) -> str:
         f"rounds ({result.get('clock', 'wall')} clock); threads: {threads}; anychip devices: "
         f"{','.join(result['devices'])}; warm-up: {result['warmup']} runs each"
     )
+    cold = result.get("cold_geomean_ratio")
+    if cold:
+        ratios = ", ".join(f"anychip/{p} {v:.2f}" for p, v in cold.items())
+        lines.append(f"load + first run (one each, wall clock), geomean: {ratios}")
     for r in result["models"]:
         notes = [n for n in r.get("anychip_threads", []) if n.startswith("1 of ")]
         lines += [f"  {r['model']}: anychip's threads {note}" for note in notes]

@@ -30,13 +30,22 @@ def test_bench_against_both_peers_writes_json(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert [r["model"] for r in result["models"]] == ["chain.onnx", "squeezenet"]
     assert result["threads"] == 1 and result["runs"] == 2
+    engines = {"anychip", "onnxruntime", "openvino"}
     for row in result["models"]:
-        assert set(row["ms"]) == {"anychip", "onnxruntime", "openvino"}
-        assert all(v > 0 for v in row["ms"].values())
+        assert set(row["ms"]) == set(row["load_ms"]) == set(row["first_run_ms"]) == engines
+        assert all(v > 0 for key in ("ms", "load_ms", "first_run_ms") for v in row[key].values())
         for peer in ("onnxruntime", "openvino"):
             assert row["ratio"][peer] == pytest.approx(row["ms"]["anychip"] / row["ms"][peer])
             assert row["max_abs_diff"][peer] < 1e-4
     assert set(result["geomean_ratio"]) == {"onnxruntime", "openvino"}
+    for peer, ratio in result["cold_geomean_ratio"].items():  # the rows' sums, geomean
+        want = [
+            (r["load_ms"]["anychip"] + r["first_run_ms"]["anychip"])
+            / (r["load_ms"][peer] + r["first_run_ms"][peer])
+            for r in result["models"]
+        ]
+        assert ratio == pytest.approx(float(np.exp(np.mean(np.log(want)))))
+        assert f"anychip/{peer} {ratio:.2f}" in text.split("load + first run")[1]
 
 
 @pytest.mark.parametrize(
