@@ -52,7 +52,7 @@ import numpy as np
 
 from anychip.errors import AnychipError, ModelError
 
-__all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS", "WARMUP"]
+__all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS", "WARMUP", "geomean"]
 
 PEERS = ("onnxruntime", "openvino")
 #: Untimed runs of every engine before the timed rounds: past anychip's thread choice, which
@@ -312,8 +312,8 @@ def bench_models(
             advance(1)
             if log is not None:
                 log(f"[{i + 1}/{len(models)}] {row['model']}: {_ratios_text(row)}")
-    geo = {p: _geomean([r["ratio"][p] for r in rows]) for p in peers}
-    cold = {p: _geomean([_cold(r, "anychip") / _cold(r, p) for r in rows]) for p in peers}
+    geo = {p: geomean([r["ratio"][p] for r in rows]) for p in peers}
+    cold = {p: geomean([_cold(r, "anychip") / _cold(r, p) for r in rows]) for p in peers}
     return {
         "devices": list(devices),
         "threads": threads,
@@ -332,8 +332,9 @@ def _cold(row: dict, engine: str) -> float:
     return row["load_ms"][engine] + row["first_run_ms"][engine]
 
 
-def _geomean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values))))
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of ``values`` (NaN for none)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
 def _thread_notes(sess: Any) -> list[str]:

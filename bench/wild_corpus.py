@@ -32,6 +32,7 @@ import onnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import anychip  # noqa: E402
+from anychip.bench_cli import geomean  # noqa: E402
 from bench._wild_cases import old_exporter_cases, quantized_cases, transformer_cases  # noqa: E402
 from bench._wild_sklearn import sklearn_cases  # noqa: E402
 
@@ -176,10 +177,6 @@ def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeat: int) -> flo
     return ta / tb
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def table(results: list[Result]) -> str:
     """Counts and time ratios by source, then every result that did not pass."""
     by_source: dict[str, list[Result]] = defaultdict(list)
@@ -198,7 +195,7 @@ def table(results: list[Result]) -> str:
         slowest = max(timed, key=lambda r: r.ratio).case.name if timed else ""
         lines.append(
             f"{source:<20} {len(rs):>6} {count['pass']:>5} {count['refused']:>7} "
-            f"{count['fail']:>5} {count['skipped']:>7} {_geomean(ratios):>7.2f}x "
+            f"{count['fail']:>5} {count['skipped']:>7} {geomean(ratios):>7.2f}x "
             f"{max(ratios, default=float('nan')):>6.2f}x  {slowest}"
         )
     for r in results:
