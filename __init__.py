@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anychip.core.hookspecs import hookimpl
-from anychip.core.session import IOInfo, Session, load
+from anychip.core.api.session import IOInfo, Session, load
+from anychip.core.plugin.hookspecs import hookimpl
 from anychip.errors import (
     AnychipError,
     DeviceError,
@@ -113,7 +113,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
     With ``include_failed_plugins=True`` the plugins that failed to load are appended as
     ``DeviceInfo`` rows with ``available=False`` and the error as reason.
     """
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     registry = get_registry()
     out: list[Any] = []

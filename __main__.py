@@ -2,6 +2,6 @@
 
 import sys
 
-from anychip.cli import main
+from anychip.cli.main import main
 
 sys.exit(main())

@@ -32,7 +32,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def time_models(names: list[str], threads: int) -> dict[str, float]:
     """Median ms of a run per model, for the ``anychip`` this process imports."""
     import anychip
-    from anychip.bench_cli import _thread_limit
+    from anychip.cli.bench import _thread_limit
 
     sys.path.insert(0, _HERE)
     from cpu_models import build

@@ -1,4 +1,4 @@
-"""Where the OpenMP team pays for generated C: ``codegen.PARALLEL_WORK``'s measurement.
+"""Where the OpenMP team pays for generated C: ``native.fused.PARALLEL_WORK``'s measurement.
 
 Each case is one call of a fused element-wise chain (``add``, ``silu`` x*sigmoid(x), ``gelu``
 the erf form) or a row kernel (``softmax`` over rows of 128, ``layernorm`` over rows of 256) on
@@ -36,7 +36,7 @@ def _case(name: str, n: int, rng: np.random.Generator):
     """``(call, work)`` for one case of ``n`` floats."""
     import anychip.codegen as cg
     from anychip.backends.cpu.kernels.op_fused_elementwise import fused_elementwise
-    from anychip.codegen import rows
+    from anychip.backends.cpu.native import rows
 
     x = rng.standard_normal(n).astype(np.float32)
     out = np.empty_like(x)
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="16384,65536,262144,1048576")
     args = ap.parse_args()
     import anychip.codegen as cg
-    from anychip.codegen import omp, pool
+    from anychip.backends.cpu.native import omp, pool
 
     if not omp.available():
         sys.exit("libgomp is not loadable: generated C runs on one thread")

@@ -11,7 +11,7 @@ channel split, depthwise, channel shuffle) and DenseNet-like (dense blocks of co
     python bench/cpu_models.py [--threads 2] [--runs 10] [--against onnxruntime openvino]
                                [--models a,b] [--json FILE] [--cpu-time]
 
-The same runs as ``anychip bench NAME...`` (``bench_cli.py``); any name below works there.
+The same runs as ``anychip bench NAME...`` (``cli/bench.py``); any name below works there.
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def build(name: str) -> tuple[onnx.ModelProto, Feeds]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from anychip.bench_cli import PEERS, WARMUP, bench_models, format_table
+    from anychip.cli.bench import PEERS, WARMUP, bench_models, format_table
     from anychip.viz.terminal import progress_bars
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

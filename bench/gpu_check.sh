@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 python -c "import cupy, torch; assert torch.cuda.is_available(), 'no GPU for PyTorch'; \
 print('CuPy', cupy.__version__, '| torch', torch.__version__, '|', torch.cuda.get_device_name(0))"
 anychip devices | grep -E '^(device|cuda)'
-python -c "import anychip; ok, why = anychip.core.plugins.get_registry().backends['cuda'].available(); \
+python -c "import anychip; ok, why = anychip.core.plugin.host.get_registry().backends['cuda'].available(); \
 assert ok, why"
 
 echo "== tests: backends/cuda, backends/arrayapi"

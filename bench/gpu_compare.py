@@ -145,7 +145,7 @@ def graph_replay(repeat: int) -> dict:
     )
     part = max((p for p in sess.partitions if p.device == "cuda"), key=lambda p: len(p.nodes))
     state = next(iter(_STATES.values()))
-    backend = anychip.core.plugins.get_registry().backends["cuda"]
+    backend = anychip.core.plugin.host.get_registry().backends["cuda"]
     rng = np.random.default_rng(0)
     ins = [
         backend.to_device(rng.standard_normal([int(d) for d in v.shape]).astype(v.dtype.numpy))

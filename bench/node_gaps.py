@@ -109,7 +109,7 @@ def both(name: str, threads: int, runs: int, theirs_fn: Any = None) -> tuple[Any
     import onnx
     from cpu_models import build
 
-    from anychip.bench_cli import _thread_limit
+    from anychip.cli.bench import _thread_limit
 
     model, feeds = build(name)
     with tempfile.TemporaryDirectory() as tmp:

@@ -78,9 +78,9 @@ def _model(kind: str, case: list[int], rng: np.random.Generator):
 
 def _set(team: str) -> None:
     """Thresholds for contender ``team``: "1", "2" (oneDNN's team) or "split" (by batch or
-    rows, on ``codegen/pool.py``)."""
+    rows, on ``backends/cpu/native/pool.py``)."""
+    from anychip.backends.cpu.native import pool
     from anychip.backends.cpu.onednn import _lib, matmul, rnn
-    from anychip.codegen import pool
 
     _lib.SMALL_WORK = 1 if team == "2" else 1 << 62
     _lib.MATMUL_SMALL_WORK = _lib.SMALL_WORK

@@ -131,7 +131,7 @@ def bench_gemm(rounds: int) -> None:
 
 
 def get_registry_index() -> int:
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     return get_registry().backends["opencl"].index
 

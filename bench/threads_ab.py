@@ -45,7 +45,7 @@ def _measure(name: str, threads: int, rounds: int, mode) -> dict[str, float]:
     from threadpoolctl import threadpool_limits
 
     import anychip
-    from anychip.bench_cli import _time_model
+    from anychip.cli.bench import _time_model
     from bench.cpu_models import build
 
     model, feeds = build(name)

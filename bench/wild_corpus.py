@@ -32,7 +32,7 @@ import onnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import anychip  # noqa: E402
-from anychip.bench_cli import geomean  # noqa: E402
+from anychip.cli.bench import geomean  # noqa: E402
 from bench._wild_cases import old_exporter_cases, quantized_cases, transformer_cases  # noqa: E402
 from bench._wild_sklearn import sklearn_cases  # noqa: E402
 

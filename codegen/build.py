@@ -16,9 +16,9 @@
   ``ANYCHIP_CODEGEN_CACHE_DIR`` overrides both. Written under a temporary name and renamed,
   so concurrent processes share it. Each library is loaded once per process.
 * **OpenMP** (``load(..., openmp=True)``): built with ``-fopenmp``, which links the system
-  ``libgomp.so.1``, the one oneDNN's threads come from (``codegen/omp.py``); where that build
-  fails (a compiler without OpenMP) the same source is built without it, its ``#ifdef _OPENMP``
-  parts left out, and runs on one thread.
+  ``libgomp.so.1`` (the caller sets libgomp's wait policy first: the CPU's ``native/omp.py``);
+  where that build fails (a compiler without OpenMP) the same source is built without it,
+  its ``#ifdef _OPENMP`` parts left out, and runs on one thread.
 * **No compiler** (``$CC`` names a missing program, or none of gcc/cc/clang exists) or a failed
   build: ``load`` returns None and the caller uses its numpy fallback; the reason is kept in
   ``status()``.
@@ -39,8 +39,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from anychip.codegen import omp
 
 __all__ = ["FLAGS", "OPENMP", "compiler", "cc_key", "cache_dir", "load", "status", "builds"]
 
@@ -93,7 +91,7 @@ def cache_dir() -> Path:
         return Path(os.environ["ANYCHIP_CODEGEN_CACHE_DIR"]).expanduser()
     if os.environ.get("ANYCHIP_COMPILE_CACHE") == "0":
         return Path(tempfile.gettempdir()) / f"anychip-codegen-{os.getuid()}"
-    from anychip.core.calibration import cache_root
+    from anychip.paths import cache_root
 
     return cache_root() / "codegen"
 
@@ -170,8 +168,6 @@ def load(source: str, cdef: str, name: str, openmp: bool = False) -> Any | None:
         if key in _loaded or key in _failed:
             return _loaded.get(key)
         tries = [FLAGS + OPENMP, FLAGS] if openmp else [FLAGS]
-        if openmp:
-            omp.passive_wait()  # before libgomp loads with the library
         errors = []
         for flags in tries:
             try:

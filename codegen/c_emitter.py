@@ -13,10 +13,19 @@ pow's values at -inf and -0); float64 uses glibc throughout.
 from __future__ import annotations
 
 from anychip.codegen.emitter import Emitter
-from anychip.codegen.pool import SOURCE_DECL
 from anychip.codegen.program import KernelSpec
 
-__all__ = ["CEmitter", "C_PRELUDE"]
+__all__ = ["CEmitter", "C_PRELUDE", "POOL_ABI"]
+
+#: The calling convention between a generated kernel and the host runtime that runs its chunks
+#: on threads: the kernel receives ``nthreads`` and a ``pool`` entry point of type
+#: ``ac_pool_fn``. The runtime (the CPU backend's thread pool) implements it; the emitter only
+#: declares it, so code generation imports no runtime.
+POOL_ABI = r"""
+#include <stdint.h>
+typedef void (*ac_chunk_fn)(void *ctx, long chunk);
+typedef void (*ac_pool_fn)(ac_chunk_fn fn, void *ctx, long chunks, int threads);
+"""
 
 C_PRELUDE = r"""
 #include <math.h>
@@ -174,14 +183,15 @@ class CEmitter(Emitter):
     def source(self, spec: KernelSpec) -> str:
         """``ac_range`` computes the flat output elements ``[start, end)`` row piece by row
         piece; the kernel runs it once, or, given ``nthreads`` and the pool's entry point
-        (``codegen/pool.py``), over about eight chunks per thread (multiples of 16 elements:
+        (passed in as ``runtime_decl``), over about eight chunks per thread (multiples of 16
+        elements:
         whole cache lines) that the caller and the pool's threads take as they come free."""
         ctype = self.ctypes[spec.dtype]
         n = len(spec.classes)
         mods = [f"m{k}" for k, c in enumerate(spec.classes) if c == "R"]
         names = [f"in{k}" for k in range(n)] + mods
         fields = [f"const {ctype} *in{k};" for k in range(n)] + [f"long {m};" for m in mods]
-        lines = [C_PRELUDE, SOURCE_DECL]
+        lines = [C_PRELUDE, POOL_ABI]
         lines += self._range(spec, mods)
         lines += [
             "struct ac_args { long total, inner, chunk; "

@@ -38,7 +38,7 @@ from anychip.conformance.report import (
     CaseResult,
     KitReport,
 )
-from anychip.core.report import quiet_fallbacks
+from anychip.core.report.placement import quiet_fallbacks
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
@@ -216,7 +216,7 @@ def run_case_on(case: NodeCase, device: str, claimed: list[str]) -> CaseResult:
 
 def _backend(device: str) -> Any:
     import anychip
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     registry = get_registry()
     backend = registry.backends.get(device)

@@ -1,4 +1,4 @@
-"""``anychip bench`` (``bench_cli.py``), the CPU model set (``bench/cpu_models.py``) and the
+"""``anychip bench`` (``cli/bench.py``), the CPU model set (``bench/cpu_models.py``) and the
 dispatch benchmark (``bench/dispatch.py``), on small models with few runs: outputs compared
 with onnxruntime and OpenVINO, no timing asserted."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from anychip.cli import main
+from anychip.cli.main import main
 from bench import cpu_models
 from bench.dispatch import chain_model, measure
 
@@ -128,7 +128,7 @@ def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> No
     import sys
 
     code = (
-        "from anychip.bench_cli import _thread_limit\n"
+        "from anychip.cli.bench import _thread_limit\n"
         "from anychip.backends.cpu.onednn import _lib\n"
         "with _thread_limit(1):\n"
         "    print(_lib.omp_threads())\n"
@@ -144,7 +144,7 @@ def test_threads_limit_reaches_the_onednn_openmp_team_in_a_fresh_process() -> No
 def test_rounds_vary_the_order_and_run_each_engine_twice_in_a_row() -> None:
     """Each round runs the engines in a new seeded order, each twice in a row (an untimed
     run, then the timed one), so no engine's timed run follows another engine's."""
-    from anychip.bench_cli import _time_model
+    from anychip.cli.bench import _time_model
 
     calls: list[str] = []
 
@@ -166,9 +166,9 @@ def test_rounds_vary_the_order_and_run_each_engine_twice_in_a_row() -> None:
 def test_the_default_warmup_outlasts_anychips_thread_choice():
     """The timed rounds come after the session settled its threads, even when one thread
     wins and is measured twice (the longest the choice takes)."""
+    from anychip.backends.cpu.native import omp
     from anychip.backends.cpu.thread_choice import ThreadChoice
-    from anychip.bench_cli import WARMUP
-    from anychip.codegen import omp
+    from anychip.cli.bench import WARMUP
 
     seen: list[int] = []
 

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from anychip.cli import main
+from anychip.cli.main import main
 from tests.core.test_placement import three_nodes
 
 

@@ -26,7 +26,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.core import plugins
+from anychip.core.plugin import host as plugins
 from anychip.zoo import light_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -101,7 +101,7 @@ def _all_on_cpu(devices: str) -> set[str]:
         return {f"test_{name}" for name in LIGHT_MODELS}
     from anychip.conformance.cases import all_cases, ops_of
     from anychip.conformance.claims import claims_of
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     registry = get_registry()
     claimed: set[str] = set()

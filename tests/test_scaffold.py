@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from anychip.cli import main
+from anychip.cli.main import main
+from anychip.cli.scaffold import new_backend
 from anychip.errors import AnychipError
-from anychip.scaffold import new_backend
 
 
 def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:

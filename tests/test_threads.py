@@ -41,7 +41,7 @@ RACE_SCRIPT = Path(__file__).with_name("thread_race.py")
 def _session(devices: str):  # noqa: ANN202 - anychip.Session
     names = devices.split(",")
     if names[0] != "cpu":
-        from anychip.core.plugins import get_registry
+        from anychip.core.plugin.host import get_registry
 
         ok, why = get_registry().backends[names[0]].available()
         if not ok:

@@ -1,5 +1,5 @@
 """The bodies of the ``anychip`` subcommands that show things: ``partition`` (its pictures),
-``inspect``, and ``run --profile`` / ``run --json``. ``cli.py`` declares the arguments and
+``inspect``, and ``run --profile`` / ``run --json``. ``cli/main.py`` declares the arguments and
 calls these."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, tim
         say(args, f"wrote {html} (timeline) and {trace} (Perfetto trace: ui.perfetto.dev)")
     if not args.json:
         return False
-    from anychip.cli import _checksum
+    from anychip.cli.main import _checksum
 
     result = {
         "devices": list(sess.devices),

@@ -130,8 +130,8 @@ def _io(values: list[Any]) -> list[tuple[str, str, list]]:
 def inspect_model(model: Any, devices: list[str] | None = None) -> ModelSummary:
     """Summarise ``model`` (a path, bytes, ``onnx.ModelProto`` or ``ir.Model``) and what each
     of ``devices`` (default: every registered backend) can run of it."""
-    from anychip.core.compiler import resolve_schemas
-    from anychip.core.plugins import get_registry
+    from anychip.core.compile.pipeline import resolve_schemas
+    from anychip.core.plugin.host import get_registry
     from anychip.errors import DeviceError
     from anychip.ir.graph import Model
     from anychip.ir.onnx import import_model

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anychip.backends.arrayapi.tensor import SMALL, Space, XTensor
-from anychip.core.backend import Backend, DeviceModel
-from anychip.core.hookspecs import hookimpl
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.backend import Backend, DeviceModel
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.kernels import KernelTable
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
-    from anychip.core.registry import Registry
+    from anychip.core.plugin.registry import Registry
     from anychip.ir.node import Node
 
 __all__ = ["ArrayAPIBackend", "ArrayAPIPlugin", "register_backend", "standard_namespace"]
@@ -147,7 +147,7 @@ class ArrayAPIBackend(Backend):
 
     def adopt(self, x: Any) -> XTensor | None:
         """``x`` as a device tensor of this device without a copy, or None when ``x`` is not
-        an array of this namespace on this device (``core/dlpack.py``). Not counted: the
+        an array of this namespace on this device (``core/api/dlpack.py``). Not counted: the
         caller owns the array."""
         if isinstance(x, XTensor):
             return x if x.space is self.space else None
@@ -216,8 +216,8 @@ class ArrayAPIPlugin:
 
 def register_backend(*backends: ArrayAPIBackend, name: str | None = None) -> str:
     """Make ``backends`` usable by the next ``anychip.load`` (a plugin added in-process;
-    ``anychip.core.plugins.unregister_plugin(name)`` removes it). Returns the plugin name."""
-    from anychip.core.plugins import register_plugin
+    ``anychip.core.plugin.host.unregister_plugin(name)`` removes it). Returns the plugin name."""
+    from anychip.core.plugin.host import register_plugin
 
     plugin_name = name or backends[0].name
     register_plugin(ArrayAPIPlugin(list(backends)), plugin_name)

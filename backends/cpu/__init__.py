@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from anychip.core.hookspecs import hookimpl
-from anychip.core.registry import Registry
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.registry import Registry
 
 __all__ = ["ANYCHIP_API_VERSION"]
 

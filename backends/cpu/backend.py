@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.thread_choice import ThreadChoice
-from anychip.core.backend import Backend, DeviceModel
+from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
 
@@ -35,7 +35,8 @@ class CpuBackend(Backend):
     disabled_passes: frozenset[str] = frozenset()
     #: Whether a partition may run on one thread when its runs measured that faster.
     thread_choice: bool = True
-    #: Whether static-shape partitions replay their recorded kernel calls (core/replay.py).
+    #: Whether static-shape partitions replay their recorded kernel calls
+    # (backends/cpu/replay/record.py).
     replay: bool = True
 
     def device_model(self) -> DeviceModel:
@@ -60,14 +61,14 @@ class CpuBackend(Backend):
     def wrap_partition(self, partition: Any, program: Any) -> Any:
         """Each partition runs on the threads given or on one, as its runs measured
         (``thread_choice.py``); with oneDNN there, with numpy's OpenBLAS at one thread
-        (``codegen/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
+        (``backends/cpu/native/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
         choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
         program = ThreadChoice(program, partition.info, choose)
         if not _lib.findable():
             return program
-        from anychip.codegen.blas import single_blas_thread
+        from anychip.backends.cpu.native.blas import single_blas_thread
 
         return single_blas_thread(program)
 
@@ -76,7 +77,7 @@ class CpuBackend(Backend):
         pool was paused for it (``onednn/_lib.team_for``); None with ``replay`` off."""
         if not self.replay:
             return None
-        from anychip.backends.cpu.replay_state import apply, capture
+        from anychip.backends.cpu.replay.state import apply, capture
 
         return capture, apply
 

@@ -6,7 +6,7 @@ hook imports the whole ``ops`` package (no hand-kept list) and hands the table t
 
 from __future__ import annotations
 
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.kernels import KernelTable
 
 __all__ = ["CPU_KERNELS", "kernel"]
 

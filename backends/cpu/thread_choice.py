@@ -7,7 +7,8 @@ the other core's half of the activations from that core's cache. Whether a secon
 depends on the model, the input's shape and the machine's load at the time, so it is measured,
 not guessed: after ``START`` runs on the threads given (a session run a few times gains
 nothing from tuning, and its first runs are its slowest) and ``ONE_WARM`` on one thread (to
-its replay, ``core/replay.py``, as the threads given run by then), a partition's runs alternate
+its replay, ``backends/cpu/replay/record.py``, as the threads given run by then), a partition's
+runs alternate
 between the threads given and one thread, ``PROBE`` timed runs each, and the threads given
 run on unless one thread's median is ``MARGIN`` under theirs in two probes in a row (one
 probe may fall in a moment when another tenant held the second core: on this VM a
@@ -36,8 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from anychip.codegen import omp, pool
-from anychip.core.replay_run import RECORD_AT
+from anychip.backends.cpu.native import omp, pool
+from anychip.backends.cpu.replay.run import RECORD_AT
 
 __all__ = ["ThreadChoice", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
 

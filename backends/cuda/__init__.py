@@ -7,8 +7,8 @@ imported on first use of a device, never when the plugin loads.
 
 from __future__ import annotations
 
-from anychip.core.hookspecs import hookimpl
-from anychip.core.registry import Registry
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.registry import Registry
 
 __all__ = ["ANYCHIP_API_VERSION"]
 

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 from anychip.backends.arrayapi.backend import ArrayAPIBackend
 from anychip.backends.arrayapi.tensor import Space
 from anychip.backends.cuda.probe import GpuInfo, gpu_model, probe_once
-from anychip.core.backend import DeviceModel
+from anychip.core.plugin.backend import DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
-    from anychip.core.kernels import KernelTable
+    from anychip.core.plugin.kernels import KernelTable
     from anychip.ir.node import Node
 
 __all__ = ["CudaBackend", "backends"]

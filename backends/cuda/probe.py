@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from anychip.core.backend import DeviceModel
+from anychip.core.plugin.backend import DeviceModel
 from anychip.ir.dtypes import DType
 
 __all__ = ["GpuInfo", "probe", "gpu_model", "PCIE_BYTES_PER_S", "LAUNCH_S", "GPU_DTYPES"]

@@ -5,7 +5,7 @@ capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``
 from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
 (``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``; ``buckets`` (e.g.
 ``{"S": "pow2"}`` or ``{"S": [32, 64, 128]}``) pads symbolic dimension ``S`` up to a bucket
-where ``core/bucketing.py`` proves the partition safe to pad. A configured copy gets its
+where ``core/compile/bucketing.py`` proves the partition safe to pad. A configured copy gets its
 own device memory of the configured size.
 
 Threads: the device memory is created on first use under a lock (double-checked), so sessions
@@ -22,7 +22,7 @@ import numpy as np
 
 from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor, memory_from_env, parse_size
 from anychip.backends.npu_stub.kernels.support import check_node
-from anychip.core.backend import Backend, CompiledGraph, DeviceModel
+from anychip.core.plugin.backend import Backend, CompiledGraph, DeviceModel
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.dtypes import DType
 
@@ -44,9 +44,9 @@ class NpuBackend(Backend):
     priority = 20
     graph_mode = True
     #: Compiles for concrete shapes only: the runtime specializes partitions per input
-    #: signature and caches the executables (``core/specialize.py``).
+    #: signature and caches the executables (``core/compile/specialize.py``).
     shape_policy = "static"
-    #: Its compiled partitions are cached on disk (``core/compile_cache.py``).
+    #: Its compiled partitions are cached on disk (``core/compile/cache.py``).
     cache_compiled = True
 
     def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
@@ -54,7 +54,7 @@ class NpuBackend(Backend):
         self._capacity = memory
         self.precision = precision
         self._memory: NpuMemory | None = None
-        #: Bucketed dimensions (``core/bucketing.py``): symbol -> "pow2" or sizes, or None.
+        #: Bucketed dimensions (``core/compile/bucketing.py``): symbol -> "pow2" or sizes, or None.
         self.buckets: dict[str, Any] | None = None
         self._lock = threading.RLock()  # guards the lazy _capacity and _memory
 
@@ -68,7 +68,7 @@ class NpuBackend(Backend):
                 "{'S': [32, 64, 128]})"
             )
         if "buckets" in options:
-            from anychip.core.bucketing import parse_buckets
+            from anychip.core.compile.bucketing import parse_buckets
 
             try:
                 self.buckets = parse_buckets(options["buckets"], "npu option buckets")

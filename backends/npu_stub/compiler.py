@@ -30,8 +30,8 @@ import numpy as np
 from anychip.backends.npu_stub.driver import NpuMemory, NpuTensor
 from anychip.backends.npu_stub.kernels import BUILDERS, load_all
 from anychip.backends.npu_stub.kernels.support import check_node
-from anychip.core.backend import CompiledGraph
 from anychip.core.memory import Step, align_up, check_plan, lifetimes, plan_memory
+from anychip.core.plugin.backend import CompiledGraph
 from anychip.errors import (
     AnychipError,
     DeviceError,
@@ -314,6 +314,6 @@ def compile_graph(memory: NpuMemory, graph: Graph, *, precision: str) -> Compile
     # alone's trial of GPT-like read 14.4 ms right after an NPU run against 3.4 at one thread;
     # the NPU's own run 26 ms against 4.2 on the loaded machine). A real NPU leaves no host
     # thread running.
-    from anychip.codegen.blas import single_blas_thread
+    from anychip.backends.cpu.native.blas import single_blas_thread
 
     return CompiledGraph(single_blas_thread(exe.run), info=info)

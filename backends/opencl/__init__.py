@@ -8,8 +8,8 @@ registers and ``anychip devices`` says why it is unavailable.
 
 from __future__ import annotations
 
-from anychip.core.hookspecs import hookimpl
-from anychip.core.registry import Registry
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.registry import Registry
 
 __all__ = ["ANYCHIP_API_VERSION"]
 
@@ -28,7 +28,7 @@ def anychip_register_backends(registry: Registry) -> None:
 def anychip_register_kernels(registry: Registry) -> None:
     from anychip.backends.opencl.backend import backends
     from anychip.backends.opencl.kernels import KERNELS
-    from anychip.core.kernels import KernelTable
+    from anychip.core.plugin.kernels import KernelTable
 
     registry.add_kernels(KERNELS)
     for b in backends():  # every alias runs the one table

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anychip.backends.opencl.driver.discovery import DeviceInfo, default_index, find_devices
-from anychip.core.backend import Backend, DeviceModel
+from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 

@@ -6,8 +6,8 @@ movement; everything else falls back to the CPU, and the placement report says w
 
 from __future__ import annotations
 
-from anychip.core.hookspecs import hookimpl
-from anychip.core.registry import Registry
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.registry import Registry
 
 __all__ = ["ANYCHIP_API_VERSION"]
 

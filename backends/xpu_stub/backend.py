@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.backend import Backend, DeviceModel
 from anychip.core.memory.stats import MemoryStats
+from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class XpuBackend(Backend):
     def wrap_partition(self, partition: Any, program: Any) -> Any:
         """Runs the partition, then the driver's queue: launches are queued and would
         otherwise run inside the next copy out, so the feedback's timing of this partition
-        (``core/feedback.py``) measured its launches, not its kernels, and charged them to the
+        (``core/run/feedback.py``) measured its launches, not its kernels, and charged them to the
         copy or the CPU partition after it. The copy out synchronizes anyway: no time added."""
         from anychip.backends.xpu_stub.driver import get_driver
 

@@ -2,7 +2,7 @@
 write their results straight into their slice and the Concat copies nothing.
 
 onnxruntime's and OpenVINO's memory planners do the same ("in-place concat"). Here it is a
-step before the liveness planner (``core/memory/partition.py``): each qualifying input
+step before the liveness planner (``core/run/memory.py``): each qualifying input
 (a *member*) is folded into its Concat's output (the *root*): its reads and writes count as the
 root's, so the root lives from the first member's write to the last read of any of them, and
 after planning the member's view starts at the root's offset plus the bytes of the inputs
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from anychip.core.executor import Program
+    from anychip.core.run.program import Program
 
 __all__ = ["Placement", "concat_members", "resolve"]
 

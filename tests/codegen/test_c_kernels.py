@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from anychip.backends.cpu.kernels.op_fused_elementwise import evaluate, fused_elementwise
-from anychip.codegen import KernelSpec, build, c_kernel, parse
+from anychip.backends.cpu.native.fused import c_kernel
+from anychip.codegen import KernelSpec, build, parse
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 
@@ -129,12 +130,12 @@ def test_built_once_then_read_from_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ANYCHIP_CODEGEN_CACHE_DIR", str(tmp_path))
     spec = KernelSpec(parse("add(in0,mul(in0,1.25))"), "float32", ("F",))
     monkeypatch.setattr(build, "_loaded", {})
-    monkeypatch.setattr("anychip.codegen._cache", {})
+    monkeypatch.setattr("anychip.backends.cpu.native.fused._cache", {})
     before = len(build.builds)
     assert c_kernel(spec) is not None
     assert len(build.builds) == before + 1 and len(list(tmp_path.glob("*.so"))) == 1
     monkeypatch.setattr(build, "_loaded", {})  # a new process: loads the .so, no build
-    monkeypatch.setattr("anychip.codegen._cache", {})
+    monkeypatch.setattr("anychip.backends.cpu.native.fused._cache", {})
     fn = c_kernel(spec)
     assert len(build.builds) == before + 1
     x = np.arange(5, dtype=np.float32)

@@ -1,4 +1,5 @@
-"""The generated channel shuffle (``codegen/copies.py``) against the numpy kernel it stands in
+"""The generated channel shuffle (``backends/cpu/native/copies.py``) against the numpy kernel it
+stands in
 for, bit for bit on seeded random inputs with NaN (with payloads), +-Inf and -0.0, over shapes
 whose channels and planes are and are not multiples of the 8x8 tile; on the pool's threads
 equal to one thread; refusals; None with the compiler hidden."""
@@ -8,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import anychip.codegen as cg
+import anychip.backends.cpu.native.fused as cg
 from anychip.backends.cpu.kernels.op_channel_shuffle import channel_shuffle
-from anychip.codegen import build, copies, omp
+from anychip.backends.cpu.native import copies, omp
+from anychip.codegen import build
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 

@@ -1,4 +1,5 @@
-"""``codegen/gemv.py``: one row times a weight matrix, streamed in C, against float64 numpy on
+"""``backends/cpu/native/gemv.py``: one row times a weight matrix, streamed in C, against float64
+numpy on
 seeded random data, both weight layouts, every remainder of the 16-wide and 4-row loops, one
 to three parts on the pool, NaN and infinities, and what it refuses."""
 
@@ -7,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from anychip.codegen import build, omp
-from anychip.codegen.gemv import gemv
+from anychip.backends.cpu.native import omp
+from anychip.backends.cpu.native.gemv import gemv
+from anychip.codegen import build
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 

@@ -1,4 +1,4 @@
-"""``codegen/linear.py``: ``A @ B + bias`` as numpy's sgemm and a C bias loop, equal to
+"""``backends/cpu/native/linear.py``: ``A @ B + bias`` as numpy's sgemm and a C bias loop, equal to
 ``np.matmul`` then ``np.add`` bit for bit on seeded random inputs (NaN and Inf included);
 declined where numpy would compute other sums, where the output overlaps an input, and
 without a compiler."""
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from anychip.backends.cpu.kernels.op_matmul_add import matmul_add
-from anychip.codegen import build, linear
+from anychip.backends.cpu.native import linear
+from anychip.codegen import build
 
 pytestmark = pytest.mark.skipif(
     build.compiler() is None or linear.sgemm_address() == 0,

@@ -1,4 +1,5 @@
-"""The C row kernels (``codegen/rows.py``) against the numpy kernels they replace, on seeded
+"""The C row kernels (``backends/cpu/native/rows.py``) against the numpy kernels they replace, on
+seeded
 random inputs with NaN, +-Inf and masks of several broadcast shapes; the numpy fallback with
 the compiler hidden."""
 
@@ -10,7 +11,8 @@ import pytest
 from anychip.backends.cpu.kernels.op_fused_attention import _scaled_softmax, fused_attention
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
 from anychip.backends.cpu.kernels.op_softmax import softmax
-from anychip.codegen import build, rows
+from anychip.backends.cpu.native import rows
+from anychip.codegen import build
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 

@@ -1,4 +1,5 @@
-"""Generated C on several threads (``codegen/pool.py``): threaded results equal the one-thread
+"""Generated C on several threads (``backends/cpu/native/pool.py``): threaded results equal the
+one-thread
 results bit for bit (element-wise chains of every broadcast class, softmax and layer-norm rows,
 NaN and +-Inf included, in place) and numpy's within the C's own tolerance; without the pool
 the chunks run on the caller; callers from many Python threads at once; a fused transformer
@@ -12,13 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-import anychip.codegen as cg
+import anychip.backends.cpu.native.fused as cg
 from anychip.backends.cpu.kernels import op_fused_attention
 from anychip.backends.cpu.kernels.op_fused_elementwise import (
     evaluate,
     fused_elementwise,
 )
-from anychip.codegen import attention, build, omp, parse, pool, rows
+from anychip.backends.cpu.native import attention, omp, pool, rows
+from anychip.codegen import build, parse
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="needs a C compiler (gcc)")
 
@@ -199,7 +201,7 @@ def test_pool_works_in_a_forked_child(team):
 @pytest.fixture
 def blas_one():
     """numpy's OpenBLAS at one thread, as inside a CPU partition."""
-    from anychip.codegen.blas import openblas_threads
+    from anychip.backends.cpu.native.blas import openblas_threads
 
     fns = openblas_threads()
     if fns is None or attention.sgemm_address() == 0:
@@ -262,7 +264,7 @@ def test_heads_path_declines_what_it_cannot_run(blas_one):
     assert attention.attention(q.astype(np.float64), kt, v, None, 2.0, 1, 2) is None
     assert attention.attention(q, kt.transpose(0, 2, 1).copy().transpose(0, 2, 1), v, None,
                                2.0, 1, 2) is None  # fmt: skip
-    from anychip.codegen.blas import openblas_threads
+    from anychip.backends.cpu.native.blas import openblas_threads
 
     get, put = openblas_threads()
     put(2)  # OpenBLAS threaded: numpy's own path
@@ -340,7 +342,7 @@ def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
     asked, and on this VM the second core was taken for seconds, the thread running no part)."""
     if pool.address() == 0:
         pytest.skip("needs a C compiler for the pool")
-    from anychip.codegen.gemv import gemv
+    from anychip.backends.cpu.native.gemv import gemv
 
     lib = pool._lib()
     rng = np.random.default_rng(5)
@@ -381,7 +383,7 @@ def test_a_caller_waiting_long_for_a_chunk_sleeps_and_is_woken():
     results equal one thread's."""
     if pool.address() == 0:
         pytest.skip("needs a C compiler for the pool")
-    from anychip.codegen.gemv import gemv
+    from anychip.backends.cpu.native.gemv import gemv
 
     rng = np.random.default_rng(6)
     x, w = rng.standard_normal((1, 2048), np.float32), rng.standard_normal((2048, 2048), np.float32)

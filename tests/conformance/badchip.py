@@ -9,9 +9,9 @@ import time
 import numpy as np
 
 from anychip.conformance import OpClaim
-from anychip.core.backend import Backend, DeviceModel
-from anychip.core.hookspecs import hookimpl
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.backend import Backend, DeviceModel
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.kernels import KernelTable
 from anychip.ir.dtypes import DType
 
 ANYCHIP_API_VERSION = 1

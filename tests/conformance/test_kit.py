@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from anychip.cli import main
+from anychip.cli.main import main
 from anychip.conformance import (
     CRASH,
     FAIL,
@@ -16,7 +16,7 @@ from anychip.conformance import (
     PASS_VIA_FALLBACK,
     run_kit,
 )
-from anychip.core.plugins import register_plugin, unregister_plugin
+from anychip.core.plugin.host import register_plugin, unregister_plugin
 from tests.conformance import badchip
 
 

@@ -8,9 +8,9 @@ import onnx
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core.hookspecs import hookimpl
 from anychip.core.memory import CachingPool
-from anychip.core.plugins import register_plugin, unregister_plugin
+from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.plugin.host import register_plugin, unregister_plugin
 from tests.conformance import badchip
 
 

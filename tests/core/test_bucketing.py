@@ -1,4 +1,5 @@
-"""Bucketing with padding (core/bucketing.py): a partition proven safe to pad compiles once per
+"""Bucketing with padding (core/compile/bucketing.py): a partition proven safe to pad compiles once
+per
 bucket and gives the unbucketed results at every length; one not proven safe is not bucketed,
 with the reason in its info."""
 
@@ -11,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.core.bucketing import analyse, bucket_size, parse_buckets
+from anychip.core.compile.bucketing import analyse, bucket_size, parse_buckets
 from anychip.ir.onnx import import_model
 from tests.models import transformer_layer
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.core import calibration as C
-from anychip.core.cost_search import Costs, estimate
-from anychip.core.plugins import get_registry
+from anychip.core.plan import calibration as C
+from anychip.core.plan.cost_search import Costs, estimate
+from anychip.core.plugin.host import get_registry
 from tests.models import transformer_layer
 
 
@@ -37,7 +37,7 @@ def test_calibration_is_measured_once_then_read_from_the_cache(cache, monkeypatc
     def boom(*a, **k):
         raise AssertionError("measured again although cached")
 
-    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", boom)
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_class", boom)
     again = C.calibration_for(cpu)
     assert again.points == {k: [tuple(p) for p in v] for k, v in first.points.items()}
 
@@ -125,7 +125,7 @@ def test_a_static_shape_device_is_timed_on_its_own_executable(cache, monkeypatch
     """With background compiles on (the default outside the tests), a probe's runs went to
     the host while the NPU compiled, so the NPU's calibration held the host's times (or, on a
     busy process, the wait for the compile: 12-16 ms for a 0.1 ms product)."""
-    from anychip.core import calibration_probes as P
+    from anychip.core.plan import calibration_probes as P
 
     monkeypatch.setenv("ANYCHIP_BACKGROUND_COMPILE", "1")
     sessions = []
@@ -184,7 +184,7 @@ def test_each_point_is_the_faster_of_two_sweeps(cache, monkeypatch):
         # A burst of load over the first sweep's large probe, over the second's small one.
         return [(1e3, 5e-6), (1e6, 9e-4)] if sweeps[cls] == 1 else [(1e3, 8e-6), (1e6, 3e-4)]
 
-    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", measure)
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_class", measure)
     cal = C.calibrate(_backend("cpu"))
     assert cal.points == {"matmul": [(1e3, 5e-6), (1e6, 3e-4)]}
     assert set(sweeps.values()) == {C.SWEEPS} and C.SWEEPS == 2
@@ -206,7 +206,7 @@ def test_a_calibration_taken_under_more_load_is_measured_again_when_quieter(cach
         sweeps.append(cls)
         return [(1e3, 8e-6), (1e6, 3e-4)] if cls == "matmul" else []
 
-    monkeypatch.setattr("anychip.core.calibration_probes.measure_class", measure)
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_class", measure)
     monkeypatch.setattr(C, "_load_average", lambda: 2.0)
     cal = C.calibration_for(cpu)
     assert sweeps.count("matmul") == C.SWEEPS

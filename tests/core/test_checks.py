@@ -1,4 +1,4 @@
-"""``core/checks.py``: a kernel's wrong dtype or shape is caught at the node that made it,
+"""``core/run/checks.py``: a kernel's wrong dtype or shape is caught at the node that made it,
 naming the device, the kernel and the node; a plugin without hooks is reported, not lost."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 import anychip
 from anychip import hookimpl
-from anychip.core import plugins
-from anychip.core.backend import Backend
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin import host as plugins
+from anychip.core.plugin.backend import Backend
+from anychip.core.plugin.kernels import KernelTable
 from anychip.errors import KernelError
 from tests.core.test_placement import three_nodes
 

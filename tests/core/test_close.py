@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.core.plugins import get_registry
+from anychip.core.plugin.host import get_registry
 
 
 def _mlp() -> bytes:

@@ -1,4 +1,4 @@
-"""``core/compiler.py``: the walk from a model to compiled partitions, on a copy of the
+"""``core/compile/pipeline.py``: the walk from a model to compiled partitions, on a copy of the
 caller's model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core.compiler import CompiledModel
+from anychip.core.compile.pipeline import CompiledModel
 from anychip.ir.onnx import export_model, import_model
 from tests.core.test_placement import three_nodes
 
@@ -63,7 +63,7 @@ def test_the_compiled_model_holds_the_walks_results() -> None:
 
 
 def test_a_partition_too_big_for_its_device_goes_to_the_next(monkeypatch) -> None:
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     xpu = get_registry().backends["xpu"]
     small = xpu.device

@@ -1,4 +1,4 @@
-"""Each device takes the part it is faster at: the node-level moves of ``core/cost_moves.py``
+"""Each device takes the part it is faster at: the node-level moves of ``core/plan/cost_moves.py``
 on the demo model (GPT-2's block, ``bench/mixed_model.py``) with fixed measured figures, and
 the per-op calibration points (``op:<type>``) measured on first use."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.core import calibration as C
-from anychip.core.calibration_probes import OP_PROBES
-from anychip.core.plugins import get_registry
+from anychip.core.plan import calibration as C
+from anychip.core.plan.calibration_probes import OP_PROBES
+from anychip.core.plugin.host import get_registry
 from bench.mixed_model import attention_mix
 
 pytestmark = pytest.mark.skipif(

@@ -1,6 +1,6 @@
-"""Attention chains priced as the fused kernel (``core/cost_patterns.py``), head-split
+"""Attention chains priced as the fused kernel (``core/plan/cost_patterns.py``), head-split
 Transposes by the ``data_rows`` class, and the moves searched from both ends
-(``core/cost_moves.py``): with measured figures under which the split is cheaper, the demo
+(``core/plan/cost_moves.py``): with measured figures under which the split is cheaper, the demo
 block (``bench/mixed_model.py``) is split, attention on the XPU and the rest on the CPU."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import onnx
 import pytest
 
 import anychip
-from anychip.core import calibration as C
-from anychip.core.calibration_probes import OP_PROBES
-from anychip.core.compiler import resolve_schemas
-from anychip.core.cost_patterns import attention_chains
-from anychip.core.cost_search import Costs
-from anychip.core.plugins import get_registry
+from anychip.core.compile.pipeline import resolve_schemas
+from anychip.core.plan import calibration as C
+from anychip.core.plan.calibration_probes import OP_PROBES
+from anychip.core.plan.cost_patterns import attention_chains
+from anychip.core.plan.cost_search import Costs
+from anychip.core.plugin.host import get_registry
 from anychip.ir.onnx import import_model
 from bench.mixed_model import attention_mix
 
@@ -104,7 +104,7 @@ def test_head_split_transposes_are_priced_as_row_copies():
     elements = 2 * 16 * 32
     assert t["Transpose_5"] == pytest.approx(cal.time("data_rows", elements))  # perm 0,2,1,3
     assert t["Transpose_7"] == pytest.approx(cal.time("data", elements))  # perm 0,2,3,1
-    from anychip.core.cost import node_time
+    from anychip.core.plan.cost import node_time
 
     concat = onnx.helper.make_node("Concat", ["a", "b"], ["c"], axis=1)
     a, b = (onnx.helper.make_tensor_value_info(x, 1, [64, 32]) for x in "ab")
@@ -144,7 +144,7 @@ def test_the_block_is_split_when_measured_costs_make_the_split_cheaper(cache):
 def test_the_moves_start_from_both_ends_and_the_lower_estimate_wins(cache, monkeypatch):
     """``move_faster_groups`` searches from the priority placement and from the host-only
     one and applies the result estimated faster (each start's own search, unchanged)."""
-    from anychip.core import cost_moves, cost_search
+    from anychip.core.plan import cost_moves, cost_search
 
     reg = get_registry()
     C._save(reg.backends["xpu"], _cal("xpu", {"attention": 1e-11}, (1e-5, 4e10)))
@@ -185,7 +185,7 @@ def test_a_chain_is_priced_at_its_own_shapes_measured_on_first_use(cache, monkey
     above; the chain measured at its own shapes (a stand-in for the probe: the XPU 3x slower
     than the CPU there, as a masked or broadcast chain runs unfused on it) keeps it on the CPU.
     Measured once per device and shape, then read from the cache."""
-    from anychip.core import calibration_probes as P
+    from anychip.core.plan import calibration_probes as P
 
     base = 1e-10  # the figures' unit (_save_machine_like_figures)
     reg = get_registry()
@@ -217,7 +217,7 @@ def test_a_chain_is_priced_at_its_own_shapes_measured_on_first_use(cache, monkey
 def test_the_chain_probe_runs_at_the_chain_shapes_with_its_mask(cache):
     """The probe model of a masked chain: its FLOPs as ``attention_work`` counts them, and
     the same result as onnxruntime on the same model."""
-    from anychip.core.calibration_probes import _attention_model, measure_attention
+    from anychip.core.plan.calibration_probes import _attention_model, measure_attention
 
     shape = ((2, 4, 16, 8), (2, 4, 8, 16), (2, 4, 16, 8), (1, 1, 16, 16), "Div")
     ((work, seconds),) = measure_attention(get_registry().backends["cpu"], shape, None, 1)

@@ -1,4 +1,4 @@
-"""``core/dispatch.py``: the flat per-node loop, against onnxruntime on seeded random inputs:
+"""``core/run/dispatch.py``: the flat per-node loop, against onnxruntime on seeded random inputs:
 the chain of tiny ops, omitted optional inputs, several outputs, small outputs kept out of the
 arena, the arena's views reused run after run, kernel checks, profiling hooks."""
 
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.core.memory import partition as memory_partition
+from anychip.core.run import memory as memory_partition
 from anychip.errors import KernelError
 from bench.dispatch import chain_model
 

@@ -1,4 +1,4 @@
-"""``core/executor.py``: ``Program`` on small graphs: outputs, frees after the last use,
+"""``core/run/program.py``: ``Program`` on small graphs: outputs, frees after the last use,
 errors naming the node, nested graphs reading outer values."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from anychip.core.compiler import resolve_schemas
-from anychip.core.executor import Program
-from anychip.core.plugins import get_registry
-from anychip.core.slots import free_after_last_use
+from anychip.core.compile.pipeline import resolve_schemas
+from anychip.core.plugin.host import get_registry
+from anychip.core.run.program import Program
+from anychip.core.run.slots import free_after_last_use
 from anychip.errors import InputError, KernelError
 from anychip.ir.onnx import import_model
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.core.plugins import register_plugin, unregister_plugin
+from anychip.core.plugin.host import register_plugin, unregister_plugin
 from tests.conformance import badchip
 from tests.core.test_feedback import _expected, _model
 

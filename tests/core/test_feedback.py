@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core import calibration as C
-from anychip.core.feedback import TIMED_RUNS
-from anychip.core.plugins import get_registry, register_plugin, unregister_plugin
+from anychip.core.plan import calibration as C
+from anychip.core.plugin.host import get_registry, register_plugin, unregister_plugin
+from anychip.core.run.feedback import TIMED_RUNS
 from tests.conformance import badchip
 
 
@@ -201,7 +201,7 @@ def _compiled(sp: _Compiling):  # noqa: ANN202 - a stand-in CompiledModel
 def test_runs_the_host_serves_during_a_background_compile_are_not_measured():
     """While a partition's compile runs, the host serves it: those runs time the host, not the
     placement (an NPU placement was once kept for the host's speed, then ran 1.7x slower)."""
-    from anychip.core.feedback import Feedback
+    from anychip.core.run.feedback import Feedback
 
     sp = _Compiling(3)
     compiled = _compiled(sp)
@@ -215,7 +215,7 @@ def test_runs_the_host_serves_during_a_background_compile_are_not_measured():
 
 
 def test_a_trial_starts_its_own_compiles_and_is_measured_once_they_are_done():
-    from anychip.core.feedback import Feedback
+    from anychip.core.run.feedback import Feedback
 
     placed, trying = _Compiling(0), _Compiling(3)
     compiled, trial = _compiled(placed), _compiled(trying)
@@ -261,7 +261,7 @@ def test_a_trial_whose_best_and_typical_runs_disagree_is_measured_longer(
     many pairs again; then decided on all of them, the later pairs' median confirming by
     itself (one slow run of three under load had kept a 1.9x placement; a second chance must
     not make false wins more likely)."""
-    from anychip.core import feedback as F
+    from anychip.core.run import feedback as F
 
     clock = [0.0]
     monkeypatch.setattr(F.time, "perf_counter", lambda: clock[0])

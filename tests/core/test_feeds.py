@@ -1,11 +1,11 @@
-"""``core/feeds.py``: feeds checked against the model's inputs, outputs selected and detached."""
+"""``core/api/feeds.py``: feeds checked against the model's inputs, outputs chosen and detached."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from anychip.core.feeds import Feeds, check_feed, detach
+from anychip.core.api.feeds import Feeds, check_feed, detach
 from anychip.errors import InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value

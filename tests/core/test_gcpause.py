@@ -1,4 +1,4 @@
-"""``core/gcpause.py``: the collector is paused during a load and back as it was after it,
+"""``core/compile/gcpause.py``: the collector is paused during a load and back as it was after it,
 whatever the load's outcome, with nested and concurrent loads counted."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import anychip
-from anychip.core.gcpause import gc_paused
+from anychip.core.compile.gcpause import gc_paused
 from tests.core.test_placement import three_nodes
 
 
@@ -22,13 +22,13 @@ def _restore():
 
 def test_a_load_pauses_the_collector_and_gives_it_back(monkeypatch):
     seen = []
-    real = anychip.core.session.Session.__init__
+    real = anychip.core.api.session.Session.__init__
 
     def spy(self, *a, **k):
         seen.append(gc.isenabled())
         real(self, *a, **k)
 
-    monkeypatch.setattr(anychip.core.session.Session, "__init__", spy)
+    monkeypatch.setattr(anychip.core.api.session.Session, "__init__", spy)
     gc.enable()
     anychip.load(three_nodes(), devices=["cpu"])
     assert seen == [False] and gc.isenabled()

@@ -14,13 +14,13 @@ from onnx import helper as h
 
 import anychip
 from anychip import hookimpl
-from anychip.core import plugins
-from anychip.core.backend import Backend, DeviceModel
-from anychip.core.kernels import KernelTable
 from anychip.core.memory import MemoryPool, NumpyAllocator, check_plan, lifetimes
-from anychip.core.memory import partition as memory_partition
-from anychip.core.memory.partition import plan_program
-from anychip.core.memory.report import MemoryReport
+from anychip.core.plugin import host as plugins
+from anychip.core.plugin.backend import Backend, DeviceModel
+from anychip.core.plugin.kernels import KernelTable
+from anychip.core.report.memory import MemoryReport
+from anychip.core.run import memory as memory_partition
+from anychip.core.run.memory import plan_program
 from anychip.errors import AnychipError, OutOfMemoryError
 from tests.backends.npu_stub.conftest import convnet
 from tests.models import transformer_layer
@@ -29,7 +29,7 @@ from tests.models import transformer_layer
 @pytest.fixture(autouse=True)
 def _usual_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests watch the pool serve each run's planned arena: the usual runs, not a
-    replay's private buffers (``core/replay.py``, tested in tests/core/test_replay.py)."""
+    replay's private buffers (``cpu/replay/record.py``, tested in tests/core/test_replay.py)."""
     monkeypatch.setenv("ANYCHIP_REPLAY", "0")
 
 
@@ -93,7 +93,7 @@ def test_report_prints_a_table_and_peak_is_measured():
 
 
 def test_cli_run_memory_prints_the_report(capsys):
-    from anychip.cli import main
+    from anychip.cli.main import main
 
     assert main(["run", os.path.join(LIGHT, "light_squeezenet.onnx"), "--repeat", "1",
                  "--memory", "--devices", "cpu"]) == 0  # fmt: skip

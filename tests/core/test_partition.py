@@ -1,4 +1,4 @@
-"""``core/partition.py``: partitions per device run, one copy per tensor per destination, no
+"""``core/plan/partition.py``: partitions per device run, one copy per tensor per destination, no
 cycles when devices alternate; results equal the cpu-only run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``core/placement.py``: capability answers, priority, pins, strict mode, the cost model."""
+"""``core/plan/placement.py``: capability answers, priority, pins, strict mode, the cost model."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core.compiler import resolve_schemas
-from anychip.core.placement import PlacementOptions, place
-from anychip.core.plugins import get_registry
+from anychip.core.compile.pipeline import resolve_schemas
+from anychip.core.plan.placement import PlacementOptions, place
+from anychip.core.plugin.host import get_registry
 from anychip.errors import PlacementError
 from anychip.ir.onnx import import_model
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core import plugins
+from anychip.core.plugin import host as plugins
 from tests.core.test_plugins import GOOD, _make_dist, _relu_model, plugin_path  # noqa: F401
 
 #: A plugin that first adds a deliberately wrong CPU Relu (x + 100) to the CPU's own table,
@@ -19,7 +19,7 @@ from tests.core.test_plugins import GOOD, _make_dist, _relu_model, plugin_path  
 POISON = """
     import numpy as np
     from anychip import hookimpl
-    from anychip.core.kernels import KernelTable
+    from anychip.core.plugin.kernels import KernelTable
 
     ANYCHIP_API_VERSION = 1
     TABLE = KernelTable("cpu")
@@ -127,7 +127,7 @@ def test_a_raising_release_is_a_device_error(plugin_path):  # noqa: F811
 GRAPH_MODE = """
     import numpy as np
     from anychip import hookimpl
-    from anychip.core.backend import Backend
+    from anychip.core.plugin.backend import Backend
     from anychip.ir.passes import Pass
 
     ANYCHIP_API_VERSION = 1

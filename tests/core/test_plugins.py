@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core import plugins
+from anychip.core.plugin import host as plugins
 
 
 def _make_dist(tmp_path: Path, dist: str, module: str, source: str, ep_name: str) -> None:
@@ -37,8 +37,8 @@ def plugin_path(tmp_path, monkeypatch):
 GOOD = """
     import numpy as np
     from anychip import hookimpl
-    from anychip.core.backend import Backend, DeviceModel
-    from anychip.core.kernels import KernelTable
+    from anychip.core.plugin.backend import Backend, DeviceModel
+    from anychip.core.plugin.kernels import KernelTable
 
     ANYCHIP_API_VERSION = 1
     TABLE = KernelTable("toy")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.cli import main
+from anychip.cli.main import main
 from tests.models import transformer_layer
 
 pytestmark = pytest.mark.skipif(

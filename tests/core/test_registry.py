@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 import anychip
 from anychip import hookimpl
-from anychip.core import plugins
-from anychip.core.plugins import get_registry
+from anychip.core.plugin import host as plugins
+from anychip.core.plugin.host import get_registry
 from anychip.ir.passes import Pass, PassResult
 
 

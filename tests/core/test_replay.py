@@ -1,4 +1,5 @@
-"""The recorded kernel calls of a static-shape CPU partition, replayed (``core/replay.py``):
+"""The recorded kernel calls of a static-shape CPU partition, replayed
+(``backends/cpu/replay/record.py``):
 equal to the kernels' path and to onnxruntime on new random inputs every run, at one and two
 threads; outputs the caller owns; the switches; profiling through the kernels; a second
 thread meanwhile on the usual path; the buffers placed as the dry pass timed them."""
@@ -15,8 +16,8 @@ from threadpoolctl import threadpool_limits
 
 import anychip
 from anychip.backends.cpu.onednn import _lib
-from anychip.core import replay_run as replay
-from anychip.core.replay import Recorder, seal
+from anychip.backends.cpu.replay import run as replay
+from anychip.backends.cpu.replay.record import Recorder, seal
 from bench.cpu_models import densenet_like, mobilenet_like, shufflenet_like
 
 RUNS = 8  # past replay.RECORD_AT: the later runs replay
@@ -297,7 +298,7 @@ def test_the_timing_rules(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_view_kernel_is_sealed_only_for_views_of_its_arguments() -> None:
     """An ``alias=True`` kernel that noted nothing replays as nothing only when each result
     is an argument's memory (Reshape's view); a copy (Reshape of a strided input) re-runs."""
-    from anychip.core.replay_run import _views_of
+    from anychip.backends.cpu.replay.run import _views_of
 
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     assert _views_of([x.reshape(6, 4)], [x, np.array([6, 4])])

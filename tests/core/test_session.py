@@ -1,4 +1,4 @@
-"""``core/session.py``, the facade: runs and its errors (feeds, outputs, files, options)."""
+"""``core/api/session.py``, the facade: runs and its errors (feeds, outputs, files, options)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.core import calibration as C
-from anychip.core.calibration_probes import OP_PROBES
-from anychip.core.plugins import get_registry
+from anychip.core.plan import calibration as C
+from anychip.core.plan.calibration_probes import OP_PROBES
+from anychip.core.plugin.host import get_registry
 from tests.models import transformer_layer
 
 

@@ -1,5 +1,5 @@
 """ir.passes.attention.match_attention: the one matcher of the attention chain that the fusion
-passes rewrite and the cost model prices (core/cost_patterns.py)."""
+passes rewrite and the cost model prices (core/plan/cost_patterns.py)."""
 
 from __future__ import annotations
 

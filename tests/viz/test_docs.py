@@ -28,7 +28,7 @@ def test_page_code_runs(page: str, tmp_path: Path) -> None:
 
 
 def test_cli_page_lists_every_command() -> None:
-    from anychip.cli import _parser
+    from anychip.cli.main import _parser
 
     text = (DOCS / "cli.md").read_text()
     sub = next(a for a in _parser()._actions if a.dest == "cmd")

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 import anychip
 from anychip.backends.cpu.kernels import op_reduce
 from anychip.backends.cpu.onednn import kernels as onednn_kernels
-from anychip.core.memory import partition as memory_partition
+from anychip.core.run import memory as memory_partition
 from bench._wild_sklearn import sklearn_cases
 from tests.wild._compare import anychip_run, assert_same, ort_run
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.arrayapi.tensor import Space, XTensor
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.kernels import KernelTable
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import KernelError
 from anychip.ir.node import Node
 

@@ -1,7 +1,7 @@
 """The executor's out protocol on the CPU backend (not a kernel module).
 
 A kernel that declares ``out=None`` may be handed ``out``: a C-contiguous view of the
-partition's planned arena with the output's expected shape and dtype (``core/executor.py``).
+partition's planned arena with the output's expected shape and dtype (``core/run/program.py``).
 It writes its result there and returns ``out`` itself, or returns a fresh array when the
 result would not fit exactly; the helpers below make that test cheap and uniform, so a wrong
 shape from shape inference is never silently broadcast into ``out`` or cast into its dtype.

@@ -16,7 +16,7 @@ import onnx
 from onnx import numpy_helper
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.executor import KernelContext
+from anychip.core.run.program import KernelContext
 from anychip.errors import UnsupportedOpError
 from anychip.ir.dtypes import DType
 from anychip.ir.node import AttrType, Node

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.executor import KernelContext
+from anychip.core.run.program import KernelContext
 from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph

@@ -11,7 +11,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import KernelError
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._axes import norm_axis
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
-from anychip.core import replay as _replay
 from anychip.errors import KernelError
 
 __all__ = ["concat"]

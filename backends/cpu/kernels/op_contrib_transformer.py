@@ -17,9 +17,9 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_activations import gelu
 from anychip.backends.cpu.kernels.op_layer_normalization import layer_normalization
 from anychip.backends.cpu.kernels.op_rnn import make_activation
+from anychip.backends.cpu.native.rows import skip_layer_norm_rows
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
-from anychip.codegen.rows import skip_layer_norm_rows
-from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
 

@@ -26,7 +26,7 @@ from anychip.backends.cpu.kernels.op_conv import conv
 from anychip.backends.cpu.onednn import conv as onednn_conv
 from anychip.backends.cpu.onednn import matmul as onednn_matmul
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import ModelError
 
 __all__ = ["conv_integer", "mat_mul_integer", "qlinear_conv", "qlinear_mat_mul"]

@@ -1,7 +1,7 @@
 """``anychip::FusedAttention`` (``backends/cpu/passes/fuse_attention.py``):
 ``softmax(Q @ Kt (/ or *) scale [+ mask], last axis) @ V``, the unfused nodes' operations in
 their order, in one scores buffer (scaled, masked and normalized in place); given two threads
-or more and ``HEADS_SPLIT_WORK``, head by head on the pool (``codegen/attention.py``)."""
+or more and ``HEADS_SPLIT_WORK``, head by head on the pool (``cpu/native/attention.py``)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_softmax import _softmax
+from anychip.backends.cpu.native import omp, pool
+from anychip.backends.cpu.native.attention import attention
+from anychip.backends.cpu.native.rows import softmax_rows
 from anychip.backends.cpu.table import kernel
-from anychip.codegen import omp, pool
-from anychip.codegen.attention import attention
-from anychip.codegen.rows import softmax_rows
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
 __all__ = ["fused_attention", "HEADS_SPLIT_WORK"]
 
-#: Multiply-adds (both products) from which the heads go to ``codegen/pool.py``'s threads
-#: (``codegen/attention.py``): the BERT-like layer's 4 heads of 128x128x64 are 8.4M, 285-336
+#: Multiply-adds (both products) from which the heads go to ``backends/cpu/native/pool.py``'s
+# threads
+#: (``backends/cpu/native/attention.py``): the BERT-like layer's 4 heads of 128x128x64 are 8.4M,
+# 285-336
 #: us on one thread.
 HEADS_SPLIT_WORK = 1 << 22
 

@@ -20,11 +20,12 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_elementwise import erf_array, ieee_power
+from anychip.backends.cpu.native.fused import c_kernel
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
-from anychip.codegen import KernelSpec, c_kernel, classify, parse
+from anychip.codegen import KernelSpec, classify, parse
 from anychip.codegen.expr import Expr
 from anychip.codegen.program import linearize
-from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -158,7 +159,9 @@ def evaluate_into(
     else:  # the common case, a few us a call cheaper on small transformer tensors
         arrays = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in xs]
     if not fits(out, shape, dtype) or not _may_write(out, arrays, layout.classes, fn):
-        out = _replay.empty(shape, dtype)  # np.empty, or the recorder's (core/replay.py)
+        out = _replay.empty(
+            shape, dtype
+        )  # np.empty, or the recorder's (backends/cpu/replay/record.py)
     if out.size:
         fn(layout, arrays, out)  # generated C, noted (``codegen.CFunction``)
     return out, all(a is x for a, x in zip(arrays, xs))

@@ -26,11 +26,11 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_attention import _scaled_softmax, fused_attention
 from anychip.backends.cpu.kernels.op_reshape import reshape, target_shape
 from anychip.backends.cpu.kernels.op_split import _split
+from anychip.backends.cpu.native import omp, pool
+from anychip.backends.cpu.native.attention import attention
+from anychip.backends.cpu.native.rows import softmax_rows
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
-from anychip.codegen import omp, pool
-from anychip.codegen.attention import attention
-from anychip.codegen.rows import softmax_rows
-from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -161,7 +161,7 @@ def _attend(
     y: np.ndarray,
 ) -> bool:
     """``y[...] = softmax(q @ kt op scale + mask) @ v``; ``y`` a strided view. Returns
-    whether every step was a call noted for a replay (``core/replay.py``)."""
+    whether every step was a call noted for a replay (``backends/cpu/replay/record.py``)."""
     op = 1 if divide else 2
     work = q.size * kt.shape[-1] * 2
     if q.dtype == np.float32 and work >= op_fused_attention.HEADS_SPLIT_WORK:  # its threshold

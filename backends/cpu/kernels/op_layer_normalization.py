@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.native.rows import layer_norm_rows
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
-from anychip.codegen.rows import layer_norm_rows
-from anychip.core import replay as _replay
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 

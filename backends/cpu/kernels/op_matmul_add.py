@@ -1,15 +1,15 @@
 """``anychip::MatMulAdd`` (``passes/fuse_gemm.py``): ``A @ B + C`` for an N-D activation, a
 2-D weight and a bias along the last axis; the unfused MatMul's and Add's steps, in place in
 the planned output: one dispatch and one pass over memory fewer per linear layer. Float32
-through ``codegen/linear.py`` (the same sgemm, the bias added in C: the same results)."""
+through ``cpu/native/linear.py`` (the same sgemm, the bias added in C: the same results)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.native.linear import linear
 from anychip.backends.cpu.table import kernel
-from anychip.codegen.linear import linear
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN

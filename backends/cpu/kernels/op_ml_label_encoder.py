@@ -15,7 +15,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import ML, compiled
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import KernelError
 
 __all__ = ["label_encoder_1", "label_encoder"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import ML
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 

@@ -22,7 +22,7 @@ import numpy as np
 from anychip.backends.cpu import native
 from anychip.backends.cpu.kernels._ml_common import ML, compiled, labels_of, post_transform
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import KernelError
 
 __all__ = [

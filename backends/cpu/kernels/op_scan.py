@@ -14,7 +14,7 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._scan_vector import run_batched
 from anychip.backends.cpu.table import kernel
-from anychip.core.executor import KernelContext
+from anychip.core.run.program import KernelContext
 from anychip.errors import KernelError, ModelError
 from anychip.ir.graph import Graph
 

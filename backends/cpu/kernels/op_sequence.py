@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.executor import KernelContext
+from anychip.core.run.program import KernelContext
 from anychip.errors import KernelError
 from anychip.ir.graph import Graph
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.executor import KernelContext
+from anychip.core.run.program import KernelContext
 from anychip.ir.graph import Graph
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

@@ -11,8 +11,8 @@ import math
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.native.rows import softmax_rows
 from anychip.backends.cpu.table import kernel
-from anychip.codegen.rows import softmax_rows
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 

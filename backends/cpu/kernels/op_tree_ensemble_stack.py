@@ -20,7 +20,7 @@ from anychip.backends.cpu import native
 from anychip.backends.cpu.kernels import op_ml_tree_ensemble as trees
 from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.table import kernel
-from anychip.core.kernel_call import KernelContext
+from anychip.core.run.kernel_call import KernelContext
 from anychip.ir.graph import Graph
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from anychip.codegen import omp, pool
+from anychip.backends.cpu.native import omp, pool
 from anychip.errors import KernelError
 
 __all__ = [
@@ -232,7 +232,8 @@ def _load() -> None:
         _state.update(lib=None, reason="cffi is not installed")
         return
     # libgomp reads this once, when it loads (with libdnnl, if nothing loaded it before):
-    # see codegen/omp.py. ``OMP_WAIT_POLICY=ACTIVE`` in the environment keeps the spinning.
+    # see backends/cpu/native/omp.py. ``OMP_WAIT_POLICY=ACTIVE`` in the environment keeps the
+    # spinning.
     omp.passive_wait()
     errors = []
     for path in _candidates():

@@ -1,4 +1,4 @@
-"""Several oneDNN primitives executed at once, one per thread of ``codegen/pool.py``.
+"""Several oneDNN primitives executed at once, one per thread of ``backends/cpu/native/pool.py``.
 
 Made for work that oneDNN's own team splits badly: a recurrence at a small batch is one
 fork-join per time step inside the primitive (with ``OMP_WAIT_POLICY=PASSIVE`` a wake of the
@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.native import pool
+from anychip.backends.cpu.native.pool import SOURCE_DECL
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import check
-from anychip.codegen import pool
+from anychip.backends.cpu.replay import record as _replay
 from anychip.codegen.build import loader
-from anychip.codegen.pool import SOURCE_DECL
-from anychip.core import replay as _replay
 
 __all__ = [
     "run_all",
@@ -259,7 +259,8 @@ def offset_buffers(bases: dict[int, int], offsets: list[dict[int, int]]) -> list
 
 
 def run_kept(prims: list[P.Prim], buffers: list[dict], threads: int, *alive: Any) -> None:
-    """``run_all`` on buffers given as addresses, noted for a replay (``core/replay.py``) with
+    """``run_all`` on buffers given as addresses, noted for a replay
+    (``backends/cpu/replay/record.py``) with
     the arrays behind them (``alive``), which the note keeps."""
     run_all(prims, buffers, threads)
     if _replay.ACTIVE:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.onednn._lib import C, Lib, check, get
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 from anychip.core.memory import hugepages
 
 __all__ = [
@@ -344,7 +344,7 @@ def _reorder(key: Hashable, src: np.ndarray, dst: np.ndarray, build: Callable[[]
 
 
 def scratch_for(d: Any) -> np.ndarray:
-    """``empty_for``'s buffer for a call's own use (``core/replay.py``'s while recorded)."""
+    """``empty_for``'s buffer for a call's own use (``cpu/replay/record.py``'s while recorded)."""
     return _replay.empty((max(1, md_size(d) // 4),))
 
 

@@ -6,7 +6,7 @@ of a channels-last buffer, so the next oneDNN op reads it without a reorder (num
 elementwise ops keep that layout too). Inputs in another layout are reordered on entry.
 FusedConv's bias, residual input Z (a ``sum`` post-op) and activation (an ``eltwise`` post-op)
 run inside the primitive. Depthwise convolutions on a channels-last source go to the C kernel
-of ``codegen/dwconv.py`` first, where it measured faster.
+of ``backends/cpu/native/dwconv.py`` first, where it measured faster.
 
 Falls back to the numpy kernel (``kernels/op_conv.py``) for: dtypes other than float32,
 1-D to 3-D convolutions only (rank 3-5), an empty batch or output, a Z whose shape is not the
@@ -22,12 +22,12 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.native import copies, dwconv
 from anychip.backends.cpu.onednn import _parallel, conv1x1, conv1x1_cl, conv_split
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
-from anychip.codegen import copies, dwconv
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["conv", "eltwise"]
 
@@ -377,7 +377,7 @@ def _run(
         bufs[C.arg_bias] = np.ascontiguousarray(b)
     entry.prim.run(bufs)
     # Every step here is a noted call (reorders and the primitive through ``Prim.run``, the
-    # copies in C): a replay runs them alone (core/replay.py).
+    # copies in C): a replay runs them alone (backends/cpu/replay/record.py).
     _replay.seal()
     if dst is not out and entry.dst_cl and copies.to_planar(P.from_channels_last(dst_cl), out):
         P.REORDERS["dst"] += 1  # a tile transpose in C, on the pool; counted as a reorder
@@ -423,7 +423,9 @@ class _Fast(Remembered):
         wp = self.prepared(  # the prepared weights' pointer (``P.pin`` holds the array)
             w, lambda: P.pin(P.weights(key, (w,), lambda: _prepare_weights(entry, key, w)))
         )
-        ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
+        ycl = _replay.empty(
+            self.y_cl
+        )  # np.empty, or the recorder's (backends/cpu/replay/record.py)
         y = P.from_channels_last(ycl)
         if z is not None:
             _replay.copy(y, z)  # the sum post-op adds into it (z's shape: _accepted's check)
@@ -446,7 +448,8 @@ class _Fast(Remembered):
 
 
 class _Depthwise(Remembered):
-    """A node's depthwise convolution on ``codegen/dwconv.py``'s C kernel, remembered with
+    """A node's depthwise convolution on ``backends/cpu/native/dwconv.py``'s C kernel, remembered
+    with
     what it depends on (``_memo.Remembered``): the next such call goes straight to the
     kernel, without the geometry and the checks of ``applies`` (ShuffleNet's and
     MobileNet's depthwise nodes run every call on this path)."""

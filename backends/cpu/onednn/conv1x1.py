@@ -20,7 +20,8 @@ this is their path.
 
 Given two threads or more (``team``, the convolution left on one OpenMP thread) a batch-1
 product from ``SPLIT_WORK`` multiply-adds is cut into parts of output channels (of whole
-groups when grouped), one matmul each, on ``codegen/pool.py``'s threads (``_parallel``): in
+groups when grouped), one matmul each, on ``backends/cpu/native/pool.py``'s threads
+(``_parallel``): in
 NCHW a part's weights rows, bias and output rows are contiguous blocks, and its input the
 whole ``X`` (or its groups' channels), so the parts share nothing they write.
 
@@ -39,13 +40,13 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels.op_fused_elementwise import elementwise_call, evaluate_into
+from anychip.backends.cpu.native import pool
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all
-from anychip.codegen import pool
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["run", "SPLIT_WORK", "RUNS"]
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.native import pool
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_kept
-from anychip.codegen import pool
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["applies", "run", "Fast", "RUNS"]
 

@@ -1,5 +1,5 @@
 """A small 2-D convolution at batch 1 split by output rows: one oneDNN primitive per part,
-run at once on ``codegen/pool.py`` (``_parallel.run_all``).
+run at once on ``backends/cpu/native/pool.py`` (``_parallel.run_all``).
 
 Under ``_lib.SMALL_WORK`` a convolution runs on one OpenMP thread: waking oneDNN's passive
 team costs 60-100 us a primitive on this VM, more than a second thread saves on a small one
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.native import pool
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.onednn._parallel import offset_buffers, run_all, run_kept
-from anychip.codegen import pool
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = [
     "Fast",
@@ -247,7 +247,9 @@ class Fast(Remembered):
         wk = self.prepared(
             w, lambda: P.weights(key, (w,), lambda: _weights_all(key, plan.parts, wdims, w))
         )
-        ycl = _replay.empty(self.y_cl)  # np.empty, or the recorder's (core/replay.py)
+        ycl = _replay.empty(
+            self.y_cl
+        )  # np.empty, or the recorder's (backends/cpu/replay/record.py)
         if z is not None:
             _replay.copy(ycl, z.transpose(0, 2, 3, 1))  # the parts' sum post-op adds into it
         buffers = _bind(plan, wk, self.bias, x.transpose(0, 2, 3, 1), ycl)

@@ -25,6 +25,8 @@ from anychip.backends.cpu.kernels import (
     op_rnn,
 )
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.native import copies
+from anychip.backends.cpu.native import linear as _linear
 from anychip.backends.cpu.onednn import _lib as _lib_mod
 from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import conv_split as _conv_split
@@ -38,10 +40,8 @@ from anychip.backends.cpu.onednn._prim import channels_last as channels_last_sha
 from anychip.backends.cpu.onednn._prim import from_channels_last
 from anychip.backends.cpu.onednn._prim import from_channels_last_ok as channels_last_ok
 from anychip.backends.cpu.onednn.conv import eltwise
-from anychip.codegen import copies
-from anychip.codegen import linear as _linear
-from anychip.core import replay as _replay
-from anychip.core.kernels import KernelTable
+from anychip.backends.cpu.replay import record as _replay
+from anychip.core.plugin.kernels import KernelTable
 from anychip.ir.dtypes import DType
 from anychip.opsets.com_microsoft import MS_DOMAIN
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -194,7 +194,7 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
     if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
         if channels_last_ok(x):
             # in the input's memory order (4-D: the recorder's buffer while recorded,
-            # core/replay.py; else numpy's empty_like, which keeps it)
+            # backends/cpu/replay/record.py; else numpy's empty_like, which keeps it)
             if x.ndim == 4:
                 y = from_channels_last(_replay.empty(channels_last_shape(x.shape)))
             else:
@@ -442,7 +442,7 @@ def gemm(
 ) -> Any:
     """Gemm through oneDNN's matmul when B is a constant 2-D float32, A is not transposed and
     alpha is 1 (the fully connected layer); C added after. Else the numpy kernel, whose BLAS
-    runs on one thread inside a partition beside oneDNN (``codegen/blas.py``)."""
+    runs on one thread inside a partition beside oneDNN (``backends/cpu/native/blas.py``)."""
     weights = ctx.node.inputs[1]
     beta = float(attrs.get("beta", 1.0))
     if (

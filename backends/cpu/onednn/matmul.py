@@ -5,7 +5,7 @@ B (an initializer: a layer's weights) is reordered once into the layout the prim
 the M axis. Measured on ResNet/BERT-like shapes at one thread, packed oneDNN ran 108-115 GFLOP/s
 where numpy's OpenBLAS ran 89-104 for M >= 32, and slightly behind it for M = 1 (37 against 41),
 so rows below ``MIN_ROWS`` stay with numpy (one row times large weights streams them through
-``codegen/gemv.py``, ``split_gemv``). A oneDNN call costs 12-50 us of its own (binding,
+``backends/cpu/native/gemv.py``, ``split_gemv``). A oneDNN call costs 12-50 us of its own (binding,
 execute, stream wait; more with the OpenMP team waking on a busy machine) where numpy's costs 2:
 products under ``MIN_MACS`` multiply-adds stay with numpy too (the tiny Hugging Face exports'
 128x32 @ 32x32: 15 us oneDNN, 3.4 numpy; a scikit-learn model's 300x12 @ 12x4: 2 us numpy; at
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.native import pool
+from anychip.backends.cpu.native.gemv import gemv
+from anychip.backends.cpu.native.linear import gemm_columns
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
-from anychip.codegen import pool
-from anychip.codegen.gemv import gemv
-from anychip.codegen.linear import gemm_columns
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = [
     "split_gemv",
@@ -52,14 +52,15 @@ MIN_MACS = 1 << 21
 #: From this many multiply-adds, with two threads or more given and oneDNN's team at one
 #: thread (under ``_lib.MATMUL_SMALL_WORK``), the rows are split into parts of
 #: ``ROWS_PER_PART`` or more (up to two per thread), one primitive each, run on
-#: ``codegen/pool.py``'s threads. Off: in idle seconds (``bench/onednn_team.py --kind matmul``,
+#: ``backends/cpu/native/pool.py``'s threads. Off: in idle seconds (``bench/onednn_team.py --kind
+# matmul``,
 #: team of 1 / team of 2 / split, us) 128x256x256 194 / 167 / 200, 211 / 182 / 210 and
 #: 128x256x1024 646 / 407 / 435: parts of 32 rows cost 1.2-1.5x the CPU time of the whole,
 #: and oneDNN's own team of two does better. Set it (tests, ``onednn_team.py``) to use it.
 ROW_SPLIT_WORK = 1 << 62
 ROWS_PER_PART = 32
 #: From ``MIN_MACS`` multiply-adds to under this, given two threads or more, the product runs
-#: as column blocks of numpy's sgemm, one per thread, on ``codegen/pool.py``'s threads
+#: as column blocks of numpy's sgemm, one per thread, on ``backends/cpu/native/pool.py``'s threads
 #: (``codegen/linear.gemm_columns``), not through oneDNN: the BERT-like layer's 128x256x256
 #: (2^23) took 94-97 us so (CPU 187-194) against 167-207 for oneDNN's team of two (its
 #: threads wake from a passive wait, 60-100 us here) and 169 for one sgemm; with its FFN's
@@ -72,13 +73,15 @@ COLUMN_SPLIT_MAX = 1 << 26
 
 
 #: Weights (``k * n`` floats) from which a one-row product (a batch-1 fully connected layer)
-#: at one thread streams them through ``codegen/gemv.py``'s kernel rather than numpy's one-row
+#: at one thread streams them through ``backends/cpu/native/gemv.py``'s kernel rather than numpy's
+# one-row
 #: sgemm: with the caches flushed before each call (they are, in a model), numpy / this, us:
 #: 4096x25088 (VGG-19's fc6) 21824 / 14899, 4096x9216 (AlexNet's) 7532 / 5956, but 4096x4096
 #: 2952 / 3027 and 1000x1024 184-234 / 242-263, where numpy's stays.
 GEMV_WEIGHTS = 1 << 25
 #: From this many weights, given two threads or more, the product is cut into blocks of the
-#: output on ``codegen/pool.py``'s threads, streamed by the same kernel: two threads stream
+#: output on ``backends/cpu/native/pool.py``'s threads, streamed by the same kernel: two threads
+# stream
 #: the weights at twice the rate (a classifier's 1024x1000 Gemm took 200-222 us in
 #: ShuffleNet's session at one thread's bandwidth, 54 us warm). Against the blocks of numpy's
 #: sgemv it replaced, two threads, caches flushed, us: 4096x25088 15013 / 12428, 4096x9216
@@ -91,7 +94,7 @@ def split_gemv(
 ) -> np.ndarray | None:
     """``a @ b`` (``a @ b.T`` with ``trans_b``) for one row ``a`` and large weights, as
     ``GEMV_WEIGHTS`` and ``GEMV_SPLIT_WEIGHTS`` describe; None for other shapes, smaller
-    weights, and where ``codegen/gemv.py`` does not apply (the caller runs numpy's)."""
+    weights, and where ``backends/cpu/native/gemv.py`` does not apply (the caller runs numpy's)."""
     if a.ndim < 2 or b.ndim != 2 or b.size < GEMV_SPLIT_WEIGHTS or a.size == 0:
         return None
     k = b.shape[1] if trans_b else b.shape[0]
@@ -148,7 +151,7 @@ def matmul(
         return None
     y_shape = a.shape[:-1] + (n,)
     if out is None or out.shape != y_shape or out.dtype != np.float32 or not out.flags.c_contiguous:
-        out = _replay.empty(y_shape)  # np.empty, or a recorder's (core/replay.py)
+        out = _replay.empty(y_shape)  # np.empty, or a recorder's (backends/cpu/replay/record.py)
     a = _replay.contiguous(a)
     if len(runs) == 1:  # the whole product: the arrays as they are, no row views
         entry, packed = runs[0]

@@ -18,11 +18,11 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.kernels._window import window_geometry
+from anychip.backends.cpu.native import copies
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
-from anychip.codegen import copies
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["pool"]
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.native import pool
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._parallel import run_all
-from anychip.codegen import pool
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["recurrent"]
 

@@ -8,7 +8,7 @@ and the layout change the depthwise convolution after it would otherwise do on i
 (measured at 1 thread: 37 us against 12 for numpy's shuffle plus 46 for the convolution's
 reorder at 136x28x28; 14 against 20 at 272x14x14; 16 against 18 at 544x7x7).
 
-Where a C compiler is found, the generated copy of ``codegen/copies.py`` does the same
+Where a C compiler is found, the generated copy of ``backends/cpu/native/copies.py`` does the same
 shuffle first: an 8x8 register transpose per tile, on the pool's threads from 2^17
 elements (2 threads, medians of 100, us, this reorder / that copy: 112x56x56 117 / 61-65,
 136x28x28 45 / 35, 544x7x7 22 / 12; the reorder runs on one OpenMP thread there, under
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from anychip.backends.cpu.native import copies
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads, team_for
-from anychip.codegen import copies
-from anychip.core import replay as _replay
+from anychip.backends.cpu.replay import record as _replay
 
 __all__ = ["shuffle"]
 

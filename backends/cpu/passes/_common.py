@@ -103,7 +103,7 @@ def fast_kernel(domain: str, op_type: str, numpy_fn: Any) -> bool:
     """Whether the CPU's float32 kernel of ``domain::op_type`` is fast: its function says so
     with an attribute ``fast`` (a bool, or a callable answering at compile time, e.g. "oneDNN
     loaded"), else whether it is another function than ``numpy_fn``."""
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     found = get_registry().kernel_table("cpu").lookup(domain, op_type, 1, DType.FLOAT)
     if found.kernel is None:

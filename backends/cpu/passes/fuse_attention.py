@@ -5,7 +5,7 @@
     y = MatMul(p, V)
 
 Fires where ``ir.passes.attention.match_attention`` matches (the cost model prices the same
-chains as one kernel: ``core/cost_patterns.py``). The
+chains as one kernel: ``core/plan/cost_patterns.py``). The
 kernel (``kernels/op_fused_attention.py``) runs the same operations in the same order, in one
 buffer.
 """

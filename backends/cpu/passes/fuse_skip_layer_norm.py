@@ -7,7 +7,8 @@ optimizer writes it)::
 
 The sum stays an output when anything else reads it (GPT-2's pre-norm residual stream) or it
 is a graph output; the CPU kernel computes it first, rounded as the Add rounds it, then the
-normalization of ``layer_norm_rows`` (``codegen/rows.py``): the unfused results, one dispatch
+normalization of ``layer_norm_rows`` (``backends/cpu/native/rows.py``): the unfused results, one
+dispatch
 and one pass over memory fewer (the tiny BERT has four such pairs, the tiny GPT-2 five).
 
 Fires only on float32 with both Add inputs computed (not constants: a bias Add is

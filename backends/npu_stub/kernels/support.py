@@ -120,7 +120,7 @@ def _check_tensor(v, where: str, op: str) -> str | None:
         return f"{where} is not a tensor ({v.type_str()})"
     if v.shape is None:
         # Symbolic dimensions are fine: the NPU's shape policy is "static", so the runtime
-        # compiles each partition per concrete input signature (core/specialize.py).
+        # compiles each partition per concrete input signature (core/compile/specialize.py).
         return f"unknown rank: {where} is {v.type_str()}"
     if v.dtype in _INDEX_DTYPES and op in INDEX_OPS:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.kernels import KernelTable
 from anychip.ir.dtypes import DType
 
 __all__ = ["KERNELS", "kernel", "F"]

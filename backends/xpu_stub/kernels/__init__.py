@@ -8,7 +8,7 @@ read them before launching.
 from __future__ import annotations
 
 from anychip.backends.xpu_stub.driver import launch as K
-from anychip.core.kernels import KernelTable
+from anychip.core.plugin.kernels import KernelTable
 from anychip.ir.dtypes import DType
 
 __all__ = ["XPU_KERNELS"]

@@ -9,7 +9,7 @@ host memory: tensors stay numpy arrays and no copies are made between it and the
 from __future__ import annotations
 
 from anychip import hookimpl
-from anychip.core.registry import Registry
+from anychip.core.plugin.registry import Registry
 
 __all__ = ["ANYCHIP_API_VERSION"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.backend import Backend, CompiledGraph, DeviceModel
+from anychip.core.plugin.backend import Backend, CompiledGraph, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import export_model

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import numpy as np
 
 from anychip import hookimpl
-from anychip.core.backend import Backend, DeviceModel
-from anychip.core.kernels import KernelTable
 from anychip.core.memory import ArenaPool, MemoryStats, NumpyAllocator, as_array
-from anychip.core.registry import Registry
+from anychip.core.plugin.backend import Backend, DeviceModel
+from anychip.core.plugin.kernels import KernelTable
+from anychip.core.plugin.registry import Registry
 from anychip.ir.dtypes import DType
 
 ANYCHIP_API_VERSION = 1  # the hook API this plugin was written for

@@ -27,7 +27,7 @@ def make_backend():  # noqa: ANN201 - the test device
 def registered() -> Iterator[object]:
     """``strict`` registered for the duration (the backend object is yielded)."""
     from anychip.backends.arrayapi import register_backend
-    from anychip.core.plugins import unregister_plugin
+    from anychip.core.plugin.host import unregister_plugin
 
     backend = make_backend()
     name = register_backend(backend, name="test-strict")

@@ -15,7 +15,7 @@ from onnx import helper as h
 
 import anychip
 from anychip.backends.arrayapi import ArrayAPIBackend, register_backend
-from anychip.core.plugins import unregister_plugin
+from anychip.core.plugin.host import unregister_plugin
 
 RNG = np.random.default_rng(11)
 
@@ -145,7 +145,7 @@ def numpy_backend():
 @pytest.mark.parametrize("device", ["strict", "np-xp"])
 def test_model_runs_on_the_device_like_onnxruntime(build, device, strict, numpy_backend):
     model, feeds = build()
-    backend = anychip.core.plugins.get_registry().backends[device]
+    backend = anychip.core.plugin.host.get_registry().backends[device]
     stats = backend.memory_stats()
     before = stats.in_use if stats is not None else 0
     sess = anychip.load(model, devices=[device, "cpu"], cost_model=False, optimize=False)

@@ -17,7 +17,7 @@ from anychip.backends.cpu.kernels.op_channel_shuffle import channel_shuffle
 from anychip.backends.cpu.onednn import _lib
 from anychip.backends.cpu.onednn import kernels as onednn_kernels
 from anychip.backends.cpu.onednn._prim import REORDERS
-from anychip.core.memory import partition as memory_partition
+from anychip.core.run import memory as memory_partition
 from anychip.errors import KernelError
 
 F = TensorProto.FLOAT
@@ -132,10 +132,11 @@ def test_kernel_matches_the_formula(dtype):
 @pytest.mark.parametrize("compiler", [True, False])
 def test_before_a_convolution_the_generated_copy_shuffles_else_the_reorder(compiler, monkeypatch):
     """With a C compiler the shuffle before the depthwise convolution is the generated copy
-    (``codegen/copies.py``); with it hidden, oneDNN's reorder. Both equal onnxruntime."""
+    (``cpu/native/copies.py``); with it hidden, oneDNN's reorder. Both equal onnxruntime."""
     assert _lib.available(), _lib.unavailable_reason()
+    from anychip.backends.cpu.native import copies
     from anychip.backends.cpu.onednn import shuffle as shuffle_mod
-    from anychip.codegen import build, copies
+    from anychip.codegen import build
 
     if compiler and build.compiler() is None:
         pytest.skip("needs a C compiler (gcc)")

@@ -13,7 +13,7 @@ from onnx import helper
 
 import anychip
 from anychip.backends.cpu.onednn import _lib, conv1x1_cl
-from anychip.bench_cli import _thread_limit
+from anychip.cli.bench import _thread_limit
 from tests.backends.cpu.test_onednn import _close, _model, _rand
 
 pytestmark = pytest.mark.skipif(_lib.get() is None, reason="oneDNN not loadable here")
@@ -84,7 +84,7 @@ def test_two_threads_split_the_output_channels(monkeypatch, bias):
     """Left on one OpenMP thread with two given, the product runs as blocks of output
     channels on the pool (``_Parts``: a strided destination each), bias sliced per block;
     equal to onnxruntime on new inputs through the remembered path."""
-    from anychip.codegen import pool
+    from anychip.backends.cpu.native import pool
 
     monkeypatch.setattr(conv1x1_cl, "SPLIT_WORK", 0)
     monkeypatch.setattr(pool, "try_parallel", lambda: True)
@@ -110,7 +110,7 @@ def test_a_whole_product_and_a_part_of_another_keep_their_own_weight_layouts(mon
     split into two blocks of 40 (gemm:jit's layout). Their weights' reorders were cached by
     one key, so one node's weights were written in the other's layout into a buffer of the
     wrong size (a heap corruption that crashed the bench); each now has its own."""
-    from anychip.codegen import pool
+    from anychip.backends.cpu.native import pool
 
     rng = np.random.default_rng(31)
     c, hw = 24, 12  # 40 outputs: brgemm pads them, gemm:jit does not

@@ -10,8 +10,8 @@ import pytest
 from onnx import helper
 
 import anychip
+from anychip.backends.cpu.native import omp, pool
 from anychip.backends.cpu.onednn import _lib, conv1x1, conv_split
-from anychip.codegen import omp, pool
 from tests.backends.cpu.test_onednn import _close, _model, _rand, _run_both
 from tests.backends.cpu.test_onednn_threads import two_threads
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
-from anychip.core.memory import partition as memory_partition
+from anychip.core.run import memory as memory_partition
 
 F = TensorProto.FLOAT
 

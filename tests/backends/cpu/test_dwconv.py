@@ -1,4 +1,5 @@
-"""``codegen/dwconv.py``: depthwise convolutions in C on channels-last tensors, reached through
+"""``backends/cpu/native/dwconv.py``: depthwise convolutions in C on channels-last tensors, reached
+through
 ``onednn/conv.conv``. Equal to onnxruntime on seeded random inputs and weights (strides, pads,
 dilations, odd sizes, channels not a multiple of 16, batches, each activation, a residual,
 NaN and Inf); the C path ran (``RUNS``); one and two threads give the same bits; without a
@@ -13,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import anychip
+from anychip.backends.cpu.native import dwconv
 from anychip.backends.cpu.onednn import _lib
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn import conv as oconv
-from anychip.bench_cli import _thread_limit
-from anychip.codegen import dwconv
+from anychip.cli.bench import _thread_limit
 
 pytestmark = pytest.mark.skipif(_lib.get() is None, reason="oneDNN not loadable here")
 F = TensorProto.FLOAT

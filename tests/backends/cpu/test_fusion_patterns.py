@@ -218,7 +218,7 @@ def test_pad_folded_into_conv(pads, mode, fold):
 
 
 def test_a_kernel_that_says_it_is_fast_turns_the_conv_fusion_on(monkeypatch):
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
     from anychip.ir.dtypes import DType
 
     table = get_registry().kernel_table("cpu")

@@ -85,7 +85,7 @@ def test_a_small_layer_remembers_its_c_call_across_runs_and_shapes():
     from onnx import TensorProto
 
     import anychip
-    from anychip.codegen import linear as linear_mod
+    from anychip.backends.cpu.native import linear as linear_mod
 
     graph = helper.make_graph(
         [N("MatMul", ["x", "w"], ["m"]), N("Add", ["m", "b"], ["y"])],
@@ -120,7 +120,7 @@ def test_a_small_matmul_remembers_its_c_call_and_equals_numpy():
     """A MatMul by a constant weight under MIN_MACS: its second run on goes through the bound
     C call (no bias), numpy's own sgemm: the same bits as np.matmul, over new inputs."""
     import anychip
-    from anychip.codegen import linear as linear_mod
+    from anychip.backends.cpu.native import linear as linear_mod
 
     w = rand(1, 32, 48)
     m = model([N("MatMul", ["x", "w"], ["y"])], [("x", [1, 16, 32])], [("y", [1, 16, 48])],

@@ -13,8 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
+from anychip.backends.cpu.native import linear, omp
 from anychip.backends.cpu.onednn import matmul
-from anychip.codegen import build, linear, omp
+from anychip.codegen import build
 from tests.backends.cpu.test_onednn_threads import two_threads
 
 pytestmark = pytest.mark.skipif(
@@ -90,7 +91,7 @@ def test_one_thread_and_large_products_not_split(monkeypatch, calls):
 
 
 def test_gemm_columns_refuses_an_output_over_an_input(blas_one):
-    from anychip.codegen.blas import openblas_threads
+    from anychip.backends.cpu.native.blas import openblas_threads
 
     a, b = _rand(7, 64, 64), _rand(8, 64, 64)
     want = a @ b
@@ -104,7 +105,7 @@ def test_gemm_columns_refuses_an_output_over_an_input(blas_one):
 @pytest.fixture
 def blas_one():
     """numpy's OpenBLAS at one thread, as inside a CPU partition's run."""
-    from anychip.codegen.blas import openblas_threads
+    from anychip.backends.cpu.native.blas import openblas_threads
 
     get, put = openblas_threads()
     kept = get()
@@ -138,7 +139,8 @@ def gemv_calls(monkeypatch):
 @pytest.mark.parametrize("trans_b", [True, False])
 def test_batch_one_classifier_split_over_threads(monkeypatch, gemv_calls, trans_b):
     """A batch-1 Gemm (transB) or MatMul over ``GEMV_SPLIT_WEIGHTS`` weights streams them in
-    two blocks on the pool (``codegen/gemv.py``): onnxruntime's result, a NaN carried to the
+    two blocks on the pool (``backends/cpu/native/gemv.py``): onnxruntime's result, a NaN carried
+    to the
     outputs."""
     a = _rand(7, 1, 1024)
     b = _rand(8, 1000, 1024) * 0.05 if trans_b else _rand(8, 1024, 1000) * 0.05

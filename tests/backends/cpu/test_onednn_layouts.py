@@ -25,7 +25,7 @@ def _need_onednn() -> None:
 @pytest.fixture(autouse=True)
 def _kernels_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests count the kernels' reorders run by run: the path through the kernels, not
-    a replay of their recorded calls (``core/replay.py``, tested in tests/core)."""
+    a replay of their recorded calls (``backends/cpu/replay/record.py``, tested in tests/core)."""
     monkeypatch.setenv("ANYCHIP_REPLAY", "0")
 
 
@@ -103,9 +103,10 @@ def test_channel_concat_on_the_pool_at_two_threads(
     """At two threads a Concat of channels-last inputs copies on the pool's threads
     (``codegen/copies.concat_channels_last``), run after run and in a replay of the recorded
     calls: onnxruntime's result on new inputs each run."""
-    import anychip.codegen as cg
-    from anychip.bench_cli import _thread_limit
-    from anychip.codegen import build, copies
+    import anychip.backends.cpu.native.fused as cg
+    from anychip.backends.cpu.native import copies
+    from anychip.cli.bench import _thread_limit
+    from anychip.codegen import build
 
     if build.compiler() is None:
         pytest.skip("needs a C compiler (gcc)")
@@ -192,7 +193,7 @@ def test_pool_between_convolutions_keeps_channels_last_with_planned_memory(
     reads the channels-last FusedConv output and, its reader being oneDNN, keeps that layout
     instead of writing the plan's NCHW buffer (which cost a numpy reorder there and a oneDNN
     one into the next convolution): a warm run reorders only X. Equal to onnxruntime."""
-    from anychip.core.memory import partition as memory_partition
+    from anychip.core.run import memory as memory_partition
 
     monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
     rng = np.random.default_rng(21)
@@ -237,7 +238,7 @@ def test_pool_of_channels_last_for_a_numpy_reader_writes_the_plan(
     """Conv+Relu (channels-last, its reader a pool) -> MaxPool -> Sigmoid: the pool's reader
     is numpy, so it writes C order, into the plan's buffer (no declined view) rather than a
     fresh array. Equal to onnxruntime."""
-    from anychip.core.memory import partition as memory_partition
+    from anychip.core.run import memory as memory_partition
 
     monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
     rng = np.random.default_rng(22)
@@ -271,9 +272,10 @@ def test_pool_of_channels_last_for_a_numpy_reader_writes_the_plan(
 
 def test_conv_between_numpy_neighbours_moves_layouts_in_c(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sigmoid -> Conv 3x3 -> Sigmoid: the convolution reads an NCHW source and writes the
-    planned NCHW output; both layout moves are ``codegen/copies.py``'s C copies, not oneDNN
+    planned NCHW output; both layout moves are ``backends/cpu/native/copies.py``'s C copies, not
+    oneDNN
     reorders, and the result is onnxruntime's (seeded random values, 40x24x24)."""
-    from anychip.codegen import copies
+    from anychip.backends.cpu.native import copies
 
     if copies._lib() is None:
         pytest.skip("no C compiler")

@@ -93,7 +93,8 @@ def test_a_channels_last_pool_for_a_numpy_reader_is_transposed_in_c(monkeypatch)
     NCHW output is the generated tile transpose's (``codegen/copies.to_planar``); equal to
     onnxruntime."""
     import anychip
-    from anychip.codegen import build, copies
+    from anychip.backends.cpu.native import copies
+    from anychip.codegen import build
 
     if build.compiler() is None:
         pytest.skip("needs a C compiler (gcc)")

@@ -14,8 +14,9 @@ import pytest
 from onnx import helper
 
 import anychip
+from anychip.backends.cpu.native import omp, pool
 from anychip.backends.cpu.onednn import _lib, _parallel, matmul, rnn
-from anychip.codegen import build, omp, pool
+from anychip.codegen import build
 from tests.backends.cpu.test_onednn import (
     GEMM_CASES,
     RNN_CASES,

@@ -22,8 +22,8 @@ from anychip.backends.cpu.kernels import load_all
 from anychip.backends.cpu.kernels.op_elementwise import sum_
 from anychip.backends.cpu.kernels.op_matmul import matmul
 from anychip.backends.cpu.table import CPU_KERNELS
-from anychip.core.memory import partition as memory_partition
-from anychip.core.memory.partition import INPLACE_OPS
+from anychip.core.run import memory as memory_partition
+from anychip.core.run.memory import INPLACE_OPS
 from tests.node_cases import assert_outputs_close, load_case, node_cases
 
 
@@ -58,7 +58,7 @@ CASES = [c for c in node_cases(OUT_OPS) if _single_node(c)]
 def _views_for_small_outputs(monkeypatch):
     """The conformance cases' tensors are small: hand them views all the same (by default the
     executor keeps outputs under ``MIN_OUT_BYTES`` out of the arena, tests/core/test_dispatch)."""
-    from anychip.core import kernel_call
+    from anychip.core.run import kernel_call
 
     monkeypatch.setattr(kernel_call, "MIN_OUT_BYTES", 0)
 
@@ -222,7 +222,7 @@ def test_memory_facts_are_declared_on_the_cpu_kernels():
     of ``ALIAS_OPS`` and ``INPLACE_OPS``, on every version of each."""
     from anychip.backends.cpu.kernels import load_all
     from anychip.backends.cpu.table import CPU_KERNELS
-    from anychip.core.memory.partition import ALIAS_OPS
+    from anychip.core.run.memory import ALIAS_OPS
 
     load_all()
     by_op: dict[str, set[tuple[bool, bool]]] = {}

@@ -30,7 +30,7 @@ def test_pieces_are_planned_as_views_of_the_input(monkeypatch):
     from onnx import TensorProto, helper
 
     import anychip
-    from anychip.core.memory import partition as memory_partition
+    from anychip.core.run import memory as memory_partition
 
     monkeypatch.setattr(memory_partition, "MIN_ARENA_BYTES", 0)
     f = TensorProto.FLOAT

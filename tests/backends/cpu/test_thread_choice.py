@@ -13,9 +13,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
+from anychip.backends.cpu.native import omp
+from anychip.backends.cpu.replay.run import RECORD_AT
 from anychip.backends.cpu.thread_choice import ONE_WARM, PROBE, SOON, START, ThreadChoice
-from anychip.codegen import omp
-from anychip.core.replay_run import RECORD_AT
 from anychip.errors import AnychipError
 
 pytestmark = pytest.mark.skipif(not omp.available(), reason="libgomp is not loadable")

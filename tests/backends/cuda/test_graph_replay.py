@@ -17,7 +17,7 @@ from anychip.backends.arrayapi import ArrayAPIBackend, register_backend
 from anychip.backends.cuda import graphs
 from anychip.backends.cuda.backend import CudaBackend
 from anychip.backends.cuda.probe import GpuInfo
-from anychip.core.plugins import unregister_plugin
+from anychip.core.plugin.host import unregister_plugin
 from anychip.ir import DType, Value
 
 

@@ -10,8 +10,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import anychip
-from anychip.cli import main
-from anychip.core.plugins import get_registry
+from anychip.cli.main import main
+from anychip.core.plugin.host import get_registry
 
 
 def _model() -> tuple[bytes, np.ndarray]:

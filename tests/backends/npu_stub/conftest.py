@@ -10,7 +10,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from anychip.backends.npu_stub.backend import NpuBackend
-from anychip.core.plugins import get_registry
+from anychip.core.plugin.host import get_registry
 from anychip.ir.graph import Graph
 from anychip.ir.onnx import import_model
 

@@ -10,7 +10,7 @@ import pytest
 def cl_device():
     """The ``ClDevice`` behind ``opencl`` (built programs are reused by every test)."""
     from anychip.backends.opencl.driver import get_device
-    from anychip.core.plugins import get_registry
+    from anychip.core.plugin.host import get_registry
 
     backend = get_registry().backends["opencl"]
     ok, why = backend.available()

@@ -11,8 +11,8 @@ import pytest
 import anychip
 from anychip.backends.opencl.driver import discovery
 from anychip.backends.opencl.kernels import op_data, op_matmul
-from anychip.core.devices import resolve_devices
-from anychip.core.plugins import get_registry
+from anychip.core.plan.devices import resolve_devices
+from anychip.core.plugin.host import get_registry
 from anychip.errors import AnychipError, KernelError
 
 

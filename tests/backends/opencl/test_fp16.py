@@ -19,7 +19,7 @@ from anychip.backends.opencl.kernels import (
     op_pool,
     op_reduce,
 )
-from anychip.core.plugins import get_registry
+from anychip.core.plugin.host import get_registry
 from anychip.ir.dtypes import DType
 from anychip.ir.onnx import import_model
 

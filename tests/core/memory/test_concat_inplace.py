@@ -13,8 +13,8 @@ from onnx import helper as h
 
 import anychip
 from anychip.backends.cpu.kernels import op_concat
-from anychip.core.memory import partition as memory_partition
 from anychip.core.memory.concat_inplace import resolve
+from anychip.core.run import memory as memory_partition
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -1,0 +1,345 @@
+"""The ``anychip`` command (also ``python -m anychip``).
+
+anychip devices                         backends, availability, and why not
+anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
+                  [--profile prof.html] [--json]
+anychip demo [--model NAME]             a light model (ResNet-50) on every available device
+anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
+anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
+anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
+anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json F]   side by side
+anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
+anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from anychip.core.api.feeds import random_feeds
+from anychip.viz import commands as viz_commands
+from anychip.viz.terminal import render
+from anychip.zoo import LIGHT_MODELS
+
+__all__ = ["main", "random_feeds"]
+
+
+def _checksum(arr: object) -> str:
+    a = np.ascontiguousarray(np.asarray(arr))
+    if a.dtype == object:
+        return hashlib.sha1(repr(a.tolist()).encode()).hexdigest()[:12]
+    return (
+        f"sum={float(np.asarray(a, dtype=np.float64).sum()):.6g} sha1="
+        + hashlib.sha1(a.tobytes()).hexdigest()[:12]
+    )
+
+
+def _cmd_devices(args: argparse.Namespace) -> int:
+    import anychip
+
+    if getattr(args, "ops", None):
+        return _cmd_claims(args.ops, args.json)
+    rows = anychip.devices(include_failed_plugins=True)
+    if args.json:
+        print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
+        return 0
+    print(f"{'device':<10} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
+    for d in rows:
+        kernels = "graph" if d.graph_mode else str(d.kernels)
+        print(
+            f"{d.name:<10} {d.kind:<8} {'yes' if d.available else 'no':<10} {kernels:>7}  "
+            f"{d.plugin:<10} {d.reason}"
+        )
+    return 0
+
+
+def _cmd_claims(device: str, as_json: bool) -> int:
+    """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
+    from anychip.conformance.claims import claims_of
+    from anychip.core.plugin.host import get_registry
+    from anychip.errors import DeviceError
+
+    registry = get_registry()
+    if device not in registry.backends:
+        raise DeviceError(f"no device {device!r} is registered (have: {sorted(registry.backends)})")
+    rows = [
+        {
+            "domain": c.domain or "ai.onnx",
+            "op": c.op,
+            "since": c.since,
+            "until": c.until,
+            "dtypes": sorted(d.short for d in c.dtypes) if c.dtypes is not None else None,
+        }
+        for c in sorted(claims_of(registry.backends[device]), key=lambda c: (c.op, c.since))
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{device} claims {len(rows)} op version ranges:")
+    for r in rows:
+        until = r["until"] if r["until"] is not None else "latest"
+        dtypes = ",".join(r["dtypes"]) if r["dtypes"] else "any"
+        print(f"  {r['domain']}::{r['op']:<24} opset {r['since']}..{until:<7} {dtypes}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import anychip
+
+    sess = _load(args)
+    feeds = random_feeds(sess, args.seed)
+    for item in args.input or []:
+        if "=" not in item:
+            raise anychip.InputError(f"--input expects name=file.npy, got {item!r}")
+        name, path = item.split("=", 1)
+        feeds[name] = np.load(path, allow_pickle=False)
+    sess.run(None, feeds)  # warm-up
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    if viz_commands.run_extras(args, sess, feeds, outs, times):
+        return 0  # --json
+    print(f"devices: {','.join(sess.devices)}")
+    for info, out in zip(sess.outputs, outs):
+        shape = list(np.shape(out))
+        print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
+    print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+    if args.placement:
+        render(sess.placement())
+    if getattr(args, "memory", False) and hasattr(sess, "memory"):
+        render(sess.memory())
+    return 0
+
+
+def _load(args: argparse.Namespace, **options: object) -> object:
+    """The session ``run`` and ``partition`` share: model, devices, strict, policy."""
+    import anychip
+
+    return anychip.load(
+        args.model,
+        devices=args.devices,
+        strict=args.strict,
+        placement_policy=args.placement_policy,
+        **options,
+    )
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    return viz_commands.partition(args, _load(args, calibration=args.calibration))
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import anychip
+    from anychip.zoo import light_model
+
+    # Seeded random weights: the shipped model's constant fills make every output the same.
+    model = light_model(args.model, seed=0).SerializeToString()
+    usable = [d.name for d in anychip.devices() if d.available]
+    # One run per device: "opencl:0" and "opencl:cpu" name the device "opencl" names.
+    usable = [n for n in usable if ":" not in n or n.split(":")[0] not in usable]
+    title = "ResNet-50" if args.model == "resnet50" else args.model
+    print(
+        f"anychip {anychip.__version__}: light {title} (seeded random weights) on "
+        f"{', '.join(usable)}"
+    )
+    ref, ref_name, feeds = None, "cpu", None
+    for dev in ["cpu"] + [d for d in usable if d != "cpu"]:
+        devices = [dev] if dev == "cpu" else [dev, "cpu"]
+        sess = anychip.load(model, devices=devices)  # measured costs (calibrated once, cached)
+        if feeds is None:
+            feeds = random_feeds(sess)
+            ref, ref_name = _reference(model, feeds)
+        first = sess.placement().by_device()
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        t_first = time.perf_counter() - t0
+        # the session's feedback runs, until it has decided (its trials take a few requests
+        # each; it may re-place once)
+        for _ in range(DEMO_MAX_FEEDBACK_RUNS):
+            sess.run(None, feeds)
+            if sess.feedback is None or sess.feedback.done:
+                break
+        t_steady = min(_timed(sess, feeds) for _ in range(3))
+        (out,) = sess.run(None, feeds)
+        if ref is None:
+            ref = out
+        diff = float(np.max(np.abs(out - ref)))
+        rep = sess.placement()
+        moved = "" if rep.by_device() == first else f" (first placed {first})"
+        print(
+            f"  {'+'.join(devices):<10} first run {t_first * 1e3:7.1f} ms, then "
+            f"{t_steady * 1e3:7.1f} ms  max|diff vs {ref_name}|={diff:.2e}  "
+            f"nodes={rep.by_device()}{moved}  copies/run={rep.copy_count}"
+        )
+        if rep.decision:
+            print(f"  {'':<10} cost model: {rep.decision}")
+    return 0
+
+
+#: The demo's bound on a session's feedback runs (each trial: a warm-up, then three to six
+#: pairs, each run after the other placement's preceded by an untimed one).
+DEMO_MAX_FEEDBACK_RUNS = 100
+
+
+def _timed(sess: object, feeds: dict[str, np.ndarray]) -> float:
+    t0 = time.perf_counter()
+    sess.run(None, feeds)  # type: ignore[attr-defined]
+    return time.perf_counter() - t0
+
+
+def _cmd_new_backend(args: argparse.Namespace) -> int:
+    from anychip.cli.scaffold import new_backend
+
+    root = new_backend(args.name, graph_mode=args.graph_mode, out_dir=args.out)
+    print(f"wrote {root}: pip install -e {root}, then pytest {root / 'tests'}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    import anychip
+    from anychip.core.plan.calibration import cache_root, calibrate, clear_calibrations
+    from anychip.core.plugin.host import get_registry
+
+    if args.clear:
+        for dev in args.device or [None]:
+            n = clear_calibrations(dev)
+            print(f"removed {n} calibration(s){f' of {dev}' if dev else ''} from {cache_root()}")
+        return 0
+    registry = get_registry()
+    usable = [d.name for d in anychip.devices() if d.available]
+    for name in args.device or usable:
+        if name not in usable:
+            raise anychip.DeviceError(f"device {name!r} is not available here (have: {usable})")
+        cal = calibrate(registry.backends[name])
+        link = (
+            "host memory"
+            if cal.link is None
+            else f"link {cal.link[0] * 1e6:.1f} us + {cal.link[1] / 1e9:.1f} GB/s"
+        )
+        print(f"{name}: measured in {cal.seconds:.2f} s; {link}")
+        for cls, pts in cal.points.items():
+            figures = ", ".join(f"{w:.3g} -> {t * 1e6:.1f} us" for w, t in pts)
+            print(f"  {cls:<12} {figures}")
+    print(f"cache: {cache_root() / 'calibration'}")
+    return 0
+
+
+def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]:
+    """onnxruntime's output when it is installed (the test extra has it), else none yet."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None, "cpu"
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    sess = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0], "onnxruntime"
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per verb."""
+    from anychip.cli import bench as bench_cli
+    from anychip.conformance import cli as conformance_cli
+
+    parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    dev = sub.add_parser("devices", help="list backends, availability and why not")
+    dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
+    dev.add_argument("--json", action="store_true", help="as JSON")
+    run = sub.add_parser("run", help="run a model with random or given inputs")
+    part = sub.add_parser("partition", help="place a model and print the placement, not run it")
+    for p in (run, part):
+        p.add_argument("model")
+        p.add_argument("--devices", default=None, help="comma list, e.g. npu,cpu")
+        p.add_argument(
+            "--strict", action="store_true", help="no fallback: an error lists what would fall back"
+        )
+        p.add_argument(
+            "--placement-policy",
+            choices=["latency", "prefer-first", "min-copies"],
+            default=None,
+            help="latency (the measured cost model; default), prefer-first (the first device "
+            "takes every node it can), min-copies",
+        )
+    part.add_argument("--json", action="store_true", help="the placement as JSON")
+    part.add_argument(
+        "--calibration",
+        choices=["auto", "cached", "off"],
+        default=None,
+        help="measure costs (auto), use only cached measurements, or declared figures (off)",
+    )
+    run.add_argument("--input", action="append", help="name=file.npy (repeatable)")
+    run.add_argument("--repeat", type=int, default=5)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--placement", action="store_true", help="print the placement report")
+    run.add_argument("--memory", action="store_true", help="print memory statistics")
+    viz_commands.add_arguments(sub, run, part)
+    demo = sub.add_parser("demo", help="run a light model (ResNet-50) on every available device")
+    demo.add_argument(
+        "--model",
+        default="resnet50",
+        choices=LIGHT_MODELS,
+        help="which of onnx's light models to run, with seeded random weights",
+    )
+    conformance_cli.add_parser(sub)
+    bench_cli.add_parser(sub)
+    nb = sub.add_parser("new-backend", help="write a backend package skeleton that passes the kit")
+    nb.add_argument("name")
+    nb.add_argument("--graph-mode", action="store_true", help="a compile()-style backend")
+    nb.add_argument("-o", "--out", default=".", help="the folder to write anychip-NAME/ in")
+    cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
+    cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
+    cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``anychip`` command; returns the exit status."""
+    from anychip.cli import bench as bench_cli
+    from anychip.conformance import cli as conformance_cli
+    from anychip.core.logsetup import configure_logging
+    from anychip.errors import AnychipError
+    from anychip.viz.terminal import progress_bars
+
+    args = _parser().parse_args(argv)
+    handler = {
+        "devices": _cmd_devices,
+        "run": _cmd_run,
+        "partition": _cmd_partition,
+        "demo": _cmd_demo,
+        "conformance": conformance_cli.command,
+        "bench": bench_cli.command,
+        "calibrate": _cmd_calibrate,
+        "new-backend": _cmd_new_backend,
+        "inspect": viz_commands.inspect,
+    }[args.cmd]
+    quiet = getattr(args, "quiet", False)
+    logger = configure_logging()
+    level = logger.level  # main() may run in a caller's process (tests): --quiet is per call
+    try:
+        if quiet:
+            logger.setLevel(logging.ERROR)
+        with progress_bars(enabled=not quiet and not getattr(args, "json", False)):
+            return handler(args)
+    except AnychipError as e:
+        print(f"anychip: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"anychip: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        logger.setLevel(level)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""``Session`` and ``load``: a model compiled for a set of devices, run like onnxruntime.
+
+A facade: ``core/compile/pipeline.py`` compiles (on a copy of the caller's model),
+``core/run/steps.py``
+runs the steps, ``core/api/feeds.py`` checks feeds and outputs, ``core/run/feedback.py`` and
+``core/run/failover.py`` watch the runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from anychip.core.api import dlpack
+from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
+from anychip.core.api.lifecycle import Closable
+from anychip.core.compile.gcpause import gc_paused
+from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
+from anychip.core.plan.calibration import resolve_calibration_mode
+from anychip.core.plan.devices import resolve_devices
+from anychip.core.plan.placement import PlacementOptions, set_policy
+from anychip.core.plugin.host import get_registry
+from anychip.core.report.memory import MemoryReport, memory_report
+from anychip.core.report.placement import PlacementReport, log_fallbacks, placement_report
+from anychip.core.report.profile import Profile, profile_session
+from anychip.core.report.progress import task
+from anychip.core.run.failover import run_request
+from anychip.core.run.feedback import Feedback
+from anychip.errors import AnychipError, DeviceError
+from anychip.ir.graph import Model
+from anychip.ir.onnx import import_model
+
+__all__ = ["Session", "IOInfo", "load", "resolve_devices"]
+
+
+class Session(Closable):
+    """A model compiled for a list of devices (``anychip.load`` makes one). ``model`` is the
+    compiled copy (placement marks on its nodes); the caller's model is never modified. ``run``
+    is serialised by a lock; ``close()`` or a with-block frees device memory at once."""
+
+    def __init__(
+        self,
+        model: Model,
+        devices: list[str],
+        options: PlacementOptions,
+        device_options: Mapping[str, Mapping[str, Any]] | None = None,
+        copts: CompileOptions | None = None,
+    ) -> None:
+        registry, device_options = get_registry(), dict(device_options or {})
+        if unknown := sorted(set(device_options) - set(devices)):
+            raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
+        copts = copts or CompileOptions()
+        backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
+
+        def compile_with(
+            factors: dict[str, float], devices: Any = None, policy: str | None = None
+        ) -> CompiledModel:
+            opts = copy.copy(options)
+            opts.factors = factors
+            set_policy(opts, policy)
+            devs = [b for b in backends if devices is None or b.name in devices]
+            return compile_model(model, devs, opts, registry, copts)
+
+        #: Devices a run found failing, with the error (``core/run/failover.py``).
+        self.unhealthy: dict[str, str] = {}
+        self._compile_with = compile_with if len(devices) > 1 else None
+        self.devices, self.options = devices, options
+        self._use(compile_with(options.factors))
+        #: The first runs measured and, once, a better placement taken (``core/run/feedback.py``).
+        self.feedback = Feedback.for_session(compile_with, options, len(devices))
+        graph = self.model.graph
+        self.inputs = [IOInfo(v) for v in graph.inputs]
+        self.outputs = [IOInfo(v) for v in graph.outputs]
+        self._feeds = Feeds(graph.inputs, graph.outputs)
+        self._lock = threading.RLock()
+        log_fallbacks(self.model.graph, devices)
+
+    def _use(self, c: CompiledModel) -> None:
+        #: What compilation produced (partitions, steps, memory): for inspection.
+        self.compiled, self.model = c, c.model
+        self.partitions, self.copies = c.partitions, c.copies
+        self.folded, self.optimizations = c.folded, c.optimizations
+
+    def get_inputs(self) -> list[IOInfo]:  # onnxruntime's spelling
+        return self.inputs
+
+    def get_outputs(self) -> list[IOInfo]:  # onnxruntime's spelling
+        return self.outputs
+
+    def placement(self) -> PlacementReport:
+        """Which node runs where and why, the partitions, the copies per run (with the bytes the
+        runs measured), and the cost model's estimate and feedback decision."""
+        return placement_report(self)
+
+    def memory(self) -> MemoryReport:
+        """Memory per device: plan, lower bound, peak, reserved, plan cache (memory/report)."""
+        return memory_report(self.compiled)
+
+    def profile(self, feeds: Mapping[str, Any] | None = None, runs: int = 1) -> Profile:
+        """Per node, partition and copy times over ``runs`` runs (core/report/profile.py)."""
+        return profile_session(self, random_feeds(self) if feeds is None else feeds, runs)
+
+    def run(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any], run_options: Any = None,
+        *, output_device: str | None = None,
+    ) -> list[Any]:  # fmt: skip
+        """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
+        on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
+        ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
+        if dlpack.involved(feeds, output_device):
+            return dlpack.run(self, output_names, feeds, output_device)
+        arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
+        with self._lock:
+            outs = run_request(self, arrays)  # feedback runs, failover (core/run/failover.py)
+        return [detach(outs[i], feeds) for i in wanted]
+
+    def replan(self) -> None:
+        """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
+        if self._compile_with is None:
+            raise AnychipError("a session on one device has nothing to re-place onto")
+        keep = [d for d in self.devices if d not in self.unhealthy]
+        factors = self.compiled.costs.factors if self.compiled.costs else {}
+        with self._lock:
+            self._use(self._compile_with(factors, devices=keep))
+
+    def __repr__(self) -> str:
+        return (
+            f"<anychip.Session devices={self.devices} inputs={[i.name for i in self.inputs]}"
+            f" outputs={self._feeds.output_names}>"
+        )
+
+
+def load(
+    model: Any,
+    devices: Sequence[str] | str | None = None,
+    *,
+    placement: dict[str, str] | None = None,
+    strict: bool = False,
+    max_copies: int | None = None,
+    max_copy_bytes: int | None = None,
+    device_options: Mapping[str, Mapping[str, Any]] | None = None,
+    cost_model: bool = True,
+    plan_cache_size: int = 8,
+    optimize: bool = True,
+    check_kernels: bool = True,
+    calibration: str | None = None,
+    compile_cache_size: int = 8,
+    background_compile: bool | None = None,
+    failover: bool = True,
+    placement_policy: str | None = None,
+    max_load_bytes: int | None = None,
+    **options: Any,
+) -> Session:
+    """Compile a model for a set of devices; returns a ``Session`` (``sess.run(None, feeds)``).
+
+    Args:
+        model: a path to an ``.onnx`` file, its bytes, an ``onnx.ModelProto`` or an
+            ``anychip.ir.Model``.
+        devices: device names in priority order (``["npu", "cpu"]`` or ``"npu,cpu"``);
+            default ``ANYCHIP_DEVICES``, else every available device, cpu last.
+        placement: pins by node name, op type or glob on node names -> device.
+        strict: fail instead of falling back to a later device.
+        max_copies: fail when a run would copy more tensors between devices than this.
+        max_copy_bytes: fail when a run would copy more bytes between devices than this
+            (at load where sizes are static; by the run itself otherwise).
+        device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
+        cost_model: let the cost model keep small islands off accelerators (default True).
+        plan_cache_size: memory plans kept per partition for dynamic input shapes (default 8).
+        optimize: run the graph optimizations before placement (default True): a Conv's
+            BatchNormalization is folded into its weights, as onnxruntime's basic level does.
+            False keeps every node as written (constant folding always runs).
+        check_kernels: check each kernel's outputs against the dtype and shape inference
+            declared (default True); a mismatch is a ``KernelError`` naming the kernel.
+        calibration: where the cost model's figures come from: ``"auto"`` (default, or
+            ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
+            disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
+            ``"off"``: the backends' declared figures.
+        compile_cache_size: executables kept per input signature of a static-shape device;
+            background_compile: it compiles while runs go to the host (default True).
+        failover: a device failing in a run is marked unhealthy, the request re-run (no strict).
+        placement_policy: ``latency`` (default), ``prefer-first``, ``min-copies``.
+        max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
+    """
+    if options:
+        known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
+        raise AnychipError(f"unknown load option(s) {sorted(options)}; known: {', '.join(known)}")
+    registry = get_registry()
+    names = resolve_devices(devices, strict=strict)
+    opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
+    opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
+    set_policy(opts, placement_policy)
+    copts = CompileOptions(
+        plan_cache_size, optimize, check_kernels, compile_cache_size, background_compile
+    )
+    with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
+        if not isinstance(model, Model):
+            model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
+        return Session(model, names, opts, device_options, copts)

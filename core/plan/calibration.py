@@ -1,0 +1,470 @@
+"""Measured costs: each device timed where it runs, cached on disk per backend and machine.
+
+A backend's ``DeviceModel`` figures (FLOP/s, bandwidth, link) are a datasheet guess; for a
+new chip, or a simulated one, they say little about this machine. ``calibrate(backend)`` times
+the device itself, through the public path a model takes (a one-node model loaded on
+``[device]`` and run), for each *op class* at a few sizes, and the host link (copies in and
+out at a few sizes). The cost model (``core/plan/cost.py``) then reads a node's time from the
+measured points of its class (piecewise linear in work: elements, or FLOPs for MatMul and
+Conv) and a copy's time from the measured link; a class that could not be measured keeps the
+declared figures.
+
+Op classes and what stands for them: ``elementwise`` (Add), ``matmul`` (MatMul of two
+activations, as in attention), ``linear`` (MatMul by a constant weight; Gemm with a constant B
+too: backends pack such weights once, so it runs at another speed), ``conv`` (3x3 Conv),
+``reduce`` (Softmax; reductions and normalizations), ``data`` (Transpose; the data-movement
+ops), ``data_rows`` (a Transpose that keeps the last axis, as attention's head splits do: a
+copy of whole rows, several times faster per element than the 2-D transpose that stands for
+``data``; ``cost.node_time`` prices such Transposes with it), ``attention`` (MatMul, Mul,
+Softmax, MatMul over 8 heads of 32: the chain the backends fuse into one kernel, measured as
+the device runs it; ``core/plan/cost_patterns.py`` prices such chains with it, in FLOPs of the two
+products).
+
+The machine may be busy while it calibrates, and load only ever adds time: each probe is the
+fastest of its runs, timed again while a round's runs spread widely (``best_of``), and every
+class is swept twice, each point the faster of the two (a burst spanning one probe's rounds
+does not span both sweeps). The load average is kept with the figures; a calibration taken
+under at least ``LOAD_STEP`` more load than the machine has on a later use (a minute on at
+least) is measured again, each point the faster of old and new.
+
+The element-wise ops and LayerNormalization differ too much within a class (numpy's float32
+power is a hundred Adds), so each is also measured on its own (``op:<type>`` points) the first
+time a placement prices it on a device, and cached with the rest.
+
+Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
+``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
+A file with another key is never read; a corrupt one is measured again and replaced.
+``anychip calibrate [--device X] [--clear]`` runs or clears it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from anychip.core.report.progress import task
+from anychip.paths import cache_root
+
+__all__ = [
+    "Calibration",
+    "calibrate",
+    "load_calibration",
+    "calibration_for",
+    "calibrations",
+    "resolve_calibration_mode",
+    "clear_calibrations",
+    "cache_root",
+    "op_class",
+    "attention_key",
+    "measure_attention_points",
+]
+
+#: One attention chain's shapes: Q, Kt, V, the mask (None: none) and the scale's op.
+Dims = tuple[int, ...]
+AttentionShape = tuple[Dims, Dims, Dims, Dims | None, str]
+
+FORMAT = 5  # 3: attention class; 4: static-shape devices on their executables; 5: robust probes
+_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows", "attention")
+_MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
+_CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
+_REDUCE = {
+    "Softmax",
+    "LogSoftmax",
+    "LayerNormalization",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "AveragePool",
+    "MaxPool",
+    "NpuPool",
+    "LRN",
+} | {f"Reduce{s}" for s in ("Sum", "Mean", "Max", "Min", "Prod", "L1", "L2", "LogSumExp")}
+_DATA = {
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Split",
+    "Gather",
+    "Pad",
+    "Tile",
+    "Expand",
+    "Resize",
+    "DepthToSpace",
+    "SpaceToDepth",
+}
+
+
+def op_class(op_type: str, const_weight: bool = False, rows: bool = False) -> str:
+    """The measured class whose points estimate ``op_type`` (``const_weight``: a MatMul or
+    Gemm whose second operand is a constant, the ``linear`` class; ``rows``: a Transpose that
+    keeps the last axis, or a Concat, Split, Slice: the ``data_rows`` class)."""
+    if op_type in _DATA and rows:
+        return "data_rows"
+    if op_type in _MATMUL:
+        return "linear" if const_weight else "matmul"
+    if op_type in _CONV:
+        return "conv"
+    if op_type in _REDUCE:
+        return "reduce"
+    if op_type in _DATA:
+        return "data"
+    return "elementwise"
+
+
+def op_key(op_type: str) -> str | None:
+    """The key of ``op_type``'s own measured points, for the ops measured one by one
+    (``calibration_probes.OP_PROBES``: the element-wise ops and LayerNormalization)."""
+    from anychip.core.plan.calibration_probes import OP_PROBES
+
+    return f"op:{op_type}" if op_type in OP_PROBES else None
+
+
+def measure_op_points(backend: Any, cal: Calibration, op_type: str) -> None:
+    """Measure ``op_type`` on ``backend`` now (first use by a placement) into ``cal`` and the
+    cache; an op the device cannot run is recorded as no points (its class's are used)."""
+    from anychip.core.plan.calibration_probes import measure_op
+
+    key = op_key(op_type)
+    if key is not None:
+        _measure_points(backend, cal, key, op_type, lambda: measure_op(backend, op_type, cal.link))
+
+
+def attention_key(shape: AttentionShape) -> str:
+    """The key of one attention chain's own measured point (``cost_patterns.chain_shape``)."""
+    q, kt, v, mask, scale_op = shape
+    dims = ["x".join(map(str, d)) for d in (q, kt, v)]
+    dims.append("-" if mask is None else "x".join(map(str, mask)))
+    return "attention:" + "/".join(dims) + "/" + scale_op
+
+
+_ATTENTION_KEY = re.compile(r"attention:[0-9x]+/[0-9x]+/[0-9x]+/(-|[0-9x]*)/(Mul|Div)")
+
+
+def measure_attention_points(backend: Any, cal: Calibration, shape: AttentionShape) -> None:
+    """Measure one attention chain at its own shapes on ``backend`` now (first use by a
+    placement) into ``cal`` and the cache: the class's probes (one batch of 8 heads, sequence
+    64 to 512, no mask) are read at the chain's FLOPs, and a device's speed per FLOP depends on
+    the shape and the mask (the XPU runs a masked chain unfused: GPT-like's took 6.36 ms there,
+    the class read 0.40)."""
+    from anychip.core.plan.calibration_probes import measure_attention
+
+    key = attention_key(shape)
+    label = f"attention {key.split(':', 1)[1]}"
+    _measure_points(backend, cal, key, label, lambda: measure_attention(backend, shape, cal.link))
+
+
+def _measure_points(
+    backend: Any, cal: Calibration, key: str, label: str, measure: Callable[[], list]
+) -> None:
+    with _lock:
+        if key in cal.points:
+            return
+        with task(f"calibrating {label} on {backend.name}", 1):
+            try:
+                cal.points[key] = measure()
+            except (OSError, ValueError) as e:
+                logging.getLogger("anychip").warning("anychip: measuring %s failed: %s", key, e)
+                cal.points[key] = []
+        _save(backend, cal)
+
+
+@dataclass
+class Calibration:
+    """Measured figures of one device on this machine.
+
+    ``points[class]`` is a sorted list of ``(work, seconds)``; ``link`` is ``(latency s,
+    bandwidth B/s)`` of a host round trip one way, or None for host memory.
+    """
+
+    device: str
+    key: str
+    points: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    link: tuple[float, float] | None = None
+    seconds: float = 0.0
+    #: The machine's load average when the classes were measured (None: unknown), and when
+    #: (seconds since the epoch).
+    load: float | None = None
+    when: float = 0.0
+
+    def time(self, cls: str, work: float) -> float | None:
+        """Seconds for ``work`` units of ``cls`` (piecewise linear through the measured
+        points, the end segments extended), or None when ``cls`` was not measured."""
+        pts = self.points.get(cls)
+        if not pts:
+            return None
+        if len(pts) == 1:
+            w0, t0 = pts[0]
+            return t0 * max(work / w0, 1e-3) if w0 else t0
+        i = next((i for i in range(1, len(pts) - 1) if work <= pts[i][0]), len(pts) - 1)
+        (w0, t0), (w1, t1) = pts[i - 1], pts[i]
+        slope = max((t1 - t0) / (w1 - w0), 0.0) if w1 > w0 else 0.0
+        return max(t0 + slope * (work - w0), min(t for _, t in pts) * 0.5)
+
+    def copy_time(self, nbytes: int) -> float:
+        if self.link is None:
+            return 0.0
+        latency, bandwidth = self.link
+        return latency + nbytes / bandwidth
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "device": self.device,
+            "key": self.key,
+            "points": {k: [list(p) for p in v] for k, v in self.points.items()},
+            "link": list(self.link) if self.link else None,
+            "seconds": self.seconds,
+            "load": self.load,
+            "when": self.when,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Calibration:
+        if data.get("format") != FORMAT:
+            raise ValueError(f"calibration format {data.get('format')!r}, expected {FORMAT}")
+        points = {
+            str(k): sorted((float(w), float(t)) for w, t in v) for k, v in data["points"].items()
+        }
+        for k, v in points.items():
+            known = k in _CLASSES or op_key(k[3:]) == k or _ATTENTION_KEY.fullmatch(k)
+            if not known or any(not (w >= 0 and t > 0) for w, t in v):
+                raise ValueError(f"bad calibration points for {k!r}")
+        link = data.get("link")
+        link_t = (float(link[0]), float(link[1])) if link else None
+        if link_t is not None and not (link_t[0] >= 0 and link_t[1] > 0):
+            raise ValueError("bad link figures")
+        load = data.get("load")
+        load_f = None if load is None else float(load)
+        when = float(data.get("when", 0.0))
+        return cls(
+            str(data["device"]),
+            str(data["key"]),
+            points,
+            link_t,
+            float(data["seconds"]),
+            load_f,
+            when,
+        )
+
+
+# -- the cache ---------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def cache_key(backend: Any) -> str:
+    """What a calibration depends on: the backend (class, version), anychip and numpy, the
+    machine. Any change makes a new key, so stale figures are never read."""
+    import anychip
+
+    parts = [
+        f"{type(backend).__module__}.{type(backend).__qualname__}",
+        str(getattr(backend, "version", "")),
+        anychip.__version__,
+        np.__version__,
+        platform.machine(),
+        _cpu_model(),
+        str(os.cpu_count()),
+        str(FORMAT),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _path(backend: Any) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend.name)
+    return cache_root() / "calibration" / f"{safe}-{cache_key(backend)}.json"
+
+
+def load_calibration(backend: Any) -> Calibration | None:
+    """The cached calibration of ``backend`` for this machine, or None (missing, foreign or
+    corrupt: a corrupt file is removed so the next calibration replaces it)."""
+    path = _path(backend)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cal = Calibration.from_json(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)
+        return None
+    return cal if cal.key == cache_key(backend) and cal.device == backend.name else None
+
+
+def _save(backend: Any, cal: Calibration) -> None:
+    path = _path(backend)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One temporary name per process and thread: ``calibrate`` may be called from threads
+    # directly (``calibration_for`` serializes its own callers with ``_lock``).
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(cal.to_json()), encoding="utf-8")
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+
+
+def clear_calibrations(device: str | None = None) -> int:
+    """Remove cached calibrations (of ``device`` only, when given); the number removed."""
+    folder = cache_root() / "calibration"
+    if not folder.is_dir():
+        return 0
+    n = 0
+    for p in folder.glob("*.json"):
+        if device is None or p.name.rsplit("-", 1)[0] == device:
+            p.unlink(missing_ok=True)
+            n += 1
+    return n
+
+
+MODES = ("auto", "cached", "off")
+_lock = threading.RLock()  # measure_op_points runs inside a placement
+
+
+def resolve_calibration_mode(mode: str | None) -> str:
+    """``mode``, else ``$ANYCHIP_CALIBRATION``, else ``"auto"``; checked against ``MODES``."""
+    from anychip.errors import AnychipError
+
+    chosen = mode if mode is not None else os.environ.get("ANYCHIP_CALIBRATION", "auto")
+    if chosen not in MODES:
+        where = "calibration=" if mode is not None else "ANYCHIP_CALIBRATION"
+        raise AnychipError(f"{where} is {chosen!r}; use one of {', '.join(MODES)}")
+    return chosen
+
+
+def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None:
+    """The cached calibration, measured now (and cached) when missing and ``measure``, or
+    measured again when it was taken under more load than now (``_quieter_now``). A device
+    that fails to calibrate keeps its declared figures (None)."""
+    from anychip.errors import AnychipError
+
+    with _lock:
+        cal = load_calibration(backend)
+        busier = cal is not None and _quieter_now(cal)
+        if (cal is None or busier) and measure and backend.available()[0]:  # unavailable: no try
+            try:
+                cal = calibrate(backend, since=cal)
+            except (AnychipError, OSError) as e:
+                logging.getLogger("anychip").warning(
+                    "anychip: calibrating %s failed (%s); its declared figures are used",
+                    backend.name,
+                    e,
+                )
+        return cal
+
+
+def calibrations(backends: list[Any], mode: str) -> dict[str, Calibration]:
+    """The calibration of each backend under ``mode`` (see ``resolve_calibration_mode``)."""
+    if mode == "off":
+        return {}
+    found = {}
+    for b in backends:
+        cal = calibration_for(b, measure=mode == "auto")
+        if cal is not None:
+            found[b.name] = cal
+    return found
+
+
+#: Sweeps over the classes in a calibration (each point the fastest of its sweeps).
+SWEEPS = 2
+
+
+def _faster(
+    old: list[tuple[float, float]] | None, new: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """Per probe (the same works, in order), the lower time of ``old`` and ``new``."""
+    if not old or [w for w, _ in old] != [w for w, _ in new]:
+        return new
+    return [(w, min(t0, t1)) for (w, t0), (_, t1) in zip(old, new)]
+
+
+#: A calibration taken at a load average this much above the machine's load now is measured
+#: again (one core's worth of other work, on a 2-core machine, doubles a threaded probe).
+LOAD_STEP = 1.0
+MIN_AGE = 60.0
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not on this platform
+        return None
+
+
+def _quieter_now(cal: Calibration) -> bool:
+    """Whether ``cal`` was measured under ``LOAD_STEP`` more load than the machine has now,
+    at least ``MIN_AGE`` seconds ago (the load average is a one-minute average)."""
+    if cal.load is None or time.time() - cal.when < MIN_AGE:
+        return False
+    now = _load_average()
+    return now is not None and cal.load > now + LOAD_STEP
+
+
+def calibrate(backend: Any, *, repeat: int = 5, since: Calibration | None = None) -> Calibration:
+    """Measure ``backend`` now (about a second or two), cache and return the figures.
+    ``since``: an earlier calibration taken under more load; each of its points is kept where
+    it is faster than the new one (load only adds time), its per-op and per-chain points too."""
+    from anychip.core.plan.calibration_probes import measure_class, measure_link
+
+    t0 = time.perf_counter()
+    cal = Calibration(backend.name, cache_key(backend), load=_load_average(), when=time.time())
+    if since is not None:
+        cal.points = {k: list(v) for k, v in since.points.items()}
+    with task(f"calibrating {backend.name}", SWEEPS * len(_CLASSES)) as advance:
+        # Every class twice, a sweep apart, each point the faster of the two: a burst of
+        # another process's work that spans one probe's rounds does not span both sweeps.
+        for _ in range(SWEEPS):
+            for cls in _CLASSES:
+                pts = measure_class(backend, cls, repeat)
+                if pts:
+                    cal.points[cls] = _faster(cal.points.get(cls), pts)
+                advance(1)
+    if not backend.host_memory:
+        cal.link = measure_link(backend, repeat)
+    cal.seconds = time.perf_counter() - t0
+    _save(backend, cal)
+    return cal
+
+
+#: A probe whose median run is more than this over its fastest was disturbed (another process
+#: took a core for part of it): it is timed again, at most ``MAX_ROUNDS`` rounds in all.
+WIDE = 1.3
+MAX_ROUNDS = 3
+
+
+def best_of(
+    fn: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """The fastest of ``repeat`` timed calls, after one untimed warm-up call; when a round's
+    calls spread widely (their median over ``WIDE`` times the fastest so far), ``repeat`` more,
+    up to ``MAX_ROUNDS`` rounds, and the fastest of all (load only ever adds time)."""
+    fn()
+    best = float("inf")
+    for _ in range(MAX_ROUNDS):
+        times = []
+        for _ in range(repeat):
+            t = clock()
+            fn()
+            times.append(clock() - t)
+        best = min(best, *times)
+        if sorted(times)[len(times) // 2] <= WIDE * best:  # this round's runs agree
+            break
+    return best

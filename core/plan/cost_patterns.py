@@ -1,0 +1,74 @@
+"""Node chains the backends run as one kernel, priced as one: scaled dot-product attention.
+
+``MatMul(Q, Kt) -> Mul|Div(scalar constant) -> [Add(mask)] -> Softmax(last axis) ->
+MatMul(., V)``, matched by ``ir.passes.attention.match_attention`` as the CPU's and the XPU's
+``FuseAttentionPass`` match it, becomes one ``anychip::FusedAttention`` after placement. Priced
+node by node, the estimate charges the four scores-sized passes the fused kernels never make
+(the CPU's computes its scores in place; the XPU's keeps each block of them in cache), so the
+cost model placed the attention where the unfused nodes were cheapest, not where the fused
+kernel is. The calibration therefore measures the chain as a whole (the ``attention`` class,
+``core/plan/calibration_probes.py``: the same four nodes loaded on the device, so each device's own
+fusion is in the figure), and ``Costs`` gives each node of a chain an equal share of the
+chain's measured time: the chain measured at its own shapes (``chain_shape``, on first use;
+the class's probes have no mask, and a masked chain runs unfused on the XPU, 16x the class's
+figure for GPT-like's), else the class read at its FLOPs. Equal shares make every node of a
+chain want the same move, so the node-level moves (``core/plan/cost_moves.py``) move a chain
+whole. A chain split over two devices is not fused there and is priced too low (a known
+approximation: the scores tensor such a split copies makes it rare, and the session's feedback
+measures it). A device without measured
+``attention`` points prices the nodes one by one, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from anychip.ir.passes.attention import match_attention
+
+if TYPE_CHECKING:
+    from anychip.ir.graph import Graph
+    from anychip.ir.node import Node
+
+__all__ = ["attention_chains", "attention_work", "chain_shape"]
+
+
+def attention_work(chain: tuple[Node, ...]) -> float | None:
+    """Multiply-add FLOPs of the chain's two products (None when a shape is unknown)."""
+    scores, out = chain[0].outputs[0], chain[-1].outputs[0]
+    q = chain[0].inputs[0]
+    if not (scores.is_static and out.is_static and q is not None and q.is_static):
+        return None
+    if not scores.shape or not out.shape or not q.shape:
+        return None
+    return 2.0 * math.prod(scores.shape) * (q.shape[-1] + out.shape[-1])
+
+
+def attention_chains(graph: Graph) -> dict[Node, tuple[tuple[Node, ...], float]]:
+    """Each node of each attention chain of ``graph`` (static shapes) -> (its chain, the
+    chain's work in FLOPs)."""
+    found: dict[Node, tuple[tuple[Node, ...], float]] = {}
+    for mm in graph.nodes:
+        if mm.op_type != "MatMul" or mm.domain or mm in found:
+            continue
+        m = match_attention(mm, graph)
+        work = attention_work(m.nodes) if m is not None else None
+        if m is None or work is None:
+            continue
+        for n in m.nodes:
+            found[n] = (m.nodes, work)
+    return found
+
+
+def chain_shape(chain: tuple[Node, ...]) -> tuple | None:
+    """The shapes a chain is measured at on its own (``calibration.AttentionShape``: Q, Kt, V,
+    the mask or None, the scale's op), or None when one is not static."""
+    mm, scale, out = chain[0], chain[1], chain[-1]
+    values = [mm.inputs[0], mm.inputs[1], out.inputs[1]]
+    mask = chain[2].inputs[1] if chain[2].op_type == "Add" else None
+    if mask is not None:
+        values.append(mask)
+    if any(v is None or not v.is_static for v in values):
+        return None
+    dims = [tuple(int(d) for d in v.shape) for v in values]
+    return (dims[0], dims[1], dims[2], dims[3] if mask is not None else None, scale.op_type)

@@ -1,0 +1,52 @@
+"""Which devices a session uses: the argument, ``ANYCHIP_DEVICES``, or every available one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from anychip.core.plugin.host import get_registry
+from anychip.errors import DeviceError
+
+__all__ = ["resolve_devices"]
+
+
+def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -> list[str]:
+    """The device names a session uses, from the argument, ``ANYCHIP_DEVICES``, or all.
+
+    Without an explicit list, every available backend is used, highest priority first, cpu
+    last, except a backend whose ``auto_select`` is False (one that must be named: an alias of
+    another device, or an OpenCL CPU device sharing the host's cores). ``cpu`` is appended as
+    the fallback unless ``strict`` or already listed.
+    """
+    registry = get_registry()
+    if devices is None:
+        devices = os.environ.get("ANYCHIP_DEVICES") or None
+    if isinstance(devices, str):
+        devices = [d.strip() for d in devices.split(",") if d.strip()]
+    if devices is None:
+        avail = [b for b in registry.backends.values() if b.available()[0] and b.auto_select]
+        avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
+        names = [b.name for b in avail]
+    else:
+        names = []
+        for d in devices:
+            name = d.lower()
+            b = registry.backends.get(name)
+            if b is None:
+                known = ", ".join(sorted(registry.backends)) or "none"
+                raise DeviceError(
+                    f"unknown device {d!r}; known devices: {known}. "
+                    "See `anychip devices` for what is installed and why a "
+                    "device may be missing."
+                )
+            ok, why = b.available()
+            if not ok and not b.kept_when_unavailable:
+                raise DeviceError(f"device {name!r} is not available here: {why}")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise DeviceError("no device is available; `anychip devices` shows why")
+    if "cpu" not in names and not strict:
+        names.append("cpu")
+    return names
