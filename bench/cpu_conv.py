@@ -33,11 +33,11 @@ from onnx import helper, numpy_helper, shape_inference
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import anychip  # noqa: E402
-from anychip.backends.cpu.kernels.op_conv import conv as numpy_conv  # noqa: E402
-from anychip.backends.cpu.onednn import _lib  # noqa: E402
-from anychip.backends.cpu.onednn.conv import conv as onednn_conv  # noqa: E402
-from anychip.zoo import light_model  # noqa: E402
+import anychip
+from anychip.backends.cpu.kernels.op_conv import conv as numpy_conv
+from anychip.backends.cpu.onednn import _lib
+from anychip.backends.cpu.onednn.conv import conv as onednn_conv
+from anychip.zoo import light_model
 
 Shape = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 
-def resnet50():  # noqa: ANN201 - torch module
+def resnet50():
     import torch
     from torch import nn
 
@@ -44,7 +44,7 @@ def resnet50():  # noqa: ANN201 - torch module
                 else nn.Identity()
             )
 
-        def forward(self, x):  # noqa: ANN001, ANN202
+        def forward(self, x):
             return torch.relu(self.body(x) + self.short(x))
 
     layers, cin = [], 64
@@ -64,7 +64,7 @@ def resnet50():  # noqa: ANN201 - torch module
     )
 
 
-def encoder():  # noqa: ANN201 - torch module
+def encoder():
     from torch import nn
 
     layer = nn.TransformerEncoderLayer(
@@ -73,7 +73,7 @@ def encoder():  # noqa: ANN201 - torch module
     return nn.TransformerEncoder(layer, 12, enable_nested_tensor=False)
 
 
-def _export(model, x) -> bytes:  # noqa: ANN001
+def _export(model, x) -> bytes:
     import torch
 
     buf = io.BytesIO()
@@ -95,7 +95,7 @@ def _best(fn: Callable[[], object], sync: Callable[[], None], repeat: int) -> fl
     return best
 
 
-def compare(name: str, model, shape: tuple[int, ...], repeat: int) -> dict:  # noqa: ANN001
+def compare(name: str, model, shape: tuple[int, ...], repeat: int) -> dict:
     import cupy as cp
     import torch
 

@@ -16,8 +16,8 @@ import onnx
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import bars, best_of, progress  # noqa: E402
-from tests.models import transformer_layer  # noqa: E402
+from bench._timing import bars, best_of, progress
+from tests.models import transformer_layer
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 CONFIGS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]

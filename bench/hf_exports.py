@@ -63,7 +63,7 @@ def export(name: str, out_dir: str) -> str:
             super().__init__()
             self.inner = model
 
-        def forward(self, input_ids, attention_mask=None):  # noqa: ANN001, ANN202
+        def forward(self, input_ids, attention_mask=None):
             kw = {"input_ids": input_ids}
             if attention_mask is not None:
                 kw["attention_mask"] = attention_mask

@@ -17,7 +17,7 @@ import onnx
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import bars, best_of, progress  # noqa: E402
+from bench._timing import bars, best_of, progress
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 

@@ -20,7 +20,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import bars, progress  # noqa: E402
+from bench._timing import bars, progress
 
 
 def chain(n: int, seed: int = 0) -> bytes:

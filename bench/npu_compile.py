@@ -25,11 +25,11 @@ import numpy as np
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import bars, progress  # noqa: E402
-from bench.models import cnn, mlp  # noqa: E402
-from tests.backends.npu_stub.test_hf_models import MODELS as HF  # noqa: E402
-from tests.backends.npu_stub.test_hf_models import feeds as hf_feeds  # noqa: E402
-from tests.models import transformer_layer  # noqa: E402
+from bench._timing import bars, progress
+from bench.models import cnn, mlp
+from tests.backends.npu_stub.test_hf_models import MODELS as HF
+from tests.backends.npu_stub.test_hf_models import feeds as hf_feeds
+from tests.models import transformer_layer
 
 
 def _models() -> dict[str, tuple[bytes, list[dict]]]:

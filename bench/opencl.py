@@ -54,7 +54,7 @@ import numpy as np
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tests.models import transformer_layer  # noqa: E402
+from tests.models import transformer_layer
 
 GEMM_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (64, 768, 3072)]
 CONFIGS = [["opencl"], ["opencl", "cpu"], ["cpu"]]
@@ -117,7 +117,7 @@ def bench_gemm(rounds: int) -> None:
         b = rng.standard_normal((k, n)).astype(np.float32)
         ta, tb = d.upload(a), d.upload(b)
 
-        def cl_run(ta=ta, tb=tb) -> None:  # noqa: ANN001
+        def cl_run(ta=ta, tb=tb) -> None:
             y = matmul(ta, tb)
             d.finish()
             y.release()
@@ -171,7 +171,7 @@ def _models() -> dict:
     }
 
 
-def _session_runner(model, feeds: dict, cfg: list[str]):  # noqa: ANN001, ANN202
+def _session_runner(model, feeds: dict, cfg: list[str]):
     # strict proves a single device runs everything; a device set is loaded as a user would
     # (strict turns off the feedback's trial placements, which correct the cost model)
     sess = anychip.load(model, devices=cfg, strict=len(cfg) == 1)
@@ -270,7 +270,7 @@ def bench_copies(rounds: int) -> None:
     ta, tb = d.upload(a), d.upload(a)
     second = cl.CommandQueue(d.context, d.info.device)
 
-    def step(queue) -> None:  # noqa: ANN001
+    def step(queue) -> None:
         d.copy_queue = queue
         y = matmul(ta, tb)
         d.queue.flush()

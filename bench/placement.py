@@ -32,9 +32,9 @@ import numpy as np
 import anychip
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench._timing import bars, progress  # noqa: E402
-from bench.mixed_model import attention_mix  # noqa: E402
-from bench.models import HELD_OUT  # noqa: E402
+from bench._timing import bars, progress
+from bench.mixed_model import attention_mix
+from bench.models import HELD_OUT
 
 SETS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
 #: Runs at most before the timed rounds (a session whose feedback is still undecided is

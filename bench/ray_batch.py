@@ -40,7 +40,7 @@ from anychip.integrations.ray import BatchInference
 from anychip.zoo import light_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tests.models import transformer_layer  # noqa: E402
+from tests.models import transformer_layer
 
 
 def _models(args: argparse.Namespace) -> dict[str, tuple[bytes, np.ndarray, int]]:

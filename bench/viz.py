@@ -27,13 +27,13 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import anychip  # noqa: E402
-from anychip.viz import placement_view  # noqa: E402
-from anychip.viz.dot import svg_bytes  # noqa: E402
-from anychip.viz.html import placement_html  # noqa: E402
-from anychip.viz.layout import layout  # noqa: E402
-from anychip.zoo import light_model  # noqa: E402
-from tests.models import transformer_layer  # noqa: E402
+import anychip
+from anychip.viz import placement_view
+from anychip.viz.dot import svg_bytes
+from anychip.viz.html import placement_html
+from anychip.viz.layout import layout
+from anychip.zoo import light_model
+from tests.models import transformer_layer
 
 
 def stacked(layers: int) -> object:

@@ -31,10 +31,10 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import anychip  # noqa: E402
-from anychip.cli.bench import geomean  # noqa: E402
-from bench._wild_cases import old_exporter_cases, quantized_cases, transformer_cases  # noqa: E402
-from bench._wild_sklearn import sklearn_cases  # noqa: E402
+import anychip
+from anychip.cli.bench import geomean
+from bench._wild_cases import old_exporter_cases, quantized_cases, transformer_cases
+from bench._wild_sklearn import sklearn_cases
 
 __all__ = ["Case", "Result", "all_cases", "run_case", "main"]
 
@@ -134,12 +134,12 @@ def run_case(case: Case, repeat: int = 0) -> Result:
     """Run ``case`` on onnxruntime and anychip; time both (interleaved) when ``repeat``."""
     try:
         model, feeds = case.build()
-    except Exception as e:  # noqa: BLE001 - a converter that fails makes no model to run
+    except Exception as e:
         return Result(case, "skipped", f"not made: {type(e).__name__}: {str(e)[:70]}")
     try:
         ref = _ort(model, optimized=False)
         want = ref.run(None, feeds)
-    except Exception as e:  # noqa: BLE001 - the corpus holds only what onnxruntime runs
+    except Exception as e:
         return Result(case, "skipped", f"onnxruntime: {str(e).splitlines()[0][:80]}")
     try:
         with warnings.catch_warnings():
@@ -148,7 +148,7 @@ def run_case(case: Case, repeat: int = 0) -> Result:
         got = sess.run(None, feeds)
     except anychip.AnychipError as e:
         return Result(case, "refused", f"{type(e).__name__}: {str(e).splitlines()[0][:90]}")
-    except Exception as e:  # noqa: BLE001 - a raw exception is a bug: counted as a failure
+    except Exception as e:
         return Result(case, "fail", f"raw {type(e).__name__}: {str(e)[:90]}")
     why = compare(got, want, case.rtol, case.atol)
     if why:

@@ -43,7 +43,7 @@ SHAPES = [
 """(M, K, N): (M x K) @ (K x N)."""
 
 
-def _ort_session(k: int, n: int, threads: int):  # noqa: ANN202
+def _ort_session(k: int, n: int, threads: int):
 
     import onnxruntime as ort
     from onnx import TensorProto, helper
@@ -94,7 +94,7 @@ def _timers(drv: XpuDriver, m: int, k: int, n: int, burst: int, threads: int) ->
         drv.synchronize()
         y.free()
 
-    def timed(fn) -> float:  # noqa: ANN001
+    def timed(fn) -> float:
         t0 = time.perf_counter()
         for _ in range(burst):
             fn()

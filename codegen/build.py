@@ -173,7 +173,7 @@ def load(source: str, cdef: str, name: str, openmp: bool = False) -> Any | None:
             try:
                 _loaded[key] = _load_built(source, cdef, name, cc, flags)
                 return _loaded[key]
-            except Exception as e:  # noqa: BLE001 - any build failure means the numpy fallback
+            except Exception as e:
                 errors.append(f"{type(e).__name__}: {e}"[:800])
         _failed[key] = "; ".join(errors)
         log.warning("anychip: generated C not built, numpy fallback: %s", _failed[key])

@@ -119,14 +119,14 @@ def _read_proto(path: str) -> Any:
         t.ParseFromString(data)
         if t.data_type != 0 or t.dims or t.raw_data:
             return numpy_helper.to_array(t)
-    except Exception:  # noqa: BLE001 - not a tensor: try the other kinds
+    except Exception:
         pass
     s = onnx.SequenceProto()
     try:
         s.ParseFromString(data)
         if s.elem_type != 0:
             return numpy_helper.to_list(s)
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     o = onnx.OptionalProto()
     o.ParseFromString(data)

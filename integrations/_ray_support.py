@@ -28,7 +28,7 @@ def import_ray() -> Any:
     """``ray`` with Ray Data, or an ``AnychipError`` saying which extra to install."""
     try:
         import ray
-        import ray.data  # noqa: F401 (Dataset.map_batches and ActorPoolStrategy)
+        import ray.data
     except ImportError as e:
         raise AnychipError(
             f"anychip.integrations.ray needs Ray Data ({e}); pip install 'anychip[ray]'"

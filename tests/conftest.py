@@ -29,9 +29,9 @@ os.environ.setdefault("ANYCHIP_COMPILE_CACHE", "0")
 # onnx generates its ~1,900 node cases in every process that asks (5-7 s: each xdist worker's
 # collection, each kit subprocess); anychip's case cache keeps them on disk, and onnx's loader
 # (BackendTest, the kernel tests) reads them from there too.
-import onnx.backend.test.loader as _onnx_loader  # noqa: E402
+import onnx.backend.test.loader as _onnx_loader
 
-from anychip.conformance.case_cache import generated_node_cases  # noqa: E402
+from anychip.conformance.case_cache import generated_node_cases
 
 _onnx_loader.load_node_model_tests = generated_node_cases
 
@@ -40,15 +40,15 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     # assertion-rewritten test modules: each xdist worker parsed, rewrote and compiled all 140
     # of them again at every run (1.2 of its 3.1 s of collection). Kept under anychip's cache
     # folder instead, outside the source tree, for this process only.
-    from anychip.core.plan.calibration import cache_root  # noqa: E402
+    from anychip.core.plan.calibration import cache_root
 
     sys.pycache_prefix = str(cache_root() / "pycache")
     sys.dont_write_bytecode = False
     if "PYTEST_XDIST_WORKER" not in os.environ:
         # Each CI run's venv lies in a new temporary folder: drop the mirrors of gone folders.
-        from pathlib import Path  # noqa: E402
+        from pathlib import Path
 
-        from tests.pycache_prune import prune  # noqa: E402
+        from tests.pycache_prune import prune
 
         prune(Path(sys.pycache_prefix))
 

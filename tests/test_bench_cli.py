@@ -148,7 +148,7 @@ def test_rounds_vary_the_order_and_run_each_engine_twice_in_a_row() -> None:
 
     calls: list[str] = []
 
-    def engine(name: str):  # noqa: ANN202
+    def engine(name: str):
         def run(feeds: dict) -> list:
             calls.append(name)
             return [np.zeros(2, np.float32)]

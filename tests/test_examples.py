@@ -33,7 +33,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TOYCHIP_BUDGET = 60
 
 
-def _plugin_fixture(folder: str, module: str, name: str):  # noqa: ANN202
+def _plugin_fixture(folder: str, module: str, name: str):
     path = str(EXAMPLES / folder)
     sys.path.insert(0, path)
     try:
@@ -46,16 +46,16 @@ def _plugin_fixture(folder: str, module: str, name: str):  # noqa: ANN202
 
 
 @pytest.fixture
-def toychip():  # noqa: ANN201
+def toychip():
     yield from _plugin_fixture("anychip-toychip", "anychip_toychip", "toychip")
 
 
 @pytest.fixture
-def ort_plugin():  # noqa: ANN201
+def ort_plugin():
     yield from _plugin_fixture("anychip-ort", "anychip_ort", "ort")
 
 
-def _model(nodes, inputs, outputs, weights, opset: int) -> onnx.ModelProto:  # noqa: ANN001
+def _model(nodes, inputs, outputs, weights, opset: int) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "g",
@@ -95,7 +95,7 @@ def _mlp(opset: int, rng: np.random.Generator) -> onnx.ModelProto:
 
 # -- toychip ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("opset", [7, 9, 11, 13, 14, 21])
-def test_toychip_runs_an_mlp_like_onnxruntime(toychip, opset: int) -> None:  # noqa: ANN001
+def test_toychip_runs_an_mlp_like_onnxruntime(toychip, opset: int) -> None:
     rng = np.random.default_rng(opset)
     model = _mlp(opset, rng)
     x = rng.standard_normal((3, 8)).astype(np.float32)
@@ -117,7 +117,7 @@ def test_toychip_runs_an_mlp_like_onnxruntime(toychip, opset: int) -> None:  # n
 @pytest.mark.parametrize(
     ("opset", "axis"), [(9, 1), (11, -2), (11, 0), (11, 2), (13, 1), (13, -3), (21, 2)]
 )
-def test_toychip_softmax_semantics_per_opset(toychip, opset: int, axis: int) -> None:  # noqa: ANN001
+def test_toychip_softmax_semantics_per_opset(toychip, opset: int, axis: int) -> None:
     """Softmax before opset 13 flattens at ``axis``; from 13 on it works along ``axis`` alone.
     On a 3-D input the two differ, so a kernel claiming the wrong range fails here."""
     rng = np.random.default_rng(100 + opset + axis)
@@ -130,7 +130,7 @@ def test_toychip_softmax_semantics_per_opset(toychip, opset: int, axis: int) -> 
     assert sess.placement().by_device() == {"toychip": 1}
 
 
-def test_toychip_broadcasting_elementwise(toychip) -> None:  # noqa: ANN001
+def test_toychip_broadcasting_elementwise(toychip) -> None:
     rng = np.random.default_rng(7)
     nodes = [
         helper.make_node("Add", ["x", "c"], ["a"]),
@@ -144,7 +144,7 @@ def test_toychip_broadcasting_elementwise(toychip) -> None:  # noqa: ANN001
     assert sess.placement().by_device() == {"toychip": 2}
 
 
-def test_toychip_leaves_unclaimed_ops_to_the_cpu(toychip) -> None:  # noqa: ANN001
+def test_toychip_leaves_unclaimed_ops_to_the_cpu(toychip) -> None:
     """Add-6 (opset 6, with broadcast attributes) is outside the since=7 range, so it falls back
     with the kernel table's reason; the Relu next to it (Relu-6) stays on toychip."""
     rng = np.random.default_rng(3)
@@ -174,7 +174,7 @@ def test_toychip_leaves_unclaimed_ops_to_the_cpu(toychip) -> None:  # noqa: ANN0
     ],
     ids=lambda a: f"{a.dtype}{list(a.shape)}{'' if a.flags.c_contiguous else '-strided'}",
 )
-def test_toychip_copy_round_trip_preserves_bytes(toychip, array: np.ndarray) -> None:  # noqa: ANN001
+def test_toychip_copy_round_trip_preserves_bytes(toychip, array: np.ndarray) -> None:
     chip = toychip.ToyChip()
     before = chip.memory_stats().in_use
     tensor = chip.to_device(array)
@@ -187,7 +187,7 @@ def test_toychip_copy_round_trip_preserves_bytes(toychip, array: np.ndarray) -> 
     assert chip.memory_stats().in_use == before
 
 
-def test_toychip_heap_full_is_out_of_memory(toychip) -> None:  # noqa: ANN001
+def test_toychip_heap_full_is_out_of_memory(toychip) -> None:
     chip = toychip.ToyChip()
     kept = chip.to_device(np.ones(1000, np.float32))
     with pytest.raises(anychip.OutOfMemoryError) as err:
@@ -199,7 +199,7 @@ def test_toychip_heap_full_is_out_of_memory(toychip) -> None:  # noqa: ANN001
 
 
 # -- the line budget ------------------------------------------------------------------------------
-def _count_lines_module():  # noqa: ANN202
+def _count_lines_module():
     spec = importlib.util.spec_from_file_location("count_lines", EXAMPLES / "count_lines.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -284,7 +284,7 @@ def test_toychip_installs_and_is_found_by_its_entry_point(tmp_path: Path) -> Non
 
 
 # -- ort ----------------------------------------------------------------------------------------
-def test_ort_runs_a_light_cnn_like_onnxruntime(ort_plugin) -> None:  # noqa: ANN001
+def test_ort_runs_a_light_cnn_like_onnxruntime(ort_plugin) -> None:
     model = light_model("squeezenet", seed=3)
     weights = {init.name for init in model.graph.initializer}
     (inp,) = [i for i in model.graph.input if i.name not in weights]
@@ -301,7 +301,7 @@ def test_ort_runs_a_light_cnn_like_onnxruntime(ort_plugin) -> None:  # noqa: ANN
     assert ort_plugin.backend.OrtBackend().to_device(a) is a  # host memory: no real copy
 
 
-def test_ort_refuses_types_its_cpu_kernels_lack(ort_plugin) -> None:  # noqa: ANN001
+def test_ort_refuses_types_its_cpu_kernels_lack(ort_plugin) -> None:
     """onnxruntime's CPU Relu-14 takes float, double, int8 and int32, not int64: that Relu falls
     back to anychip's CPU with the reason, the float MLP around it stays on ort."""
     rng = np.random.default_rng(5)
@@ -336,7 +336,7 @@ def test_ort_refuses_types_its_cpu_kernels_lack(ort_plugin) -> None:  # noqa: AN
     assert "tensor(int64)" in where[sess.placement().nodes[2].name][1]
 
 
-def test_ort_refuses_nested_graphs(ort_plugin) -> None:  # noqa: ANN001
+def test_ort_refuses_nested_graphs(ort_plugin) -> None:
     """An If reads outer values from its branches; exported alone it could not, so it stays on
     the CPU while the Add feeding it runs on ort."""
     rng = np.random.default_rng(6)

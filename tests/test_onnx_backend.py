@@ -150,7 +150,7 @@ for _devices in DEVICE_SETS:
 _BY_SUFFIX = {_suffix(d): d for d in sorted(DEVICE_SETS, key=len, reverse=True)}
 
 
-def CASE_DEVICES(item: pytest.Item) -> str | None:  # noqa: N802 - read by tests/conftest.py
+def CASE_DEVICES(item: pytest.Item) -> str | None:
     """The device set a conformance case runs on (None for other tests)."""
     cls = getattr(item, "cls", None)
     name = cls.__name__ if cls is not None else ""

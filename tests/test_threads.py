@@ -38,7 +38,7 @@ DEVICE_SETS = ["cpu", "xpu,cpu", "npu,cpu"]
 RACE_SCRIPT = Path(__file__).with_name("thread_race.py")
 
 
-def _session(devices: str):  # noqa: ANN202 - anychip.Session
+def _session(devices: str):
     names = devices.split(",")
     if names[0] != "cpu":
         from anychip.core.plugin.host import get_registry
@@ -66,7 +66,7 @@ def test_one_session_many_threads_matches_serial(devices: str) -> None:
             barrier.wait()
             for s in row:
                 got[s] = sess.run(None, feeds_for(s))[0]
-        except BaseException as e:  # noqa: BLE001 - re-raised by the main thread
+        except BaseException as e:
             errors.append(e)
 
     pool = [threading.Thread(target=work, args=(row,)) for row in seeds]

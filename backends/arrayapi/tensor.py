@@ -42,7 +42,7 @@ def _numpy_dtype(name: str) -> np.dtype | None:
 
         try:
             return DType.BFLOAT16.numpy
-        except Exception:  # noqa: BLE001 - no ml_dtypes: no bfloat16 on the host
+        except Exception:
             return None
     return np.dtype(name)
 

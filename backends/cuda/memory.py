@@ -41,7 +41,7 @@ class _CupyRaw:
     def _alloc(self, nbytes: int) -> Any:
         try:
             return self.cupy_pool.malloc(nbytes)
-        except Exception as e:  # noqa: BLE001 - cupy.cuda.memory.OutOfMemoryError
+        except Exception as e:
             if "OutOfMemory" in type(e).__name__:
                 raise MemoryError(str(e)) from e
             raise

@@ -275,7 +275,7 @@ class NpuExecutable:
                     np.copyto(views[i], r)
         except AnychipError:
             raise
-        except Exception as e:  # noqa: BLE001 - a kernel bug must name its node
+        except Exception as e:
             raise KernelError(
                 f"npu: node {op.node.name!r} ({op.node.qualified_op}) failed: "
                 f"{type(e).__name__}: {e}"

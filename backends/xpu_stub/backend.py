@@ -92,15 +92,15 @@ class XpuBackend(Backend):
         get_driver()  # builds the C library on first use; raises DeviceError with the reason
         return True, ""
 
-    def _copy_in(self, array: np.ndarray):  # noqa: ANN202 - returns XpuTensor
+    def _copy_in(self, array: np.ndarray):
         from anychip.backends.xpu_stub.driver import get_driver
 
         return get_driver().upload(array)
 
-    def _copy_out(self, tensor) -> np.ndarray:  # noqa: ANN001
+    def _copy_out(self, tensor) -> np.ndarray:
         return tensor.numpy()
 
-    def release(self, tensor) -> None:  # noqa: ANN001
+    def release(self, tensor) -> None:
         tensor.free()
 
     def memory_stats(self) -> MemoryStats:

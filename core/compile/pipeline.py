@@ -192,7 +192,7 @@ def _generic_passes(
             PassManager([entry.pass_], max_iterations=1)(trial.graph)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # noqa: BLE001 - a plugin's pass failing skips that pass
+        except BaseException as e:
             why = f"pass {entry.pass_.name} of plugin {entry.origin!r} failed, skipped: "
             out.memory_notes.append(why + f"{type(e).__name__}: {e}"[:300])
             log.warning("anychip: %s", out.memory_notes[-1])
@@ -282,7 +282,7 @@ def _compile_graph(
         return why + " (out of memory)"
     except KeyboardInterrupt:
         raise
-    except BaseException as e:  # noqa: BLE001 - a compiler's failure means fallback, with why
+    except BaseException as e:
         return _failed(p, "compile", e, must_fit)
     p.program = compiled.run
     p.info.update(compiled.info)
@@ -307,7 +307,7 @@ def _compile_kernels(
             PassManager(passes, max_iterations=1)(p.graph)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # noqa: BLE001 - a pass's failure means fallback, with why
+        except BaseException as e:
             return _failed(p, "a graph pass", e, must_fit)
         if p.graph.meta.get("fusions"):  # what each fusion pass rewrote, for the report
             p.info["fusions"] = dict(p.graph.meta["fusions"])
@@ -407,7 +407,7 @@ def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any
             pool = factory(backend)
         except AnychipError:
             raise
-        except Exception as e:  # noqa: BLE001 - a plugin's factory failed
+        except Exception as e:
             raise DeviceError(
                 f"{backend.name}: the memory pool factory {factory!r} for kind "
                 f"{backend.kind!r} failed: {type(e).__name__}: {e}"

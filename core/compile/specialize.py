@@ -245,7 +245,7 @@ class SpecializedPartition:
             )
             if compiled is None:
                 return  # not on disk: the host run that follows traces and compiles it
-        except Exception as e:  # noqa: BLE001 - the signature stays on the host, with why
+        except Exception as e:
             why = f"{type(e).__name__}: {e}"
             with self._lock:
                 self.pending.discard(key)

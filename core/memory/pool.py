@@ -318,7 +318,7 @@ class MemoryPool:
             return self.allocator._alloc(nbytes)
         except (MemoryError, AnychipError):
             raise
-        except Exception as e:  # noqa: BLE001 - a driver's own exception types are unknown here
+        except Exception as e:
             raise DeviceError(
                 f"{self.device}: the device allocator failed to allocate "
                 f"{nbytes} bytes: {type(e).__name__}: {e}"
@@ -331,7 +331,7 @@ class MemoryPool:
             self.allocator._free(buffer)
         except AnychipError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise DeviceError(
                 f"{self.device}: the device allocator failed to free a buffer "
                 f"of {nbytes} bytes: {type(e).__name__}: {e}"

@@ -220,7 +220,7 @@ def _keep_shape_chains_on_host(
             _assign(node, host, tables, "shape computation: stays on the host")
 
 
-def _capable_fn(tables: dict[str, KernelTable]):  # noqa: ANN202
+def _capable_fn(tables: dict[str, KernelTable]):
     def capable(b: Backend, n: Node) -> bool:
         return n.meta["device"] == b.name or capability(b, tables.get(b.name), n) is None
 

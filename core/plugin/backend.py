@@ -162,7 +162,7 @@ class Backend:
                 model = self.device_model()
             except KeyboardInterrupt:
                 raise
-            except BaseException as e:  # noqa: BLE001 - a plugin's bug, named
+            except BaseException as e:
                 raise DeviceError(
                     f"{self.name}: device_model() raised {type(e).__name__}: {e}"
                 ) from e
@@ -186,7 +186,7 @@ class Backend:
                 self._availability = self._available()
             except AnychipError as e:
                 self._availability = (False, str(e))
-            except Exception as e:  # noqa: BLE001 - a broken driver must not take the host down
+            except Exception as e:
                 self._availability = (False, f"{type(e).__name__}: {e}")
         return self._availability
 
@@ -309,7 +309,7 @@ class Backend:
             return self.check_node(node)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # noqa: BLE001 - a plugin's bug means fallback, with why
+        except BaseException as e:
             return f"{self.name}.check_node raised {type(e).__name__}: {e}"[:300]
 
     def check_node(self, node: Node) -> str | None:
@@ -325,7 +325,7 @@ class Backend:
             return self._copy_in(np.asarray(array, order="C"))  # keeps 0-d shapes
         except AnychipError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise DeviceError(
                 f"{self.name}: copy to device of {array.dtype}{list(array.shape)} failed: {e}"
             ) from e
@@ -338,7 +338,7 @@ class Backend:
             return self._copy_out(tensor)
         except AnychipError:
             raise
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise DeviceError(f"{self.name}: copy to host failed: {e}") from e
 
     def from_device(self, tensor: Any, src: Backend) -> Any:

@@ -78,7 +78,7 @@ def _import(name: str, module: str, ep: Any) -> Any:
         plugin = ep.load() if ep is not None else importlib.import_module(module)
     except KeyboardInterrupt:
         raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit too: a plugin never ends the host
+    except BaseException as e:
         raise PluginError(
             f"plugin {name!r} ({module}) failed to import: {type(e).__name__}: {e}"
         ) from e
@@ -142,7 +142,7 @@ def _register(pm: pluggy.PluginManager, name: str, module: str, ep: Any) -> str 
         return str(e)
     except KeyboardInterrupt:
         raise
-    except BaseException as e:  # noqa: BLE001 - pluggy validation errors name the bad hook
+    except BaseException as e:
         return f"plugin {name!r} ({module}) failed to register: {type(e).__name__}: {e}"
     msg = None
     if unknown := sorted(c.name for c in pm.get_hookcallers(plugin) or [] if c.spec is None):
@@ -180,7 +180,7 @@ def _call_hooks(
                 impl.function(registry=registry)
             except KeyboardInterrupt:
                 raise
-            except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin included
+            except BaseException as e:
                 return impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}"
     return None
 

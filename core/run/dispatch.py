@@ -56,7 +56,7 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
                 res = ins.fn(*args, out=out, **ins.attrs)
         except KeyboardInterrupt:
             raise
-        except BaseException as e:  # noqa: BLE001 - re-raised with the node's text
+        except BaseException as e:
             call_failed(ins, args, e)
         s = ins.out0
         want = ins.want
@@ -100,7 +100,7 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
             if release is not None and slots[f] is not None:
                 try:  # free when nothing raises: no call added to the per-node loop
                     release(slots[f])
-                except BaseException as e:  # noqa: BLE001 - named below
+                except BaseException as e:
                     slots[f] = None  # not released twice by _drop
                     program._release_failed(ins, e)
             slots[f] = None

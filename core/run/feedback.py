@@ -164,7 +164,7 @@ class Feedback:
             label, how = self.queue.pop(0)
             try:
                 candidate = how if not isinstance(how, tuple) else self.recompile(*how)
-            except Exception as e:  # noqa: BLE001 - that one cannot be tried; say why
+            except Exception as e:
                 self.decision += f"; {label}: not tried ({type(e).__name__})"
                 continue
             where = _placement(candidate)
@@ -192,7 +192,7 @@ class Feedback:
             before = _compiling(trial)
             try:
                 outs = trial.steps.run(arrays)
-            except Exception as e:  # noqa: BLE001 - the trial is dropped; the request is served
+            except Exception as e:
                 self.decision += f"; {label}, tried, failed ({type(e).__name__})"
                 self._end_trial(compiled)
                 return self._finish(compiled.steps.run(arrays), compiled)
@@ -267,7 +267,7 @@ class Feedback:
             p.info["measured"] = _ms(next(by_part))
         try:
             candidate = self.recompile(factors)
-        except Exception as e:  # noqa: BLE001 - the current placement stays; say why
+        except Exception as e:
             self.decision += f"; re-placing with the measured costs failed ({type(e).__name__})"
             return None
         predicted = candidate.predicted

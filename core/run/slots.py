@@ -41,5 +41,5 @@ def release_quietly(release: Any, tensors: Sequence[Any]) -> None:
     for t in tensors:
         try:
             release(t)
-        except Exception:  # noqa: BLE001, S110
+        except Exception:
             pass

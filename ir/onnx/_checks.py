@@ -42,7 +42,7 @@ def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[st
         if complained and complained <= custom_domains:
             return  # a plugin defines this domain: the checker cannot know its schemas
         raise ModelError(f"{where} fails onnx.checker: {message}") from None
-    except Exception as e:  # noqa: BLE001 - e.g. UnicodeDecodeError on a malformed name
+    except Exception as e:
         raise ModelError(
             f"{where} could not be checked: {type(e).__name__}: {e}; the file is malformed"
         ) from None

@@ -70,5 +70,5 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
         )
 
 
-def _text(dims) -> str:  # noqa: ANN001 - a repeated Dimension field
+def _text(dims) -> str:
     return "[" + ",".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims) + "]"

@@ -65,7 +65,7 @@ class FoldConstantsPass(Pass):
             ins = [None if v is None else v.const for v in node.inputs]
             try:
                 outs = self.evaluate(node, ins)
-            except Exception:  # noqa: BLE001 - leave it to fail (with a clear error) at run time
+            except Exception:
                 continue
             arrays = [np.asarray(o) if o is not None else None for o in outs]
             if any(a is not None and a.nbytes > self.max_bytes for a in arrays):

@@ -112,10 +112,10 @@ def add(a: Tensor, b: Tensor) -> Tensor:
 
 
 @hookimpl
-def anychip_register_backends(registry) -> None:  # noqa: ANN001
+def anychip_register_backends(registry) -> None:
     registry.add_backend(CHIP)
 
 
 @hookimpl
-def anychip_register_kernels(registry) -> None:  # noqa: ANN001
+def anychip_register_kernels(registry) -> None:
     registry.add_kernels(KERNELS)

@@ -21,8 +21,8 @@ class _PoolPlugin:
     made: list = []
 
     @hookimpl
-    def anychip_register_memory_pools(self, registry) -> None:  # noqa: ANN001
-        def factory(backend):  # noqa: ANN001, ANN202
+    def anychip_register_memory_pools(self, registry) -> None:
+        def factory(backend):
             pool = CachingPool(backend.name, allocator=backend)
             self.made.append(pool)
             return pool

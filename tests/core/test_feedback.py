@@ -188,10 +188,10 @@ class _Compiling:
         self.started += 1
 
 
-def _compiled(sp: _Compiling):  # noqa: ANN202 - a stand-in CompiledModel
+def _compiled(sp: _Compiling):
     from types import SimpleNamespace
 
-    def run(arrays, times=None):  # noqa: ANN001, ANN202
+    def run(arrays, times=None):
         sp.left -= 1
         return ["out"]
 
@@ -230,13 +230,13 @@ def test_a_trial_starts_its_own_compiles_and_is_measured_once_they_are_done():
     assert len(fb.trial_samples) == 2
 
 
-def _timed(clock: list[float], durations: list[float]):  # noqa: ANN202 - a stand-in model
+def _timed(clock: list[float], durations: list[float]):
     """A stand-in CompiledModel whose runs take the next of ``durations`` on ``clock``."""
     from types import SimpleNamespace
 
     left = list(durations)
 
-    def run(arrays, times=None):  # noqa: ANN001, ANN202
+    def run(arrays, times=None):
         clock[0] += left.pop(0)
         return ["out"]
 

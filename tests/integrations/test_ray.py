@@ -77,7 +77,7 @@ def mlp(seed: int = 0, features: int = 16) -> onnx.ModelProto:
 
 
 @pytest.fixture(scope="module")
-def cluster():  # noqa: ANN201
+def cluster():
     for attempt in (1, 2):  # Ray gives its node 30 s to start; a busy shared machine can miss it
         try:
             ray.init(

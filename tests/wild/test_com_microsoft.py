@@ -40,7 +40,7 @@ def _model(
     return h.make_model(g, opset_imports=opsets)
 
 
-def _check(op, feeds, consts, inputs, n_out=1, atol=1e-5, **attrs) -> None:  # noqa: ANN001
+def _check(op, feeds, consts, inputs, n_out=1, atol=1e-5, **attrs) -> None:
     model = _model(op, feeds, consts, inputs, n_out, **attrs)
     want = ort_run(model, feeds)
     got, _ = anychip_run(model, feeds)
@@ -190,7 +190,7 @@ def test_multi_head_attention(kind) -> None:
     _check("MultiHeadAttention", feeds, {}, inputs, n_out=n_out, atol=1e-4, num_heads=heads)
 
 
-def _qparams(rng, dtype):  # noqa: ANN001, ANN202
+def _qparams(rng, dtype):
     lo = np.iinfo(dtype).min
     return np.float32(rng.uniform(0.01, 0.1)), np.array(lo + rng.integers(100, 150), dtype)
 

@@ -75,7 +75,7 @@ def test_qlinear_conv_matches_int64_and_onnxruntime(
     ran = []  # what oneDNN's convolution gave: None when it declined
     real_conv = op_conv_integer.onednn_conv.conv
 
-    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def spy(*args, **kwargs):
         ran.append(real_conv(*args, **kwargs))
         return ran[-1]
 

@@ -86,7 +86,7 @@ def test_tree_nan_follows_missing_value_tracks_true(monkeypatch) -> None:
         assert got[0][2, 0] == (-1.0 if track else 1.0)
 
 
-def _label_encoder(ver: int, attrs: dict, xt: int, yt: int):  # noqa: ANN202
+def _label_encoder(ver: int, attrs: dict, xt: int, yt: int):
     from onnx import helper as h
 
     node = h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
@@ -96,7 +96,7 @@ def _label_encoder(ver: int, attrs: dict, xt: int, yt: int):  # noqa: ANN202
     )  # fmt: skip
     return h.make_model(
         g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", ver)]
-    )  # noqa: E501
+    )
 
 
 def _label_encoder_cases() -> list:

@@ -46,7 +46,7 @@ def test_small_products_skip_the_openmp_team(op, monkeypatch) -> None:
     model = _projection(op, rng)
     feeds = {"X": rng.standard_normal((300, 12)).astype(np.float32)}
 
-    def no_team(work: float):  # noqa: ANN202 - a small product must not get here
+    def no_team(work: float):
         raise AssertionError(f"team_for({work}) entered for a product under MIN_MACS")
 
     monkeypatch.setattr(onednn_kernels, "team_for", no_team)
@@ -219,7 +219,7 @@ def test_one_partition_runs_direct_and_keeps_its_errors(monkeypatch) -> None:
     steps.direct = direct
     assert_same(got, ort_run(model, feeds), rtol=1e-5, atol=1e-5)
 
-    def no_memory(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def no_memory(*args, **kwargs):
         raise MemoryError("test")
 
     ins = sess.partitions[0].program

@@ -154,7 +154,7 @@ def clip(s: Space, x: Any, lo: Any = None, hi: Any = None) -> Any:
 
 
 @kernel("Clip", since=6, until=10)
-def clip_v6(s: Space, x: Any, *, min: float = -3.4e38, max: float = 3.4e38) -> Any:  # noqa: A002
+def clip_v6(s: Space, x: Any, *, min: float = -3.4e38, max: float = 3.4e38) -> Any:
     return s.xp.minimum(s.xp.maximum(x, scalar(s, x, min)), scalar(s, x, max))
 
 

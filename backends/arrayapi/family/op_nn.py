@@ -156,7 +156,7 @@ def matmul(s: Space, a: Any, b: Any) -> Any:
 @kernel("Gemm", since=7, until=13)
 def gemm(
     s: Space, a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 1.0,
-    transA: int = 0, transB: int = 0,  # noqa: N803
+    transA: int = 0, transB: int = 0,
 ) -> Any:  # fmt: skip
     xp = s.xp
     y = xp.matmul(xp.matrix_transpose(a) if transA else a, xp.matrix_transpose(b) if transB else b)

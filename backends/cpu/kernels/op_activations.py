@@ -124,7 +124,7 @@ def clip_attrs(
     x: np.ndarray,
     *,
     min: float | None = None,
-    max: float | None = None,  # noqa: A002
+    max: float | None = None,
     consumed_inputs=None,
     out=None,
 ) -> np.ndarray:
@@ -135,11 +135,11 @@ def clip_attrs(
 @kernel("Clip", since=11, dtypes=NUMERIC_TYPES, inplace=True)
 def clip(
     x: np.ndarray,
-    min: np.ndarray | None = None,  # noqa: A002 - ONNX input names
+    min: np.ndarray | None = None,
     max: np.ndarray | None = None,
     *,
     out=None,
-) -> np.ndarray:  # noqa: A002
+) -> np.ndarray:
     """Opset 11+: bounds are optional scalar inputs."""
     for name, bound in (("min", min), ("max", max)):
         if bound is not None and bound.size != 1:

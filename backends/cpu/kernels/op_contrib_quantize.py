@@ -64,7 +64,7 @@ def ms_dequantize_linear(
     return dequantize_linear(x, x_scale, x_zero_point, axis=axis)
 
 
-def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:  # noqa: ANN001
+def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:
     return _q(fn(_deq(a, a_s, a_zp), _deq(b, b_s, b_zp)), c_s, c_zp, a)
 
 
@@ -100,7 +100,7 @@ def qlinear_mul(
     )
 
 
-def _unary(fn, x, x_s, x_zp, y_s, y_zp) -> np.ndarray:  # noqa: ANN001
+def _unary(fn, x, x_s, x_zp, y_s, y_zp) -> np.ndarray:
     """``fn`` on dequantized values, through a lookup table for 8-bit inputs."""
     if x.dtype.itemsize == 1:
         info = np.iinfo(x.dtype)

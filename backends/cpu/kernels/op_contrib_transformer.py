@@ -115,7 +115,7 @@ def _activate(y: np.ndarray, name: str, a: float | None, b: float | None) -> np.
     return make_activation(name, a, b)(y)
 
 
-def _lean_gemm(a, b, c, alpha, beta, trans_a, trans_b, activation, out) -> np.ndarray | None:  # noqa: ANN001
+def _lean_gemm(a, b, c, alpha, beta, trans_a, trans_b, activation, out) -> np.ndarray | None:
     if alpha != 1.0 or beta != 1.0 or activation not in (None, "Relu"):
         return None
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind != "f":

@@ -81,7 +81,7 @@ def evaluate(expr: Expr, inputs: list[np.ndarray], dtype: np.dtype) -> np.ndarra
     return np.array(out, dtype=dtype)
 
 
-def _may_write(out: np.ndarray, arrays: list[np.ndarray], classes: tuple[str, ...], fn) -> bool:  # noqa: ANN001
+def _may_write(out: np.ndarray, arrays: list[np.ndarray], classes: tuple[str, ...], fn) -> bool:
     """Whether the kernel may write ``out``: it overlaps no input, or it is exactly the
     first input (read at the same element before it is written: the in-place hint)."""
     first = arrays[0]

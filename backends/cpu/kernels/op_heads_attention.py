@@ -111,7 +111,7 @@ _PLANS: dict[tuple, _Plan] = {}
 _PLANS_KEEP = 64
 
 
-def _key(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> tuple | None:  # noqa: ANN001
+def _key(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> tuple | None:
     shapes = (sq, sk, sv, so)
     if any(type(s) is not np.ndarray or s.dtype != np.int64 for s in shapes):
         return None
@@ -122,7 +122,7 @@ def _key(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> tuple | None
     )  # fmt: skip
 
 
-def _plan(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> _Plan:  # noqa: ANN001
+def _plan(q, k, v, sq, sk, sv, so, mask, allowzero, split, parts) -> _Plan:
     """The checks of the Split, the Reshapes and the fast path, raising their errors."""
     cuts = None
     if parts:  # cut as the packed tensor's Split cut it (its checks and errors)

@@ -74,7 +74,7 @@ def gemm(
     alpha: float = 1.0,
     beta: float = 1.0,
     transA: int = 0,
-    transB: int = 0,  # noqa: N803 - ONNX names
+    transB: int = 0,
     broadcast: int = 0,
     out: np.ndarray | None = None,
 ) -> np.ndarray:

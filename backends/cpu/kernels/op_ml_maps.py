@@ -58,7 +58,7 @@ def _zipper(labels: tuple) -> Callable[[list], list[dict]]:
         names = {f"k{i}": label for i, label in enumerate(labels)}
         items = ", ".join(f"k{i}: v{i}" for i in range(len(labels)))
         values = "".join(f"v{i}, " for i in range(len(labels)))
-        fn = eval(f"lambda rows: [{{{items}}} for {values} in rows]", names)  # noqa: S307
+        fn = eval(f"lambda rows: [{{{items}}} for {values} in rows]", names)
     if len(_ZIPPERS) < 1024:
         _ZIPPERS[labels] = fn
     return fn

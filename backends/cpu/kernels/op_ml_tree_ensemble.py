@@ -209,7 +209,7 @@ class _Forest:
                 threads = _threads(rows * trees)
                 packed_sum(
                     f64, xp, rows, x.shape[1], nodes, roots, trees, all_leq, tp, width, op, threads
-                )  # noqa: E501
+                )
                 return out
 
             return call

@@ -13,7 +13,7 @@ __all__ = ["optional", "optional_has_element", "optional_get_element"]
 
 
 @kernel("Optional", since=15)
-def optional(x: Any = None, *, type: Any = None) -> Any:  # noqa: A002 - ONNX attribute name
+def optional(x: Any = None, *, type: Any = None) -> Any:
     return (x,)
 
 

@@ -314,7 +314,7 @@ def omp_threads() -> int:
     return omp.max_threads()
 
 
-class team_for:  # noqa: N801 - used as a context manager, like the generator it replaced
+class team_for:
     """Inside: one OpenMP thread when ``work`` is under ``small`` (``SMALL_WORK`` by default;
     primitives made and run there are keyed by that team size, ``omp_threads()``), else the
     team as it is. Yields the threads given (the team size on entry): a primitive left on one

@@ -204,7 +204,7 @@ class Replay:
             return trace.play(inputs, state, self.apply, self.fresh)
         except _Stale as e:
             self._drop(key, f"dropped: {e}")
-        except Exception as e:  # noqa: BLE001 - the kernels' path runs, and names a node
+        except Exception as e:
             self._drop(key, f"dropped: a replayed call raised {type(e).__name__}: {e}"[:300])
         finally:
             self.lock.release()
@@ -281,7 +281,7 @@ def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str
         t0 = time.perf_counter()
         try:  # reversed token ids or masks are still in range; a model may refuse them
             want = program.run([t.copy() for t in check])
-        except Exception as e:  # noqa: BLE001 - the reason the trace is not kept
+        except Exception as e:
             return f"the kernels refused the check input ({type(e).__name__})"
         t1 = time.perf_counter()
         try:

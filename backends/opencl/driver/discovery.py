@@ -114,7 +114,7 @@ def _scan() -> tuple[list[DeviceInfo], str]:
         )
     try:
         platforms = cl.get_platforms()
-    except Exception as e:  # noqa: BLE001 - pyopencl raises LogicError/RuntimeError variants
+    except Exception as e:
         return [], (
             f"no OpenCL platform: the ICD loader found none ({' '.join(str(e).split())}); "
             "install a vendor driver or `pip install 'pyopencl[pocl]'`"
@@ -124,7 +124,7 @@ def _scan() -> tuple[list[DeviceInfo], str]:
     for p in platforms:
         try:
             devices = p.get_devices()
-        except Exception as e:  # noqa: BLE001 - a platform with no device raises
+        except Exception as e:
             problems.append(f"{p.name.strip()}: {' '.join(str(e).split())}")
             continue
         for d in devices:

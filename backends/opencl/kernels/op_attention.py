@@ -303,7 +303,7 @@ def fused_attention(
     return _run(d, ct, q, kt, v, mask, y, table, (nb, s, dd, skv, dv, m_rs, m_cs), scale, divide)
 
 
-def _run(d, ct, q, kt, v, mask, y, table, dims, scale, divide):  # noqa: ANN001, ANN202
+def _run(d, ct, q, kt, v, mask, y, table, dims, scale, divide):
     import pyopencl as cl
 
     nb, s, dd, skv, dv, m_rs, m_cs = dims

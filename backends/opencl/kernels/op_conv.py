@@ -76,5 +76,5 @@ def conv(
 
 
 @kernel("Conv", since=1, dtypes=F)
-def conv_kernel(x, w, b=None, **attrs):  # noqa: ANN001, ANN003, ANN201
+def conv_kernel(x, w, b=None, **attrs):
     return conv(x, w, b, **attrs)

@@ -207,7 +207,7 @@ def slice_v1(x: ClTensor, *, starts: list, ends: list, axes: list | None = None)
 
 
 @kernel("Slice", since=10)
-def slice_(x, starts, ends, axes=None, steps=None) -> ClTensor:  # noqa: ANN001
+def slice_(x, starts, ends, axes=None, steps=None) -> ClTensor:
     return _slice(
         x,
         ints(starts),
@@ -258,12 +258,12 @@ def _split(x: ClTensor, axis: int, sizes: list[int] | None, count: int) -> tuple
 
 
 @kernel("Split", since=2, until=10, context=True)
-def split_v2(ctx, x, *, axis=0, split=None):  # noqa: ANN001, ANN201
+def split_v2(ctx, x, *, axis=0, split=None):
     return _split(x, axis, list(split) if split else None, ctx.num_outputs)
 
 
 @kernel("Split", since=13, context=True)
-def split(ctx, x, sizes=None, *, axis=0, num_outputs=None):  # noqa: ANN001, ANN201
+def split(ctx, x, sizes=None, *, axis=0, num_outputs=None):
     return _split(x, axis, ints(sizes) if sizes is not None else None, ctx.num_outputs)
 
 

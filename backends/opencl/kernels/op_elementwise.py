@@ -226,7 +226,7 @@ def selu(
     *,
     alpha: float = 1.67326319217681884765625,
     gamma: float = 1.05070102214813232421875,
-) -> ClTensor:  # noqa: E501
+) -> ClTensor:
     return unary("Selu", x, alpha, gamma)
 
 
@@ -253,7 +253,7 @@ def gelu(x: ClTensor, *, approximate: str = "none") -> ClTensor:
 
 
 @kernel("Clip", since=6, until=10, dtypes=F)
-def clip_v6(x: ClTensor, *, min: float = -3.4e38, max: float = 3.4e38) -> ClTensor:  # noqa: A002
+def clip_v6(x: ClTensor, *, min: float = -3.4e38, max: float = 3.4e38) -> ClTensor:
     return unary("Clip", x, min, max)
 
 

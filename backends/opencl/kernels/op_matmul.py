@@ -261,11 +261,11 @@ def _launch_plan(
     bias_strides,
     relu,
     direct,
-):  # noqa: ANN001, ANN202
+):
     """The kernel name, scalar arguments and geometry of one GEMM shape (kept: a model calls
     the same shapes every run, and building them cost as much as the enqueue)."""
     m8, n8 = -(-m // 8), -(-n // 8)
-    T = np.dtype(dtype).type  # noqa: N806 - the element type
+    T = np.dtype(dtype).type
     tm, tn = (-(-m // 6), -(-n // 16)) if direct is not None else (m8, n8)
     args = [np.int32(v) for v in (m, n, k, tm, tn, a_mod, b_mod, c_bs, c_rs)]
     args += [T(alpha), T(beta), np.int32(has_bias)]
@@ -362,7 +362,7 @@ def _zeros(y: ClTensor) -> ClTensor:
     return y
 
 
-def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):  # noqa: ANN001, ANN202
+def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):
     d = dev(a, b, c)
     if a.ndim != 2 or b.ndim != 2:
         raise KernelError(f"{op}: A and B must be matrices, got {a.shape} and {b.shape}")
@@ -395,5 +395,5 @@ def _gemm(a, b, c, alpha, beta, trans_a, trans_b, op):  # noqa: ANN001, ANN202
 
 
 @kernel("Gemm", since=7, dtypes=F)
-def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: ANN001, ANN201, N803
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return _gemm(a, b, c, alpha, beta, transA, transB, "Gemm")

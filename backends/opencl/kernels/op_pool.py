@@ -101,13 +101,13 @@ def pool(
 
 
 @kernel("MaxPool", since=8, dtypes=F, context=True)
-def max_pool(ctx, x, **attrs):  # noqa: ANN001, ANN003, ANN201
+def max_pool(ctx, x, **attrs):
     want = ctx.num_outputs > 1 and ctx.outputs_used[1]
     y, idx = pool(x, "MaxPool", indices=want, **attrs)
     return (y, idx) if want else y
 
 
 @kernel("AveragePool", since=7, dtypes=F)
-def average_pool(x, **attrs):  # noqa: ANN001, ANN003, ANN201
+def average_pool(x, **attrs):
     y, _ = pool(x, "AveragePool", **attrs)
     return y

@@ -91,7 +91,7 @@ def reduce(op: str, x: ClTensor, axes: list[int] | None, keepdims: bool) -> ClTe
     return y
 
 
-def _with_attr(op: str):  # noqa: ANN202
+def _with_attr(op: str):
     def fn(x: ClTensor, *, axes: list[int] | None = None, keepdims: int = 1) -> ClTensor:
         return reduce(op, x, axes, bool(keepdims))
 
@@ -99,7 +99,7 @@ def _with_attr(op: str):  # noqa: ANN202
     return fn
 
 
-def _with_input(op: str):  # noqa: ANN202
+def _with_input(op: str):
     def fn(
         x: ClTensor, axes: ClTensor | None = None, *, keepdims: int = 1,
         noop_with_empty_axes: int = 0,

@@ -19,12 +19,12 @@ F32 = {DType.FLOAT}
 F32_I64 = {DType.FLOAT, DType.INT64}
 
 
-def _ints(t) -> list[int]:  # noqa: ANN001
+def _ints(t) -> list[int]:
     return [] if t is None else [int(v) for v in t.numpy().reshape(-1)]
 
 
-def _unary(op: str):  # noqa: ANN202
-    def fn(x):  # noqa: ANN001, ANN202
+def _unary(op: str):
+    def fn(x):
         return K.xpu_unary(op, x)
 
     fn.__name__ = f"xpu_{op.lower()}"
@@ -36,12 +36,12 @@ for _op in sorted(K.UNARY_OPS - {"Gelu"}):
 
 
 @kernel("Gelu", since=20, dtypes=F32)
-def gelu(x, *, approximate="none"):  # noqa: ANN001, ANN201
+def gelu(x, *, approximate="none"):
     return K.xpu_unary("Gelu", x, approximate=approximate)
 
 
-def _binary(op: str):  # noqa: ANN202
-    def fn(a, b):  # noqa: ANN001, ANN202
+def _binary(op: str):
+    def fn(a, b):
         return K.xpu_binary(op, a, b)
 
     fn.__name__ = f"xpu_{op.lower()}"
@@ -53,49 +53,49 @@ for _op in sorted(K.BINARY_OPS):
 
 
 @kernel("MatMul", since=1, dtypes=F32_I64)
-def matmul(a, b):  # noqa: ANN001, ANN201
+def matmul(a, b):
     return K.xpu_matmul(a, b)
 
 
 @kernel("Gemm", since=7, dtypes=F32)
-def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):  # noqa: ANN001, ANN201, N803
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
     return K.xpu_gemm(a, b, c, transA=transA, transB=transB, alpha=alpha, beta=beta)
 
 
 @kernel("Softmax", since=1, dtypes=F32)
-def softmax_v1(x, *, axis=1):  # noqa: ANN001, ANN201
+def softmax_v1(x, *, axis=1):
     return K.xpu_softmax(x, axis, coerce_2d=True)
 
 
 @kernel("Softmax", since=13, dtypes=F32)
-def softmax(x, *, axis=-1):  # noqa: ANN001, ANN201
+def softmax(x, *, axis=-1):
     return K.xpu_softmax(x, axis)
 
 
 @kernel("LogSoftmax", since=1, dtypes=F32)
-def log_softmax_v1(x, *, axis=1):  # noqa: ANN001, ANN201
+def log_softmax_v1(x, *, axis=1):
     return K.xpu_softmax(x, axis, log=True, coerce_2d=True)
 
 
 @kernel("LogSoftmax", since=13, dtypes=F32)
-def log_softmax(x, *, axis=-1):  # noqa: ANN001, ANN201
+def log_softmax(x, *, axis=-1):
     return K.xpu_softmax(x, axis, log=True)
 
 
 @kernel("LayerNormalization", since=17, dtypes=F32)
-def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):  # noqa: ANN001, ANN201
+def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     return K.xpu_layer_norm(x, scale, bias, axis, epsilon)
 
 
-def _reduce_attr(op: str):  # noqa: ANN202
-    def fn(x, *, axes=None, keepdims=1):  # noqa: ANN001, ANN202
+def _reduce_attr(op: str):
+    def fn(x, *, axes=None, keepdims=1):
         return K.xpu_reduce(op, x, axes, bool(keepdims))
 
     return fn
 
 
-def _reduce_input(op: str):  # noqa: ANN202
-    def fn(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):  # noqa: ANN001, ANN202
+def _reduce_input(op: str):
+    def fn(x, axes=None, *, keepdims=1, noop_with_empty_axes=0):
         return K.xpu_reduce(
             op, x, _ints(axes), bool(keepdims), noop_with_empty_axes=bool(noop_with_empty_axes)
         )
@@ -111,22 +111,22 @@ for _op in sorted(K.REDUCE_OPS):
 
 
 @kernel("Transpose", since=1)
-def transpose(x, *, perm=None):  # noqa: ANN001, ANN201
+def transpose(x, *, perm=None):
     return K.xpu_transpose(x, perm)
 
 
 @kernel("Concat", since=4)
-def concat(*xs, axis):  # noqa: ANN001, ANN201
+def concat(*xs, axis):
     return K.xpu_concat(list(xs), axis)
 
 
 @kernel("Slice", since=1)
-def slice_v1(x, *, starts, ends, axes=None):  # noqa: ANN001, ANN201
+def slice_v1(x, *, starts, ends, axes=None):
     return K.xpu_slice(x, starts, ends, axes)
 
 
 @kernel("Slice", since=10)
-def slice_(x, starts, ends, axes=None, steps=None):  # noqa: ANN001, ANN201
+def slice_(x, starts, ends, axes=None, steps=None):
     return K.xpu_slice(
         x,
         _ints(starts),
@@ -137,17 +137,17 @@ def slice_(x, starts, ends, axes=None, steps=None):  # noqa: ANN001, ANN201
 
 
 @kernel("Reshape", since=5)
-def reshape(x, shape, *, allowzero=0):  # noqa: ANN001, ANN201
+def reshape(x, shape, *, allowzero=0):
     return K.xpu_reshape(x, _ints(shape), allowzero=bool(allowzero))
 
 
 @kernel("Expand", since=8)
-def expand(x, shape):  # noqa: ANN001, ANN201
+def expand(x, shape):
     return K.xpu_expand(x, _ints(shape))
 
 
 @kernel("FusedAttention", domain="anychip", since=1, dtypes=F32)
-def fused_attention(q, kt, v, mask=None, *, scale, divide=1):  # noqa: ANN001, ANN201
+def fused_attention(q, kt, v, mask=None, *, scale, divide=1):
     from anychip.backends.xpu_stub.driver.launch_attention import xpu_attention
 
     return xpu_attention(q, kt, v, mask, scale=scale, divide=divide)

@@ -84,7 +84,7 @@ class OrtBackend(Backend):
             session = onnxruntime.InferenceSession(
                 proto.SerializeToString(), options, providers=[PROVIDER]
             )
-        except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types
+        except Exception as e:
             raise DeviceError(
                 f"ort: onnxruntime cannot load partition {graph.name!r} "
                 f"({len(graph.nodes)} nodes): {type(e).__name__}: {e}"

@@ -102,7 +102,7 @@ def test_the_cuda_table_runs_chains_as_one_generated_kernel_and_others_use_the_f
     from anychip.backends.cuda.probe import GpuInfo
     from anychip.ir import DType
 
-    def fused_module(backend) -> str:  # noqa: ANN001
+    def fused_module(backend) -> str:
         k = backend.kernel_table().lookup("anychip", "FusedElementwise", 1, DType.FLOAT).kernel
         return k.fn.__wrapped__.__module__
 

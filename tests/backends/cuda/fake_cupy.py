@@ -15,12 +15,12 @@ class FakeRuntime:
         self.props = props or []
         self.error = error
 
-    def getDeviceCount(self) -> int:  # noqa: N802 - CuPy's spelling
+    def getDeviceCount(self) -> int:
         if self.error is not None:
             raise self.error
         return len(self.props)
 
-    def getDeviceProperties(self, i: int) -> dict:  # noqa: N802
+    def getDeviceProperties(self, i: int) -> dict:
         return self.props[i]
 
 

@@ -34,8 +34,8 @@ def _model(batch: int | str) -> bytes:
 class _Wrapping(ArrayAPIBackend):
     """NumPy's namespace as a backend that counts the runs of its wrapped partitions."""
 
-    def wrap_partition(self, partition, program):  # noqa: ANN001, ANN201
-        def counted(tensors):  # noqa: ANN001, ANN202
+    def wrap_partition(self, partition, program):
+        def counted(tensors):
             self.runs += 1
             return program(tensors)
 
@@ -64,12 +64,12 @@ class _Capture:
 
     made: list = []
 
-    def __init__(self, program, state, examples) -> None:  # noqa: ANN001
+    def __init__(self, program, state, examples) -> None:
         self.program, self.state, self.key = program, state, graphs.signature(examples)
         self.replayed = 0
         _Capture.made.append(self)
 
-    def __call__(self, tensors):  # noqa: ANN001, ANN202
+    def __call__(self, tensors):
         self.replayed += 1
         return self.program(tensors)
 
@@ -105,12 +105,12 @@ def test_a_static_partition_is_captured_after_its_warmup_and_replayed(cuda, monk
 
 
 def test_dynamic_partitions_and_failed_captures_run_as_they_are(cuda, monkeypatch):
-    def program(ts):  # noqa: ANN001, ANN202
+    def program(ts):
         return ts
 
     assert cuda.wrap_partition(_partition(["N", 5]), program) is program
 
-    def broken(*args):  # noqa: ANN002, ANN202
+    def broken(*args):
         raise RuntimeError("stream capture unsupported")
 
     monkeypatch.setattr(graphs, "CapturedPartition", broken)

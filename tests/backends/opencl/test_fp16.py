@@ -48,14 +48,14 @@ class _StandIn(OpenClBackend):
         self._info = _Info(fp16)
 
     @property
-    def info(self):  # noqa: ANN201
+    def info(self):
         return self._info
 
     def _available(self) -> tuple[bool, str]:
         return True, ""
 
 
-def _node(op: str, dtype: int, n_in: int = 2, domain: str = ""):  # noqa: ANN202
+def _node(op: str, dtype: int, n_in: int = 2, domain: str = ""):
     """One node of a loaded model, its values typed ``dtype``."""
     names = [f"x{i}" for i in range(n_in)]
     shapes = {2: [[4, 8], [8, 4]], 1: [[4, 8]], 3: [[2, 4, 8], [2, 8, 4], [2, 4, 8]]}[n_in]

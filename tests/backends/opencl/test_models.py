@@ -88,7 +88,7 @@ def test_two_threads_share_one_session():
                 np.testing.assert_allclose(
                     sess.run(None, {"x": xs[i]})[0], want[i], rtol=1e-4, atol=1e-4
                 )
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]

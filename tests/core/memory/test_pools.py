@@ -427,7 +427,7 @@ def test_threads_share_a_pool(cls):
         try:
             for i in range(200):
                 pool.free(pool.alloc(64 * (1 + (seed * 7 + i) % 9)))
-        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]

@@ -42,7 +42,7 @@ def _model(nodes: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def _reference(model: onnx.ModelProto):  # noqa: ANN202 - a test helper
+def _reference(model: onnx.ModelProto):
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return lambda x: ref.run(None, {"x": x})[0]
 
