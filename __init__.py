@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anychip.core.api.session import IOInfo, Session, load
+from anychip.core.api.session import IOInfo, Session, SessionOptions, load
 from anychip.core.plugin.hookspecs import hookimpl
 from anychip.errors import (
     AnychipError,
@@ -25,8 +25,7 @@ from anychip.errors import (
     UnsupportedDTypeError,
     UnsupportedOpError,
 )
-
-__version__ = "0.1.0"
+from anychip.version import __version__
 
 
 def _log_from_environment() -> None:
@@ -47,6 +46,7 @@ _log_from_environment()
 
 __all__ = [
     "load",
+    "SessionOptions",
     "devices",
     "Session",
     "IOInfo",

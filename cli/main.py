@@ -63,7 +63,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 def _cmd_claims(device: str, as_json: bool) -> int:
     """What ``device`` claims, as data, without its hardware (its plugin is enough)."""
-    from anychip.conformance.claims import claims_of
+    from anychip.core.plugin.claims import claims_of
     from anychip.core.plugin.host import get_registry
     from anychip.errors import DeviceError
 
@@ -207,8 +207,9 @@ def _cmd_new_backend(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import anychip
-    from anychip.core.plan.calibration import cache_root, calibrate, clear_calibrations
+    from anychip.core.plan.calibration import calibrate, clear_calibrations
     from anychip.core.plugin.host import get_registry
+    from anychip.paths import cache_root
 
     if args.clear:
         for dev in args.device or [None]:

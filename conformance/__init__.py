@@ -13,7 +13,6 @@ shapes, memory that returns to where it started, claims backed by kernels (``con
 (``pytest --anychip-device=mychip``) runs the same checks as test items.
 """
 
-from anychip.conformance.claims import OpClaim, claims_of
 from anychip.conformance.kit import run_kit
 from anychip.conformance.report import (
     CRASH,
@@ -25,6 +24,7 @@ from anychip.conformance.report import (
     ContractResult,
     KitReport,
 )
+from anychip.core.plugin.claims import OpClaim, claims_of
 
 __all__ = [
     "run_kit",

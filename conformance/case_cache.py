@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnx.backend.test.loader as loader
 
-from anychip.core.plan.calibration import cache_root
+from anychip.paths import cache_root
 
 __all__ = ["generated_node_cases", "cache_file"]
 

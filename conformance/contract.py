@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.conformance.claims import OpClaim
 from anychip.conformance.report import ContractResult
+from anychip.core.plugin.claims import OpClaim
 from anychip.ir.dtypes import ALL_TYPES, DType
 
 __all__ = [

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from anychip.conformance.cases import NodeCase, all_cases, load_case, max_error
-from anychip.conformance.claims import OpClaim, claims_of
 from anychip.conformance.contract import in_use, run_contract
 from anychip.conformance.report import (
     CRASH,
@@ -38,6 +37,7 @@ from anychip.conformance.report import (
     CaseResult,
     KitReport,
 )
+from anychip.core.plugin.claims import OpClaim, claims_of
 from anychip.core.report.placement import quiet_fallbacks
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES

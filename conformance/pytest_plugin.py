@@ -70,9 +70,9 @@ class KitContractItem(pytest.Item):
         self.device, self.check = device, check
 
     def runtest(self) -> None:
-        from anychip.conformance.claims import claims_of
         from anychip.conformance.contract import run_check
         from anychip.conformance.kit import _backend
+        from anychip.core.plugin.claims import claims_of
 
         backend = _backend(self.device)
         result = run_check(backend, claims_of(backend), self.check)
@@ -92,9 +92,9 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     device = config.getoption("anychip_device")
     if not device:
         return
-    from anychip.conformance.claims import claims_of
     from anychip.conformance.contract import contract_checks
     from anychip.conformance.kit import _backend, claimed_cases
+    from anychip.core.plugin.claims import claims_of
 
     strict = bool(config.getoption("anychip_strict"))
     raw = config.getoption("anychip_ops")

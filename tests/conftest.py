@@ -40,7 +40,7 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     # assertion-rewritten test modules: each xdist worker parsed, rewrote and compiled all 140
     # of them again at every run (1.2 of its 3.1 s of collection). Kept under anychip's cache
     # folder instead, outside the source tree, for this process only.
-    from anychip.core.plan.calibration import cache_root
+    from anychip.paths import cache_root
 
     sys.pycache_prefix = str(cache_root() / "pycache")
     sys.dont_write_bytecode = False

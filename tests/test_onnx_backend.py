@@ -4,7 +4,7 @@ once per device set, in this process.
 Each device set (``cpu``, ``xpu,cpu``, ``npu,cpu``) gets its own ``BackendTest`` whose "CPU"
 cases run on that anychip device list, so the same ~2000 cases run with the simulated XPU and
 NPU in front of the CPU fallback. A node case none of whose ops the set's accelerator claims
-(``anychip.conformance.claims``) is left out of that set: every node of it would be placed on
+(``anychip.core.plugin.claims``) is left out of that set: every node of it would be placed on
 the cpu, which is the cpu set's run again. Their test classes carry the set in their name
 (``OnnxBackendNodeModelTest_xpu_cpu``). The guarantee is that every case passes on every set:
 a case the CPU cannot pass would fail there too, so an accelerator set can never pass less
@@ -100,7 +100,7 @@ def _all_on_cpu(devices: str) -> set[str]:
         # tests/test_light_models.py's first test: the same models, data and check.
         return {f"test_{name}" for name in LIGHT_MODELS}
     from anychip.conformance.cases import all_cases, ops_of
-    from anychip.conformance.claims import claims_of
+    from anychip.core.plugin.claims import claims_of
     from anychip.core.plugin.host import get_registry
 
     registry = get_registry()

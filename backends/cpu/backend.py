@@ -61,14 +61,14 @@ class CpuBackend(Backend):
     def wrap_partition(self, partition: Any, program: Any) -> Any:
         """Each partition runs on the threads given or on one, as its runs measured
         (``thread_choice.py``); with oneDNN there, with numpy's OpenBLAS at one thread
-        (``backends/cpu/native/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
+        (``core/run/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
         choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
         program = ThreadChoice(program, partition.info, choose)
         if not _lib.findable():
             return program
-        from anychip.backends.cpu.native.blas import single_blas_thread
+        from anychip.core.run.blas import single_blas_thread
 
         return single_blas_thread(program)
 

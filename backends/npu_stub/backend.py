@@ -157,7 +157,7 @@ class NpuBackend(Backend):
         every op of ``NPU_OPS``, any opset, float32; the per-node rules stay in
         ``check_node`` (a claimed op refused there shows as a fallback in the kit)."""
         from anychip.backends.npu_stub.kernels.support import NPU_OPS
-        from anychip.conformance.claims import OpClaim
+        from anychip.core.plugin.claims import OpClaim
 
         return [OpClaim("", op, 1, None, frozenset({DType.FLOAT})) for op in sorted(NPU_OPS)]
 

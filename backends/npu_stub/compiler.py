@@ -314,6 +314,6 @@ def compile_graph(memory: NpuMemory, graph: Graph, *, precision: str) -> Compile
     # alone's trial of GPT-like read 14.4 ms right after an NPU run against 3.4 at one thread;
     # the NPU's own run 26 ms against 4.2 on the loaded machine). A real NPU leaves no host
     # thread running.
-    from anychip.backends.cpu.native.blas import single_blas_thread
+    from anychip.core.run.blas import single_blas_thread
 
     return CompiledGraph(single_blas_thread(exe.run), info=info)

@@ -9,7 +9,6 @@ runs the steps, ``core/api/feeds.py`` checks feeds and outputs, ``core/run/feedb
 from __future__ import annotations
 
 import copy
-import inspect
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,9 +16,11 @@ from typing import Any
 from anychip.core.api import dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.lifecycle import Closable
+from anychip.core.api.options import SessionOptions
 from anychip.core.compile.gcpause import gc_paused
 from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
 from anychip.core.plan.calibration import resolve_calibration_mode
+from anychip.core.plan.calibration_probes import set_probe_opener
 from anychip.core.plan.devices import resolve_devices
 from anychip.core.plan.placement import PlacementOptions, set_policy
 from anychip.core.plugin.host import get_registry
@@ -33,7 +34,7 @@ from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
 
-__all__ = ["Session", "IOInfo", "load", "resolve_devices"]
+__all__ = ["Session", "SessionOptions", "IOInfo", "load", "resolve_devices"]
 
 
 class Session(Closable):
@@ -136,23 +137,8 @@ class Session(Closable):
 def load(
     model: Any,
     devices: Sequence[str] | str | None = None,
-    *,
-    placement: dict[str, str] | None = None,
-    strict: bool = False,
-    max_copies: int | None = None,
-    max_copy_bytes: int | None = None,
-    device_options: Mapping[str, Mapping[str, Any]] | None = None,
-    cost_model: bool = True,
-    plan_cache_size: int = 8,
-    optimize: bool = True,
-    check_kernels: bool = True,
-    calibration: str | None = None,
-    compile_cache_size: int = 8,
-    background_compile: bool | None = None,
-    failover: bool = True,
-    placement_policy: str | None = None,
-    max_load_bytes: int | None = None,
-    **options: Any,
+    options: SessionOptions | None = None,
+    **keywords: Any,
 ) -> Session:
     """Compile a model for a set of devices; returns a ``Session`` (``sess.run(None, feeds)``).
 
@@ -161,41 +147,51 @@ def load(
             ``anychip.ir.Model``.
         devices: device names in priority order (``["npu", "cpu"]`` or ``"npu,cpu"``);
             default ``ANYCHIP_DEVICES``, else every available device, cpu last.
-        placement: pins by node name, op type or glob on node names -> device.
-        strict: fail instead of falling back to a later device.
-        max_copies: fail when a run would copy more tensors between devices than this.
-        max_copy_bytes: fail when a run would copy more bytes between devices than this
-            (at load where sizes are static; by the run itself otherwise).
-        device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
-        cost_model: let the cost model keep small islands off accelerators (default True).
-        plan_cache_size: memory plans kept per partition for dynamic input shapes (default 8).
-        optimize: run the graph optimizations before placement (default True): a Conv's
-            BatchNormalization is folded into its weights, as onnxruntime's basic level does.
-            False keeps every node as written (constant folding always runs).
-        check_kernels: check each kernel's outputs against the dtype and shape inference
-            declared (default True); a mismatch is a ``KernelError`` naming the kernel.
-        calibration: where the cost model's figures come from: ``"auto"`` (default, or
-            ``ANYCHIP_CALIBRATION``): each device measured on this machine, once, cached on
-            disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
-            ``"off"``: the backends' declared figures.
-        compile_cache_size: executables kept per input signature of a static-shape device;
-            background_compile: it compiles while runs go to the host (default True).
-        failover: a device failing in a run is marked unhealthy, the request re-run (no strict).
-        placement_policy: ``latency`` (default), ``prefer-first``, ``min-copies``.
-        max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
+        options: a ``SessionOptions`` (every field documented there); default its defaults.
+        keywords: any ``SessionOptions`` field by name, applied over ``options``
+            (``load(m, strict=True)``); an unknown name is an ``AnychipError``.
     """
-    if options:
-        known = [p for p in inspect.signature(load).parameters if p not in ("model", "options")]
-        raise AnychipError(f"unknown load option(s) {sorted(options)}; known: {', '.join(known)}")
+    if options is not None and not isinstance(options, SessionOptions):
+        raise AnychipError(
+            f"options must be an anychip.SessionOptions, got {type(options).__name__}"
+        )
+    opt = (options or SessionOptions()).updated(**keywords) if keywords else options
+    opt = opt or SessionOptions()
     registry = get_registry()
-    names = resolve_devices(devices, strict=strict)
-    opts = PlacementOptions(placement, strict, max_copies, cost_model, max_copy_bytes)
-    opts.calibration, opts.failover = resolve_calibration_mode(calibration), failover
-    set_policy(opts, placement_policy)
+    names = resolve_devices(devices, strict=opt.strict)
+    opts = PlacementOptions(
+        opt.placement, opt.strict, opt.max_copies, opt.cost_model, opt.max_copy_bytes
+    )
+    opts.calibration = resolve_calibration_mode(opt.calibration)
+    opts.failover = opt.failover
+    set_policy(opts, opt.placement_policy)
     copts = CompileOptions(
-        plan_cache_size, optimize, check_kernels, compile_cache_size, background_compile
+        opt.plan_cache_size,
+        opt.optimize,
+        opt.check_kernels,
+        opt.compile_cache_size,
+        opt.background_compile,
     )
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):
-            model = import_model(model, custom_schemas=registry.schemas, max_bytes=max_load_bytes)
-        return Session(model, names, opts, device_options, copts)
+            model = import_model(
+                model, custom_schemas=registry.schemas, max_bytes=opt.max_load_bytes
+            )
+        return Session(model, names, opts, opt.device_options, copts)
+
+
+def _open_probe(model: Any, device: str) -> Session:
+    """A calibration probe's session: the model on ``device`` alone, placed as declared."""
+    # a static-shape device compiles before the first run: in the background its runs would
+    # go to the host meanwhile, and the host's time be taken for the device's
+    return load(
+        model,
+        devices=[device],
+        cost_model=False,
+        check_kernels=False,
+        calibration="off",
+        background_compile=False,
+    )
+
+
+set_probe_opener(_open_probe)

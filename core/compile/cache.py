@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from anychip.core.plan.calibration import cache_root
+from anychip.paths import cache_root
 
 __all__ = ["DiskCache", "graph_digest", "MAGIC"]
 
@@ -49,13 +49,13 @@ class DiskCache:
         self._lock = threading.Lock()
 
     def key(self, backend: Any, digest: str, signature: tuple) -> str:
-        import anychip
+        from anychip.version import __version__
 
         parts = [
             f"{type(backend).__module__}.{type(backend).__qualname__}",
             str(getattr(backend, "version", "")),
             str(getattr(backend, "cache_tag", "")),
-            anychip.__version__,
+            __version__,
             digest,
             repr(signature),
         ]

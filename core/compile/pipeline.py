@@ -25,7 +25,7 @@ from typing import Any
 
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
 from anychip.core.compile.specialize import SpecializedPartition
-from anychip.core.plan.calibration import cache_root, calibrations
+from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyRecord, Partition, partition_graph
 from anychip.core.plan.placement import PlacementOptions, place
@@ -42,6 +42,7 @@ from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassMana
 from anychip.ir.passes.decompose_com_microsoft import decompose_for_devices, recompose_unmoved
 from anychip.ir.passes.fold_batch_norm import fold_batch_norm
 from anychip.opsets.schemas import resolve
+from anychip.paths import cache_root
 
 __all__ = ["CompiledModel", "CompileOptions", "compile_model"]
 

@@ -277,12 +277,12 @@ def _cpu_model() -> str:
 def cache_key(backend: Any) -> str:
     """What a calibration depends on: the backend (class, version), anychip and numpy, the
     machine. Any change makes a new key, so stale figures are never read."""
-    import anychip
+    from anychip.version import __version__
 
     parts = [
         f"{type(backend).__module__}.{type(backend).__qualname__}",
         str(getattr(backend, "version", "")),
-        anychip.__version__,
+        __version__,
         np.__version__,
         platform.machine(),
         _cpu_model(),

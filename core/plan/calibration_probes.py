@@ -28,6 +28,18 @@ __all__ = [
 
 log = logging.getLogger("anychip.calibration")
 
+#: How a probe model becomes a session on one device: ``open_probe(model, device)``. The
+#: session layer (``core/api/session.py``) installs it when it is imported; calibration sits
+#: below the session and never imports it.
+open_probe: Any = None
+
+
+def set_probe_opener(fn: Any) -> None:
+    """Install the function that loads a probe model on one device (``core/api`` calls it)."""
+    global open_probe
+    open_probe = fn
+
+
 F = 1  # onnx.TensorProto.FLOAT
 
 
@@ -190,21 +202,13 @@ def _probe_time(
     least a fifth of the whole run: a noisy subtraction must not make a device free); None
     when the device cannot run it. ``positive``: inputs in [0.5, 2) instead of normal (no
     NaN from Log or Sqrt, no division by zero)."""
-    import anychip
     from anychip.core.plan.calibration import best_of
 
+    if open_probe is None:
+        import anychip.core.api.session  # noqa: F401  (installs open_probe)
     try:
         with quiet_fallbacks():
-            sess = anychip.load(
-                model,
-                devices=[backend.name],
-                cost_model=False,
-                check_kernels=False,
-                calibration="off",
-                # a static-shape device compiles before the first run: in the background its
-                # runs would go to the host meanwhile, and the host's time be taken for its
-                background_compile=False,
-            )
+            sess = open_probe(model, backend.name)
     except AnychipError as e:
         log.info("calibration of %s: not measured: %s", backend.name, e)
         return None

@@ -201,7 +201,7 @@ def test_pool_works_in_a_forked_child(team):
 @pytest.fixture
 def blas_one():
     """numpy's OpenBLAS at one thread, as inside a CPU partition."""
-    from anychip.backends.cpu.native.blas import openblas_threads
+    from anychip.core.run.blas import openblas_threads
 
     fns = openblas_threads()
     if fns is None or attention.sgemm_address() == 0:
@@ -264,7 +264,7 @@ def test_heads_path_declines_what_it_cannot_run(blas_one):
     assert attention.attention(q.astype(np.float64), kt, v, None, 2.0, 1, 2) is None
     assert attention.attention(q, kt.transpose(0, 2, 1).copy().transpose(0, 2, 1), v, None,
                                2.0, 1, 2) is None  # fmt: skip
-    from anychip.backends.cpu.native.blas import openblas_threads
+    from anychip.core.run.blas import openblas_threads
 
     get, put = openblas_threads()
     put(2)  # OpenBLAS threaded: numpy's own path

@@ -1,7 +1,7 @@
 """``softmax(Q @ Kt op c + mask) @ V`` head by head on ``backends/cpu/native/pool.py``'s threads.
 
 ``FusedAttention`` otherwise runs as numpy's batched matmul (OpenBLAS, at one thread inside a
-CPU partition: ``backends/cpu/native/blas.py``), the softmax row kernel, and a second matmul:
+CPU partition: ``core/run/blas.py``), the softmax row kernel, and a second matmul:
 all on one thread. Here each (batch, head) is a chunk: its scores by numpy's own OpenBLAS
 ``sgemm`` (the ``scipy_cblas_sgemm64_`` that numpy loaded, called through its address, with
 OpenBLAS at one thread so calls from two threads do not start its own), the scale, mask and
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.native import pool, rows
-from anychip.backends.cpu.native.blas import blas_single, openblas_address
 from anychip.backends.cpu.native.pool import SOURCE_DECL
 from anychip.codegen.build import loader
 from anychip.codegen.c_emitter import C_PRELUDE
+from anychip.core.run.blas import blas_single, openblas_address
 
 __all__ = ["attention", "sgemm_address", "SGEMM_DECL"]
 

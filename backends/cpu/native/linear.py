@@ -23,10 +23,10 @@ import numpy as np
 
 from anychip.backends.cpu.native import pool
 from anychip.backends.cpu.native.attention import SGEMM_DECL, sgemm_address
-from anychip.backends.cpu.native.blas import blas_single
 from anychip.backends.cpu.native.pool import SOURCE_DECL
 from anychip.backends.cpu.replay import record as _replay
 from anychip.codegen.build import loader
+from anychip.core.run.blas import blas_single
 from anychip.errors import KernelError
 
 __all__ = ["linear", "Bound", "bound", "gemm_columns", "into", "SPANS_DECL"]

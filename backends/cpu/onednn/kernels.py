@@ -442,7 +442,7 @@ def gemm(
 ) -> Any:
     """Gemm through oneDNN's matmul when B is a constant 2-D float32, A is not transposed and
     alpha is 1 (the fully connected layer); C added after. Else the numpy kernel, whose BLAS
-    runs on one thread inside a partition beside oneDNN (``backends/cpu/native/blas.py``)."""
+    runs on one thread inside a partition beside oneDNN (``core/run/blas.py``)."""
     weights = ctx.node.inputs[1]
     beta = float(attrs.get("beta", 1.0))
     if (

@@ -83,7 +83,7 @@ class DeviceInfo:
 
 def kernel_cache_dir() -> Path:
     """``<anychip cache>/opencl``: PoCL's and pyopencl's binary caches live under it."""
-    from anychip.core.plan.calibration import cache_root
+    from anychip.paths import cache_root
 
     return cache_root() / "opencl"
 

@@ -8,8 +8,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.backends.cpu.native.blas import openblas_threads, single_blas_thread
 from anychip.backends.cpu.onednn import _lib
+from anychip.core.run.blas import openblas_threads, single_blas_thread
 
 
 def test_openblas_at_one_thread_inside_and_restored_after() -> None:

@@ -91,7 +91,7 @@ def test_one_thread_and_large_products_not_split(monkeypatch, calls):
 
 
 def test_gemm_columns_refuses_an_output_over_an_input(blas_one):
-    from anychip.backends.cpu.native.blas import openblas_threads
+    from anychip.core.run.blas import openblas_threads
 
     a, b = _rand(7, 64, 64), _rand(8, 64, 64)
     want = a @ b
@@ -105,7 +105,7 @@ def test_gemm_columns_refuses_an_output_over_an_input(blas_one):
 @pytest.fixture
 def blas_one():
     """numpy's OpenBLAS at one thread, as inside a CPU partition's run."""
-    from anychip.backends.cpu.native.blas import openblas_threads
+    from anychip.core.run.blas import openblas_threads
 
     get, put = openblas_threads()
     kept = get()

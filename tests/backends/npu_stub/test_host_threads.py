@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
-from anychip.backends.cpu.native.blas import openblas_threads
 from anychip.backends.npu_stub import compiler
+from anychip.core.run.blas import openblas_threads
 
 
 def test_the_npu_executable_runs_with_openblas_at_one_thread(monkeypatch) -> None:

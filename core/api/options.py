@@ -1,0 +1,96 @@
+"""``SessionOptions``: every setting of ``anychip.load`` in one object (onnxruntime's shape).
+
+``anychip.load(model, devices, options=SessionOptions(...))`` and the keyword form
+``anychip.load(model, devices, strict=True)`` are the same call: the keywords are a
+convenience that fills a copy of ``options`` (or of the defaults). An unknown keyword or a
+value of the wrong kind is an ``AnychipError`` naming it and the known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from anychip.errors import AnychipError
+
+__all__ = ["SessionOptions"]
+
+
+@dataclass
+class SessionOptions:
+    """How a model is placed, compiled and run. Every field has the default ``load`` uses.
+
+    Placement:
+        placement: pins by node name, op type or glob on node names -> device.
+        strict: fail instead of falling back to a later device.
+        max_copies: fail when a run would copy more tensors between devices than this.
+        max_copy_bytes: fail when a run would copy more bytes between devices than this
+            (at load where sizes are static; by the run itself otherwise).
+        cost_model: let the cost model keep small islands off accelerators.
+        placement_policy: ``latency`` (default), ``prefer-first``, ``min-copies``.
+        calibration: where the cost model's figures come from: ``"auto"`` (default, or
+            ``ANYCHIP_CALIBRATION``): each device measured on this machine once, cached on
+            disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
+            ``"off"``: the backends' declared figures.
+    Compilation:
+        optimize: run the graph optimizations before placement (a Conv's BatchNormalization
+            folded into its weights, as onnxruntime's basic level does); False keeps every
+            node as written (constant folding always runs).
+        device_options: per-device settings, e.g. ``{"npu": {"precision": "fp16"}}``.
+        plan_cache_size: memory plans kept per partition for dynamic input shapes.
+        compile_cache_size: executables kept per input signature of a static-shape device.
+        background_compile: a static-shape device compiles while runs go to the host
+            (None: ``ANYCHIP_BACKGROUND_COMPILE``, else True).
+        max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
+    Running:
+        check_kernels: check each kernel's outputs against the declared dtype and shape
+            inference; a mismatch is a ``KernelError`` naming the kernel.
+        failover: a device failing in a run is marked unhealthy and the request re-run on the
+            others (never with ``strict``).
+    """
+
+    placement: dict[str, str] | None = None
+    strict: bool = False
+    max_copies: int | None = None
+    max_copy_bytes: int | None = None
+    cost_model: bool = True
+    placement_policy: str | None = None
+    calibration: str | None = None
+    optimize: bool = True
+    device_options: Mapping[str, Mapping[str, Any]] | None = None
+    plan_cache_size: int = 8
+    compile_cache_size: int = 8
+    background_compile: bool | None = None
+    max_load_bytes: int | None = None
+    check_kernels: bool = True
+    failover: bool = True
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.extra:
+            raise AnychipError(f"SessionOptions has no field(s) {sorted(self.extra)}")
+        for name in ("plan_cache_size", "compile_cache_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AnychipError(f"SessionOptions.{name} must be an int >= 1, got {value!r}")
+        for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise AnychipError(f"SessionOptions.{name} must be None or an int >= 0")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The option names, in declaration order."""
+        return [f.name for f in fields(cls) if f.name != "extra"]
+
+    def updated(self, **changes: Any) -> SessionOptions:
+        """A copy with ``changes`` applied; an unknown name is an ``AnychipError``."""
+        known = self.names()
+        if unknown := sorted(set(changes) - set(known)):
+            raise AnychipError(
+                f"unknown load option(s) {unknown}; known: {', '.join(known)} "
+                "(or pass options=anychip.SessionOptions(...))"
+            )
+        return dataclasses.replace(self, **changes)

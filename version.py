@@ -1,0 +1,3 @@
+"""anychip's version (ground floor: imports nothing; cache keys are built on it)."""
+
+__version__ = "0.1.0"
