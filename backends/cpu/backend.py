@@ -4,7 +4,6 @@ against, and the fallback for every node no other device claims."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,28 +57,28 @@ class CpuBackend(Backend):
     def _copy_out(self, tensor: np.ndarray) -> np.ndarray:
         return tensor
 
-    def wrap_partition(self, partition: Any, program: Any) -> Any:
-        """Each partition runs on the threads given or on one, as its runs measured
-        (``thread_choice.py``); with oneDNN there, with numpy's OpenBLAS at one thread
-        (``core/run/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
+    def runner(self, partition: Any, memory: Any) -> Any:
+        """A partition's runs: its recorded kernel calls replayed where it has more than one
+        node and ``replay`` is on (``replay/``), on the threads given or on one, as its runs
+        measured (``thread_choice.py``); with oneDNN there, with numpy's OpenBLAS at one
+        thread (``core/run/blas.py``: its spinning workers starved oneDNN's OpenMP team)."""
         from anychip.backends.cpu.onednn import _lib
 
+        if self.replay and len(memory.program.instrs) >= 2:
+            from anychip.backends.cpu.replay.run import Replay
+            from anychip.backends.cpu.replay.state import apply, capture
+
+            replay = Replay(memory.program, capture, apply, memory.arena_for, memory.outputs.copy)
+            replay.info = partition.info  # what its recordings did, in the partition's info
+            if not replay.off:
+                memory.intercept(replay.run)
         choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
-        program = ThreadChoice(program, partition.info, choose)
+        program = ThreadChoice(memory.runner, partition.info, choose)
         if not _lib.findable():
             return program
         from anychip.core.run.blas import single_blas_thread
 
         return single_blas_thread(program)
-
-    def replay_state(self) -> tuple[Callable[[], Any], Callable[[Any, Any], None]] | None:
-        """A call's thread state: the OpenMP team it ran on and whether the generated code's
-        pool was paused for it (``onednn/_lib.team_for``); None with ``replay`` off."""
-        if not self.replay:
-            return None
-        from anychip.backends.cpu.replay.state import apply, capture
-
-        return capture, apply
 
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:

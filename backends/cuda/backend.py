@@ -113,9 +113,10 @@ class CudaBackend(ArrayAPIBackend):
         register(table)
         return table
 
-    def wrap_partition(self, partition: Any, program: Any) -> Any:
+    def runner(self, partition: Any, memory: Any) -> Any:
         """A partition whose inputs all have static shapes is captured as a CUDA graph after
         its first runs and replayed (``graphs.ReplayedPartition``); others run as they are."""
+        program = memory.runner
         if self.info is None or not _static(partition):
             return program
         from anychip.backends.cuda.graphs import ReplayedPartition

@@ -74,7 +74,7 @@ log = logging.getLogger("anychip")
 
 class ReplayedPartition:
     """A static-shape kernel-mode partition as the CUDA backend runs it
-    (``CudaBackend.wrap_partition``): ``WARMUP`` plain runs, then one capture as a CUDA graph
+    (``CudaBackend.runner``): ``WARMUP`` plain runs, then one capture as a CUDA graph
     (``CapturedPartition``) replayed on every later call with the same shapes. Other shapes,
     ``ANYCHIP_CUDA_GRAPHS=0``, or a capture that fails (said once in the log, and kept in
     ``failed``) run the partition normally."""

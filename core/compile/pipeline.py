@@ -257,8 +257,6 @@ def _compile_partitions(
                 _exclude(out, p, why, excluded)
                 retry = True
                 continue
-            if not backend.graph_mode:
-                p.program = backend.wrap_partition(p, p.program)
             if not backend.host_memory:
                 for v in p.graph.initializers.values():
                     out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
@@ -333,9 +331,7 @@ def _compile_kernels(
             )
         return why
     out.part_memory[p.index] = pm
-    if pm.replay is not None:  # what its recordings did, in the partition's info
-        pm.replay.info = p.info
-    p.program = pm.runner
+    p.program = backend.runner(p, pm)
     return None
 
 

@@ -270,22 +270,16 @@ class Backend:
         when the driver keeps its own figures)."""
         return self._pool.stats() if self._pool is not None else None
 
-    def wrap_partition(
-        self, partition: Any, program: Callable[[list[Any]], list[Any]]
-    ) -> Callable[[list[Any]], list[Any]]:
-        """How this device runs one of its kernel-mode partitions: ``program`` (its device
-        tensors in, its outputs out) as is by default. A device with launch graphs returns a
-        callable that captures a static-shape partition once and replays it (CUDA graphs,
-        ``backends/cuda/graphs.py``)."""
-        return program
-
-    def replay_state(self) -> tuple[Callable[[], Any], Callable[[Any, Any], None]] | None:
-        """How a static-shape partition's recorded kernel calls are replayed on this device
-        (``backends/cpu/replay/record.py``): ``(capture, apply)``, ``capture()`` the thread state a
-        call runs
-        under (hashable) and ``apply(new, old)`` switching to it; None (the default) where
-        partitions are not recorded."""
-        return None
+    def runner(self, partition: Any, memory: Any) -> Callable[[list[Any]], list[Any]]:
+        """How this device runs one of its kernel-mode partitions: the one place a backend
+        wraps or intercepts a partition's runs. ``memory`` is the partition's
+        ``core/run/memory.PartitionMemory`` (its ``program``, planned arena and outputs);
+        ``memory.runner`` (device tensors in, outputs out) is the plain run, returned as is by
+        default. A device may wrap it (the XPU waits for its queue; CUDA captures a
+        static-shape partition as a graph: ``backends/cuda/graphs.py``) or install a per-run
+        interceptor with ``memory.intercept(around)`` before taking ``memory.runner`` (the
+        CPU's replay of recorded kernel calls: ``backends/cpu/replay/``)."""
+        return memory.runner
 
     # -- capability ----------------------------------------------------------------------------
     def supports(self, node: Node, table: KernelTable | None = None) -> str | None:

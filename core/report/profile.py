@@ -194,9 +194,8 @@ def _timed(compiled: Any, events: list[Event], state: dict) -> Iterator[None]:
             pm = compiled.part_memory.get(p.index)
             if pm is None:
                 continue
-            if pm.replay is not None:  # each node timed through its kernel: no replay
-                pm.replay.suspended += 1
-                saved.append((pm.replay, None))
+            pm.suspended += 1  # each node timed through its kernel: no interceptor (replay)
+            saved.append((pm, None))
             for ins in pm.program.instrs:
                 saved.append((ins, ins.fn))
                 n = ins.node

@@ -10,7 +10,7 @@ OpenBLAS's worker threads spin for a while after each threaded call; oneDNN's Op
 threads each (``bench/cpu_models.py --threads 2``, medians of 30 runs, wall / CPU time against
 onnxruntime): the MLP ran 2.96x / 2.66x onnxruntime's time, the BERT-like layer 4.48x / 1.81x;
 with OpenBLAS at one thread inside the run 1.14x / 1.25x and 1.11x / 1.16x. So
-``CpuBackend.wrap_partition`` runs each partition with OpenBLAS at one thread when oneDNN is
+``CpuBackend.runner`` runs each partition with OpenBLAS at one thread when oneDNN is
 there (its convolutions, LSTMs and larger MatMuls take the threads) and puts the caller's count
 back after; without oneDNN numpy's BLAS is the only threaded path and keeps its threads.
 

@@ -55,7 +55,6 @@ from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
-    from anychip.backends.cpu.replay.run import Replay
     from anychip.core.plugin.backend import Backend
 
 __all__ = [
@@ -296,17 +295,6 @@ def _uses_arena(pp: ProgramPlan | None) -> bool:
     return pp is not None and pp.arena is not None and pp.arena.total_size >= MIN_ARENA_BYTES
 
 
-def _replay_for(pm: PartitionMemory) -> Replay | None:
-    """The partition's ``Replay`` where its backend has a ``replay_state`` and it has more
-    than one node (a single kernel's own remembered path is as short)."""
-    state = pm.program.backend.replay_state()
-    if state is None or len(pm.program.instrs) < 2:
-        return None
-    from anychip.backends.cpu.replay.run import Replay
-
-    return Replay(pm.program, *state, pm.arena_for, pm.outputs.copy)
-
-
 def _offers(program: Program, shapes: ShapeMap, root: dict[int, int]) -> list[tuple]:
     """``(output index, slot, shape, dtype)`` of the outputs a kernel writes with a static
     shape of at least ``recycle.MIN_BYTES``: handed their last array again (``Outputs``)."""
@@ -353,10 +341,16 @@ class PartitionMemory:
         self.outputs = Outputs()
         host = program.backend.host_memory
         self._offers = _offers(program, shapes, root) if host and not self.dynamic else []
-        #: The recorded runs replayed (``backends/cpu/replay/record.py``; per input signature),
-        # where the
-        #: backend says how (``Backend.replay_state``).
-        self.replay = _replay_for(self)
+        #: A per-run interceptor the backend installed (``Backend.runner``): ``around(inputs,
+        #: usual)`` returns the outputs, by ``usual(inputs)`` or its own way (the CPU's replay of
+        #: recorded calls). ``suspended`` > 0 bypasses it (the profiler times every node).
+        self.around: Callable[[Sequence[Any], Callable[[Sequence[Any]], list[Any]]], list] | None
+        self.around = None
+        self.suspended = 0
+
+    def intercept(self, around: Callable[..., list[Any]]) -> None:
+        """Route each run through ``around(inputs, usual)`` (see ``around``)."""
+        self.around = around
 
     def _use(self, pp: ProgramPlan) -> None:
         self.current = pp
@@ -380,7 +374,7 @@ class PartitionMemory:
         if (
             not self.dynamic
             and not _uses_arena(self.current)
-            and self.replay is None
+            and self.around is None
             and not self._offers
         ):
             return self.program.run  # nothing to do per run: no wrapper
@@ -390,9 +384,9 @@ class PartitionMemory:
         """Run the partition, planning first when these input shapes are new; replayed where
         it was recorded (``backends/cpu/replay/record.py``). The outputs are kept for the next run
         (``recycle.py``)."""
-        replay = self.replay
-        if replay is not None and not replay.off:
-            outs = replay.run(inputs, self._run)
+        around = self.around
+        if around is not None and not self.suspended:
+            outs = around(inputs, self._run)
         else:
             outs = self._run(inputs)
         self.outputs.keep(outs)

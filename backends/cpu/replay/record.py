@@ -22,7 +22,7 @@ partition has run ``RECORD_AT`` times with the same input shapes and threads, it
    same instruction must ask for the same sizes, else the recording is dropped), while they
    note the calls that did their work (``note``: the function and its arguments, cffi
    pointers that keep their arrays alive) with the thread state they ran under (the
-   backend's ``replay_state``: the OpenMP team, the pool's pause). A kernel whose whole
+   ``replay/state.py``: the OpenMP team, the pool's pause). A kernel whose whole
    effect was the calls it noted says so (``seal``): convolutions, products, pools,
    shuffles, concats, normalizations, attention, recurrences, generated element-wise chains
    (and a view kernel that made only views, ``replay_run._views_of``). The other

@@ -1,7 +1,7 @@
 """The replay of recorded kernel calls (``backends/cpu/replay/record.py`` says how a run is
 recorded, and
 what a replay does and does not do): ``Replay``, one per kernel-mode partition whose backend
-has a ``replay_state``, decides per run whether to replay, record or run the kernels; a
+runs it (``CpuBackend.runner``), decides per run whether to replay, record or run the kernels; a
 ``Trace`` is one recorded run."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The thread state a recorded CPU kernel call ran under, captured and set again on replay
-(``backends/cpu/replay/record.py``, ``CpuBackend.replay_state``).
+(``backends/cpu/replay/record.py``, ``CpuBackend.runner``).
 
 Two things around a call change how it runs: the OpenMP team (``onednn/_lib.team_for`` puts a
 small primitive on one thread, and a oneDNN primitive must run on the team it was made for:

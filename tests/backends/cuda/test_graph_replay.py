@@ -1,4 +1,4 @@
-"""CUDA graphs in the runtime: ``Backend.wrap_partition`` is how a device runs its
+"""CUDA graphs in the runtime: ``Backend.runner`` is how a device runs its
 kernel-mode partitions (checked here on a real array-API backend over NumPy), and the CUDA
 backend's wrapper captures a static partition after its warm-up runs and replays it; the
 capture itself (``CapturedPartition``) needs a GPU, so a stand-in records it here."""
@@ -34,7 +34,9 @@ def _model(batch: int | str) -> bytes:
 class _Wrapping(ArrayAPIBackend):
     """NumPy's namespace as a backend that counts the runs of its wrapped partitions."""
 
-    def wrap_partition(self, partition, program):
+    def runner(self, partition, memory):
+        program = memory.runner
+
         def counted(tensors):
             self.runs += 1
             return program(tensors)
@@ -43,7 +45,7 @@ class _Wrapping(ArrayAPIBackend):
         return counted
 
 
-def test_a_device_runs_its_kernel_mode_partitions_through_wrap_partition():
+def test_a_device_runs_its_kernel_mode_partitions_through_its_runner():
     b = _Wrapping("np-wrap", np, auto_select=False)
     b.runs = b.wrapped = 0
     name = register_backend(b, name="test-np-wrap")
@@ -74,6 +76,11 @@ class _Capture:
         return self.program(tensors)
 
 
+def _memory(program) -> SimpleNamespace:
+    """A partition's memory as the runner hook sees it: its plain run."""
+    return SimpleNamespace(runner=program)
+
+
 def _partition(shape: list) -> SimpleNamespace:
     return SimpleNamespace(graph=SimpleNamespace(inputs=[Value("x", DType.FLOAT, shape)]))
 
@@ -90,7 +97,7 @@ def test_a_static_partition_is_captured_after_its_warmup_and_replayed(cuda, monk
     monkeypatch.setattr(graphs, "CapturedPartition", _Capture)
     _Capture.made.clear()
     calls = []
-    program = cuda.wrap_partition(_partition([2, 5]), lambda ts: calls.append(1) or ts)
+    program = cuda.runner(_partition([2, 5]), _memory(lambda ts: calls.append(1) or ts))
     assert isinstance(program, graphs.ReplayedPartition)
     x = [np.zeros((2, 5), np.float32)]
     for _ in range(graphs.WARMUP):
@@ -108,13 +115,13 @@ def test_dynamic_partitions_and_failed_captures_run_as_they_are(cuda, monkeypatc
     def program(ts):
         return ts
 
-    assert cuda.wrap_partition(_partition(["N", 5]), program) is program
+    assert cuda.runner(_partition(["N", 5]), _memory(program)) is program
 
     def broken(*args):
         raise RuntimeError("stream capture unsupported")
 
     monkeypatch.setattr(graphs, "CapturedPartition", broken)
-    wrapped = cuda.wrap_partition(_partition([2, 5]), program)
+    wrapped = cuda.runner(_partition([2, 5]), _memory(program))
     x = [np.ones((2, 5), np.float32)]
     for _ in range(graphs.WARMUP + 3):
         assert wrapped(x) is x
@@ -125,7 +132,7 @@ def test_cuda_graphs_can_be_turned_off(cuda, monkeypatch):
     monkeypatch.setattr(graphs, "CapturedPartition", _Capture)
     monkeypatch.setenv("ANYCHIP_CUDA_GRAPHS", "0")
     _Capture.made.clear()
-    program = cuda.wrap_partition(_partition([2, 5]), lambda ts: ts)
+    program = cuda.runner(_partition([2, 5]), _memory(lambda ts: ts))
     for _ in range(graphs.WARMUP + 2):
         program([np.zeros((2, 5), np.float32)])
     assert _Capture.made == []
