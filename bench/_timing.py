@@ -26,7 +26,7 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
 def progress(items: Iterable[T], what: str, total: int | None = None) -> Iterator[T]:
     """``items``, reported as a ``core.progress`` task (a rich bar on stderr in a terminal,
     inside ``bars()``; nothing otherwise)."""
-    from anychip.core.report.progress import task
+    from anychip.core.progress import task
 
     items = list(items) if total is None and not hasattr(items, "__len__") else items
     with task(what, total if total is not None else len(items)) as advance:  # type: ignore[arg-type]

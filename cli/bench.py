@@ -236,7 +236,7 @@ def _time_model(
     ``cpu_time``: the process's CPU time per run (all its threads: a loaded machine's waits
     are not counted, a spinning pool's threads are), else the wall clock."""
     clock = time.process_time if cpu_time else time.perf_counter
-    from anychip.core.report.progress import task
+    from anychip.core.progress import task
 
     names = list(engines)
     outputs, first = {}, {}
@@ -279,7 +279,7 @@ def bench_models(
 ) -> dict:
     """Time every model on anychip and ``peers``; the results as a JSON-ready dict."""
     from anychip.core.api.feeds import random_feeds
-    from anychip.core.report.progress import task
+    from anychip.core.progress import task
 
     makers = {"onnxruntime": _onnxruntime, "openvino": _openvino}
     rows = []

@@ -9,9 +9,11 @@ writes the messages to stderr (``rich``'s handler in a terminal when it is insta
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 __all__ = ["configure_logging", "LEVELS"]
 
@@ -59,3 +61,16 @@ def _handler() -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     return handler
+
+
+@contextlib.contextmanager
+def quiet_fallbacks() -> Iterator[None]:
+    """No fallback warnings from the sessions made inside (probes and conformance cases:
+    their caller reports the facts)."""
+    logger = logging.getLogger("anychip")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from anychip.core.report.progress import reporting_to
+from anychip.core.progress import reporting_to
 from bench._timing import progress
 
 

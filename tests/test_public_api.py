@@ -27,7 +27,7 @@ PUBLIC_MODULES = [
     "anychip.core.memory",
     "anychip.ir.passes",
     "anychip.core.report.profile",
-    "anychip.core.report.progress",
+    "anychip.core.progress",
     "anychip.core.logsetup",
     "anychip.viz",
     "anychip.viz.view",

@@ -187,7 +187,7 @@ def progress_bars(enabled: bool = True) -> Iterator[None]:
         TimeElapsedColumn,
     )
 
-    from anychip.core.report.progress import reporting_to
+    from anychip.core.progress import reporting_to
 
     columns = [
         SpinnerColumn(),

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anychip.core.api.lifecycle import check_open
 from anychip.core.plan.partition import HOST
+from anychip.core.run.lifecycle import check_open
 
 __all__ = ["ViewNode", "ViewEdge", "ViewPartition", "PlacementView", "placement_view", "COLORS"]
 

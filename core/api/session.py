@@ -15,7 +15,6 @@ from typing import Any
 
 from anychip.core.api import dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
-from anychip.core.api.lifecycle import Closable
 from anychip.core.api.options import SessionOptions
 from anychip.core.compile.gcpause import gc_paused
 from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
@@ -24,12 +23,13 @@ from anychip.core.plan.calibration_probes import set_probe_opener
 from anychip.core.plan.devices import resolve_devices
 from anychip.core.plan.placement import PlacementOptions, set_policy
 from anychip.core.plugin.host import get_registry
+from anychip.core.progress import task
 from anychip.core.report.memory import MemoryReport, memory_report
 from anychip.core.report.placement import PlacementReport, log_fallbacks, placement_report
 from anychip.core.report.profile import Profile, profile_session
-from anychip.core.report.progress import task
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
+from anychip.core.run.lifecycle import Closable
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model

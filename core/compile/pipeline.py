@@ -27,10 +27,9 @@ from anychip.core.compile.cache import DiskCache, compile_graph_cached
 from anychip.core.compile.specialize import SpecializedPartition
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
-from anychip.core.plan.partition import HOST, CopyRecord, Partition, partition_graph
+from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
 from anychip.core.plan.placement import PlacementOptions, place
-from anychip.core.report.placement import CopyInfo
-from anychip.core.report.progress import task
+from anychip.core.progress import task
 from anychip.core.run.feedback import explain_partitions, predicted_time
 from anychip.core.run.memory import PartitionMemory, default_pool
 from anychip.core.run.program import Program, evaluate_node

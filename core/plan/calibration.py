@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.report.progress import task
+from anychip.core.progress import task
 from anychip.paths import cache_root
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.report.placement import quiet_fallbacks
+from anychip.core.logsetup import quiet_fallbacks
 from anychip.errors import AnychipError
 
 __all__ = [
@@ -204,8 +204,8 @@ def _probe_time(
     NaN from Log or Sqrt, no division by zero)."""
     from anychip.core.plan.calibration import best_of
 
-    if open_probe is None:
-        import anychip.core.api.session  # noqa: F401  (installs open_probe)
+    if open_probe is None:  # the session layer, imported through the package root, installs it
+        from anychip import load  # noqa: F401
     try:
         with quiet_fallbacks():
             sess = open_probe(model, backend.name)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from anychip.ir.node import Node
     from anychip.ir.value import Value
 
-__all__ = ["Partition", "CopyRecord", "partition_graph", "HOST"]
+__all__ = ["Partition", "CopyInfo", "CopyRecord", "partition_graph", "HOST"]
 
 HOST = "cpu"
 
@@ -50,6 +50,38 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.index}, {self.device}, {len(self.nodes)} nodes)"
+
+
+class CopyInfo:
+    """One copy per run: ``tensor``, ``src``, ``dst``, ``bytes`` (static size; None when the
+    shape is dynamic), and as the runs measured it: ``runs`` made, ``moved`` bytes in all of
+    them, ``last`` bytes in the latest run."""
+
+    __slots__ = ("tensor", "src", "dst", "bytes", "runs", "moved", "last")
+
+    def __init__(
+        self,
+        tensor: str,
+        src: str,
+        dst: str,
+        nbytes: int | None,
+        runs: int = 0,
+        moved: int = 0,
+        last: int = 0,
+    ) -> None:
+        self.tensor = tensor
+        self.src = src
+        self.dst = dst
+        self.bytes = nbytes
+        self.runs, self.moved, self.last = runs, moved, last
+
+    @property
+    def size(self) -> int | None:
+        """Bytes of one run: the static size, else what the latest run measured."""
+        return self.bytes if self.bytes is not None else (self.last if self.runs else None)
+
+    def __repr__(self) -> str:
+        return f"CopyInfo({self.tensor!r}, {self.src}->{self.dst}, {self.size})"
 
 
 class CopyRecord:

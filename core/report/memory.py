@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from anychip.core.api.lifecycle import CLOSED
 from anychip.core.memory.stats import _human
+from anychip.core.run.lifecycle import CLOSED
 from anychip.errors import AnychipError
 
 __all__ = ["DeviceMemory", "MemoryReport", "memory_report"]

@@ -8,13 +8,13 @@ It is data first (records with attributes) and prints as a table::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-from anychip.core.api.lifecycle import check_open
+from anychip.core.logsetup import quiet_fallbacks
+from anychip.core.plan.partition import CopyInfo
+from anychip.core.run.lifecycle import check_open
 
 __all__ = [
     "placement_report",
@@ -56,38 +56,6 @@ class PartitionRecord:
 
     def __repr__(self) -> str:
         return f"PartitionRecord({self.index}, {self.device}, {len(self.nodes)} nodes)"
-
-
-class CopyInfo:
-    """One copy per run: ``tensor``, ``src``, ``dst``, ``bytes`` (static size; None when the
-    shape is dynamic), and as the runs measured it: ``runs`` made, ``moved`` bytes in all of
-    them, ``last`` bytes in the latest run."""
-
-    __slots__ = ("tensor", "src", "dst", "bytes", "runs", "moved", "last")
-
-    def __init__(
-        self,
-        tensor: str,
-        src: str,
-        dst: str,
-        nbytes: int | None,
-        runs: int = 0,
-        moved: int = 0,
-        last: int = 0,
-    ) -> None:
-        self.tensor = tensor
-        self.src = src
-        self.dst = dst
-        self.bytes = nbytes
-        self.runs, self.moved, self.last = runs, moved, last
-
-    @property
-    def size(self) -> int | None:
-        """Bytes of one run: the static size, else what the latest run measured."""
-        return self.bytes if self.bytes is not None else (self.last if self.runs else None)
-
-    def __repr__(self) -> str:
-        return f"CopyInfo({self.tensor!r}, {self.src}->{self.dst}, {self.size})"
 
 
 class PlacementReport:
@@ -254,19 +222,6 @@ def placement_report(session: Any) -> PlacementReport:
     report.decision = "; ".join(p for p in parts if p)
     report.unhealthy = dict(getattr(session, "unhealthy", {}))
     return report
-
-
-@contextlib.contextmanager
-def quiet_fallbacks() -> Iterator[None]:
-    """No fallback warnings from the sessions made inside (probes and conformance cases:
-    their caller reports the facts)."""
-    logger = logging.getLogger("anychip")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def log_fallbacks(graph: Any, devices: list[str]) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.api.lifecycle import check_open
+from anychip.core.run.lifecycle import check_open
 from anychip.core.run.steps import _nbytes
 
 __all__ = ["Event", "Profile", "profile_session"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from anychip.core.api.lifecycle import check_open
+from anychip.core.run.lifecycle import check_open
 from anychip.errors import InputError, PlacementError
 
 __all__ = ["run_request"]

@@ -24,7 +24,7 @@ the run. In-place: kernels registered ``inplace=True`` (element-wise) may write 
 over their first input when it dies there (same shape and dtype). Both facts are read from the
 kernel that runs the node, so a plugin's kernels declare their own.
 
-In-place Concat (``core/memory/concat_inplace.py``): at batch 1 the inputs of a Concat written
+In-place Concat (``core/run/concat_inplace.py``): at batch 1 the inputs of a Concat written
 through ``out=`` are planned inside its output, so their producers write their slices and the
 Concat copies nothing (``ProgramPlan.inside`` holds their offsets).
 """
@@ -48,8 +48,8 @@ from anychip.core.memory import (
     lifetimes,
     plan_memory,
 )
-from anychip.core.memory.concat_inplace import concat_members, resolve
 from anychip.core.memory.recycle import MIN_BYTES, Outputs
+from anychip.core.run.concat_inplace import concat_members, resolve
 from anychip.core.run.program import Arena, Program
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import DType
@@ -194,7 +194,7 @@ def _plan(
     steps: Sequence[Step],
 ) -> tuple[MemoryPlan, dict[int, int]]:
     """Plan the slots of ``planned`` (aliases resolved to the tensor they view, Concat inputs
-    placed inside the Concat's output: ``core/memory/concat_inplace.py``); returns the plan and
+    placed inside the Concat's output: ``core/run/concat_inplace.py``); returns the plan and
     the offsets of those Concat inputs."""
     placed = concat_members(program, shapes, planned, root)
 

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from anychip.core.logsetup import configure_logging
-from anychip.core.report.progress import reporting_to, task
+from anychip.core.progress import reporting_to, task
 from anychip.errors import AnychipError
 from anychip.viz.terminal import render
 from tests.viz.parse import Page, external_references

@@ -1,4 +1,4 @@
-"""In-place Concat (``core/memory/concat_inplace.py``): a Concat's inputs planned inside its
+"""In-place Concat (``core/run/concat_inplace.py``): a Concat's inputs planned inside its
 output, their producers writing their slices, the Concat copying only what is not in place.
 Every session result is compared with onnxruntime on seeded random inputs and weights, over
 two runs with different inputs (the arena is reused between them)."""
@@ -13,8 +13,8 @@ from onnx import helper as h
 
 import anychip
 from anychip.backends.cpu.kernels import op_concat
-from anychip.core.memory.concat_inplace import resolve
 from anychip.core.run import memory as memory_partition
+from anychip.core.run.concat_inplace import resolve
 
 ort = pytest.importorskip("onnxruntime")
 
