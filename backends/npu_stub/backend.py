@@ -68,7 +68,7 @@ class NpuBackend(Backend):
                 "{'S': [32, 64, 128]})"
             )
         if "buckets" in options:
-            from anychip.core.compile.bucketing import parse_buckets
+            from anychip.core.plugin.shapes import parse_buckets
 
             try:
                 self.buckets = parse_buckets(options["buckets"], "npu option buckets")

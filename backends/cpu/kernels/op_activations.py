@@ -12,8 +12,8 @@ import numpy as np
 
 from anychip.backends.cpu.kernels._common import FLOAT_WITH_BF16, compute_dtype, unary_float
 from anychip.backends.cpu.kernels._out import fits, unary_into
-from anychip.backends.cpu.kernels.op_elementwise import erf_array
 from anychip.backends.cpu.table import kernel
+from anychip.core.plugin.reference.erf import erf_array
 from anychip.errors import KernelError, ModelError
 from anychip.ir.dtypes import FLOAT_TYPES, NUMERIC_TYPES, DType
 

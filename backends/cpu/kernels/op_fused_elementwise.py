@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels.op_elementwise import erf_array, ieee_power
+from anychip.backends.cpu.kernels.op_elementwise import ieee_power
 from anychip.backends.cpu.native.fused import c_kernel
 from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.codegen import KernelSpec, classify, parse
 from anychip.codegen.expr import Expr
 from anychip.codegen.program import linearize
+from anychip.core.plugin.reference.erf import erf_array
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels._window import pad_spatial, window_geometry, window_view
 from anychip.backends.cpu.table import kernel
+from anychip.core.plugin.reference.window import pad_spatial, window_geometry, window_view
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels.op_elementwise import erf_array
 from anychip.backends.npu_stub.kernels import Run, builder
+from anychip.core.plugin.reference.erf import erf_array
 
 __all__: list[str] = []
 

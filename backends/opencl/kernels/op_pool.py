@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.opencl.driver import ClTensor
 from anychip.backends.opencl.kernels._common import ctype, dev, launch1d
 from anychip.backends.opencl.kernels.table import F, kernel
+from anychip.core.plugin.reference.window import window_geometry
 from anychip.errors import KernelError
 
 __all__ = ["pool"]
