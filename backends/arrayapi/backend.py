@@ -145,6 +145,8 @@ class ArrayAPIBackend(Backend):
             return self.space.wrap(array.array, array.host)
         return super().to_device(array)
 
+    adopts_arrays = True
+
     def adopt(self, x: Any) -> XTensor | None:
         """``x`` as a device tensor of this device without a copy, or None when ``x`` is not
         an array of this namespace on this device (``core/api/dlpack.py``). Not counted: the

@@ -67,8 +67,7 @@ def _readers(prog: Any, slot: int) -> list[Any]:
 
 
 def _adopts(backend: Any, x: Any) -> bool:
-    adopt = getattr(backend, "adopt", None)  # array-API backends have it
-    return callable(adopt) and adopt(x) is not None
+    return backend.adopts_arrays and backend.adopt(x) is not None
 
 
 def _adopt(session: Any, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -123,7 +122,7 @@ def _outputs_on(session: Any, device: str | None) -> Iterator[None]:
 
 def _output_backend(session: Any, device: str) -> Any:
     found = next((b for b in _backends(session) if b.name == device), None)
-    if found is None or not callable(getattr(found, "adopt", None)):
+    if found is None or not found.adopts_arrays:
         raise AnychipError(
             f"output_device={device!r}: name one of the session's devices that holds arrays "
             f"(an array-API backend such as cuda); the session has {session.devices}"

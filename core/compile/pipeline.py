@@ -338,7 +338,7 @@ def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
     """Whether a graph-mode partition is compiled per input signature (``core/specialize``):
     the device takes static shapes only and the partition's are symbolic, or it compiles in
     the background."""
-    if getattr(backend, "shape_policy", "symbolic") != "static":
+    if backend.shape_policy != "static":
         return False
     static = all(v.is_static for v in graph.inputs)
     return not static or copts.background_compile

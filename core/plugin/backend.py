@@ -142,6 +142,11 @@ class Backend:
     kept_when_unavailable: bool = False
     #: The registry this backend was added to (``Registry.add_backend`` sets it).
     registry: Any = None
+    #: Bucketed dimensions of a static-shape device (``core/plugin/shapes.py``): symbol ->
+    #: "pow2" or sizes; None pads nothing.
+    buckets: dict[str, Any] | None = None
+    #: True where ``adopt`` takes a caller's array already on this device (array-API devices).
+    adopts_arrays: bool = False
 
     def __init__(self) -> None:
         self.origin = "?"
@@ -192,6 +197,17 @@ class Backend:
 
     def _available(self) -> tuple[bool, str]:
         return True, ""
+
+    def claims(self) -> list[Any] | None:
+        """What this device claims to run, as ``OpClaim``s (``core/plugin/claims.py``); None
+        (the default) derives the claims from the kernel table. Graph-mode backends, which have
+        no table, state theirs here."""
+        return None
+
+    def adopt(self, x: Any) -> Any | None:
+        """``x`` as this device's tensor when the caller's array already lives on this device
+        (DLPack), else None; only where ``adopts_arrays`` is True."""
+        return None
 
     # -- per-session options -------------------------------------------------------------------
     def configure(self, **options: Any) -> Backend:

@@ -45,11 +45,9 @@ def _domain(domain: str) -> str:
 def claims_of(backend: Any) -> list[OpClaim]:
     """The backend's claims: ``backend.claims()`` where it states them, else its kernel table
     narrowed to the dtypes of its device model."""
-    own = getattr(backend, "claims", None)
-    if callable(own):
-        stated = own()
-        if stated is not None:
-            return [_as_claim(c) for c in stated]
+    stated = backend.claims()
+    if stated is not None:
+        return [_as_claim(c) for c in stated]
     table = backend.kernels
     if table is None:
         return []

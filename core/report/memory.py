@@ -179,9 +179,8 @@ def memory_report(compiled: Any) -> MemoryReport:
             rec.misses += pm.cache.misses
             rec.replans += pm.cache.replans
     for name, rec in records.items():
-        stats = getattr(by_name[name], "memory_stats", None)
         pool = compiled.pools.get(name)
-        st = stats() if callable(stats) else None
+        st = by_name[name].memory_stats()
         if st is not None:
             rec.peak, rec.reserved, rec.source = st.peak, st.reserved, "device pool"
         elif pool is not None:
