@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from anychip.cli import viz as viz_commands
 from anychip.core.api.feeds import random_feeds
-from anychip.viz import commands as viz_commands
 from anychip.viz.terminal import render
 from anychip.zoo import LIGHT_MODELS
 
@@ -250,7 +250,7 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
 def _parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
     from anychip.cli import bench as bench_cli
-    from anychip.conformance import cli as conformance_cli
+    from anychip.cli import conformance as conformance_cli
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -307,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``anychip`` command; returns the exit status."""
     from anychip.cli import bench as bench_cli
-    from anychip.conformance import cli as conformance_cli
+    from anychip.cli import conformance as conformance_cli
     from anychip.core.logsetup import configure_logging
     from anychip.errors import AnychipError
     from anychip.viz.terminal import progress_bars
