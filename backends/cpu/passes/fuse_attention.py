@@ -12,12 +12,11 @@ buffer.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fuse_each, fused_node, replace_chain
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.attention import match_attention
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.rewrite import attrs, fuse_each, fused_node, replace_chain
 
 __all__ = ["FuseAttentionPass"]
 

@@ -14,13 +14,12 @@ Abs failed to load with Python's ``RecursionError``); a longer chain becomes sev
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record, scalar_const
 from anychip.codegen.expr import Expr, const, inp
 from anychip.codegen.onnx_ops import ELEMENTWISE_OPS, lower
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.rewrite import FLOATS, attrs, fused_node, record, scalar_const
 from anychip.ir.value import Value
 
 __all__ = ["FuseElementwisePass", "MAX_NODES"]
