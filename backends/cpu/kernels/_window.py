@@ -1,97 +1,18 @@
-"""Sliding-window geometry shared by Conv and the pooling kernels (not a kernel module).
+"""Sliding windows over numpy arrays, shared by the CPU's Conv and pooling kernels (not a kernel
+module).
 
-``window_geometry`` turns ONNX's auto_pad/pads/strides/dilations/ceil_mode attributes into
-begin/end pads and output sizes; ``window_view`` gives a zero-copy strided view of every
-window so kernels do im2col with one reshape or reduce with one loop over kernel offsets.
+``pad_spatial`` pads the spatial axes by a ``Geometry`` (``ir/window.py``: ONNX's pads and
+output sizes, the same for every backend); ``window_view`` gives a zero-copy strided view of
+every window so kernels do im2col with one reshape or reduce with one loop over kernel offsets.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from anychip.errors import KernelError
+from anychip.ir.window import Geometry
 
-__all__ = ["Geometry", "window_geometry", "pad_spatial", "window_view"]
-
-
-class Geometry:
-    """Per spatial axis: pads before/after (extra_end: ceil_mode slack) and output sizes."""
-
-    __slots__ = ("begin", "end", "extra_end", "out", "kernel", "strides", "dilations")
-
-    def __init__(
-        self,
-        begin: list[int],
-        end: list[int],
-        extra_end: list[int],
-        out: list[int],
-        kernel: list[int],
-        strides: list[int],
-        dilations: list[int],
-    ) -> None:
-        self.begin = begin
-        self.end = end
-        self.extra_end = extra_end
-        self.out = out
-        self.kernel = kernel
-        self.strides = strides
-        self.dilations = dilations
-
-
-def window_geometry(
-    spatial: tuple[int, ...],
-    kernel: list[int],
-    *,
-    strides: list[int] | None,
-    dilations: list[int] | None,
-    pads: list[int] | None,
-    auto_pad: str,
-    ceil_mode: int = 0,
-    op: str = "Conv",
-) -> Geometry:
-    """Output sizes and pads for windows of ``kernel`` over ``spatial`` (ONNX rules)."""
-    nd = len(spatial)
-    if len(kernel) != nd:
-        raise KernelError(
-            f"{op}: kernel_shape {kernel} has {len(kernel)} axes but the input "
-            f"has {nd} spatial axes"
-        )
-    strides = list(strides) if strides else [1] * nd
-    dilations = list(dilations) if dilations else [1] * nd
-    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    begin, end, extra, out = [0] * nd, [0] * nd, [0] * nd, [0] * nd
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        for i in range(nd):
-            out[i] = -(-spatial[i] // strides[i])
-            total = max(0, (out[i] - 1) * strides[i] + eff[i] - spatial[i])
-            small = total // 2
-            begin[i] = small if auto_pad == "SAME_UPPER" else total - small
-            end[i] = total - begin[i]
-    elif auto_pad in ("NOTSET", "VALID", ""):
-        if auto_pad == "NOTSET" and pads:
-            begin, end = list(pads[:nd]), list(pads[nd:])
-        for i in range(nd):
-            span = spatial[i] + begin[i] + end[i] - eff[i]
-            if span < 0:
-                raise KernelError(
-                    f"{op}: window of size {eff[i]} (with dilation) is larger "
-                    f"than padded input axis {i} of size "
-                    f"{spatial[i] + begin[i] + end[i]}"
-                )
-            if ceil_mode:
-                out[i] = -(-span // strides[i]) + 1
-                # The last window must start inside the input or the begin padding.
-                if (out[i] - 1) * strides[i] >= spatial[i] + begin[i]:
-                    out[i] -= 1
-            else:
-                out[i] = span // strides[i] + 1
-            need = (out[i] - 1) * strides[i] + eff[i] - (spatial[i] + begin[i] + end[i])
-            extra[i] = max(0, need)
-    else:
-        raise KernelError(
-            f"{op}: unknown auto_pad {auto_pad!r}; use NOTSET, SAME_UPPER, SAME_LOWER or VALID"
-        )
-    return Geometry(begin, end, extra, out, list(kernel), strides, dilations)
+__all__ = ["pad_spatial", "window_view"]
 
 
 def pad_spatial(

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
-from anychip.backends.cpu.kernels._window import window_geometry
 from anychip.backends.cpu.native import copies
 from anychip.backends.cpu.onednn import _parallel
 from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.replay import record as _replay
+from anychip.ir.window import window_geometry
 
 __all__ = ["pool"]
 
