@@ -10,11 +10,11 @@ reports' own text, and ``rich`` only adds colour, box drawing and live progress.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from anychip.core.logsetup import use_rich
 from anychip.core.memory.stats import _human
 from anychip.viz.view import device_colors
 
@@ -28,21 +28,6 @@ __all__ = [
     "progress_bars",
     "kit_progress",
 ]
-
-
-def use_rich(stream: IO[str] | None = None) -> bool:
-    """Whether ``stream`` (default stdout) gets rich output: a terminal, rich installed,
-    ``NO_COLOR``/``TERM=dumb`` not set."""
-    stream = stream if stream is not None else sys.stdout
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    if not (hasattr(stream, "isatty") and stream.isatty()):
-        return False
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def render(obj: Any, stream: IO[str] | None = None) -> None:
