@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from anychip.core.api.lifecycle import check_open
+from anychip.core.report.render import Rendered
 
 __all__ = [
     "placement_report",
@@ -90,8 +91,13 @@ class CopyInfo:
         return f"CopyInfo({self.tensor!r}, {self.src}->{self.dst}, {self.size})"
 
 
-class PlacementReport:
-    """``nodes``, ``partitions``, ``copies``, and per-run ``copy_count`` / ``copy_bytes``."""
+class PlacementReport(Rendered):
+    """``nodes``, ``partitions``, ``copies``, and per-run ``copy_count`` / ``copy_bytes``.
+
+    Prints as text; Jupyter and rich show it as tables (``viz/notebook.py``,
+    ``viz/terminal.py``, through ``core/report/render.py``)."""
+
+    report_kind = "placement"
 
     def __init__(
         self,
@@ -211,18 +217,6 @@ class PlacementReport:
 
     def __repr__(self) -> str:
         return self.__str__()
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view: tables with the devices' colours (``viz/notebook.py``)."""
-        from anychip.viz.notebook import placement_report_html
-
-        return placement_report_html(self)
-
-    def __rich__(self) -> Any:
-        """rich's view in a terminal (``viz/terminal.py``)."""
-        from anychip.viz.terminal import placement_rich
-
-        return placement_rich(self)
 
 
 def placement_report(session: Any) -> PlacementReport:
