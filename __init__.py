@@ -12,6 +12,7 @@ from typing import Any
 
 from anychip.core.api.session import IOInfo, Session, SessionOptions, load
 from anychip.core.plugin.hookspecs import hookimpl
+from anychip.core.report.render import set_provider as _set_views_provider
 from anychip.errors import (
     AnychipError,
     DeviceError,
@@ -43,6 +44,15 @@ def _log_from_environment() -> None:
 
 
 _log_from_environment()
+
+
+def _viz_views() -> None:
+    """Import ``anychip.viz``, whose modules register the reports' HTML, rich and timeline views
+    (``core/report/render.py``): core may not import viz, the package root may."""
+    import anychip.viz  # noqa: F401
+
+
+_set_views_provider(_viz_views)
 
 __all__ = [
     "load",

@@ -5,17 +5,22 @@ asked for: ``ANYCHIP_LOG_LEVEL=DEBUG|INFO|WARNING|ERROR`` (read when anychip is 
 the ``anychip`` command. Both call ``configure_logging``, which sets the logger's level and,
 when nobody else handles its records (no handler on it or on the root logger), adds one that
 writes the messages to stderr (``rich``'s handler in a terminal when it is installed).
+
+``use_rich`` is the one answer to "does this stream get rich output" (``viz/terminal.py`` asks
+it too); it looks for rich without importing it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import IO
 
-__all__ = ["configure_logging", "LEVELS"]
+__all__ = ["configure_logging", "use_rich", "LEVELS"]
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _MARK = "_anychip_handler"
@@ -51,9 +56,18 @@ def configure_logging(level: str | int | None = None, *, quiet: bool = False) ->
     return logger
 
 
-def _handler() -> logging.Handler:
-    from anychip.viz.terminal import use_rich
+def use_rich(stream: IO[str] | None = None) -> bool:
+    """Whether ``stream`` (default stdout) gets rich output: a terminal, rich installed,
+    ``NO_COLOR``/``TERM=dumb`` not set."""
+    stream = stream if stream is not None else sys.stdout
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        return False
+    return importlib.util.find_spec("rich") is not None
 
+
+def _handler() -> logging.Handler:
     if use_rich(sys.stderr):
         from rich.logging import RichHandler
 

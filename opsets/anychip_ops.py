@@ -1,5 +1,6 @@
-"""Operators of the ``anychip`` domain the CPU's fusion passes create
-(``backends/cpu/passes``), registered through the CPU plugin's ``anychip_register_ops``:
+"""Operators of the ``anychip`` domain the fusion passes create (the CPU's own,
+``backends/cpu/passes``, and the shared patterns of ``ir/passes/patterns``), registered through
+the CPU plugin's ``anychip_register_ops``:
 
 * ``FusedElementwise``: a chain of element-wise ops as one kernel; ``expr`` is the expression
   in ``anychip.codegen.expr``'s text form over inputs ``in0, in1, ...`` (numpy broadcasting);

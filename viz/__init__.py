@@ -3,6 +3,12 @@ self-contained HTML page (``viz/html.py``), the model inspector (``viz/inspect.p
 profile's timeline (``viz/timeline.py``), and terminal rendering through ``rich``
 (``viz/terminal.py``).
 
+The reports (``core/report``) are data and text; their other views are here, registered with
+``core/report/render.py`` as ``notebook``, ``terminal`` and ``timeline`` load, which importing
+this package does. core never imports viz: the package root tells ``render`` to import it at
+the first view asked for (``sess.placement()`` shown in Jupyter, say). None of this imports
+rich, which loads only when a rich view is drawn.
+
 Example::
 
     from anychip.viz import save_placement
@@ -15,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from anychip.errors import AnychipError
+from anychip.viz import notebook, terminal, timeline  # noqa: F401  (they register the views)
 from anychip.viz.view import PlacementView, placement_view
 
 __all__ = ["PlacementView", "placement_view", "save_placement"]

@@ -1,6 +1,7 @@
 """HTML for Jupyter: what ``PlacementReport``, ``MemoryReport`` and ``Profile`` show through
-``_repr_html_``. Plain tables with the device colours of the placement pictures; no script,
-no external reference (notebooks are shared as files)."""
+``_repr_html_`` (found through ``core/report/render.py``: ``@renders(kind, "html")``). Plain
+tables with the device colours of the placement pictures; no script, no external reference
+(notebooks are shared as files)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import html
 from typing import Any
 
 from anychip.core.memory.stats import _human
+from anychip.core.report.render import renders
 from anychip.viz.view import device_colors
 
 __all__ = ["placement_report_html", "memory_html", "profile_html"]
@@ -34,6 +36,7 @@ def _dev(device: str, colors: dict[str, str]) -> str:
     return f'<span class="sw" style="background:{color}"></span>{_e(device)}'
 
 
+@renders("placement", "html")
 def placement_report_html(report: Any, max_nodes: int = 500) -> str:
     """A ``PlacementReport``: summary, partitions, copies, then the nodes (the first
     ``max_nodes``)."""
@@ -80,6 +83,7 @@ def placement_report_html(report: Any, max_nodes: int = 500) -> str:
     )
 
 
+@renders("memory", "html")
 def memory_html(report: Any) -> str:
     """A ``MemoryReport`` as one table (its ``rows()``), then its notes."""
     rows = [[_e(c) for c in row] for row in report.rows()]
@@ -87,6 +91,7 @@ def memory_html(report: Any) -> str:
     return _STYLE + _table(list(report.HEAD), rows) + notes
 
 
+@renders("profile", "html")
 def profile_html(profile: Any, top: int = 20) -> str:
     """A ``Profile``: runs, time per device, the slowest nodes (``save_html`` has the
     timeline)."""

@@ -1,5 +1,6 @@
 """Terminal output: ``rich`` tables and progress bars where the output is a terminal and
-``rich`` is installed (the ``viz`` extra), plain text otherwise.
+``rich`` is installed (the ``viz`` extra), plain text otherwise. The reports' ``__rich__`` finds
+the ``*_rich`` functions here through ``core/report/render.py`` (``@renders(kind, "rich")``).
 
 ``rich`` is optional on purpose: a server running models has no use for a terminal UI, and
 every report already prints as plain text (its ``__str__``), which is what pipes, logs and
@@ -10,12 +11,13 @@ reports' own text, and ``rich`` only adds colour, box drawing and live progress.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from anychip.core.logsetup import use_rich
 from anychip.core.memory.stats import _human
+from anychip.core.report.render import renders
 from anychip.viz.view import device_colors
 
 __all__ = [
@@ -28,21 +30,6 @@ __all__ = [
     "progress_bars",
     "kit_progress",
 ]
-
-
-def use_rich(stream: IO[str] | None = None) -> bool:
-    """Whether ``stream`` (default stdout) gets rich output: a terminal, rich installed,
-    ``NO_COLOR``/``TERM=dumb`` not set."""
-    stream = stream if stream is not None else sys.stdout
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    if not (hasattr(stream, "isatty") and stream.isatty()):
-        return False
-    try:
-        import rich  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def render(obj: Any, stream: IO[str] | None = None) -> None:
@@ -72,6 +59,7 @@ def _dev(device: str, colors: dict[str, str]) -> str:
     return f"[{color}]{device}[/]" if color else device
 
 
+@renders("placement", "rich")
 def placement_rich(report: Any) -> Any:
     """A ``PlacementReport`` as rich tables: nodes (coloured by device), partitions, copies."""
     from rich.console import Group
@@ -121,6 +109,7 @@ def placement_rich(report: Any) -> Any:
     return Group(*items)
 
 
+@renders("memory", "rich")
 def memory_rich(report: Any) -> Any:
     """A ``MemoryReport`` as a rich table (its ``rows()``), then its notes."""
     from rich.console import Group
@@ -131,37 +120,18 @@ def memory_rich(report: Any) -> Any:
 
 
 def profile_text(profile: Any, top: int = 15) -> str:
-    """The profile as plain text: runs, time per device, the slowest nodes."""
-    lines = [
-        f"profile of {profile.runs} run(s) on {', '.join(profile.devices)}: "
-        + ", ".join(f"{t * 1e3:.3f}" for t in profile.run_seconds)
-        + " ms",
-        "per run: " + ", ".join(f"{d} {t * 1e3:.3f} ms" for d, t in profile.device_times().items()),
-    ]
-    rows = profile.node_times()[:top]
-    if rows:
-        w = max(len(r[0]) for r in rows)
-        lines.append(f"{'node':<{w}}  {'op':<18} {'device':<7} {'ms/run':>9}")
-        lines.extend(f"{n:<{w}}  {op:<18} {d:<7} {t * 1e3:>9.3f}" for n, op, d, t in rows)
-    timed = {e.partition for e in profile.by_kind("node")}
-    whole: dict[str, float] = {}
-    for e in profile.by_kind("partition"):
-        if e.partition not in timed:
-            whole[e.name] = whole.get(e.name, 0.0) + e.seconds / profile.runs
-    lines.extend(
-        f"{name}: {t * 1e3:.3f} ms/run (one compiled executable: no per-node times)"
-        for name, t in whole.items()
-    )
-    return "\n".join(lines)
+    """The profile as plain text (``Profile.text``, which its ``__str__`` is)."""
+    return profile.text(top)
 
 
+@renders("profile", "rich")
 def profile_rich(profile: Any, top: int = 15) -> Any:
     """A ``Profile`` as rich renders it: the runs, time per device, the slowest nodes."""
     from rich.console import Group
     from rich.text import Text
 
     colors = device_colors(list(profile.devices))
-    head = Text("\n".join(profile_text(profile, 0).split("\n")[:2]))
+    head = Text("\n".join(profile.text(0).split("\n")[:2]))
     table = _table(
         "slowest nodes (per run)",
         ["node", "op", "device", "ms"],

@@ -1,7 +1,8 @@
 """The profile as one self-contained HTML timeline (no network): a lane per device and one for
 the copies, partitions as light bars with their nodes inside, copies with their bytes; hover
 shows each span, the wheel zooms the time axis. The same events as ``Profile.to_trace()``
-(the Perfetto trace) and a table of the slowest nodes.
+(the Perfetto trace) and a table of the slowest nodes. ``Profile.save_html`` finds it through
+``core/report/render.py`` (``@renders("profile", "timeline")``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import html
 from typing import Any
 
 from anychip.core.memory.stats import _human
+from anychip.core.report.render import renders
 from anychip.viz.view import device_colors
 
 __all__ = ["timeline_html"]
@@ -51,6 +53,7 @@ def _span(e: Any, y: float, scale: float, color: str) -> str:
     )
 
 
+@renders("profile", "timeline")
 def timeline_html(profile: Any) -> str:
     """The page (a string) for a ``core.profile.Profile``."""
     lanes = _lanes(profile)

@@ -210,10 +210,11 @@ class ArrayAPIPlugin:
 
     @hookimpl
     def anychip_register_passes(self, registry: Registry) -> None:
-        # element-wise chains become one FusedElementwise (family/op_fused.py)
-        from anychip.backends.cpu.passes import fuse_elementwise_on
+        # element-wise chains become one FusedElementwise (family/op_fused.py): the shared
+        # pattern of ir/passes/patterns
+        from anychip.ir.passes import patterns
 
-        fuse_elementwise_on(registry, [b.name for b in self.backends])
+        patterns.enable(registry, "elementwise", backends=[b.name for b in self.backends])
 
 
 def register_backend(*backends: ArrayAPIBackend, name: str | None = None) -> str:

@@ -33,9 +33,10 @@ def anychip_register_kernels(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
-    # The CPU's element-wise fusion on CUDA partitions: a chain becomes one generated kernel
-    # (backends/cuda/fused.py through the array-API family's FusedElementwise).
-    from anychip.backends.cpu.passes import fuse_elementwise_on
+    # The shared element-wise fusion (ir/passes/patterns) on CUDA partitions: a chain becomes
+    # one generated kernel (backends/cuda/fused.py through the array-API family's
+    # FusedElementwise).
     from anychip.backends.cuda.backend import backends
+    from anychip.ir.passes import patterns
 
-    fuse_elementwise_on(registry, [b.name for b in backends()])
+    patterns.enable(registry, "elementwise", backends=[b.name for b in backends()])

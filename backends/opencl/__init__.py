@@ -40,11 +40,10 @@ def anychip_register_kernels(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
-    # Two of the CPU's passes: attention becomes one launch (op_attention), then an
-    # element-wise chain becomes one launch (op_fused); attention first, as on the CPU.
-    from anychip.backends.cpu.passes import fuse_attention_on, fuse_elementwise_on
+    # Two shared patterns (ir/passes/patterns): attention becomes one launch (op_attention),
+    # then an element-wise chain becomes one launch (op_fused); attention first, as on the CPU.
     from anychip.backends.opencl.backend import backends
+    from anychip.ir.passes import patterns
 
     names = [b.name for b in backends()]
-    fuse_attention_on(registry, names)
-    fuse_elementwise_on(registry, names)
+    patterns.enable(registry, "attention", "elementwise", backends=names)

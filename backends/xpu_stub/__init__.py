@@ -23,12 +23,12 @@ def anychip_register_backends(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_passes(registry: Registry) -> None:
-    # Scaled dot-product attention becomes anychip::FusedAttention on XPU partitions too (the
-    # CPU's pattern match, as OpenCL registers it; an optimization): the XPU's kernel keeps each
+    # Scaled dot-product attention becomes anychip::FusedAttention on XPU partitions (the
+    # shared pattern of ir/passes/patterns; an optimization): the XPU's kernel keeps each
     # block's scores in cache (driver/kernels_attention.c).
-    from anychip.backends.cpu.passes import fuse_attention_on
+    from anychip.ir.passes import patterns
 
-    fuse_attention_on(registry, ["xpu"])
+    patterns.enable(registry, "attention", backends="xpu")
 
 
 @hookimpl

@@ -1,9 +1,9 @@
 """Node chains the backends run as one kernel, priced as one: scaled dot-product attention.
 
 ``MatMul(Q, Kt) -> Mul|Div(scalar constant) -> [Add(mask)] -> Softmax(last axis) ->
-MatMul(., V)``, matched by ``ir.passes.attention.match_attention`` as the CPU's and the XPU's
-``FuseAttentionPass`` match it, becomes one ``anychip::FusedAttention`` after placement. Priced
-node by node, the estimate charges the four scores-sized passes the fused kernels never make
+MatMul(., V)``, matched by ``ir.passes.attention.match_attention`` as the ``FuseAttentionPass``
+the CPU and the XPU enable matches it, becomes one ``anychip::FusedAttention`` after placement.
+Priced node by node, the estimate charges the four scores-sized passes the fused kernels never make
 (the CPU's computes its scores in place; the XPU's keeps each block of them in cache), so the
 cost model placed the attention where the unfused nodes were cheapest, not where the fused
 kernel is. The calibration therefore measures the chain as a whole (the ``attention`` class,

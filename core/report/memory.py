@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anychip.core.memory.stats import _human
+from anychip.core.report.render import Rendered
 from anychip.core.run.lifecycle import CLOSED
 from anychip.errors import AnychipError
 
@@ -67,9 +68,12 @@ class DeviceMemory:
 
 
 @dataclass(slots=True)
-class MemoryReport:
+class MemoryReport(Rendered):
     """Per-device records (``report["cpu"]``, ``for rec in report``) and notes; prints as a
-    table."""
+    table (Jupyter and rich draw the same ``rows()``: ``viz/notebook.py``,
+    ``viz/terminal.py``)."""
+
+    report_kind = "memory"
 
     records: dict[str, DeviceMemory]
     notes: list[str] = field(default_factory=list)
@@ -136,18 +140,6 @@ class MemoryReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         lines.extend(f"note: {n}" for n in self.all_notes())
         return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view (``viz/notebook.py``)."""
-        from anychip.viz.notebook import memory_html
-
-        return memory_html(self)
-
-    def __rich__(self) -> Any:
-        """rich's view in a terminal (``viz/terminal.py``)."""
-        from anychip.viz.terminal import memory_rich
-
-        return memory_rich(self)
 
 
 def memory_report(compiled: Any) -> MemoryReport:

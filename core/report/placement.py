@@ -14,6 +14,7 @@ from typing import Any
 
 from anychip.core.logsetup import quiet_fallbacks
 from anychip.core.plan.partition import CopyInfo
+from anychip.core.report.render import Rendered
 from anychip.core.run.lifecycle import check_open
 
 __all__ = [
@@ -58,8 +59,13 @@ class PartitionRecord:
         return f"PartitionRecord({self.index}, {self.device}, {len(self.nodes)} nodes)"
 
 
-class PlacementReport:
-    """``nodes``, ``partitions``, ``copies``, and per-run ``copy_count`` / ``copy_bytes``."""
+class PlacementReport(Rendered):
+    """``nodes``, ``partitions``, ``copies``, and per-run ``copy_count`` / ``copy_bytes``.
+
+    Prints as text; Jupyter and rich show it as tables (``viz/notebook.py``,
+    ``viz/terminal.py``, through ``core/report/render.py``)."""
+
+    report_kind = "placement"
 
     def __init__(
         self,
@@ -179,18 +185,6 @@ class PlacementReport:
 
     def __repr__(self) -> str:
         return self.__str__()
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view: tables with the devices' colours (``viz/notebook.py``)."""
-        from anychip.viz.notebook import placement_report_html
-
-        return placement_report_html(self)
-
-    def __rich__(self) -> Any:
-        """rich's view in a terminal (``viz/terminal.py``)."""
-        from anychip.viz.terminal import placement_rich
-
-        return placement_rich(self)
 
 
 def placement_report(session: Any) -> PlacementReport:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.core.report.render import Rendered, render
 from anychip.core.run.lifecycle import check_open
 from anychip.core.run.steps import _nbytes
 
@@ -53,8 +54,12 @@ class Event:
 
 
 @dataclass(slots=True)
-class Profile:
-    """The events of ``runs`` runs (see the module docstring)."""
+class Profile(Rendered):
+    """The events of ``runs`` runs (see the module docstring). Prints as text (``text()``);
+    Jupyter and rich show tables, ``save_html`` a timeline (drawn in ``viz/``, through
+    ``core/report/render.py``)."""
+
+    report_kind = "profile"
 
     events: list[Event]
     runs: int
@@ -121,29 +126,42 @@ class Profile:
 
     def save_html(self, path: str | Path) -> Path:
         """Write the timeline as one self-contained HTML page (``viz/timeline.py``)."""
-        from anychip.viz.timeline import timeline_html
-
+        page = render("profile", "timeline", self)
         path = Path(path)
-        path.write_text(timeline_html(self), encoding="utf-8")
+        path.write_text(page, encoding="utf-8")
         return path
 
-    def __str__(self) -> str:
-        from anychip.viz.terminal import profile_text
+    def text(self, top: int = 15) -> str:
+        """The profile as plain text: runs, time per device, the ``top`` slowest nodes, and
+        the graph-mode partitions (timed whole)."""
+        lines = [
+            f"profile of {self.runs} run(s) on {', '.join(self.devices)}: "
+            + ", ".join(f"{t * 1e3:.3f}" for t in self.run_seconds)
+            + " ms",
+            "per run: "
+            + ", ".join(f"{d} {t * 1e3:.3f} ms" for d, t in self.device_times().items()),
+        ]
+        rows = self.node_times()[:top]
+        if rows:
+            w = max(len(r[0]) for r in rows)
+            lines.append(f"{'node':<{w}}  {'op':<18} {'device':<7} {'ms/run':>9}")
+            lines.extend(f"{n:<{w}}  {op:<18} {d:<7} {t * 1e3:>9.3f}" for n, op, d, t in rows)
+        timed = {e.partition for e in self.by_kind("node")}
+        whole: dict[str, float] = {}
+        for e in self.by_kind("partition"):
+            if e.partition not in timed:
+                whole[e.name] = whole.get(e.name, 0.0) + e.seconds / self.runs
+        lines.extend(
+            f"{name}: {t * 1e3:.3f} ms/run (one compiled executable: no per-node times)"
+            for name, t in whole.items()
+        )
+        return "\n".join(lines)
 
-        return profile_text(self)
+    def __str__(self) -> str:
+        return self.text()
 
     def __repr__(self) -> str:
         return f"<Profile {self.runs} run(s), {len(self.events)} events>"
-
-    def _repr_html_(self) -> str:
-        from anychip.viz.notebook import profile_html
-
-        return profile_html(self)
-
-    def __rich__(self) -> Any:
-        from anychip.viz.terminal import profile_rich
-
-        return profile_rich(self)
 
 
 def profile_session(session: Any, feeds: dict[str, Any], runs: int = 1) -> Profile:

@@ -1,6 +1,7 @@
 """The scaled dot-product attention chain as exporters write it, matched once for everyone who
-needs it: the fusion passes that turn it into ``anychip::FusedAttention`` (the CPU's, and the
-XPU's and OpenCL's through ``fuse_attention_on``) and the cost model, which prices the chain as
+needs it: the fusion pass that turns it into ``anychip::FusedAttention`` (the shared pattern
+``"attention"``, ``ir/passes/patterns/fuse_attention.py``, which the CPU, the XPU and OpenCL
+enable) and the cost model, which prices the chain as
 the one kernel those passes make of it (``core/plan/cost_patterns.py``)::
 
     s = MatMul(Q, Kt); s = Div(s, c) | Mul(s, c); [s = Add(s, mask)]; p = Softmax(s, axis=-1)

@@ -1,5 +1,5 @@
 """``anychip::FusedElementwise`` in the array-API family: a fused element-wise chain (the
-CPU's ``FuseElementwisePass``, which array-API backends register for their partitions too).
+shared pattern ``"elementwise"``, ``FuseElementwisePass``, which array-API backends enable).
 
 On any namespace the chain's steps (``anychip.codegen``'s front half) are evaluated with
 standard functions, one array per step, which keeps the fused node placeable on the device;

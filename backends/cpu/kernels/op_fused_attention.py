@@ -1,4 +1,4 @@
-"""``anychip::FusedAttention`` (``backends/cpu/passes/fuse_attention.py``):
+"""``anychip::FusedAttention`` (``ir/passes/patterns/fuse_attention.py``):
 ``softmax(Q @ Kt (/ or *) scale [+ mask], last axis) @ V``, the unfused nodes' operations in
 their order, in one scores buffer (scaled, masked and normalized in place); given two threads
 or more and ``HEADS_SPLIT_WORK``, head by head on the pool (``cpu/native/attention.py``)."""

@@ -1,4 +1,4 @@
-"""``anychip::FusedElementwise``: a fused element-wise chain (``backends/cpu/passes``) run as
+"""``anychip::FusedElementwise``: a fused element-wise chain (``ir/passes/patterns``) run as
 generated C (``anychip.codegen``), or with numpy when no C compiler is present.
 
 The numpy path (``evaluate``) computes each primitive with the same formula as the CPU's own

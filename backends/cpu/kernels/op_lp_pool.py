@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.kernels._common import FLOAT_WITH_BF16, compute_dtype
+from anychip.backends.cpu.kernels._window import pad_spatial, window_view
 from anychip.backends.cpu.table import kernel
-from anychip.core.plugin.reference.window import pad_spatial, window_geometry, window_view
 from anychip.errors import ModelError
+from anychip.ir.window import window_geometry
 
 __all__ = ["lp_pool"]
 

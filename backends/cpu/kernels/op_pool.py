@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.kernels._out import fits
+from anychip.backends.cpu.kernels._window import pad_spatial, window_view
 from anychip.backends.cpu.table import kernel
-from anychip.core.plugin.reference.window import pad_spatial, window_geometry, window_view
 from anychip.errors import KernelError
 from anychip.ir.dtypes import DType
+from anychip.ir.window import window_geometry
 
 __all__ = ["max_pool", "average_pool", "global_average_pool", "global_max_pool"]
 

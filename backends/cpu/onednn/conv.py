@@ -27,7 +27,7 @@ from anychip.backends.cpu.onednn import _prim as P
 from anychip.backends.cpu.onednn._lib import C, get, omp_threads
 from anychip.backends.cpu.onednn._memo import Remembered
 from anychip.backends.cpu.replay import record as _replay
-from anychip.core.plugin.reference.window import window_geometry
+from anychip.ir.window import window_geometry
 
 __all__ = ["conv", "eltwise"]
 

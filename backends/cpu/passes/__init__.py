@@ -2,10 +2,12 @@
 
 They run per CPU partition, after placement, in this order: pattern fusions into single
 kernels first (so the element-wise fusion does not swallow their parts), then the
-element-wise chains. Each pass fires only where the rewrite is provably the same computation
-(intermediates with one reader and not graph outputs, constants where the kernel needs them)
-and counts its firings in ``graph.meta["fusions"]``, which the placement report shows per
-partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu":
+element-wise chains. Two of them are the shared patterns of ``ir/passes/patterns``
+(``"attention"`` and ``"elementwise"``), taken with ``patterns.get`` as any backend may; the
+others are the CPU's own, here. Each pass fires only where the rewrite is provably the same
+computation (intermediates with one reader and not graph outputs, constants where the kernel
+needs them) and counts its firings in ``graph.meta["fusions"]``, which the placement report
+shows per partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu":
 {"disabled_passes": ["fuse_elementwise"]}})``, ``{"fusion": False}`` for all of them, or
 ``ANYCHIP_DISABLED_PASSES=fuse_gelu,fuse_elementwise`` (``all`` for every one), and
 ``anychip.load(..., optimize=False)`` runs none of them.
@@ -13,18 +15,13 @@ partition. A pass is disabled by name: ``anychip.load(..., device_options={"cpu"
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
 from anychip.backends.cpu.passes.eliminate_layout import EliminateTransposeReshapePass
 from anychip.backends.cpu.passes.fold_conv_affine import FoldConvAffinePass
 from anychip.backends.cpu.passes.fold_gemm_reshapes import FoldGemmReshapesPass
 from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
-from anychip.backends.cpu.passes.fuse_attention import FuseAttentionPass
 from anychip.backends.cpu.passes.fuse_channel_shuffle import FuseChannelShufflePass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
-from anychip.backends.cpu.passes.fuse_elementwise import FuseElementwisePass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
@@ -35,20 +32,18 @@ from anychip.backends.cpu.passes.fuse_tree_stack import FuseTreeStackPass
 from anychip.backends.cpu.passes.lower_batch_norm import LowerBatchNormPass
 from anychip.backends.cpu.passes.memo_shapes import MemoShapesPass
 from anychip.backends.cpu.passes.view_transposes import ViewTransposesPass
-from anychip.ir.passes import Pass
+from anychip.ir.passes import Pass, patterns
 
 __all__ = [
     "EliminateTransposeReshapePass",
     "FoldConvAffinePass",
     "FoldGemmReshapesPass",
-    "FuseAttentionPass",
     "FuseChannelShufflePass",
     "FuseColumnProductsPass",
     "FuseGeluPass",
     "FuseSoftmaxPass",
     "FoldPadIntoConvPass",
     "FuseConvPass",
-    "FuseElementwisePass",
     "FuseGemmPass",
     "FuseHeadsPass",
     "FuseLayerNormPass",
@@ -59,8 +54,6 @@ __all__ = [
     "MemoShapesPass",
     "ViewTransposesPass",
     "cpu_passes",
-    "fuse_elementwise_on",
-    "fuse_attention_on",
     "PASS_NAMES",
 ]
 
@@ -77,7 +70,7 @@ def cpu_passes() -> list[Pass]:
         FuseChannelShufflePass(),
         FuseLayerNormPass(),
         FuseSoftmaxPass(),
-        FuseAttentionPass(),
+        patterns.get("attention"),
         ViewTransposesPass(),
         FuseGeluPass(),
         FuseConvPass(),
@@ -88,31 +81,11 @@ def cpu_passes() -> list[Pass]:
         FuseTreeStackPass(),
         FuseTreeGroupPass(),
         LowerBatchNormPass(),
-        FuseElementwisePass(),
+        patterns.get("elementwise"),
     ]
     for p in passes:
         p.optimization = True
     return passes
-
-
-def fuse_elementwise_on(registry: Any, names: Iterable[str]) -> None:
-    """Register the element-wise fusion for other devices' partitions, one per backend name
-    (a device whose kernel table runs ``anychip::FusedElementwise``: OpenCL, CUDA, any
-    array-API backend); an optimization like the CPU's."""
-    for name in names:
-        p = FuseElementwisePass()
-        p.optimization = True
-        registry.add_pass(p, backend=name)
-
-
-def fuse_attention_on(registry: Any, names: Iterable[str]) -> None:
-    """Register the attention fusion for other devices' partitions (a device whose kernel
-    table runs ``anychip::FusedAttention``: OpenCL); call it before ``fuse_elementwise_on``
-    so the element-wise fusion does not swallow the scale first, as on the CPU."""
-    for name in names:
-        p = FuseAttentionPass()
-        p.optimization = True
-        registry.add_pass(p, backend=name)
 
 
 #: The names ``disabled_passes`` accepts.

@@ -18,12 +18,11 @@
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, producer, record
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs, single_use
+from anychip.ir.passes.rewrite import attrs, fused_node, producer, record, single_use
 
 __all__ = ["EliminateTransposeReshapePass"]
 

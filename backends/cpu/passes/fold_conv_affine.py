@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.fold_batch_norm import fold_affine_into_conv
-from anychip.ir.passes.rewrite import Names, single_use
+from anychip.ir.passes.rewrite import Names, record, single_use
 
 __all__ = ["FoldConvAffinePass"]
 

@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, producer, reader, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, constant, single_use
+from anychip.ir.passes.rewrite import (
+    FLOATS,
+    Names,
+    constant,
+    fused_node,
+    producer,
+    reader,
+    record,
+    single_use,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

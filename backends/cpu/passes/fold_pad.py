@@ -11,11 +11,10 @@ none. MaxPool is left alone: it pads with -inf, not zeros.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import producer, record, scalar_const
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs, single_use
+from anychip.ir.passes.rewrite import attrs, producer, record, scalar_const, single_use
 
 __all__ = ["FoldPadIntoConvPass"]
 

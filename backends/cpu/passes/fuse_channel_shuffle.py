@@ -13,18 +13,19 @@ graph output.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import (
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import (
     FLOATS,
+    attrs,
     fuse_each,
     fused_node,
     producer,
     reader,
     replace_chain,
+    single_use,
 )
-from anychip.ir.graph import Graph
-from anychip.ir.node import Node
-from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs, single_use
 
 __all__ = ["FuseChannelShufflePass"]
 

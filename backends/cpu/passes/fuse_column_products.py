@@ -12,11 +12,18 @@ place, so the Concat's result (and its other inputs) are unchanged.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fuse_each, fused_node, kept_axes, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, attrs, single_use
+from anychip.ir.passes.rewrite import (
+    Names,
+    attrs,
+    fuse_each,
+    fused_node,
+    kept_axes,
+    producer,
+    single_use,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

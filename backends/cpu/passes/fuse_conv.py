@@ -30,17 +30,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import (
-    fast_kernel,
+from anychip.backends.cpu.passes._common import fast_kernel
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import (
+    Names,
+    attrs,
+    constant,
     fused_node,
     record,
     replace_chain,
     scalar_const,
+    single_use,
 )
-from anychip.ir.graph import Graph
-from anychip.ir.node import Node
-from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, attrs, constant, single_use
 from anychip.ir.value import Value
 from anychip.opsets.com_microsoft import MS_DOMAIN
 

@@ -17,19 +17,12 @@ activation or not (the tiny BERT export: six MatMul + Add pairs, 6 us and a disp
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import (
-    FLOATS,
-    fast_kernel,
-    fuse_each,
-    fused_node,
-    reader,
-    replace_chain,
-)
+from anychip.backends.cpu.passes._common import fast_kernel
 from anychip.backends.cpu.passes.fuse_conv import activation_of
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.rewrite import FLOATS, attrs, fuse_each, fused_node, reader, replace_chain
 from anychip.opsets.com_microsoft import MS_DOMAIN
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

@@ -26,12 +26,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import fused_node, reader, record
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, attrs, constant, new_node, single_use
+from anychip.ir.passes.rewrite import (
+    Names,
+    attrs,
+    constant,
+    fused_node,
+    new_node,
+    reader,
+    record,
+    single_use,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import (
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import (
+    Names,
+    attrs,
+    constant,
     fuse_each,
     fused_node,
     kept_axes,
@@ -22,11 +28,8 @@ from anychip.backends.cpu.passes._common import (
     reader,
     replace_chain,
     scalar_const,
+    single_use,
 )
-from anychip.ir.graph import Graph
-from anychip.ir.node import Node
-from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, attrs, constant, single_use
 from anychip.ir.value import Value
 
 __all__ = ["FuseLayerNormPass"]

@@ -19,11 +19,10 @@ unused, and ``gamma`` (and ``beta``) constants of the last axis' width.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fuse_each, fused_node, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.rewrite import attrs, fuse_each, fused_node, producer
 from anychip.ir.value import Value
 from anychip.opsets.com_microsoft import MS_DOMAIN
 

@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import math
 
-from anychip.backends.cpu.passes._common import (
+from anychip.ir.graph import Graph
+from anychip.ir.node import Node
+from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.rewrite import (
     FLOATS,
+    attrs,
     fuse_each,
     fused_node,
     kept_axes,
     producer,
     replace_chain,
     scalar_const,
+    single_use,
 )
-from anychip.ir.graph import Graph
-from anychip.ir.node import Node
-from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs, single_use
 
 __all__ = ["FuseSoftmaxPass", "FuseGeluPass"]
 

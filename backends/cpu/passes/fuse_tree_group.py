@@ -12,11 +12,10 @@ walks them in one C call, each summed in its own order and finished by its own k
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names
+from anychip.ir.passes.rewrite import FLOATS, Names, fused_node, record
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

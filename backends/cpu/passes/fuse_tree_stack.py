@@ -14,11 +14,18 @@ are the same numpy calls, so the result is the Concat's, bit for bit.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fuse_each, fused_node, producer
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, attrs, single_use
+from anychip.ir.passes.rewrite import (
+    FLOATS,
+    Names,
+    attrs,
+    fuse_each,
+    fused_node,
+    producer,
+    single_use,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 

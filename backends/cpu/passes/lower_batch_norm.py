@@ -19,11 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from anychip.backends.cpu.kernels.op_batch_normalization import inference_constants
-from anychip.backends.cpu.passes._common import FLOATS, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names, constant, new_node
+from anychip.ir.passes.rewrite import FLOATS, Names, constant, new_node, record
 from anychip.ir.value import Value
 
 __all__ = ["LowerBatchNormPass"]

@@ -18,11 +18,10 @@ and non-tensor ops, closures under ``MIN_NODES`` nodes.
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import Names
+from anychip.ir.passes.rewrite import Names, fused_node, record
 from anychip.ir.value import Value
 
 __all__ = ["MemoShapesPass", "MIN_NODES"]

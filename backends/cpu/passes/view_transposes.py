@@ -15,12 +15,11 @@ Transposes around the attention go (hf_gpt2_tiny 619 -> 590 us a run, 1 thread, 
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fused_node, record
 from anychip.ir.dtypes import DType
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.rewrite import attrs, fused_node, record
 
 __all__ = ["ViewTransposesPass"]
 

@@ -1,7 +1,7 @@
 """``anychip::FusedAttention`` on OpenCL: ``softmax(Q @ Kt (/ or *) scale [+ mask]) @ V`` in
 one launch.
 
-The CPU's ``FuseAttentionPass`` also runs on OpenCL partitions (``backends/opencl/__init__.py``),
+The shared ``FuseAttentionPass`` also runs on OpenCL partitions (``backends/opencl/__init__.py``),
 so the eight launches of the unfused nodes (pack, pack, GEMM, Div, [Add,] Softmax, pack, pack,
 GEMM) become one. Two kernels, each a program family of its own, chosen by ``variant()``:
 

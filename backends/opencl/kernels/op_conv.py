@@ -4,8 +4,8 @@ For image ``n`` and group ``g`` the output is ``W_g (M x K) @ col (K x P)`` with
 ``C/G * kh * kw`` and ``P`` the output pixels. ``k_im2col`` writes ``col`` straight into the
 GEMM's packed panel layout (no separate im2col matrix, then pack), the weights are packed per
 group, and the GEMM epilogue adds the bias and writes NCHW directly. Window geometry (pads,
-auto_pad, output sizes) is the CPU backend's ``window_geometry``, so both agree by
-construction.
+auto_pad, output sizes) is ``ir.window.window_geometry``, the CPU backend's too, so both agree
+by construction.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from anychip.backends.opencl.driver import ClTensor
 from anychip.backends.opencl.kernels._common import ctype, dev, launch1d
 from anychip.backends.opencl.kernels.op_matmul import gemm_packed, pack, source
 from anychip.backends.opencl.kernels.table import F, kernel
-from anychip.core.plugin.reference.window import window_geometry
 from anychip.errors import KernelError
+from anychip.ir.window import window_geometry
 
 __all__ = ["conv"]
 

@@ -1,6 +1,6 @@
 """``anychip::FusedElementwise`` on OpenCL: a fused element-wise chain as one kernel launch.
 
-The CPU's ``FuseElementwisePass`` (``backends/cpu/passes``) also runs on OpenCL partitions
+The shared ``FuseElementwisePass`` (``ir/passes/patterns``) also runs on OpenCL partitions
 (``backends/opencl/__init__.py``), so a chain such as bias + GELU or x*sigmoid(x) that would
 be one launch per op (20-100 us each on PoCL) is one launch. The source is the code
 generator's OpenCL emitter (``anychip.codegen.OpenCLEmitter``) over the same front half the

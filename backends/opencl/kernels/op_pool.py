@@ -1,10 +1,11 @@
 """MaxPool (with Indices) and AveragePool over 1-, 2- and 3-D windows.
 
 Every input is treated as 3-D (leading spatial sizes of 1); one work-item per output element
-walks its window with pads, strides, dilations and ceil_mode from the CPU backend's
-``window_geometry``. AveragePool divides by the window positions inside the padded input
-(``count_include_pad=1``) or inside the input; MaxPool's Indices are flat offsets into the
-input in row-major order (``storage_order=1``: column-major over the spatial axes, 2-D).
+walks its window with pads, strides, dilations and ceil_mode from
+``ir.window.window_geometry`` (the CPU backend's too). AveragePool divides by the window
+positions inside the padded input (``count_include_pad=1``) or inside the input; MaxPool's
+Indices are flat offsets into the input in row-major order (``storage_order=1``: column-major
+over the spatial axes, 2-D).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import numpy as np
 from anychip.backends.opencl.driver import ClTensor
 from anychip.backends.opencl.kernels._common import ctype, dev, launch1d
 from anychip.backends.opencl.kernels.table import F, kernel
-from anychip.core.plugin.reference.window import window_geometry
 from anychip.errors import KernelError
+from anychip.ir.window import window_geometry
 
 __all__ = ["pool"]
 

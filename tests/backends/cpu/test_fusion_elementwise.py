@@ -40,7 +40,7 @@ def test_a_chain_longer_than_a_group_becomes_several():
     """A 1,000-node chain (Add, Mul, Relu, Neg, Abs in turn) loads and runs fused, in groups
     of at most ``MAX_NODES`` (one group's expression tree failed with ``RecursionError``),
     equal to onnxruntime and to the unfused graph."""
-    from anychip.backends.cpu.passes.fuse_elementwise import MAX_NODES
+    from anychip.ir.passes.patterns.fuse_elementwise import MAX_NODES
     from bench.dispatch import chain_model
 
     m = chain_model(1000)

@@ -10,17 +10,20 @@ node's inputs. A group of one node is fused only when it lowers to three primiti
 A group stops growing at ``MAX_NODES``: the expression is a tree as deep as the chain, and the
 code that prints, parses and emits it recurses (a 1,000-node chain of Add, Mul, Relu, Neg and
 Abs failed to load with Python's ``RecursionError``); a longer chain becomes several groups.
+
+The shared pattern ``"elementwise"`` (``ir/passes/patterns``): a backend enables it when its
+kernel table runs ``anychip::FusedElementwise`` (the CPU, OpenCL, CUDA, any array-API backend).
 """
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import FLOATS, fused_node, record, scalar_const
 from anychip.codegen.expr import Expr, const, inp
 from anychip.codegen.onnx_ops import ELEMENTWISE_OPS, lower
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.patterns import pattern
+from anychip.ir.passes.rewrite import FLOATS, attrs, fused_node, record, scalar_const
 from anychip.ir.value import Value
 
 __all__ = ["FuseElementwisePass", "MAX_NODES"]
@@ -102,10 +105,13 @@ def _expression(group: list[Node]) -> tuple[Expr, list[Value]] | None:
     return b.exprs[group[-1].outputs[0]], b.leaves
 
 
+@pattern("elementwise")
 class FuseElementwisePass(Pass):
     """Fuse element-wise chains into ``anychip::FusedElementwise`` nodes."""
 
     name = "fuse_elementwise"
+    #: ``anychip.load(..., optimize=False)`` leaves it out.
+    optimization = True
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place (one pass over the nodes, then one rebuild of the list,

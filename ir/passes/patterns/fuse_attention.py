@@ -5,27 +5,31 @@
     y = MatMul(p, V)
 
 Fires where ``ir.passes.attention.match_attention`` matches (the cost model prices the same
-chains as one kernel: ``core/plan/cost_patterns.py``). The
-kernel (``kernels/op_fused_attention.py``) runs the same operations in the same order, in one
-buffer.
+chains as one kernel: ``core/plan/cost_patterns.py``). The shared pattern ``"attention"``
+(``ir/passes/patterns``): a backend enables it when its kernel table runs
+``anychip::FusedAttention`` (the CPU's ``kernels/op_fused_attention.py`` runs the same operations
+in the same order, in one buffer; OpenCL's and the XPU's keep each block's scores on the device).
 """
 
 from __future__ import annotations
 
-from anychip.backends.cpu.passes._common import fuse_each, fused_node, replace_chain
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
 from anychip.ir.passes.attention import match_attention
-from anychip.ir.passes.rewrite import attrs
+from anychip.ir.passes.patterns import pattern
+from anychip.ir.passes.rewrite import attrs, fuse_each, fused_node, replace_chain
 
 __all__ = ["FuseAttentionPass"]
 
 
+@pattern("attention")
 class FuseAttentionPass(Pass):
     """Fuse MatMul, scale, mask Add, Softmax and MatMul into ``anychip::FusedAttention``."""
 
     name = "fuse_attention"
+    #: ``anychip.load(..., optimize=False)`` leaves it out.
+    optimization = True
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""

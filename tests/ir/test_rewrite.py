@@ -1,13 +1,12 @@
-"""The CPU fusion passes' shared graph helpers (``backends/cpu/passes/_common.py``): the one
-reader of a value, a chain replaced by its fused node at the chain's place, and a reduction's
-kept axes."""
+"""The fusion passes' shared graph helpers (``ir/passes/rewrite.py``): the one reader of a
+value, a chain replaced by its fused node at the chain's place, and a reduction's kept axes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from anychip.backends.cpu.passes._common import kept_axes, producer, reader, replace_chain
 from anychip.ir import Attr, AttrType, DType, Graph, Node, Value
+from anychip.ir.passes.rewrite import kept_axes, producer, reader, replace_chain
 
 
 def _graph() -> tuple[Graph, dict[str, Node], dict[str, Value]]:
