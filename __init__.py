@@ -4,14 +4,19 @@ import anychip
 sess = anychip.load("model.onnx", devices=["npu", "cpu"])
 y, = sess.run(None, {"x": x})
 print(sess.placement())
+
+Importing anychip is cheap (errors and the version): ``load``, ``Session``, ``SessionOptions``,
+``IOInfo``, ``hookimpl`` and the subpackages (``anychip.ir``, ``anychip.core``...) are imported
+on first use through a module ``__getattr__`` (PEP 562), so onnx, ml_dtypes and pluggy load when
+a model is loaded or built, and each backend when a session first needs its device
+(``core/plugin/host.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from anychip.core.api.session import IOInfo, Session, SessionOptions, load
-from anychip.core.plugin.hookspecs import hookimpl
 from anychip.core.report.render import set_provider as _set_views_provider
 from anychip.errors import (
     AnychipError,
@@ -27,6 +32,45 @@ from anychip.errors import (
     UnsupportedOpError,
 )
 from anychip.version import __version__
+
+if TYPE_CHECKING:
+    from anychip.core.api.session import IOInfo, Session, SessionOptions, load
+    from anychip.core.plugin.hookspecs import hookimpl
+
+#: Public names imported on first access: name -> the module that defines it.
+_LAZY = {
+    "load": "anychip.core.api.session",
+    "Session": "anychip.core.api.session",
+    "SessionOptions": "anychip.core.api.options",
+    "IOInfo": "anychip.core.api.feeds",
+    "hookimpl": "anychip.core.plugin.hookspecs",
+}
+#: Subpackages reachable as attributes (``anychip.ir.GraphBuilder``) as when they were imported
+#: eagerly. ``core`` brings the session module with it, so that the attribute paths it made
+#: (``anychip.core.plugin.host.get_registry``) keep working.
+_SUBMODULES = {
+    "core": "anychip.core.api.session",
+    "ir": "anychip.ir",
+    "opsets": "anychip.opsets",
+    "paths": "anychip.paths",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name or subpackage on first access (PEP 562); cached in the module."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name in _SUBMODULES:
+        importlib.import_module(_SUBMODULES[name])
+        value = importlib.import_module(f"anychip.{name}")
+    else:
+        raise AttributeError(f"module 'anychip' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
 def _log_from_environment() -> None:
@@ -127,7 +171,10 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
 
     registry = get_registry()
     out: list[Any] = []
-    for b in sorted(registry.backends.values(), key=lambda b: (b.name == "cpu", -b.priority)):
+    # by name among equal priorities: the order plugins happened to be imported in is no order
+    for b in sorted(
+        registry.backends.values(), key=lambda b: (b.name == "cpu", -b.priority, b.name)
+    ):
         ok, why = b.available()
         out.append(
             DeviceInfo(

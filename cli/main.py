@@ -67,7 +67,7 @@ def _cmd_claims(device: str, as_json: bool) -> int:
     from anychip.core.plugin.host import get_registry
     from anychip.errors import DeviceError
 
-    registry = get_registry()
+    registry = get_registry([device])
     if device not in registry.backends:
         raise DeviceError(f"no device {device!r} is registered (have: {sorted(registry.backends)})")
     rows = [

@@ -218,7 +218,7 @@ def _backend(device: str) -> Any:
     import anychip
     from anychip.core.plugin.host import get_registry
 
-    registry = get_registry()
+    registry = get_registry([device])
     backend = registry.backends.get(device)
     if backend is None:
         names = ", ".join(sorted(registry.backends))

@@ -3,15 +3,16 @@
 Invariants:
     * ``DType`` values equal ONNX's ``TensorProto`` enum values, so conversion is ``DType(int)``.
     * ``DType.numpy`` is the numpy dtype that holds the values on the host. bfloat16, the
-      float8 and the 4-bit families come from ``ml_dtypes`` (the same types onnx and JAX use).
+      float8 and the 4-bit families come from ``ml_dtypes`` (the same types onnx and JAX use),
+      imported the first time one of them is asked for (it takes half a second to import).
     * ``DType.STRING`` is held as ``numpy.object_`` arrays of ``str``.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -58,15 +59,18 @@ class DType(enum.IntEnum):
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype that holds this type on the host."""
-        try:
-            return _TO_NUMPY[self]
-        except KeyError:
+        found = _TO_NUMPY.get(self)
+        if found is None:
+            _add_ml_dtypes()
+            found = _TO_NUMPY.get(self)
+        if found is None:
             from anychip.errors import UnsupportedDTypeError
 
             raise UnsupportedDTypeError(
                 f"tensor type {self.name} has no numpy representation in this build; "
                 "upgrade ml_dtypes or avoid this type"
-            ) from None
+            )
+        return found
 
     @property
     def itemsize(self) -> float:
@@ -101,13 +105,17 @@ class DType(enum.IntEnum):
             return found
         if dt.kind in ("U", "S", "O"):
             return cls.STRING
+        _add_ml_dtypes()  # an ml_dtypes type (bfloat16...): its table is added on first need
+        found = _FROM_NUMPY.get(dt)
+        if found is not None:
+            return found
         from anychip.errors import UnsupportedDTypeError
 
         raise UnsupportedDTypeError(f"numpy dtype {dt} has no ONNX tensor type")
 
 
-def _build_tables() -> dict[DType, np.dtype]:
-    table = {
+def _numpy_types() -> dict[DType, np.dtype]:
+    return {
         DType.FLOAT: np.dtype(np.float32),
         DType.UINT8: np.dtype(np.uint8),
         DType.INT8: np.dtype(np.int8),
@@ -123,27 +131,45 @@ def _build_tables() -> dict[DType, np.dtype]:
         DType.UINT64: np.dtype(np.uint64),
         DType.COMPLEX64: np.dtype(np.complex64),
         DType.COMPLEX128: np.dtype(np.complex128),
-        DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
-        DType.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
-        DType.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
-        DType.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-        DType.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
-        DType.UINT4: np.dtype(ml_dtypes.uint4),
-        DType.INT4: np.dtype(ml_dtypes.int4),
     }
-    optional = {
+
+
+def _ml_dtypes_types() -> dict[DType, np.dtype]:
+    import ml_dtypes
+
+    names = {
+        DType.BFLOAT16: "bfloat16",
+        DType.FLOAT8E4M3FN: "float8_e4m3fn",
+        DType.FLOAT8E4M3FNUZ: "float8_e4m3fnuz",
+        DType.FLOAT8E5M2: "float8_e5m2",
+        DType.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+        DType.UINT4: "uint4",
+        DType.INT4: "int4",
+        # newer ml_dtypes only: without them these types have no numpy representation
         DType.FLOAT4E2M1: "float4_e2m1fn",
         DType.FLOAT8E8M0: "float8_e8m0fnu",
         DType.UINT2: "uint2",
         DType.INT2: "int2",
     }
-    for dtype, attr in optional.items():
-        if hasattr(ml_dtypes, attr):
-            table[dtype] = np.dtype(getattr(ml_dtypes, attr))
-    return table
+    return {t: np.dtype(getattr(ml_dtypes, n)) for t, n in names.items() if hasattr(ml_dtypes, n)}
 
 
-_TO_NUMPY = _build_tables()
+def _add_ml_dtypes() -> None:
+    """Add ml_dtypes' types to the tables, once (later calls return at once)."""
+    global _HAVE_ML_DTYPES, _TO_NUMPY, _FROM_NUMPY
+    with _ML_LOCK:
+        if _HAVE_ML_DTYPES:
+            return
+        extra = _ml_dtypes_types()
+        # new dicts, swapped in whole: readers without the lock see the old or the new table
+        _TO_NUMPY = {**_TO_NUMPY, **extra}
+        _FROM_NUMPY = {**_FROM_NUMPY, **{v: k for k, v in extra.items()}}
+        _HAVE_ML_DTYPES = True
+
+
+_ML_LOCK = threading.Lock()
+_HAVE_ML_DTYPES = False
+_TO_NUMPY = _numpy_types()
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items() if k is not DType.STRING}
 _SHORT = {
     DType.FLOAT: "f32",

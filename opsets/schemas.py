@@ -69,6 +69,14 @@ class SchemaRegistry:
     def domains(self) -> set[str]:
         return {d for d, _ in self._by_key}
 
+    def snapshot(self) -> dict[tuple[str, str], list[OpSchema]]:
+        """The schemas as they are now; ``restore`` goes back to them."""
+        return {key: list(v) for key, v in self._by_key.items()}
+
+    def restore(self, snapshot: dict[tuple[str, str], list[OpSchema]]) -> None:
+        """Back to ``snapshot``, in this same registry: schemas added since are dropped."""
+        self._by_key = {key: list(v) for key, v in snapshot.items()}
+
     def find(self, op_type: str, domain: str, opset: int) -> OpSchema | None:
         best = None
         for s in self._by_key.get((domain, op_type), ()):

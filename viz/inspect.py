@@ -136,7 +136,7 @@ def inspect_model(model: Any, devices: list[str] | None = None) -> ModelSummary:
     from anychip.ir.graph import Model
     from anychip.ir.onnx import import_model
 
-    registry = get_registry()
+    registry = get_registry(devices or None)  # the plugins of ``devices``, else every one
     if not isinstance(model, Model):
         model = import_model(model, custom_schemas=registry.schemas)
     resolve_schemas(model, registry.schemas)

@@ -58,7 +58,7 @@ class _OnDevice:
 def _backends(session: Any) -> list[Any]:
     from anychip.core.plugin.host import get_registry
 
-    reg = get_registry()
+    reg = get_registry(session.devices)
     return [reg.backends[d] for d in session.devices if d in reg.backends]
 
 

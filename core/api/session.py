@@ -50,7 +50,7 @@ class Session(Closable):
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
         copts: CompileOptions | None = None,
     ) -> None:
-        registry, device_options = get_registry(), dict(device_options or {})
+        registry, device_options = get_registry(devices), dict(device_options or {})
         if unknown := sorted(set(device_options) - set(devices)):
             raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
         copts = copts or CompileOptions()
@@ -157,8 +157,8 @@ def load(
         )
     opt = (options or SessionOptions()).updated(**keywords) if keywords else options
     opt = opt or SessionOptions()
-    registry = get_registry()
-    names = resolve_devices(devices, strict=opt.strict)
+    names = resolve_devices(devices, strict=opt.strict)  # imports the plugins these need
+    registry = get_registry(names)
     opts = PlacementOptions(
         opt.placement, opt.strict, opt.max_copies, opt.cost_model, opt.max_copy_bytes
     )

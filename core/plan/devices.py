@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
+from anychip.core.plugin.discovery import device_kind, plugin_kinds
 from anychip.core.plugin.host import get_registry
 from anychip.errors import DeviceError
 
@@ -17,13 +19,14 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
     Without an explicit list, every available backend is used, highest priority first, cpu
     last, except a backend whose ``auto_select`` is False (one that must be named: an alias of
     another device, or an OpenCL CPU device sharing the host's cores). ``cpu`` is appended as
-    the fallback unless ``strict`` or already listed.
+    the fallback unless ``strict`` or already listed. Only the plugins of the listed devices
+    (and the cpu's) are imported; without a list, every plugin (``core/plugin/host.py``).
     """
-    registry = get_registry()
     if devices is None:
         devices = os.environ.get("ANYCHIP_DEVICES") or None
     if isinstance(devices, str):
         devices = [d.strip() for d in devices.split(",") if d.strip()]
+    registry = get_registry(None if devices is None else list(devices))
     if devices is None:
         avail = [b for b in registry.backends.values() if b.available()[0] and b.auto_select]
         avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
@@ -37,8 +40,8 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
                 known = ", ".join(sorted(registry.backends)) or "none"
                 raise DeviceError(
                     f"unknown device {d!r}; known devices: {known}. "
-                    "See `anychip devices` for what is installed and why a "
-                    "device may be missing."
+                    f"{_failed_plugins(registry, name)}See `anychip devices` for what is "
+                    "installed and why a device may be missing."
                 )
             ok, why = b.available()
             if not ok and not b.kept_when_unavailable:
@@ -50,3 +53,14 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
     if "cpu" not in names and not strict:
         names.append("cpu")
     return names
+
+
+def _failed_plugins(registry: Any, device: str) -> str:
+    """A sentence naming the plugins of ``device``'s kind that failed or were disabled."""
+    kind = device_kind(device)
+    bad = [r for r in registry.plugins if not r.ok and kind in plugin_kinds(r.name)]
+    if not bad:
+        return ""
+    return (
+        " ".join(f"Plugin {r.name!r} provides it but was left out: {r.error}." for r in bad) + " "
+    )

@@ -9,7 +9,8 @@ group of its package::
     mychip = "anychip_mychip"
 
 Every hook receives a registry and adds to it, so a hook is a line or two. Hooks are called in
-the order below, once per process, when anychip first needs its plugins (never at import).
+the order below, once per process, when a session first needs a device the plugin provides
+(its entry-point name is that device kind: ``core/plugin/discovery.py``), never at import.
 A plugin whose import or hook raises is reported by ``anychip devices`` and skipped.
 """
 

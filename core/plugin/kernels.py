@@ -215,6 +215,14 @@ class KernelTable:
     def ops(self) -> set[tuple[str, str]]:
         return set(self._by_op)
 
+    def snapshot(self) -> dict[tuple[str, str], list[Kernel]]:
+        """The kernels as they are now; ``restore`` goes back to them."""
+        return {key: list(ks) for key, ks in self._by_op.items()}
+
+    def restore(self, snapshot: dict[tuple[str, str], list[Kernel]]) -> None:
+        """Back to ``snapshot``, in this same table: kernels added since are dropped."""
+        self._by_op = {key: list(ks) for key, ks in snapshot.items()}
+
     def __iter__(self) -> Iterator[Kernel]:
         for lst in self._by_op.values():
             yield from lst

@@ -1,7 +1,9 @@
 """``Registry``: what plugins add through their hooks, in one place.
 
 Invariants:
-    * One registry per process, filled once by ``core.plugins.load_plugins``.
+    * One registry per process (``core/plugin/host.py``), filled batch by batch as sessions
+      ask for devices. It only grows, except when a plugin of the batch being loaded fails:
+      ``restore`` then takes it back to its ``snapshot`` from before the batch, in place.
     * Every item remembers the plugin that added it (``origin``), so errors and reports can
       name the plugin.
 """
@@ -78,11 +80,29 @@ class Registry:
         self.plugins: list[PluginRecord] = []
         self.current_plugin = "?"
 
-    def clear_contributions(self) -> None:
-        """Forget every backend, kernel, pass, pool and schema (the plugin records stay): the
-        hooks of the plugins still in are called again on the empty registry."""
-        self.backends, self.kernels, self.passes, self.pools = {}, {}, [], {}
-        self.schemas = SchemaRegistry()
+    def snapshot(self) -> tuple[Any, ...]:
+        """What plugins have contributed so far (not the plugin records), for ``restore``."""
+        tables = {name: (t, t.snapshot()) for name, t in self.kernels.items()}
+        return (
+            dict(self.backends),
+            tables,
+            list(self.passes),
+            dict(self.pools),
+            self.schemas.snapshot(),
+        )
+
+    def restore(self, snapshot: tuple[Any, ...]) -> None:
+        """Go back to ``snapshot``: later backends, kernels, passes, pools and schemas are
+        forgotten; the kernel tables and schema registry objects stay the same (sessions hold
+        them), their contents go back."""
+        backends, tables, passes, pools, schemas = snapshot
+        for table, kernels in tables.values():
+            table.restore(kernels)
+        self.backends = dict(backends)
+        self.kernels = {name: table for name, (table, _) in tables.items()}
+        self.passes = list(passes)
+        self.pools = dict(pools)
+        self.schemas.restore(schemas)
 
     # -- what hooks call -----------------------------------------------------------------------
     def add_backend(self, backend: Backend) -> None:

@@ -51,6 +51,9 @@ def test_a_failed_plugin_leaves_no_kernel_behind(plugin_path, exc):  # noqa: F81
     rec = next(r for r in plugins.get_registry().plugins if r.name == "p")
     assert not rec.ok and "anychip_register_passes raised" in rec.error
     assert "left out whole" in rec.error
+    # "p" names no device, so the cpu session above did not import it; get_registry() did.
+    (y,) = anychip.load(_relu_model(), devices=["cpu"]).run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
 
 
 def test_a_plugin_raising_systemexit_at_import_is_contained(plugin_path):  # noqa: F811

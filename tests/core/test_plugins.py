@@ -150,9 +150,9 @@ def test_plugins_load_lazily_not_at_import():
 
     plugins.reset_plugins()
     importlib.reload(anychip)
-    assert plugins._registry is None
+    assert plugins._loader is None
     anychip.devices()
-    assert plugins._registry is not None
+    assert plugins._loader is not None
 
 
 def test_unknown_device_lists_known_ones():

@@ -19,7 +19,7 @@ def fast_kernel(domain: str, op_type: str, numpy_fn: Any) -> bool:
     loaded"), else whether it is another function than ``numpy_fn``."""
     from anychip.core.plugin.host import get_registry
 
-    found = get_registry().kernel_table("cpu").lookup(domain, op_type, 1, DType.FLOAT)
+    found = get_registry(["cpu"]).kernel_table("cpu").lookup(domain, op_type, 1, DType.FLOAT)
     if found.kernel is None:
         return False
     fast = getattr(found.kernel.fn, "fast", None)
