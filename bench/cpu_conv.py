@@ -13,7 +13,7 @@ next to numpy kernels. Threads: OpenMP (oneDNN) and BLAS are capped with threadp
 onnxruntime through ``intra_op_num_threads``. On a machine shared with other jobs, spinning
 thread pools collapse at 2 threads: anychip makes libgomp passive (``OMP_WAIT_POLICY``), but
 OpenBLAS's threads still spin, so the numpy column suffers there (figures of 2026-11-25 in
-docs/ARCHITECTURE.md, "oneDNN on the CPU").
+docs/perf/cpu-round-01-onednn.md).
 """
 
 from __future__ import annotations

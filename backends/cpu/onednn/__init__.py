@@ -1,6 +1,6 @@
 """oneDNN (Intel's deep-learning primitives library) for the CPU backend's convolution,
 pooling and recurrent kernels, loaded through cffi's ABI mode from the ``onednn-cpu-gomp``
-wheel (the ``onednn`` extra). See docs/ARCHITECTURE.md, "oneDNN on the CPU".
+wheel (the ``onednn`` extra). See docs/decisions/012-onednn-through-cffi.md.
 
 ``available()`` says whether it loaded, ``unavailable_reason()`` why not; ``ANYCHIP_ONEDNN=0``
 hides it and the numpy kernels run.

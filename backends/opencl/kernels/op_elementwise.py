@@ -5,7 +5,8 @@ Two programs per element type: ``unary`` (one kernel per op, an expression in ``
 op's float attributes as ``p0``/``p1``) and ``binary`` (per op a dense kernel for equal
 shapes and a strided one that broadcasts through a shape/stride table). Transcendentals are
 OpenCL's built-ins (correctly rounded to a few ulp on conformant drivers); the ``fma()``
-built-in is never used (PoCL does not inline it: a 10x slowdown, see the ARCHITECTURE notes).
+built-in is never used (PoCL does not inline it: a 10x slowdown, see
+docs/decisions/018-opencl-on-pocl.md).
 """
 
 from __future__ import annotations
