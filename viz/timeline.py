@@ -55,7 +55,7 @@ def _span(e: Any, y: float, scale: float, color: str) -> str:
 
 @renders("profile", "timeline")
 def timeline_html(profile: Any) -> str:
-    """The page (a string) for a ``core.profile.Profile``."""
+    """The page (a string) for a ``core.report.profile.Profile``."""
     lanes = _lanes(profile)
     colors = device_colors(list(profile.devices))
     colors["copies"] = "#d62728"

@@ -45,7 +45,7 @@ __all__ = ["ThreadChoice", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MAR
 #: Runs of an input signature on the threads given before its first probe.
 START = 20
 #: Untimed runs on one thread after those: the first builds one thread's primitives, the last
-#: records its replay (``core/replay_run.RECORD_AT``, a partition's third run at a thread
+#: records its replay (``cpu/replay/run.RECORD_AT``, a partition's third run at a thread
 #: count), so the probe times one thread's replays against the threads given's. With one
 #: warm run, one thread's side was timed on the kernels' path and its recording: SqueezeNet's
 #: four runs on one thread took 9.65, 63.2, 7.21 and 7.82 ms (median 8.7, the replays 7.2-7.8).

@@ -6,13 +6,13 @@ The walk, in order (each step's module in brackets):
 2. resolve every node's schema once (``opsets/schemas.resolve``): ``node.meta["since"]``;
 3. generic passes (``ir/passes``): constant folding and dead code, then the graph
    optimizations (BatchNormalization folding) and plugins' whole-graph passes;
-4. placement (``core/placement.place``), partitions and copies
-   (``core/partition.partition_graph``);
+4. placement (``core/plan/placement.place``), partitions and copies
+   (``core/plan/partition.partition_graph``);
 5. per partition: the backend's passes, then kernel mode (an executor ``Program`` with its
    ``PartitionMemory``) or graph mode (``backend.compile``);
 6. a partition that does not fit its device's memory is excluded from that device and the
    walk goes back to 4 (at most once per device);
-7. the steps a run interprets (``core/runner.build_steps``).
+7. the steps a run interprets (``core/run/steps.build_steps``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class CompileOptions:
     check_kernels: bool = True
     compile_cache_size: int = 8
     background_compile: bool | None = True
-    #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile_cache``);
+    #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile/cache.py``);
     #: off with ``ANYCHIP_COMPILE_CACHE=0``.
     disk_cache: bool = field(
         default_factory=lambda: os.environ.get("ANYCHIP_COMPILE_CACHE", "1") != "0"
@@ -335,7 +335,7 @@ def _compile_kernels(
 
 
 def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
-    """Whether a graph-mode partition is compiled per input signature (``core/specialize``):
+    """Whether a graph-mode partition is compiled per input signature (``core/compile/specialize.py``):
     the device takes static shapes only and the partition's are symbolic, or it compiles in
     the background."""
     if backend.shape_policy != "static":

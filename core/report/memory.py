@@ -143,7 +143,7 @@ class MemoryReport(Rendered):
 
 
 def memory_report(compiled: Any) -> MemoryReport:
-    """Memory figures per device of a ``core.compiler.CompiledModel``: plan, lower bound,
+    """Memory figures per device of a ``core.compile.pipeline.CompiledModel``: plan, lower bound,
     peak, reserved, plan cache."""
     if compiled is None:
         raise AnychipError(CLOSED)  # the session's compiled model is dropped by close()

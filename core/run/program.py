@@ -93,7 +93,7 @@ class Program:
         check_kernels: bool = True,
     ) -> None:
         self.graph = graph
-        #: Check each kernel's outputs against inference's dtype and shape (``core/checks``).
+        #: Check each kernel's outputs against inference's dtype and shape (``core/run/checks.py``).
         self.check_kernels = check_kernels if parent is None else parent.check_kernels
         self.backend = backend
         self.table = table

@@ -214,7 +214,7 @@ def concat(
     """A channel Concat of float32 4-D tensors, one of them channels-last already, whose
     readers are all oneDNN kernels writes a channels-last buffer (one strided copy per input,
     or with two threads or more blocks of pixels on the pool's threads when every input is
-    channels-last, ``codegen/copies.concat_channels_last``; the next convolution or pool
+    channels-last, ``cpu/native/copies.concat_channels_last``; the next convolution or pool
     reads it without a reorder, and producers that are oneDNN kernels keep their outputs
     channels-last for it), declining the plan's NCHW buffer as FusedConv does. Anything else
     (all inputs NCHW: the unfused graph, whose Conv nodes write the plan) is numpy's Concat

@@ -61,7 +61,7 @@ ROW_SPLIT_WORK = 1 << 62
 ROWS_PER_PART = 32
 #: From ``MIN_MACS`` multiply-adds to under this, given two threads or more, the product runs
 #: as column blocks of numpy's sgemm, one per thread, on ``backends/cpu/native/pool.py``'s threads
-#: (``codegen/linear.gemm_columns``), not through oneDNN: the BERT-like layer's 128x256x256
+#: (``cpu/native/linear.gemm_columns``), not through oneDNN: the BERT-like layer's 128x256x256
 #: (2^23) took 94-97 us so (CPU 187-194) against 167-207 for oneDNN's team of two (its
 #: threads wake from a passive wait, 60-100 us here) and 169 for one sgemm; with its FFN's
 #: 128x256x1024 and 128x1024x256 (2^25) split too, bert_like ran 2.05 -> 1.80 ms and

@@ -79,7 +79,7 @@ def test_float64_linear_layer():
 
 
 def test_a_small_layer_remembers_its_c_call_across_runs_and_shapes():
-    """The node's bound C call (``codegen/linear.Bound``) serves the second run on; a new
+    """The node's bound C call (``cpu/native/linear.Bound``) serves the second run on; a new
     sequence length, and a bias array not the bound one, go back through ``linear``."""
     import onnxruntime as ort
     from onnx import TensorProto

@@ -1,5 +1,5 @@
 """MatMul and Gemm by column blocks of numpy's sgemm on the pool's threads
-(``onednn/matmul.split_columns``, ``codegen/linear.gemm_columns``): given two threads, a
+(``onednn/matmul.split_columns``, ``cpu/native/linear.gemm_columns``): given two threads, a
 constant-weight product of ``MIN_ROWS`` rows or more and from ``MIN_MACS`` to under
 ``COLUMN_SPLIT_MAX`` multiply-adds goes
 there, equal to numpy's product bit for bit (MatMul) and to onnxruntime (Gemm with transB);

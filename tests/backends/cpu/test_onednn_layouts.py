@@ -101,7 +101,7 @@ def test_channel_concat_on_the_pool_at_two_threads(
     monkeypatch: pytest.MonkeyPatch, replay: str
 ) -> None:
     """At two threads a Concat of channels-last inputs copies on the pool's threads
-    (``codegen/copies.concat_channels_last``), run after run and in a replay of the recorded
+    (``cpu/native/copies.concat_channels_last``), run after run and in a replay of the recorded
     calls: onnxruntime's result on new inputs each run."""
     import anychip.backends.cpu.native.fused as cg
     from anychip.backends.cpu.native import copies

@@ -90,7 +90,7 @@ def test_a_cloned_node_gets_a_memo_of_its_own():
 
 def test_a_channels_last_pool_for_a_numpy_reader_is_transposed_in_c(monkeypatch):
     """Conv (channels-last for its oneDNN reader) -> MaxPool -> Sigmoid (numpy): the pool's
-    NCHW output is the generated tile transpose's (``codegen/copies.to_planar``); equal to
+    NCHW output is the generated tile transpose's (``cpu/native/copies.to_planar``); equal to
     onnxruntime."""
     import anychip
     from anychip.backends.cpu.native import copies

@@ -127,7 +127,7 @@ def test_the_threads_given_are_set_back_after_an_error(two_threads):
 
 def test_one_threads_first_runs_are_not_timed(two_threads):
     """A partition's first runs at a thread count are its slowest (its primitives are built,
-    its replay recorded: ``core/replay_run.RECORD_AT``). One thread faster once warm is chosen:
+    its replay recorded: ``cpu/replay/run.RECORD_AT``). One thread faster once warm is chosen:
     its first ``ONE_WARM`` runs are not in the probe."""
     seen: list[int] = []
 
