@@ -335,7 +335,7 @@ def _compile_kernels(
 
 
 def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
-    """Whether a graph-mode partition is compiled per input signature (``core/compile/specialize.py``):
+    """Whether a graph-mode partition is compiled per input signature (``specialize.py``):
     the device takes static shapes only and the partition's are symbolic, or it compiles in
     the background."""
     if backend.shape_policy != "static":
