@@ -220,6 +220,7 @@ class Backend:
             return self
         clone = copy.copy(self)
         clone._device = None
+        clone.__dict__.pop("_claims_memo", None)  # options may change what it claims
         clone._pool = None  # a configured copy (other capacity) gets a pool of its own
         clone._configure(**options)
         return clone
@@ -303,8 +304,10 @@ class Backend:
 
         Checks, in order: the dtypes the device computes (constant inputs such as shapes are
         read at compile time and do not count), a kernel for the node's op, version and dtype
-        in ``table`` (default: ``self.kernels``; graph-mode backends have none), then
-        ``check_node``. Placement asks this of every device for every node.
+        in ``table`` (default: ``self.kernels``; graph-mode backends have none), the
+        constraints declared on the claim covering the node (``claims()``:
+        ``core/plugin/claims.Constraint``), then ``check_node``. Placement asks this of every
+        device for every node.
         """
         for v in list(node.inputs) + list(node.outputs):
             if v is None or v.const is not None or not v.is_tensor or not v.dtype:
@@ -314,6 +317,11 @@ class Backend:
         if not self.graph_mode:
             kernel, why = find_kernel(table if table is not None else self.kernels, node)
             if kernel is None:
+                return why
+        if (stated := self._stated_claims()) is not None:
+            from anychip.core.plugin.claims import declared_refusal
+
+            if (why := declared_refusal(stated, node)) is not None:
                 return why
         try:
             return self.check_node(node)
@@ -325,6 +333,19 @@ class Backend:
     def check_node(self, node: Node) -> str | None:
         """Override: the reason this backend cannot run ``node`` beyond its kernel table."""
         return None
+
+    def _stated_claims(self) -> list[Any] | None:
+        """``claims()`` once per backend object, as ``OpClaim``s, where any carries a declared
+        constraint (None otherwise: nothing to check per node)."""
+        if "_claims_memo" not in self.__dict__:
+            from anychip.core.plugin.claims import claims_of
+
+            stated = self.claims()
+            found = claims_of(self) if stated is not None else None
+            self.__dict__["_claims_memo"] = (
+                found if found and any(c.constraints for c in found) else None
+            )
+        return self.__dict__["_claims_memo"]
 
     # -- transfers -----------------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:

@@ -8,18 +8,52 @@ device must pass, and (strict mode) to call a fallback of a claimed op a failure
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from anychip.ir.dtypes import ALL_TYPES, DType
 
-__all__ = ["OpClaim", "claims_of", "claim_for"]
+if TYPE_CHECKING:
+    from anychip.ir.node import Node
+
+__all__ = ["Constraint", "OpClaim", "claims_of", "claim_for", "declared_refusal"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A condition a claimed op must meet on this device, declared as data: ``holds(node)``
+    is True where the device runs the node; ``reason`` says what it needs ("Softmax on the
+    last axis only"). Placement names the reason, ``anychip devices --ops`` lists it, and the
+    conformance kit counts a case refused by it as refused-as-declared, not as a failure."""
+
+    reason: str
+    holds: Callable[[Node], bool] = field(compare=False)
+
+    @staticmethod
+    def attribute(name: str, allowed: Callable[[Any, Node], bool], reason: str) -> Constraint:
+        """A constraint on one attribute's value, ``allowed(value, node)`` (``value`` is None
+        where the node does not set the attribute)."""
+        return Constraint(reason, lambda node: bool(allowed(node.attr(name), node)))
+
+    @staticmethod
+    def last_axis(name: str = "axis", default: int = -1) -> Constraint:
+        """``axis`` (or ``name``) is the last axis of the first input: -1 or rank - 1."""
+
+        def holds(node: Node) -> bool:
+            axis = node.attr(name, default)
+            x = node.inputs[0] if node.inputs else None
+            rank = len(x.shape) if x is not None and x.shape is not None else None
+            return axis == -1 or (rank is not None and axis == rank - 1)
+
+        return Constraint(f"{name} on the last axis only", holds)
 
 
 @dataclass(frozen=True)
 class OpClaim:
     """One op a device claims: versions ``since..until`` (None: open), of ``dtypes``
-    (None: any dtype the device computes) for its type-constrained input ``dtype_input``."""
+    (None: any dtype the device computes) for its type-constrained input ``dtype_input``,
+    under its declared ``constraints`` (all must hold)."""
 
     domain: str
     op: str
@@ -27,6 +61,18 @@ class OpClaim:
     until: int | None = None
     dtypes: frozenset[DType] | None = None
     dtype_input: int = 0
+    constraints: tuple[Constraint, ...] = ()
+
+    def refusal(self, node: Node) -> str | None:
+        """The first declared constraint ``node`` does not meet, as a reason, or None."""
+        for c in self.constraints:
+            try:
+                ok = c.holds(node)
+            except Exception as e:  # a constraint that cannot decide refuses, saying why
+                return f"declared constraint {c.reason!r} could not be checked: {e}"
+            if not ok:
+                return f"declared constraint: {c.reason}"
+        return None
 
     def covers(self, domain: str, op: str, version: int, dtype: DType | None) -> bool:
         """Whether a node of ``domain::op`` at opset ``version`` with input dtype ``dtype``
@@ -73,6 +119,7 @@ def _as_claim(c: Any) -> OpClaim:
         getattr(c, "until", None),
         frozenset(dtypes) if dtypes is not None else None,
         getattr(c, "dtype_input", 0),
+        tuple(getattr(c, "constraints", ())),
     )
 
 
@@ -84,3 +131,11 @@ def claim_for(
         if c.covers(domain, op, version, dtype):
             return c
     return None
+
+
+def declared_refusal(claims: list[OpClaim], node: Node) -> str | None:
+    """Why ``node`` is refused by a declared constraint of the claim covering it, or None
+    (no claim covers it, or every constraint holds)."""
+    x = next((v for v in node.inputs if v is not None and v.dtype is not None), None)
+    claim = claim_for(claims, node.domain, node.op_type, int(node.version or 1), x and x.dtype)
+    return None if claim is None else claim.refusal(node)
