@@ -132,6 +132,7 @@ def test_cuda_backend_is_an_array_api_backend():
     assert {k.op_type for k in b.kernel_table()} >= {"Conv", "MatMul", "Softmax", "Gelu"}
 
 
+@pytest.mark.slow  # a fresh interpreter (it also runs in .ci/run's base-install step)
 def test_a_base_install_lists_cuda_with_the_extra_to_install():
     """With the base dependencies only (no CuPy, no array-API packages) the plugin registers
     whole and ``anychip devices`` says what to install: no plugin failure, no traceback."""
