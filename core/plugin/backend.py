@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -263,15 +263,16 @@ class Backend:
         factory = self.pool_factory
         if factory is not None:
             return factory(self)
-        if not callable(getattr(self, "_alloc", None)):
+        if not all(callable(getattr(self, m, None)) for m in ("_alloc", "_free")):
             raise DeviceError(
                 f"backend {self.name!r} has no memory pool: define _alloc(nbytes) and "
                 "_free(buffer) (raw device memory), or register a pool for kind "
                 f"{self.kind!r}"
             )
-        from anychip.core.memory.pool import MemoryPool
+        from anychip.core.memory.pool import MemoryPool, RawAllocator
 
-        return MemoryPool(self.name, capacity=self.device.memory_capacity, allocator=self)
+        raw = cast(RawAllocator, self)  # both methods checked above
+        return MemoryPool(self.name, capacity=self.device.memory_capacity, allocator=raw)
 
     def allocate(self, nbytes: int) -> Any:
         """A ``Block`` of ``nbytes`` of device memory from ``memory_pool``; raises
@@ -321,8 +322,8 @@ class Backend:
         if (stated := self._stated_claims()) is not None:
             from anychip.core.plugin.claims import declared_refusal
 
-            if (why := declared_refusal(stated, node)) is not None:
-                return why
+            if (refused := declared_refusal(stated, node)) is not None:
+                return refused
         try:
             return self.check_node(node)
         except KeyboardInterrupt:
