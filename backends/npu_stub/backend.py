@@ -50,8 +50,6 @@ class NpuBackend(Backend):
     #: The compiler's revision and the format of its compiled bytes (``blob.py``): in the
     #: compile cache's key, so artifacts of another revision are never looked up.
     version = "npu-program-1"
-    #: Its compiled partitions are cached on disk (``core/compile/cache.py``).
-    cache_compiled = True
 
     def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
         super().__init__()
