@@ -276,7 +276,8 @@ def _array(body: memoryview, offset: int, dtype: str, shape: list) -> np.ndarray
     dt, shape = _dtype(dtype), _ints(shape)
     count = prod(shape)
     _check(offset % ALIGN == 0 and 0 <= offset <= len(body) - count * dt.itemsize, "array")
-    return np.frombuffer(body, dt, count, offset).reshape(shape)
+    # copied out (they are small): a view would keep the whole artifact alive with them
+    return np.frombuffer(body, dt, count, offset).reshape(shape).copy()
 
 
 def _value(entry: list, arrays: list[np.ndarray]) -> Value:
