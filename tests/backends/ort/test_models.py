@@ -181,3 +181,43 @@ def test_bad_options_name_what_is_known() -> None:
 def test_ort_devices_never_join_a_session_that_names_none() -> None:
     sess = anychip.load(mlp())
     assert not any(d.startswith("ort:") for d in sess.devices)
+
+
+def test_com_microsoft_ops_run_as_onnxruntime_s_own_kernels() -> None:
+    """FusedMatMul, Gelu and SkipLayerNormalization stay whole on ort:cpu (no decomposition)."""
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    ms = "com.microsoft"
+    graph = h.make_graph(
+        [
+            h.make_node("FusedMatMul", ["x", "w"], ["a"], domain=ms, alpha=0.5, transB=1),
+            h.make_node("Gelu", ["a"], ["b"], domain=ms),
+            h.make_node("SkipLayerNormalization", ["b", "x2", "g", "beta"], ["y"], domain=ms),
+        ],
+        "g",
+        [
+            h.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+            h.make_tensor_value_info("x2", TensorProto.FLOAT, ["N", 6]),
+        ],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])],
+        [
+            nh.from_array(rng.standard_normal((6, 8)).astype(np.float32), "w"),
+            nh.from_array(rng.standard_normal(6).astype(np.float32), "g"),
+            nh.from_array(rng.standard_normal(6).astype(np.float32), "beta"),
+        ],
+    )
+    opsets = [h.make_opsetid("", 17), h.make_opsetid(ms, 1)]
+    model = h.make_model(graph, opset_imports=opsets)
+    feeds = {
+        "x": rng.standard_normal((3, 8)).astype(np.float32),
+        "x2": rng.standard_normal((3, 6)).astype(np.float32),
+    }
+    sess = _load(model, ["ort:cpu", "cpu"])
+    assert [(n.op_type, n.device) for n in sess.placement().nodes] == [
+        ("FusedMatMul", "ort:cpu"),
+        ("Gelu", "ort:cpu"),
+        ("SkipLayerNormalization", "ort:cpu"),
+    ]
+    (y,) = sess.run(None, feeds)
+    np.testing.assert_allclose(y, reference(model, feeds)[0], rtol=1e-5, atol=1e-6)

@@ -46,7 +46,8 @@ class StandIn(OrtBackend):
         if any(n.op_type == "Softmax" for n in graph.nodes):
             vendor = dataclasses.replace(self.provider, ep="AzureExecutionProvider")
             try:
-                open_session(export_partition(graph), vendor, self.settings, graph.name)
+                what = f"partition {graph.name!r} ({len(graph.nodes)} nodes)"
+                open_session(export_partition(graph), vendor, self.settings, what)
             except PartitionRefused as e:
                 self.refused.append(str(e))
                 raise
