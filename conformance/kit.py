@@ -6,8 +6,11 @@ goes to it) and its outputs are compared with the case's expected outputs, withi
 tolerances. The label:
 
 * ``PASS-ON-DEVICE``: right outputs, and every claimed node ran on the device;
-* ``PASS-VIA-FALLBACK``: right outputs, but a claimed node ran on another device (the reason
-  placement gave is kept); in strict mode this fails the kit;
+* ``REFUSED-AS-DECLARED``: right outputs, and each claimed node that ran on another device was
+  refused by a constraint the device declared on its claim (``declared constraint: ...``, the
+  reason is kept); not a failure, in strict mode either;
+* ``PASS-VIA-FALLBACK``: right outputs, but a claimed node ran on another device for another
+  reason (the reason placement gave is kept); in strict mode this fails the kit;
 * ``FAIL``: wrong outputs (largest difference, and whether the CPU alone gets them right);
 * ``CRASH``: load or run raised (the error is kept);
 * ``SKIP``: the CPU alone does not pass the case either, so it says nothing of the device.
@@ -33,6 +36,7 @@ from anychip.conformance.report import (
     FAIL,
     PASS_ON_DEVICE,
     PASS_VIA_FALLBACK,
+    REFUSED_AS_DECLARED,
     SKIP,
     CaseResult,
     KitReport,
@@ -201,7 +205,14 @@ def run_case_on(case: NodeCase, device: str, claimed: list[str]) -> CaseResult:
         if n.op_type in claimed and n.device != device
     ]
     on = sum(1 for n in report.nodes if n.device == device)
-    status = PASS_VIA_FALLBACK if fell else PASS_ON_DEVICE
+    declared = f"{device}: declared constraint:"
+    refused = [n for n in report.nodes if n.op_type in claimed and n.device != device]
+    if not fell:
+        status = PASS_ON_DEVICE
+    elif all(declared in n.reason for n in refused):
+        status = REFUSED_AS_DECLARED
+    else:
+        status = PASS_VIA_FALLBACK
     return CaseResult(
         case.name,
         op,

@@ -24,6 +24,7 @@ def test_devices_as_json(capsys) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert {r["name"] for r in rows} >= {"cpu", "xpu", "npu"}
     assert all(isinstance(r["available"], bool) for r in rows)
+    assert all(isinstance(r["about"], str) for r in rows)  # Backend.about, often empty
 
 
 def test_run_prints_outputs_placement_and_memory(tmp_path, capsys) -> None:

@@ -184,6 +184,9 @@ class Backend:
     #: The per-session options ``configure`` was given (``device_options``); part of the
     #: compile cache's key.
     options: dict[str, Any] = {}  # replaced by configure, never mutated
+    #: One line for ``anychip devices``: the runtime or driver behind the device, with its
+    #: version ("onnxruntime 1.32.0 CPUExecutionProvider"); a class attribute or a property.
+    about: str = ""
 
     def __init__(self) -> None:
         self.origin = "?"

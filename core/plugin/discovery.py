@@ -43,6 +43,7 @@ BUILTIN = {
     "cpu": "anychip.backends.cpu",
     "xpu": "anychip.backends.xpu_stub",
     "npu": "anychip.backends.npu_stub",
+    "ort": "anychip.backends.ort",  # onnxruntime's providers; inert without onnxruntime
 }
 #: The entry-point names of anychip's stubs before names were device kinds: an installed copy's
 #: metadata may still carry them (the module is what identifies a built-in), and
