@@ -77,6 +77,7 @@ def _cmd_claims(device: str, as_json: bool) -> int:
             "since": c.since,
             "until": c.until,
             "dtypes": sorted(d.short for d in c.dtypes) if c.dtypes is not None else None,
+            "constraints": [x.reason for x in c.constraints],
         }
         for c in sorted(claims_of(registry.backends[device]), key=lambda c: (c.op, c.since))
     ]
@@ -88,6 +89,8 @@ def _cmd_claims(device: str, as_json: bool) -> int:
         until = r["until"] if r["until"] is not None else "latest"
         dtypes = ",".join(r["dtypes"]) if r["dtypes"] else "any"
         print(f"  {r['domain']}::{r['op']:<24} opset {r['since']}..{until:<7} {dtypes}")
+        for reason in r["constraints"]:
+            print(f"      only where: {reason}")
     return 0
 
 

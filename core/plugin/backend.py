@@ -304,10 +304,10 @@ class Backend:
 
         Checks, in order: the dtypes the device computes (constant inputs such as shapes are
         read at compile time and do not count), a kernel for the node's op, version and dtype
-        in ``table`` (default: ``self.kernels``; graph-mode backends have none), the
-        constraints declared on the claim covering the node (``claims()``:
-        ``core/plugin/claims.Constraint``), then ``check_node``. Placement asks this of every
-        device for every node.
+        in ``table`` (default: ``self.kernels``; graph-mode backends have none) and the
+        constraints declared on that kernel, the constraints declared on the claim covering
+        the node (``claims()``: ``core/plugin/claims.Constraint``), then ``check_node``.
+        Placement asks this of every device for every node.
         """
         for v in list(node.inputs) + list(node.outputs):
             if v is None or v.const is not None or not v.is_tensor or not v.dtype:
@@ -318,6 +318,11 @@ class Backend:
             kernel, why = find_kernel(table if table is not None else self.kernels, node)
             if kernel is None:
                 return why
+            if kernel.constraints:  # declared on the kernel: KernelTable.register(constraints=)
+                from anychip.core.plugin.claims import first_refusal
+
+                if (why := first_refusal(kernel.constraints, node)) is not None:
+                    return why
         if (stated := self._stated_claims()) is not None:
             from anychip.core.plugin.claims import declared_refusal
 
