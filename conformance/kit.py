@@ -6,8 +6,12 @@ goes to it) and its outputs are compared with the case's expected outputs, withi
 tolerances. The label:
 
 * ``PASS-ON-DEVICE``: right outputs, and every claimed node ran on the device;
-* ``PASS-VIA-FALLBACK``: right outputs, but a claimed node ran on another device (the reason
-  placement gave is kept); in strict mode this fails the kit;
+* ``REFUSED-AS-DECLARED``: right outputs; the claimed nodes that ran elsewhere are all refused
+  by a constraint the device declared (``core/plugin/claims.Constraint``): not a failure,
+  in strict mode either;
+* ``PASS-VIA-FALLBACK``: right outputs, but a claimed node ran on another device for a reason
+  the device did not declare (the reason placement gave is kept); in strict mode this fails
+  the kit;
 * ``FAIL``: wrong outputs (largest difference, and whether the CPU alone gets them right);
 * ``CRASH``: load or run raised (the error is kept);
 * ``SKIP``: the CPU alone does not pass the case either, so it says nothing of the device.
@@ -33,11 +37,12 @@ from anychip.conformance.report import (
     FAIL,
     PASS_ON_DEVICE,
     PASS_VIA_FALLBACK,
+    REFUSED_AS_DECLARED,
     SKIP,
     CaseResult,
     KitReport,
 )
-from anychip.core.plugin.claims import OpClaim, claims_of
+from anychip.core.plugin.claims import OpClaim, claims_of, declared_refusal
 from anychip.core.report.placement import quiet_fallbacks
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
@@ -145,7 +150,8 @@ def _quiet() -> Iterator[None]:
 
 
 def _run(case: NodeCase, devices: list[str]) -> tuple[bool, float, str, Any]:
-    """Run every data set of ``case``; ``(ok, max error, why, placement report)``."""
+    """Run every data set of ``case``; ``(ok, max error, why, placed)``: ``placed`` lists
+    ``(node, device, reason)`` for each top-level node of the compiled model."""
     import anychip
 
     model, sets = load_case(case)
@@ -165,7 +171,8 @@ def _run(case: NodeCase, devices: list[str]) -> tuple[bool, float, str, Any]:
         worst = max(worst, err)
         if not good and ok:
             ok, why = False, msg
-    return ok, worst, why, sess.placement()
+    placed = [(n, n.meta["device"], n.meta["placement_reason"]) for n in sess.model.graph.nodes]
+    return ok, worst, why, placed
 
 
 def _cpu_passes(case: NodeCase) -> tuple[bool, str]:
@@ -195,23 +202,40 @@ def run_case_on(case: NodeCase, device: str, claimed: list[str]) -> CaseResult:
             return CaseResult(case.name, op, SKIP, detail=f"the CPU fails too: {cpu_why}"[:300])
         detail = f"{why} (the CPU alone passes)"
         return CaseResult(case.name, op, FAIL, max_error=err, detail=detail)
-    fell = [
-        f"{n.op_type} on {n.device}: {n.reason}"
-        for n in report.nodes
-        if n.op_type in claimed and n.device != device
-    ]
-    on = sum(1 for n in report.nodes if n.device == device)
-    status = PASS_VIA_FALLBACK if fell else PASS_ON_DEVICE
+    status, detail = _label(report, device, claimed)
     return CaseResult(
         case.name,
         op,
         status,
         max_error=err,
-        detail="; ".join(fell)[:400],
-        nodes_on_device=on,
-        nodes=len(report.nodes),
+        detail=detail,
+        nodes_on_device=sum(1 for _, d, _ in report if d == device),
+        nodes=len(report),
         seconds=time.perf_counter() - t0,
     )
+
+
+def _label(placed: list[tuple[Any, str, str]], device: str, claimed: list[str]) -> tuple[str, str]:
+    """The label of a case that gave right outputs, and its detail: on the device; refused as
+    declared (every claimed node elsewhere is one a constraint the device declared refuses:
+    ``core/plugin/claims.declared_refusal``); or via fallback (the rest)."""
+    if device == "cpu":
+        return PASS_ON_DEVICE, ""
+    claims = claims_of(_backend(device))
+    declared, undeclared = [], []
+    for node, where, reason in placed:
+        if node.op_type not in claimed or where == device:
+            continue
+        refusal = declared_refusal(claims, node)
+        if refusal is not None:
+            declared.append(f"{node.op_type} {node.name!r} on {where}: {refusal}")
+        else:
+            undeclared.append(f"{node.op_type} {node.name!r} on {where}: {reason}")
+    if undeclared:
+        return PASS_VIA_FALLBACK, "; ".join(undeclared + declared)
+    if declared:
+        return REFUSED_AS_DECLARED, "; ".join(declared)
+    return PASS_ON_DEVICE, ""
 
 
 def _backend(device: str) -> Any:

@@ -4,8 +4,10 @@
 
 adds one test item per ONNX node case the device claims (named after the case, e.g.
 ``anychip[mychip]::test_add_bcast``) and one per contract check, next to the project's own
-tests. A case passes on the device; a fallback passes with a warning unless strict; FAIL and
-CRASH fail with the kit's detail; SKIP skips with the reason (the CPU fails that case too).
+tests. Each item is judged by ``report.verdict``, the rule ``anychip conformance`` applies: a
+case passes on the device or refused by a constraint the device declared; a fallback it did
+not declare passes with a warning unless strict; FAIL and CRASH fail with the kit's detail;
+SKIP skips with the reason (the CPU fails that case too).
 Without ``--anychip-device`` the plugin adds nothing and imports nothing of anychip.
 """
 
@@ -41,16 +43,18 @@ class KitCaseItem(pytest.Item):
 
     def runtest(self) -> None:
         from anychip.conformance.kit import _quiet, run_case_on
-        from anychip.conformance.report import PASS_VIA_FALLBACK, SKIP
+        from anychip.conformance.report import verdict
 
         with _quiet():
             result = run_case_on(self.case, self.device, self.ops)
-        if result.status == SKIP:
+        self.user_properties.append(("anychip_status", result.status))
+        judged = verdict(result.status, self.strict)  # the rule KitReport.ok applies
+        if judged == "skip":
             pytest.skip(result.detail)
-        if result.failed(self.strict):
+        if judged == "fail":
             err = f" max|err|={result.max_error:.3g}" if result.max_error else ""
             raise KitFailure(f"{result.status}{err}: {result.detail}")
-        if result.status == PASS_VIA_FALLBACK:
+        if judged == "warn":
             warnings.warn(f"{self.case.name}: {result.detail}", stacklevel=1)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "PASS_ON_DEVICE",
     "PASS_VIA_FALLBACK",
+    "REFUSED_AS_DECLARED",
     "FAIL",
     "CRASH",
     "SKIP",
@@ -17,14 +18,35 @@ __all__ = [
     "CaseResult",
     "ContractResult",
     "KitReport",
+    "verdict",
 ]
 
 PASS_ON_DEVICE = "PASS-ON-DEVICE"
 PASS_VIA_FALLBACK = "PASS-VIA-FALLBACK"
+REFUSED_AS_DECLARED = "REFUSED-AS-DECLARED"
 FAIL = "FAIL"
 CRASH = "CRASH"
 SKIP = "SKIP"
-STATUSES = (PASS_ON_DEVICE, PASS_VIA_FALLBACK, FAIL, CRASH, SKIP)
+STATUSES = (PASS_ON_DEVICE, REFUSED_AS_DECLARED, PASS_VIA_FALLBACK, FAIL, CRASH, SKIP)
+
+
+def verdict(status: str, strict: bool) -> str:
+    """What a case's label means for the kit: ``"pass"``, ``"warn"`` (a fallback the device
+    did not declare, allowed unless strict), ``"fail"`` or ``"skip"``. The one rule the CLI
+    (``KitReport.ok``) and the pytest plugin (``KitCaseItem``) both apply.
+
+    A case refused by a constraint the device declared (``REFUSED-AS-DECLARED``: right
+    outputs, the refused nodes on the CPU with the declared reason) passes, in strict mode
+    too: the device said so before the case ran. A refusal or fallback it did not declare
+    fails in strict mode.
+    """
+    if status in (PASS_ON_DEVICE, REFUSED_AS_DECLARED):
+        return "pass"
+    if status == PASS_VIA_FALLBACK:
+        return "fail" if strict else "warn"
+    if status == SKIP:
+        return "skip"
+    return "fail"
 
 
 @dataclass
@@ -41,8 +63,9 @@ class CaseResult:
     seconds: float = 0.0
 
     def failed(self, strict: bool) -> bool:
-        """Whether this result fails the kit (a fallback fails only in strict mode)."""
-        return self.status in (FAIL, CRASH) or (strict and self.status == PASS_VIA_FALLBACK)
+        """Whether this result fails the kit (``verdict``: a fallback the device did not
+        declare fails only in strict mode)."""
+        return verdict(self.status, strict) == "fail"
 
 
 @dataclass
@@ -100,7 +123,7 @@ class KitReport:
 
     def table(self) -> str:
         """The per-op table: one row per op with its count of each label."""
-        head = ["op", "on device", "via fallback", "fail", "crash", "skip"]
+        head = ["op", "on device", "refused as declared", "via fallback", "fail", "crash", "skip"]
         rows = [head] + [[op] + [str(c[s]) for s in STATUSES] for op, c in self.by_op().items()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [
@@ -122,6 +145,13 @@ class KitReport:
         for c in self.contract:
             if not c.ok:
                 lines.append(f"contract FAILED {c.name}: {c.detail}")
+        declared = Counter(
+            f"{r.op}: {_declared_reason(r.detail)}"
+            for r in self.results
+            if r.status == REFUSED_AS_DECLARED
+        )
+        for what, n in sorted(declared.items()):
+            lines.append(f"refused as declared, {n} case(s) of {what}")
         for r in self.failures[:50]:
             err = f" max|err|={r.max_error:.3g}" if r.status == FAIL else ""
             lines.append(f"{r.status} {r.case} ({r.op}){err}: {r.detail}")
@@ -131,6 +161,12 @@ class KitReport:
             lines.append(f"no case ran on {self.device}: it claims no op of the ONNX node cases")
         lines.append("verdict: " + ("PASS" if self.ok else "FAIL"))
         return "\n".join(lines)
+
+
+def _declared_reason(detail: str) -> str:
+    """The constraint a refused-as-declared case's detail names (its first)."""
+    _, _, reason = detail.partition("declared constraint")
+    return reason.lstrip(": ").split(";")[0] or detail
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:
