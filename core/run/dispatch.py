@@ -181,6 +181,19 @@ class Run:
                 self.record[s] = (r.shape, r.dtype)
         if self.live > self.peak:
             self.peak = self.live
+        if not self.host:
+            self._release_unused(ins, results, slots)
+
+    def _release_unused(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
+        """Release the device tensors a kernel returned for outputs the node omits (a
+        LayerNormalization used for Y alone still computes Mean and InvStdDev): nothing else
+        will, and the device would keep them for good."""
+        dropped = [r for s, r in zip(ins.outs, results) if s < 0]
+        dropped += list(results[len(ins.outs) :])
+        dropped = [r for r in dropped if r is not None and not isinstance(r, (list, tuple))]
+        if dropped:
+            dropped = [r for r in dropped if not any(r is t for t in slots)]
+            release_quietly(self.release, dropped)
 
     def _reject(self, ins: Instr, i: int, r: Any, want: Any, results: Sequence[Any]) -> None:
         """Raise the kernel's mismatch; the results not yet in a slot (this one and those
