@@ -105,14 +105,14 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     ops = [o.strip() for o in raw.split(",") if o.strip()] if raw else None
     backend = _backend(device)
     claims = claims_of(backend)
-    for case, _model, case_ops in claimed_cases(claims, ops, backend.device.dtypes):
+    for case in claimed_cases(claims, ops, backend.device.dtypes):
         items.append(
             KitCaseItem.from_parent(
                 session,
                 name=f"anychip[{device}]::{case.name}",
                 case=case,
                 device=device,
-                ops=case_ops,
+                ops=list(case.ops),
                 strict=strict,
             )
         )

@@ -61,6 +61,9 @@ class CaseResult:
     nodes_on_device: int = 0
     nodes: int = 0
     seconds: float = 0.0
+    #: What the kit changed to run the case (``variants.KitCase.note``): inputs fed as
+    #: constants, a single-output form, a float16/bfloat16 form.
+    note: str = ""
 
     def failed(self, strict: bool) -> bool:
         """Whether this result fails the kit (``verdict``: a fallback the device did not
@@ -133,6 +136,19 @@ class KitReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
+    def _nothing_ran(self) -> str:
+        if not self.claims:
+            return f"no case ran on {self.device}: it claims no op"
+        ops = sorted({c.op for c in self.claims})
+        if self.results:
+            return f"no case ran on {self.device}: the CPU fails every case it selected"
+        shown = ", ".join(ops[:12]) + (f" and {len(ops) - 12} more" if len(ops) > 12 else "")
+        return (
+            f"no case ran on {self.device}: it claims {shown}, but no ONNX node case of "
+            "those ops has the claimed opset and dtypes (see `anychip devices --ops "
+            f"{self.device}`)"
+        )
+
     def __str__(self) -> str:
         counts = self.counts()
         mode = "strict" if self.strict else "fallback allowed"
@@ -152,15 +168,35 @@ class KitReport:
         )
         for what, n in sorted(declared.items()):
             lines.append(f"refused as declared, {n} case(s) of {what}")
+        fed = Counter(
+            r.note.split(" fed as constants: ")[1].split(";")[0]
+            for r in self.results
+            if " fed as constants: " in r.note
+        )
+        for why, n in sorted(fed.items()):
+            ops = sorted({r.op for r in self.results if why in r.note})
+            lines.append(
+                f"{n} case(s) of {', '.join(ops)} ran with inputs fed as constants ({why})"
+            )
         for r in self.failures[:50]:
             err = f" max|err|={r.max_error:.3g}" if r.status == FAIL else ""
-            lines.append(f"{r.status} {r.case} ({r.op}){err}: {r.detail}")
+            lines.append(f"{r.status} {r.case} ({r.op}){err}: {_cut(r.detail)}")
         if len(self.failures) > 50:
             lines.append(f"... and {len(self.failures) - 50} more (--json has them all)")
         if not any(r.status != SKIP for r in self.results):
-            lines.append(f"no case ran on {self.device}: it claims no op of the ONNX node cases")
+            lines.append(self._nothing_ran())
         lines.append("verdict: " + ("PASS" if self.ok else "FAIL"))
         return "\n".join(lines)
+
+
+#: Characters of a detail the text summary shows; ``to_json`` keeps every detail whole.
+SHOWN = 600
+
+
+def _cut(detail: str) -> str:
+    if len(detail) <= SHOWN:
+        return detail
+    return detail[:SHOWN] + f"... ({len(detail)} characters, --json has them all)"
 
 
 def _declared_reason(detail: str) -> str:

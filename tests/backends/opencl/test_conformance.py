@@ -22,7 +22,7 @@ MODEL_OPS = [
 
 def _assert_clean(report) -> None:
     bad = [c for c in report.results if c.status != PASS_ON_DEVICE]
-    assert not bad, "\n".join(f"{c.status} {c.name}: {c.detail}" for c in bad[:10])
+    assert not bad, "\n".join(f"{c.status} {c.case}: {c.detail}" for c in bad[:10])
     assert report.ok
 
 
