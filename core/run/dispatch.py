@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.run.checks import check_result, mismatch
+from anychip.core.run.checks import check_result, kernel_name, mismatch
 from anychip.core.run.slots import release_quietly
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ class Run:
         """Raise the kernel's mismatch; the results not yet in a slot (this one and those
         after it) are released first, since nothing else holds them."""
         try:
-            check_result(self.device, ins.node, ins.fn, i, r, want)
+            check_result(self.device, ins.node, kernel_name(ins), i, r, want)
         except Exception:
             if not self.host:
                 release_quietly(self.release, [t for t in results[i:] if t is not None])

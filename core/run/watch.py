@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.core.run.checks import kernel_name
 from anychip.core.run.kernel_call import KernelContext
 from anychip.core.run.slots import release_quietly
 from anychip.errors import BringUpError
@@ -39,14 +40,6 @@ __all__ = ["WatchedKernel", "watch_program", "kernel_name", "host_copy"]
 
 #: ``compare(watched, host_inputs, attrs, results)``: raises where the results are wrong.
 Compare = Callable[["WatchedKernel", list[Any], dict[str, Any], list[Any]], None]
-
-
-def kernel_name(ins: Instr) -> str:
-    """The kernel of ``ins`` as registered (``backend:Op since N (module.function)``)."""
-    if ins.kernel is not None:
-        return ins.kernel.name
-    fn = getattr(ins.fn, "fn", ins.fn)
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
 def host_copy(backend: Any, t: Any) -> np.ndarray:
