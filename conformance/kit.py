@@ -199,7 +199,9 @@ class _Wrong(Exception):
     """What the kit found wrong beyond the outputs (an input or a constant changed)."""
 
 
-def _run(kc: KitCase, devices: list[str]) -> tuple[bool, float, str, list[Any]]:
+def _run(
+    kc: KitCase, devices: list[str], bring_up: bool = False
+) -> tuple[bool, float, str, list[Any]]:
     """Run every data set of ``kc`` twice; ``(ok, max error, why, placed)``: ``placed`` lists
     ``(node, device, reason)`` for each top-level node of the compiled models. The device's
     kernels are watched (``core/run/watch.py``: inputs unchanged, results its own tensors),
@@ -217,6 +219,7 @@ def _run(kc: KitCase, devices: list[str]) -> tuple[bool, float, str, list[Any]]:
             failover=False,
             background_compile=False,  # the device compiles now: every case runs on it
             calibration="off",
+            bring_up=bring_up,
         )
         try:
             _watch(sess, devices[0])
@@ -286,9 +289,12 @@ def _cpu_passes(kc: KitCase) -> tuple[bool, str]:
     return ok, why
 
 
-def run_case_on(case: KitCase | NodeCase, device: str, claimed: Sequence[str] = ()) -> CaseResult:
+def run_case_on(
+    case: KitCase | NodeCase, device: str, claimed: Sequence[str] = (), *, bring_up: bool = False
+) -> CaseResult:
     """Run one case on ``[device, "cpu"]`` and label it (a bare ``NodeCase`` runs as is,
-    testing the ops ``claimed``)."""
+    testing the ops ``claimed``); ``bring_up`` loads it so (``core/run/bring_up.py``: each
+    device node compared with the CPU's kernel, the first that differs a FAIL)."""
     kc = case if isinstance(case, KitCase) else KitCase(case, tuple(claimed))
     t0 = time.perf_counter()
     op = "+".join(kc.ops)
@@ -304,7 +310,7 @@ def run_case_on(case: KitCase | NodeCase, device: str, claimed: Sequence[str] = 
     gc.collect()
     before = in_use(backend)
     try:
-        ok, err, why, placed = _run(kc, devices)
+        ok, err, why, placed = _run(kc, devices, bring_up)
     except Exception as e:
         detail = f"{type(e).__name__}: {' '.join(str(e).split())}"
         cpu_ok, cpu_why = _cpu_passes(kc) if device != "cpu" else (False, detail)
@@ -379,6 +385,7 @@ def run_kit(
     ops: Sequence[str] | None = None,
     contract: bool = True,
     progress: Callable[[int, int, CaseResult], None] | None = None,
+    bring_up: bool = False,
 ) -> KitReport:
     """Run the conformance kit for ``device``; see the module docstring for the labels.
 
@@ -388,6 +395,9 @@ def run_kit(
         ops: only the cases of these op types.
         contract: also run the contract tests of the backend's hooks (``contract.py``).
         progress: called after each case with ``(done, total, result)``.
+        bring_up: run each case in bring-up (``load(..., bring_up=True)``): each device node
+            compared with the CPU's kernel on the same inputs, the first difference a FAIL
+            naming the node, op, kernel and largest error.
     """
     backend = _backend(device)
     claims = claims_of(backend)
@@ -396,7 +406,7 @@ def run_kit(
     with _quiet():
         selected = list(claimed_cases(claims, ops, backend.device.dtypes))
         for i, case in enumerate(selected, 1):
-            result = run_case_on(case, device)
+            result = run_case_on(case, device, bring_up=bring_up)
             report.results.append(result)
             if progress is not None:
                 progress(i, len(selected), result)

@@ -1,6 +1,7 @@
 """The conformance kit as a pytest plugin (entry point ``pytest11``, installed with anychip).
 
     pytest --anychip-device=mychip [--anychip-strict] [--anychip-ops=Add,Relu]
+           [--anychip-bring-up]
 
 adds one test item per ONNX node case the device claims (named after the case, e.g.
 ``anychip[mychip]::test_add_bcast``) and one per contract check, next to the project's own
@@ -28,6 +29,12 @@ def pytest_addoption(parser: Any) -> None:
         "--anychip-strict", action="store_true", help="a fallback of a claimed op fails"
     )
     group.addoption("--anychip-ops", default=None, help="only these op types (comma list)")
+    group.addoption(
+        "--anychip-bring-up",
+        action="store_true",
+        help="each device node also compared with the CPU's kernel (anychip conformance "
+        "--bring-up)",
+    )
 
 
 class KitFailure(Exception):
@@ -37,16 +44,19 @@ class KitFailure(Exception):
 class KitCaseItem(pytest.Item):
     """One ONNX node case on the device under test."""
 
-    def __init__(self, *, case: Any, device: str, ops: list[str], strict: bool, **kw: Any):
+    def __init__(
+        self, *, case: Any, device: str, ops: list[str], strict: bool, bring_up: bool, **kw: Any
+    ):
         super().__init__(**kw)
         self.case, self.device, self.ops, self.strict = case, device, ops, strict
+        self.bring_up = bring_up
 
     def runtest(self) -> None:
         from anychip.conformance.kit import _quiet, run_case_on
         from anychip.conformance.report import verdict
 
         with _quiet():
-            result = run_case_on(self.case, self.device, self.ops)
+            result = run_case_on(self.case, self.device, self.ops, bring_up=self.bring_up)
         self.user_properties.append(("anychip_status", result.status))
         judged = verdict(result.status, self.strict)  # the rule KitReport.ok applies
         if judged == "skip":
@@ -114,6 +124,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
                 device=device,
                 ops=list(case.ops),
                 strict=strict,
+                bring_up=bool(config.getoption("anychip_bring_up")),
             )
         )
     for check in contract_checks(backend, claims):

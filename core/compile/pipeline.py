@@ -65,6 +65,9 @@ class CompileOptions:
     check_kernels: bool = True
     compile_cache_size: int = 8
     background_compile: bool | None = True
+    #: Bring-up (``core/run/bring_up.py``): every device kernel watched and compared with the
+    #: CPU's on the same inputs.
+    bring_up: bool = False
     #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile/cache.py``);
     #: off with ``ANYCHIP_COMPILE_CACHE=0``.
     disk_cache: bool = field(
@@ -109,6 +112,8 @@ class CompiledModel:
         self.replaced = ""
         #: Partitions of static-shape devices compiled per input signature, by index.
         self.specialized: dict[int, SpecializedPartition] = {}
+        #: Bring-up: each watched partition's comparison with the CPU (``bring_up.py``).
+        self.bring_up: dict[int, Any] = {}
 
 
 def compile_model(
@@ -330,6 +335,12 @@ def _compile_kernels(
             )
         return why
     out.part_memory[p.index] = pm
+    if copts.bring_up and p.device != HOST:
+        from anychip.core.run.bring_up import bring_up_program
+
+        ref = bring_up_program(program, registry.kernel_table(HOST))
+        p.info["bring-up"] = "every kernel watched and compared with the CPU's"
+        out.bring_up[p.index] = ref
     p.program = backend.runner(p, pm)
     return None
 

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 __all__ = ["WatchedKernel", "watch_program", "kernel_name", "host_copy"]
 
-#: ``compare(watched, host_inputs, attrs, results)``: raises where the results are wrong.
+#: ``compare(watched, host_args, kwargs, results)``: raises where the results are wrong;
+#: ``host_args`` are the node's inputs as host copies (None where omitted).
 Compare = Callable[["WatchedKernel", list[Any], dict[str, Any], list[Any]], None]
 
 
@@ -82,15 +83,17 @@ class WatchedKernel:
         backend = self.backend
         before = [(i, a, host_copy(backend, a)) for i, a in enumerate(args) if _is_tensor(a)]
         res = self.fn(*args, **kw)
-        out = kw.get("out")
-        if out is not None:  # a planned view may be a dying input's memory (inplace kernels)
-            before = [b for b in before if not _shares(b[1], out)]
         results = list(res) if type(res) is tuple or type(res) is list else [res]
+        out = kw.get("out")
+        # a planned out= view may be a dying input's memory (inplace kernels): not checked
+        kept = [b for b in before if out is None or not _shares(b[1], out)]
         try:
             self._check_results(results, [a for _, a, _ in before])
-            self._check_inputs(before)
+            self._check_inputs(kept)
             if self.compare is not None:
-                self.compare(self, [h for _, _, h in before], kw, results)
+                hosts = {i: h for i, _, h in before}
+                host_args = [hosts.get(i, a) for i, a in enumerate(args)][self.offset :]
+                self.compare(self, host_args, kw, results)
         except BaseException:
             if not backend.host_memory:
                 mine = [r for r in results if _is_tensor(r) and not any(r is a for a in args)]

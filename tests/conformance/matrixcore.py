@@ -31,6 +31,7 @@ BUGS = {
     "raising_kernel": "Gemm raises on a transposed B",
     "inaccurate_f16_gelu": "Gelu on float16 uses the x * sigmoid(1.702 x) approximation",
     "leak_1_output_layernorm": "LayerNormalization used for Y alone leaks its statistics",
+    "foreign_handle": "Transpose returns its driver's raw handle, not a Tensor",
 }
 
 
@@ -173,9 +174,17 @@ def layer_normalization(ctx, x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_t
     return put(y, x.dtype), stats[0], stats[1]
 
 
+class RawHandle:
+    """What a driver call returns before it is wrapped as a Tensor (a bug to return it)."""
+
+    def __init__(self, t: Tensor) -> None:
+        self.handle, self.shape, self.dtype = t.block, t.shape, t.dtype
+
+
 @KERNELS.register("Transpose", since=13, dtypes=FLOATS)
-def transpose(x: Tensor, *, perm=None) -> Tensor:
-    return put(np.transpose(x.view(), perm))
+def transpose(x: Tensor, *, perm=None) -> Tensor | RawHandle:
+    out = put(np.transpose(x.view(), perm))
+    return RawHandle(out) if CHIP.bug == "foreign_handle" else out
 
 
 @KERNELS.register("Reshape", since=14, dtypes=FLOATS)
