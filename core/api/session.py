@@ -130,7 +130,9 @@ class Session(Closable):
         keep = [d for d in self.devices if d not in self.unhealthy]
         factors = self.compiled.costs.factors if self.compiled.costs else {}
         with self._lock:
+            old = self.compiled
             self._use(self._compile_with(factors, devices=keep))
+            old.close()  # its graph-mode executables go back to their devices now
 
     def __repr__(self) -> str:
         return (

@@ -399,6 +399,12 @@ class Backend:
         """Return a device tensor's memory (called when the executor drops its last use)."""
 
     # -- graph mode ----------------------------------------------------------------------------
+    def release_compiled(self, compiled: CompiledGraph) -> None:
+        """Override in graph-mode backends: give back what ``compile`` put on the device for
+        ``compiled`` (weights, plans, code). Called once per executable, never while it runs:
+        when its session closes (or is collected), when a per-signature executable is evicted
+        from its LRU cache, or when a new placement replaces it."""
+
     def compile(self, graph: Graph) -> CompiledGraph:
         """Override in graph-mode backends: compile a partition into one executable."""
         raise DeviceError(f"backend {self.name!r} is not a graph-mode backend")

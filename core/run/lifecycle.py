@@ -48,8 +48,7 @@ class Closable:
             self._closed = True
             if self.feedback is not None:  # type: ignore[attr-defined]
                 self.feedback.stop("closed")  # type: ignore[attr-defined]
-            for sp in self.compiled.specialized.values():  # type: ignore[attr-defined]
-                sp.close()  # a compile still running would put an executable back
+            self.compiled.close()  # type: ignore[attr-defined]  # executables given back
             self.compiled = self.model = None
             self.partitions, self.copies = [], []
         gc.collect()  # executables and tensors in reference cycles go back now too
