@@ -1,5 +1,5 @@
 """The conformance kit on ``opencl`` in strict mode: every ONNX node case of the ops the models
-use runs on the device and passes (the whole kit, 385 cases in about 30 s on PoCL, is marked
+use runs on the device and passes (the whole kit, 406 cases in about 35 s on PoCL, is marked
 slow: `pytest -m slow tests/backends/opencl`, or `anychip conformance --device opencl --strict`).
 """
 
