@@ -23,6 +23,8 @@ __all__ = [
 
 PASS_ON_DEVICE = "PASS-ON-DEVICE"
 PASS_VIA_FALLBACK = "PASS-VIA-FALLBACK"
+#: Right outputs, and every claimed node that ran elsewhere was refused by a constraint the
+#: device declared on its claim (``core/plugin/claims.Constraint``): not a failure, even strict.
 REFUSED_AS_DECLARED = "REFUSED-AS-DECLARED"
 FAIL = "FAIL"
 CRASH = "CRASH"

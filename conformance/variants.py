@@ -145,8 +145,8 @@ def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
 
 def first_output_only(model: onnx.ModelProto, op: str) -> onnx.ModelProto | None:
     """``model`` with each node of ``op`` keeping its first output only, or None where no
-    such node has more than one, an omitted output is not optional in the schema, or
-    another node reads it."""
+    such node has more than one, an omitted output is not optional in the schema, another
+    node reads it, or onnx's checker (full type and shape inference) refuses the result."""
     g = model.graph
     nodes = [n for n in g.node if n.op_type == op]
     if not nodes or not all(len([o for o in n.output if o]) > 1 for n in nodes):
@@ -178,6 +178,10 @@ def first_output_only(model: onnx.ModelProto, op: str) -> onnx.ModelProto | None
     infos = [v for v in out.graph.value_info if v.name not in dropped]
     del out.graph.value_info[:]
     out.graph.value_info.extend(infos)
+    try:  # onnx's own rules: BatchNormalization in training mode needs all three outputs
+        onnx.checker.check_model(out, full_check=True)
+    except Exception:
+        return None
     return out
 
 

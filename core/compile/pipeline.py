@@ -104,7 +104,8 @@ class CompiledModel:
         self.folded = 0
         #: What the graph optimizations rewrote, by pass (the nodes they removed).
         self.optimizations: dict[str, int] = {}
-        self.steps: StepProgram | None = None
+        #: The run steps, set by ``compile_model`` before it returns (never None after).
+        self.steps: StepProgram
         self.check_kernels = True
         #: The cost model this placement was made with, and its estimate of one run.
         self.costs: Costs | None = None
@@ -288,9 +289,7 @@ def _compile_graph(
     """A graph-mode partition through the backend's compiler (and the disk cache); the reason
     it does not fit its device, or None once ``p.program`` is set."""
     try:
-        compiled, _ = compile_graph_cached(
-            backend, p.graph, _static_key(p.graph), _disk(copts), registry.schemas
-        )
+        compiled, _ = compile_graph_cached(backend, p.graph, _static_key(p.graph), _disk(copts))
     except OutOfMemoryError as e:
         if must_fit:
             raise
@@ -387,7 +386,6 @@ def _specialized(
         background=copts.background_compile,
         info=p.info,
         disk=_disk(copts),
-        schemas=registry.schemas,
     )
     p.info["shapes"] = "compiled per input signature"
     # With the background compile a static partition is compiled after its first run (which

@@ -101,10 +101,10 @@ def difference(got: np.ndarray, want: np.ndarray) -> str:
         wrong = got != want
         if not wrong.any():
             return ""
-        at = tuple(int(i) for i in np.argwhere(wrong)[0])
+        first = tuple(int(i) for i in np.argwhere(wrong)[0])
         return (
-            f"{int(wrong.sum())} of {want.size} element(s) differ, the first at {list(at)} "
-            f"(device {got[at]!r}, CPU {want[at]!r})"
+            f"{int(wrong.sum())} of {want.size} element(s) differ, the first at {list(first)} "
+            f"(device {got[first]!r}, CPU {want[first]!r})"
         )
     rtol, atol = tol
     g, c = got.astype(np.float64), want.astype(np.float64)

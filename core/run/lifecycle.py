@@ -12,9 +12,16 @@ it was at load (``bring_up.check_released``).
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anychip.errors import AnychipError
+
+if TYPE_CHECKING:
+    import threading
+
+    from anychip.core.compile.pipeline import CompiledModel
+    from anychip.core.run.feedback import Feedback
+    from anychip.ir.graph import Model
 
 __all__ = ["Closable", "check_open", "CLOSED"]
 
@@ -34,6 +41,13 @@ class Closable:
     """What ``Session`` gets for closing (a mixin: the session's lock and compiled model)."""
 
     _closed = False
+    # The session's (declared here for the type checker, set by ``Session``): what close drops.
+    _lock: threading.RLock
+    feedback: Feedback | None
+    compiled: CompiledModel
+    model: Model
+    partitions: list[Any]
+    copies: list[Any]
 
     @property
     def closed(self) -> bool:
@@ -42,14 +56,15 @@ class Closable:
 
     def close(self) -> None:
         """Release the session's device memory now; later calls do nothing."""
-        with self._lock:  # type: ignore[attr-defined]
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if self.feedback is not None:  # type: ignore[attr-defined]
-                self.feedback.stop("closed")  # type: ignore[attr-defined]
-            self.compiled.close()  # type: ignore[attr-defined]  # executables given back
-            self.compiled = self.model = None
+            if self.feedback is not None:
+                self.feedback.stop("closed")
+            self.compiled.close()  # its executables go back (Backend.release_compiled)
+            # A closed session refuses every use (check_open): None is never read as a model.
+            self.compiled = self.model = None  # type: ignore[assignment]
             self.partitions, self.copies = [], []
         gc.collect()  # executables and tensors in reference cycles go back now too
         before = getattr(self, "_memory_at_load", None)

@@ -103,11 +103,13 @@ class WatchedKernel:
 
     def output_name(self, i: int) -> str:
         outs = self.ins.node.outputs
-        return outs[i].name if i < len(outs) and outs[i] is not None else "?"
+        v = outs[i] if i < len(outs) else None
+        return v.name if v is not None else "?"
 
     def input_name(self, i: int) -> str:
         ins = self.ins.node.inputs
-        return ins[i].name if i < len(ins) and ins[i] is not None else "?"
+        v = ins[i] if i < len(ins) else None
+        return v.name if v is not None else "?"
 
     def _check_results(self, results: Sequence[Any], inputs: Sequence[Any]) -> None:
         backend = self.backend
