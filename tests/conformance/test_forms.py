@@ -125,3 +125,21 @@ def test_a_device_whose_claims_match_no_case_is_told_why():
     text = str(report)
     assert "it claims Relu, but no ONNX node case" in text and "claims no op" not in text
     assert "it claims no op" in str(KitReport("nochip"))
+
+
+def test_no_single_output_form_where_onnx_needs_every_output():
+    """BatchNormalization in training mode must give its running statistics (onnx's shape
+    inference says so): no single-output form; in inference mode there is nothing to drop."""
+    f = TensorProto.FLOAT
+    names = ["x", "s", "b", "m", "v"]
+    inputs = [helper.make_tensor_value_info("x", f, [2, 3, 4])]
+    inputs += [helper.make_tensor_value_info(n, f, [3]) for n in names[1:]]
+    outs = [helper.make_tensor_value_info("y", f, [2, 3, 4])]
+    outs += [helper.make_tensor_value_info(n, f, [3]) for n in ("rm", "rv")]
+    node = helper.make_node("BatchNormalization", names, ["y", "rm", "rv"], training_mode=1)
+    model = helper.make_model(
+        helper.make_graph([node], "g", inputs, outs),
+        opset_imports=[helper.make_opsetid("", 15)],
+    )
+    onnx.checker.check_model(model, full_check=True)
+    assert first_output_only(model, "BatchNormalization") is None
