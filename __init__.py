@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from anychip.core.report.render import set_provider as _set_views_provider
 from anychip.errors import (
     AnychipError,
+    BringUpError,
     DeviceError,
     GraphError,
     InputError,
@@ -107,6 +108,7 @@ __all__ = [
     "DeviceInfo",
     "hookimpl",
     "AnychipError",
+    "BringUpError",
     "DeviceError",
     "GraphError",
     "InputError",

@@ -16,6 +16,7 @@ __all__ = [
     "InputError",
     "PlacementError",
     "KernelError",
+    "BringUpError",
     "PluginError",
     "DeviceError",
     "OutOfMemoryError",
@@ -52,6 +53,13 @@ class PlacementError(AnychipError):
 
 class KernelError(AnychipError):
     """A kernel failed while running a node; the message carries the node's text and device."""
+
+
+class BringUpError(KernelError):
+    """A device kernel broke the contract the executor relies on, found by checking each call
+    (``load(..., bring_up=True)``, the conformance kit): it wrote into an input, returned a
+    host array or another device's handle, gave another answer than the CPU's kernel, or left
+    device memory behind. The message names the node, the op and the kernel as registered."""
 
 
 class PluginError(AnychipError):

@@ -1,5 +1,6 @@
-"""``anychip conformance --device X [--strict] [--ops A,B] [--json F]``: the kit on the
-command line. Exit status 0 when the verdict is PASS, 1 when it is FAIL, 2 on a usage error."""
+"""``anychip conformance --device X [--strict] [--ops A,B] [--json F] [--bring-up]``: the kit
+on the command line. Exit status 0 when the verdict is PASS, 1 when it is FAIL, 2 on a usage
+error."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ops", default=None, help="comma list of op types to run, e.g. Add,Relu")
     p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
     p.add_argument("--no-contract", action="store_true", help="skip the hook contract checks")
+    p.add_argument(
+        "--bring-up",
+        action="store_true",
+        help="each device node also compared with the CPU's kernel on the same inputs",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line")
 
 
@@ -52,6 +58,7 @@ def command(args: argparse.Namespace) -> int:
             ops=ops,
             contract=not args.no_contract,
             progress=bar or progress,
+            bring_up=args.bring_up,
         )
     if tty:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)

@@ -2,11 +2,11 @@
 
 anychip devices                         backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
-                  [--profile prof.html] [--json]
+                  [--profile prof.html] [--json] [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
 anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
 anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
-anychip conformance --device X [--strict] [--ops A,B] [--json F]   the backend kit
+anychip conformance --device X [--strict] [--ops A,B] [--json F] [--bring-up]   the backend kit
 anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json F]   side by side
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
@@ -79,6 +79,7 @@ def _cmd_claims(device: str, as_json: bool) -> int:
             "since": c.since,
             "until": c.until,
             "dtypes": sorted(d.short for d in c.dtypes) if c.dtypes is not None else None,
+            "constraints": [x.reason for x in c.constraints],
         }
         for c in sorted(claims_of(registry.backends[device]), key=lambda c: (c.op, c.since))
     ]
@@ -90,6 +91,8 @@ def _cmd_claims(device: str, as_json: bool) -> int:
         until = r["until"] if r["until"] is not None else "latest"
         dtypes = ",".join(r["dtypes"]) if r["dtypes"] else "any"
         print(f"  {r['domain']}::{r['op']:<24} opset {r['since']}..{until:<7} {dtypes}")
+        for reason in r["constraints"]:
+            print(f"      only where: {reason}")
     return 0
 
 
@@ -109,17 +112,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
-    if viz_commands.run_extras(args, sess, feeds, outs, times):
-        return 0  # --json
-    print(f"devices: {','.join(sess.devices)}")
-    for info, out in zip(sess.outputs, outs):
-        shape = list(np.shape(out))
-        print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
-    print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
-    if args.placement:
-        render(sess.placement())
-    if getattr(args, "memory", False) and hasattr(sess, "memory"):
-        render(sess.memory())
+    if not viz_commands.run_extras(args, sess, feeds, outs, times):  # --json prints there
+        for line in sess.placement().failures():  # a device that failed over comes first
+            print(line)
+        print(f"devices: {','.join(sess.devices)}")
+        for info, out in zip(sess.outputs, outs):
+            shape = list(np.shape(out))
+            print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
+        print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+        if args.placement:
+            render(sess.placement())
+        if getattr(args, "memory", False) and hasattr(sess, "memory"):
+            render(sess.memory())
+    if args.bring_up:
+        sess.close()  # checks the devices' memory is back (BringUpError otherwise)
     return 0
 
 
@@ -127,6 +133,8 @@ def _load(args: argparse.Namespace, **options: object) -> object:
     """The session ``run`` and ``partition`` share: model, devices, strict, policy."""
     import anychip
 
+    if getattr(args, "bring_up", False):
+        options["bring_up"] = True
     return anychip.load(
         args.model,
         devices=args.devices,
@@ -286,6 +294,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
+    run.add_argument(
+        "--bring-up",
+        action="store_true",
+        help="no failover; every device kernel checked and compared with the CPU's, device "
+        "memory checked at the end (slow: for a new device)",
+    )
     viz_commands.add_arguments(sub, run, part)
     demo = sub.add_parser("demo", help="run a light model (ResNet-50) on every available device")
     demo.add_argument(

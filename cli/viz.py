@@ -100,6 +100,7 @@ def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, tim
         ],
         "best_ms": min(times) * 1e3,
         "runs": len(times),
+        "device_failures": sess.placement().failures(),
     }
     if args.placement:
         result["placement"] = sess.placement().to_dict()

@@ -6,12 +6,13 @@
     assert report.ok
 
 It runs every bundled ONNX node case (from the installed onnx package) with a node the device
-claims, labels each PASS-ON-DEVICE, REFUSED-AS-DECLARED (refused by a constraint the device
-declared on its claim), PASS-VIA-FALLBACK, FAIL (with the largest error) or CRASH
-(``kit.py``), and checks the hooks' contract: byte-exact copies of every claimed dtype in odd
-shapes, memory that returns to where it started, claims backed by kernels (``contract.py``).
-``--strict`` makes any fallback of a claimed op a failure. The pytest plugin
-(``pytest --anychip-device=mychip``) runs the same checks as test items.
+claims, labels each PASS-ON-DEVICE, REFUSED-AS-DECLARED (outside a constraint the device
+declared), PASS-VIA-FALLBACK, FAIL (with the largest error) or CRASH (``kit.py``), and checks
+the hooks' contract: byte-exact copies of every claimed dtype in odd shapes, memory that
+returns to where it started, claims backed by kernels (``contract.py``). ``--strict`` makes
+any fallback of a claimed op that the device did not declare a failure; ``verdict`` is the
+one rule the CLI and the pytest plugin (``pytest --anychip-device=mychip``, the same checks as
+test items) apply.
 """
 
 from anychip.conformance.kit import run_kit
@@ -25,6 +26,7 @@ from anychip.conformance.report import (
     CaseResult,
     ContractResult,
     KitReport,
+    verdict,
 )
 from anychip.core.plugin.claims import OpClaim, claims_of
 
@@ -41,4 +43,5 @@ __all__ = [
     "FAIL",
     "CRASH",
     "SKIP",
+    "verdict",
 ]

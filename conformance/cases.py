@@ -229,7 +229,7 @@ def max_error(got: list[Any], want: list[Any], rtol: float, atol: float) -> tupl
         assert_outputs_close(got, want, rtol, atol)
         ok, why = True, ""
     except AssertionError as e:
-        ok, why = False, " ".join(str(e).split())[:300]
+        ok, why = False, " ".join(str(e).split())
     return ok, _largest_diff(got, want), why
 
 

@@ -1,11 +1,14 @@
 """The conformance kit as a pytest plugin (entry point ``pytest11``, installed with anychip).
 
     pytest --anychip-device=mychip [--anychip-strict] [--anychip-ops=Add,Relu]
+           [--anychip-bring-up]
 
 adds one test item per ONNX node case the device claims (named after the case, e.g.
 ``anychip[mychip]::test_add_bcast``) and one per contract check, next to the project's own
-tests. A case passes on the device; a fallback passes with a warning unless strict; FAIL and
-CRASH fail with the kit's detail; SKIP skips with the reason (the CPU fails that case too).
+tests. Each item is judged by ``report.verdict``, the rule ``anychip conformance`` applies: a
+case passes on the device or refused by a constraint the device declared; a fallback it did
+not declare passes with a warning unless strict; FAIL and CRASH fail with the kit's detail;
+SKIP skips with the reason (the CPU fails that case too).
 Without ``--anychip-device`` the plugin adds nothing and imports nothing of anychip.
 """
 
@@ -26,6 +29,12 @@ def pytest_addoption(parser: Any) -> None:
         "--anychip-strict", action="store_true", help="a fallback of a claimed op fails"
     )
     group.addoption("--anychip-ops", default=None, help="only these op types (comma list)")
+    group.addoption(
+        "--anychip-bring-up",
+        action="store_true",
+        help="each device node also compared with the CPU's kernel (anychip conformance "
+        "--bring-up)",
+    )
 
 
 class KitFailure(Exception):
@@ -35,22 +44,27 @@ class KitFailure(Exception):
 class KitCaseItem(pytest.Item):
     """One ONNX node case on the device under test."""
 
-    def __init__(self, *, case: Any, device: str, ops: list[str], strict: bool, **kw: Any):
+    def __init__(
+        self, *, case: Any, device: str, ops: list[str], strict: bool, bring_up: bool, **kw: Any
+    ):
         super().__init__(**kw)
         self.case, self.device, self.ops, self.strict = case, device, ops, strict
+        self.bring_up = bring_up
 
     def runtest(self) -> None:
         from anychip.conformance.kit import _quiet, run_case_on
-        from anychip.conformance.report import PASS_VIA_FALLBACK, SKIP
+        from anychip.conformance.report import verdict
 
         with _quiet():
-            result = run_case_on(self.case, self.device, self.ops)
-        if result.status == SKIP:
+            result = run_case_on(self.case, self.device, self.ops, bring_up=self.bring_up)
+        self.user_properties.append(("anychip_status", result.status))
+        judged = verdict(result.status, self.strict)  # the rule KitReport.ok applies
+        if judged == "skip":
             pytest.skip(result.detail)
-        if result.failed(self.strict):
+        if judged == "fail":
             err = f" max|err|={result.max_error:.3g}" if result.max_error else ""
             raise KitFailure(f"{result.status}{err}: {result.detail}")
-        if result.status == PASS_VIA_FALLBACK:
+        if judged == "warn":
             warnings.warn(f"{self.case.name}: {result.detail}", stacklevel=1)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str:
@@ -101,15 +115,16 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
     ops = [o.strip() for o in raw.split(",") if o.strip()] if raw else None
     backend = _backend(device)
     claims = claims_of(backend)
-    for case, _model, case_ops in claimed_cases(claims, ops, backend.device.dtypes):
+    for case in claimed_cases(claims, ops, backend.device.dtypes):
         items.append(
             KitCaseItem.from_parent(
                 session,
                 name=f"anychip[{device}]::{case.name}",
                 case=case,
                 device=device,
-                ops=case_ops,
+                ops=list(case.ops),
                 strict=strict,
+                bring_up=bool(config.getoption("anychip_bring_up")),
             )
         )
     for check in contract_checks(backend, claims):

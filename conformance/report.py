@@ -18,6 +18,7 @@ __all__ = [
     "CaseResult",
     "ContractResult",
     "KitReport",
+    "verdict",
 ]
 
 PASS_ON_DEVICE = "PASS-ON-DEVICE"
@@ -29,6 +30,25 @@ FAIL = "FAIL"
 CRASH = "CRASH"
 SKIP = "SKIP"
 STATUSES = (PASS_ON_DEVICE, REFUSED_AS_DECLARED, PASS_VIA_FALLBACK, FAIL, CRASH, SKIP)
+
+
+def verdict(status: str, strict: bool) -> str:
+    """What a case's label means for the kit: ``"pass"``, ``"warn"`` (a fallback the device
+    did not declare, allowed unless strict), ``"fail"`` or ``"skip"``. The one rule the CLI
+    (``KitReport.ok``) and the pytest plugin (``KitCaseItem``) both apply.
+
+    A case refused by a constraint the device declared (``REFUSED-AS-DECLARED``: right
+    outputs, the refused nodes on the CPU with the declared reason) passes, in strict mode
+    too: the device said so before the case ran. A refusal or fallback it did not declare
+    fails in strict mode.
+    """
+    if status in (PASS_ON_DEVICE, REFUSED_AS_DECLARED):
+        return "pass"
+    if status == PASS_VIA_FALLBACK:
+        return "fail" if strict else "warn"
+    if status == SKIP:
+        return "skip"
+    return "fail"
 
 
 @dataclass
@@ -43,10 +63,14 @@ class CaseResult:
     nodes_on_device: int = 0
     nodes: int = 0
     seconds: float = 0.0
+    #: What the kit changed to run the case (``variants.KitCase.note``): inputs fed as
+    #: constants, a single-output form, a float16/bfloat16 form.
+    note: str = ""
 
     def failed(self, strict: bool) -> bool:
-        """Whether this result fails the kit (a fallback fails only in strict mode)."""
-        return self.status in (FAIL, CRASH) or (strict and self.status == PASS_VIA_FALLBACK)
+        """Whether this result fails the kit (``verdict``: a fallback the device did not
+        declare fails only in strict mode)."""
+        return verdict(self.status, strict) == "fail"
 
 
 @dataclass
@@ -114,6 +138,19 @@ class KitReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
+    def _nothing_ran(self) -> str:
+        if not self.claims:
+            return f"no case ran on {self.device}: it claims no op"
+        ops = sorted({c.op for c in self.claims})
+        if self.results:
+            return f"no case ran on {self.device}: the CPU fails every case it selected"
+        shown = ", ".join(ops[:12]) + (f" and {len(ops) - 12} more" if len(ops) > 12 else "")
+        return (
+            f"no case ran on {self.device}: it claims {shown}, but no ONNX node case of "
+            "those ops has the claimed opset and dtypes (see `anychip devices --ops "
+            f"{self.device}`)"
+        )
+
     def __str__(self) -> str:
         counts = self.counts()
         mode = "strict" if self.strict else "fallback allowed"
@@ -126,15 +163,48 @@ class KitReport:
         for c in self.contract:
             if not c.ok:
                 lines.append(f"contract FAILED {c.name}: {c.detail}")
+        declared = Counter(
+            f"{r.op}: {_declared_reason(r.detail)}"
+            for r in self.results
+            if r.status == REFUSED_AS_DECLARED
+        )
+        for what, n in sorted(declared.items()):
+            lines.append(f"refused as declared, {n} case(s) of {what}")
+        fed = Counter(
+            r.note.split(" fed as constants: ")[1].split(";")[0]
+            for r in self.results
+            if " fed as constants: " in r.note
+        )
+        for why, n in sorted(fed.items()):
+            ops = sorted({r.op for r in self.results if why in r.note})
+            lines.append(
+                f"{n} case(s) of {', '.join(ops)} ran with inputs fed as constants ({why})"
+            )
         for r in self.failures[:50]:
             err = f" max|err|={r.max_error:.3g}" if r.status == FAIL else ""
-            lines.append(f"{r.status} {r.case} ({r.op}){err}: {r.detail}")
+            lines.append(f"{r.status} {r.case} ({r.op}){err}: {_cut(r.detail)}")
         if len(self.failures) > 50:
             lines.append(f"... and {len(self.failures) - 50} more (--json has them all)")
         if not any(r.status != SKIP for r in self.results):
-            lines.append(f"no case ran on {self.device}: it claims no op of the ONNX node cases")
+            lines.append(self._nothing_ran())
         lines.append("verdict: " + ("PASS" if self.ok else "FAIL"))
         return "\n".join(lines)
+
+
+#: Characters of a detail the text summary shows; ``to_json`` keeps every detail whole.
+SHOWN = 600
+
+
+def _cut(detail: str) -> str:
+    if len(detail) <= SHOWN:
+        return detail
+    return detail[:SHOWN] + f"... ({len(detail)} characters, --json has them all)"
+
+
+def _declared_reason(detail: str) -> str:
+    """The constraint a refused-as-declared case's detail names (its first)."""
+    _, _, reason = detail.partition("declared constraint")
+    return reason.lstrip(": ").split(";")[0] or detail
 
 
 def _finite(d: dict[str, Any]) -> dict[str, Any]:

@@ -100,6 +100,28 @@ def _not_causal_fp16(node: Node) -> bool:
     return not (node.attr("is_causal", 0) and q is not None and q.dtype == DType.FLOAT16)
 
 
+def _present_read_with_past(node: Node) -> bool:
+    """past_key given: present_key and present_value are outputs of the node."""
+    if _present(node, 4) is None:
+        return True
+    outs = node.outputs
+    return len(outs) > 2 and outs[1] is not None and outs[2] is not None
+
+
+_LOW_FLOATS = {DType.FLOAT16, DType.BFLOAT16}
+
+
+def _no_low_float_reduction(node: Node) -> bool:
+    data = node.inputs[0] if node.inputs else None
+    reduction = node.attr("reduction", "none") or "none"
+    return reduction == "none" or data is None or data.dtype not in _LOW_FLOATS
+
+
+_SCATTER = Constraint(
+    "no reduction on float16 or bfloat16 (onnxruntime's CPU kernels refuse it)",
+    _no_low_float_reduction,
+)
+
 _SUB_BYTE_INTS = {DType.INT4, DType.UINT4, DType.INT2, DType.UINT2}
 
 
@@ -182,7 +204,14 @@ _CPU: dict[tuple[str, str], tuple[Constraint, ...]] = {
             "float16 causal attention (onnxruntime rounds it beyond ONNX's tolerance)",
             _not_causal_fp16,
         ),
+        Constraint(
+            "present_key and present_value read where past_key is given (onnxruntime "
+            "requires them)",
+            _present_read_with_past,
+        ),
     ),
+    ("", "ScatterElements"): (_SCATTER,),
+    ("", "ScatterND"): (_SCATTER,),
     ("", "Cast"): (_SATURATE,),
     ("", "CastLike"): (_SATURATE,),
     ("", "StringNormalizer"): (

@@ -48,7 +48,12 @@ class SessionOptions:
         check_kernels: check each kernel's outputs against the declared dtype and shape
             inference; a mismatch is a ``KernelError`` naming the kernel.
         failover: a device failing in a run is marked unhealthy and the request re-run on the
-            others (never with ``strict``).
+            others (never with ``strict``); the placement report's first line says so.
+        bring_up: for a new device's first days (``core/run/bring_up.py``): failover off,
+            kernel outputs checked, each device kernel watched (inputs unchanged, results its
+            own tensors) and compared with the CPU's kernel on the same inputs (the first node
+            that differs raises ``BringUpError`` with its op, kernel and largest error), and the
+            device's memory checked at ``close()``. Slow: never for production runs.
     """
 
     placement: dict[str, str] | None = None
@@ -66,6 +71,7 @@ class SessionOptions:
     max_load_bytes: int | None = None
     check_kernels: bool = True
     failover: bool = True
+    bring_up: bool = False
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

@@ -27,6 +27,7 @@ from anychip.core.progress import task
 from anychip.core.report.memory import MemoryReport, memory_report
 from anychip.core.report.placement import PlacementReport, log_fallbacks, placement_report
 from anychip.core.report.profile import Profile, profile_session
+from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
 from anychip.core.run.lifecycle import Closable
@@ -65,8 +66,12 @@ class Session(Closable):
             devs = [b for b in backends if devices is None or b.name in devices]
             return compile_model(model, devs, opts, registry, copts)
 
-        #: Devices a run found failing, with the error (``core/run/failover.py``).
+        #: Devices a run found failing, with the error (``core/run/failover.py``), and the
+        #: nodes each ran before it failed.
         self.unhealthy: dict[str, str] = {}
+        self.failed_over: dict[str, list[str]] = {}
+        #: Bring-up: each own-memory device's bytes in use before loading, checked at close().
+        self._memory_at_load = memory_in_use(backends) if copts.bring_up else None
         self._compile_with = compile_with if len(devices) > 1 else None
         self.devices, self.options = devices, options
         self._use(compile_with(options.factors))
@@ -125,7 +130,9 @@ class Session(Closable):
         keep = [d for d in self.devices if d not in self.unhealthy]
         factors = self.compiled.costs.factors if self.compiled.costs else {}
         with self._lock:
+            old = self.compiled
             self._use(self._compile_with(factors, devices=keep))
+            old.close()  # its graph-mode executables go back to their devices now
 
     def __repr__(self) -> str:
         return (
@@ -163,14 +170,15 @@ def load(
         opt.placement, opt.strict, opt.max_copies, opt.cost_model, opt.max_copy_bytes
     )
     opts.calibration = resolve_calibration_mode(opt.calibration)
-    opts.failover = opt.failover
+    opts.failover = opt.failover and not opt.bring_up  # bring-up hides nothing
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(
         opt.plan_cache_size,
         opt.optimize,
-        opt.check_kernels,
+        opt.check_kernels or opt.bring_up,
         opt.compile_cache_size,
-        opt.background_compile,
+        False if opt.bring_up else opt.background_compile,  # the device runs from the start
+        bring_up=opt.bring_up,
     )
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
-from anychip.core.compile.specialize import SpecializedPartition
+from anychip.core.compile.specialize import SpecializedPartition, release_executables
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
@@ -65,6 +66,9 @@ class CompileOptions:
     check_kernels: bool = True
     compile_cache_size: int = 8
     background_compile: bool | None = True
+    #: Bring-up (``core/run/bring_up.py``): every device kernel watched and compared with the
+    #: CPU's on the same inputs.
+    bring_up: bool = False
     #: Compiled artifacts of graph-mode backends that opt in, on disk (``core/compile/cache.py``);
     #: off with ``ANYCHIP_COMPILE_CACHE=0``.
     disk_cache: bool = field(
@@ -110,6 +114,20 @@ class CompiledModel:
         self.replaced = ""
         #: Partitions of static-shape devices compiled per input signature, by index.
         self.specialized: dict[int, SpecializedPartition] = {}
+        #: Bring-up: each watched partition's comparison with the CPU (``bring_up.py``).
+        self.bring_up: dict[int, Any] = {}
+        #: Graph-mode executables of this placement, ``(backend, CompiledGraph)``: held as long
+        #: as the placement, and given back to their backend (``Backend.release_compiled``)
+        #: by ``release()`` or when the placement is collected.
+        self.executables: list[tuple[Any, Any]] = []
+        self.release = weakref.finalize(self, release_executables, self.executables)
+
+    def close(self) -> None:
+        """Stop its background compiles and give every executable back now (a session's
+        ``close()``, a re-placement); later calls do nothing more."""
+        for sp in self.specialized.values():
+            sp.close()  # a compile still running would put an executable back
+        self.release()
 
 
 def compile_model(
@@ -237,6 +255,8 @@ def _compile_partitions(
     run again without that device for their nodes (all of them are excluded at once)."""
     by_name = {b.name: b for b in out.backends}
     last = out.backends[-1].name
+    out.release()  # a placement tried before: its executables go back
+    out.release = weakref.finalize(out, release_executables, out.executables)
     out.load_copies, out.part_memory, out.specialized = [], {}, {}
     retry = False
     with task("compiling partitions", len(out.partitions)) as advance:
@@ -250,7 +270,7 @@ def _compile_partitions(
                 continue
             must_fit = options.strict or p.device == last
             if backend.graph_mode:
-                why = _compile_graph(p, backend, registry, copts, must_fit)
+                why = _compile_graph(p, backend, registry, copts, must_fit, out.executables)
             else:
                 why = _compile_kernels(out, p, backend, registry, tables, copts, must_fit)
             if why is not None:
@@ -264,7 +284,7 @@ def _compile_partitions(
 
 
 def _compile_graph(
-    p: Any, backend: Any, registry: Any, copts: CompileOptions, must_fit: bool
+    p: Any, backend: Any, registry: Any, copts: CompileOptions, must_fit: bool, held: list
 ) -> str | None:
     """A graph-mode partition through the backend's compiler (and the disk cache); the reason
     it does not fit its device, or None once ``p.program`` is set."""
@@ -283,6 +303,7 @@ def _compile_graph(
         return _failed(p, "compile", e, must_fit)
     p.program = compiled.run
     p.info.update(compiled.info)
+    held.append((backend, compiled))  # the placement holds it: Backend.release_compiled
     return None
 
 
@@ -329,6 +350,12 @@ def _compile_kernels(
             )
         return why
     out.part_memory[p.index] = pm
+    if copts.bring_up and p.device != HOST:
+        from anychip.core.run.bring_up import bring_up_program
+
+        ref = bring_up_program(program, registry.kernel_table(HOST))
+        p.info["bring-up"] = "every kernel watched and compared with the CPU's"
+        out.bring_up[p.index] = ref
     p.program = backend.runner(p, pm)
     return None
 

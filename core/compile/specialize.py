@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,27 @@ log = logging.getLogger("anychip")
 def signature(tensors: Sequence[Any]) -> tuple:
     """The key of a run: each input's shape and dtype."""
     return tuple((tuple(t.shape), str(np.dtype(t.dtype))) for t in tensors)
+
+
+def release_executables(executables: list[tuple[Any, Any]]) -> None:
+    """Give each ``(backend, CompiledGraph)`` back to its backend
+    (``Backend.release_compiled``), once; one that raises is logged (this runs at close and
+    from the collector, where nothing may escape)."""
+    while executables:
+        backend, compiled = executables.pop()
+        try:
+            backend.release_compiled(compiled)
+        except Exception as e:
+            log.warning(
+                "anychip: %s.release_compiled raised %s: %s", backend.name, type(e).__name__, e
+            )
+
+
+def _release_all(backend: Any, executables: dict[tuple, Any], evicted: list) -> None:
+    held = list(evicted) + [(backend, c) for c in executables.values()]
+    evicted.clear()
+    executables.clear()
+    release_executables(held)
 
 
 def concrete_graph(graph: Graph, shapes: dict[str, tuple[int, ...]]) -> Graph:
@@ -102,6 +124,14 @@ class SpecializedPartition:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._deferred: list[threading.Thread] = []
+        #: The ``CompiledGraph`` behind each cached run, and those evicted since the last run
+        #: (given back to the backend by the next run: never while one runs), then all of them
+        #: at ``close()`` or when the partition is collected (``Backend.release_compiled``).
+        self.executables: dict[tuple, Any] = {}
+        self._evicted: list[tuple[Any, Any]] = []
+        self.release = weakref.finalize(
+            self, _release_all, backend, self.executables, self._evicted
+        )
 
     def _bucket_plan(self, rules: Any) -> Any:
         """The bucketing plan of this partition, or None (with why in the info)."""
@@ -149,6 +179,10 @@ class SpecializedPartition:
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         key = signature(inputs)
+        if self._evicted:  # runs are serialised: none of them is running now
+            with self._lock:
+                evicted, self._evicted[:] = list(self._evicted), []
+            release_executables(evicted)
         with self._lock:
             run = self.cache.get(key)
             if run is not None:
@@ -260,11 +294,14 @@ class SpecializedPartition:
         with self._lock:
             self.pending.discard(key)
             self.cache[key] = compiled.run
+            self.executables[key] = compiled
             self.cache.move_to_end(key)
             self.stats["disk_hits" if from_disk else "compiles"] += 1
             self.compile_seconds += elapsed
             while len(self.cache) > self.cache_size:
-                self.cache.popitem(last=False)
+                old, _ = self.cache.popitem(last=False)
+                if old in self.executables:
+                    self._evicted.append((self.backend, self.executables.pop(old)))
                 self.stats["evictions"] += 1
             self.info.update(compiled.info)
             self.info["compiles"] = self.stats["compiles"]
@@ -290,6 +327,7 @@ class SpecializedPartition:
         self._threads.clear()
         with self._lock:
             self.cache.clear()
+        self.release()
 
     def _digest(self) -> str:
         """The symbolic partition graph's digest, computed once (it keys disk artifacts)."""

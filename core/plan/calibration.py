@@ -34,7 +34,9 @@ time a placement prices it on a device, and cached with the rest.
 Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
 ``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
 A file with another key is never read; a corrupt one is measured again and replaced.
-``anychip calibrate [--device X] [--clear]`` runs or clears it.
+``anychip calibrate [--device X] [--clear]`` runs or clears it. A load never waits for a
+calibration (``calibrations``): a device with none here is placed on its declared figures and
+measured in a background thread for the loads that follow.
 """
 
 from __future__ import annotations
@@ -372,12 +374,22 @@ def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None
 
 
 def calibrations(backends: list[Any], mode: str) -> dict[str, Calibration]:
-    """The calibration of each backend under ``mode`` (see ``resolve_calibration_mode``)."""
+    """The calibration of each backend under ``mode`` (see ``resolve_calibration_mode``).
+
+    A load never waits for a measurement: under ``"auto"`` a device with no calibration here
+    (a new device, a new machine) is placed on its declared figures and measured in a
+    background thread (``calibration_background.py``) for the loads after it; one measured
+    under more load than now keeps its figures meanwhile. ``anychip calibrate`` measures at
+    once."""
     if mode == "off":
         return {}
     found = {}
     for b in backends:
-        cal = calibration_for(b, measure=mode == "auto")
+        cal = load_calibration(b)
+        if mode == "auto" and (cal is None or _quieter_now(cal)) and b.available()[0]:
+            from anychip.core.plan.calibration_background import measure_in_background
+
+            measure_in_background(b, cal)
         if cal is not None:
             found[b.name] = cal
     return found
@@ -418,10 +430,13 @@ def _quieter_now(cal: Calibration) -> bool:
     return now is not None and cal.load > now + LOAD_STEP
 
 
-def calibrate(backend: Any, *, repeat: int = 5, since: Calibration | None = None) -> Calibration:
-    """Measure ``backend`` now (about a second or two), cache and return the figures.
-    ``since``: an earlier calibration taken under more load; each of its points is kept where
-    it is faster than the new one (load only adds time), its per-op and per-chain points too."""
+def calibrate(
+    backend: Any, *, repeat: int = 5, since: Calibration | None = None, save: bool = True
+) -> Calibration:
+    """Measure ``backend`` now (about a second or two), cache (unless ``save`` is False) and
+    return the figures. ``since``: an earlier calibration taken under more load; each of its
+    points is kept where it is faster than the new one (load only adds time), its per-op and
+    per-chain points too."""
     from anychip.core.plan.calibration_probes import measure_class, measure_link
 
     t0 = time.perf_counter()
@@ -440,7 +455,8 @@ def calibrate(backend: Any, *, repeat: int = 5, since: Calibration | None = None
     if not backend.host_memory:
         cal.link = measure_link(backend, repeat)
     cal.seconds = time.perf_counter() - t0
-    _save(backend, cal)
+    if save:
+        _save(backend, cal)
     return cal
 
 

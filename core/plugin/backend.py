@@ -346,10 +346,10 @@ class Backend:
 
         Checks, in order: the dtypes the device computes (constant inputs such as shapes are
         read at compile time and do not count), a kernel for the node's op, version and dtype
-        in ``table`` (default: ``self.kernels``; graph-mode backends have none), the
-        constraints declared on the claim covering the node (``claims()``:
-        ``core/plugin/claims.Constraint``), then ``check_node``. Placement asks this of every
-        device for every node.
+        in ``table`` (default: ``self.kernels``; graph-mode backends have none) and the
+        constraints declared on that kernel, the constraints declared on the claim covering
+        the node (``claims()``: ``core/plugin/claims.Constraint``), then ``check_node``.
+        Placement asks this of every device for every node.
         """
         for v in list(node.inputs) + list(node.outputs):
             if v is None or v.const is not None or not v.is_tensor or not v.dtype:
@@ -360,6 +360,11 @@ class Backend:
             kernel, why = find_kernel(table if table is not None else self.kernels, node)
             if kernel is None:
                 return why
+            if kernel.constraints:  # declared on the kernel: KernelTable.register(constraints=)
+                from anychip.core.plugin.claims import first_refusal
+
+                if (declared := first_refusal(kernel.constraints, node)) is not None:
+                    return declared
         if (stated := self._stated_claims()) is not None:
             from anychip.core.plugin.claims import declared_refusal
 
@@ -436,6 +441,12 @@ class Backend:
         """Return a device tensor's memory (called when the executor drops its last use)."""
 
     # -- graph mode ----------------------------------------------------------------------------
+    def release_compiled(self, compiled: CompiledGraph) -> None:
+        """Override in graph-mode backends: give back what ``compile`` put on the device for
+        ``compiled`` (weights, plans, code). Called once per executable, never while it runs:
+        when its session closes (or is collected), when a per-signature executable is evicted
+        from its LRU cache, or when a new placement replaces it."""
+
     def compile(self, graph: Graph) -> CompiledGraph:
         """Override in graph-mode backends: compile a partition into one executable."""
         raise DeviceError(f"backend {self.name!r} is not a graph-mode backend")

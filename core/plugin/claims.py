@@ -17,7 +17,14 @@ from anychip.ir.dtypes import ALL_TYPES, DType
 if TYPE_CHECKING:
     from anychip.ir.node import Node
 
-__all__ = ["Constraint", "OpClaim", "claims_of", "claim_for", "declared_refusal"]
+__all__ = [
+    "Constraint",
+    "OpClaim",
+    "claims_of",
+    "claim_for",
+    "declared_refusal",
+    "first_refusal",
+]
 
 
 @dataclass(frozen=True)
@@ -65,14 +72,7 @@ class OpClaim:
 
     def refusal(self, node: Node) -> str | None:
         """The first declared constraint ``node`` does not meet, as a reason, or None."""
-        for c in self.constraints:
-            try:
-                ok = c.holds(node)
-            except Exception as e:  # a constraint that cannot decide refuses, saying why
-                return f"declared constraint {c.reason!r} could not be checked: {e}"
-            if not ok:
-                return f"declared constraint: {c.reason}"
-        return None
+        return first_refusal(self.constraints, node)
 
     def covers(self, domain: str, op: str, version: int, dtype: DType | None) -> bool:
         """Whether a node of ``domain::op`` at opset ``version`` with input dtype ``dtype``
@@ -82,6 +82,23 @@ class OpClaim:
         if version < self.since or (self.until is not None and version > self.until):
             return False
         return self.dtypes is None or dtype is None or dtype in self.dtypes
+
+
+#: How every refusal by a declared constraint starts (placement reasons, the kit's details).
+DECLARED = "declared constraint"
+
+
+def first_refusal(constraints: tuple[Constraint, ...], node: Node) -> str | None:
+    """The first of ``constraints`` that ``node`` does not meet, as a placement reason
+    (``declared constraint: ...``), or None when all hold."""
+    for c in constraints:
+        try:
+            ok = c.holds(node)
+        except Exception as e:  # a constraint that cannot decide refuses, saying why
+            return f"{DECLARED} {c.reason!r} could not be checked: {e}"
+        if not ok:
+            return f"{DECLARED}: {c.reason}"
+    return None
 
 
 def _domain(domain: str) -> str:
@@ -98,12 +115,21 @@ def claims_of(backend: Any) -> list[OpClaim]:
     if table is None:
         return []
     device_dtypes = backend.device.dtypes
+    sinces: dict[tuple[str, str], set[int]] = {}
+    for k in table:
+        sinces.setdefault((k.domain, k.op_type), set()).add(k.since)
     out = []
     for k in table:
         dtypes = k.dtypes
         if device_dtypes != ALL_TYPES:
             dtypes = (dtypes or device_dtypes) & device_dtypes
-        out.append(OpClaim(k.domain, k.op_type, k.since, k.until, dtypes, k.dtype_input))
+        until = k.until
+        if until is None:  # a kernel serves up to the op's next registration (onnxruntime's rule)
+            later = [s for s in sinces[(k.domain, k.op_type)] if s > k.since]
+            until = min(later) - 1 if later else None
+        out.append(
+            OpClaim(k.domain, k.op_type, k.since, until, dtypes, k.dtype_input, k.constraints)
+        )
     return out
 
 

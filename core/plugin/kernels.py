@@ -52,6 +52,7 @@ class Kernel:
         "backend",
         "inplace",
         "alias",
+        "constraints",
     )
 
     def __init__(
@@ -69,6 +70,7 @@ class Kernel:
         *,
         inplace: bool = False,
         alias: bool = False,
+        constraints: tuple[Any, ...] = (),
     ) -> None:
         self.op_type = op_type
         self.domain = domain
@@ -86,6 +88,17 @@ class Kernel:
         #: The output is a view of the first input (Reshape, Identity...): the planner keeps the
         #: viewed tensor alive as long as the view.
         self.alias = alias
+        #: Conditions the device needs beyond op, version and dtype (``claims.Constraint``:
+        #: "Softmax on the last axis only"), carried into the claims derived from the table.
+        self.constraints = tuple(constraints)
+
+    @property
+    def name(self) -> str:
+        """The kernel as registered: ``backend:domain::Op since N (module.function)``, what
+        errors name (a closure's own ``__qualname__`` says little)."""
+        op = f"{self.domain}::{self.op_type}" if self.domain else self.op_type
+        fn = f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}"
+        return f"{self.backend}:{op} since {self.since} ({fn})"
 
     def serves(self, version: int) -> bool:
         return self.since <= version and (self.until is None or version <= self.until)
@@ -130,12 +143,16 @@ class KernelTable:
         reference: bool = False,
         inplace: bool = False,
         alias: bool = False,
+        constraints: Iterable[Any] = (),
     ) -> Callable[[F], F]:
         """Decorator: register the function as the kernel of ``op_type`` (or several ops).
 
         ``inplace=True``: output element ``i`` reads only input element ``i`` (element-wise),
         so the output may take the first input's memory. ``alias=True``: the output is a view
         of the first input. Both are facts the memory planner reads from the kernel.
+        ``constraints``: ``core/plugin/claims.Constraint`` objects the node must meet
+        (``Constraint.last_axis()``); placement refuses a node that does not, naming the
+        constraint, and the conformance kit counts such a case as refused-as-declared.
         """
         names = [op_type] if isinstance(op_type, str) else list(op_type)
         dts = frozenset(dtypes) if dtypes is not None else None
@@ -156,6 +173,7 @@ class KernelTable:
                         self.backend,
                         inplace=inplace,
                         alias=alias,
+                        constraints=tuple(constraints),
                     )
                 )
             return fn

@@ -84,6 +84,8 @@ class PlacementReport(Rendered):
         self.decision = ""
         #: Devices a run found failing, with the error; the placement no longer uses them.
         self.unhealthy: dict[str, str] = {}
+        #: The nodes each failed device ran before it failed (they now run elsewhere).
+        self.failed_over: dict[str, list[str]] = {}
 
     @property
     def copy_count(self) -> int:
@@ -106,8 +108,8 @@ class PlacementReport(Rendered):
     def summary(self) -> dict[str, int]:
         """Nodes by why they are where they are: ``chosen`` (their first capable device),
         ``fallback`` (the preferred devices cannot run them), ``cost`` (the cost model or the
-        policy moved them), ``pinned``."""
-        out = {"chosen": 0, "fallback": 0, "cost": 0, "pinned": 0}
+        policy moved them), ``pinned``, ``failover`` (their device failed during a run)."""
+        out = {"chosen": 0, "fallback": 0, "cost": 0, "pinned": 0, "failover": 0}
         for n in self.nodes:
             key = n.reason.split(":", 1)[0].split(" (", 1)[0]
             key = {"fewest copies": "cost", "shape computation": "cost"}.get(key, key)
@@ -150,10 +152,22 @@ class PlacementReport(Rendered):
             "copy_bytes": self.copy_bytes,
             "decision": self.decision,
             "unhealthy": dict(self.unhealthy),
+            "failed_over": {d: list(n) for d, n in self.failed_over.items()},
         }
 
+    def failures(self) -> list[str]:
+        """One line per device that failed during a run: what failed, and where its nodes
+        run now (the first lines of the text form; ``anychip run`` prints them first)."""
+        out = []
+        for d, why in self.unhealthy.items():
+            moved = set(self.failed_over.get(d, ()))
+            now = sorted({n.device for n in self.nodes if n.name in moved})
+            where = f"; its {len(moved)} node(s) now run on {', '.join(now)}" if moved else ""
+            out.append(f"DEVICE FAILED: {d} failed during a run and was taken out{where}: {why}")
+        return out
+
     def __str__(self) -> str:
-        lines = [
+        lines = self.failures() + [
             f"placement over devices {', '.join(self.devices)}: "
             + ", ".join(f"{d}={c}" for d, c in self.by_device().items())
             + f"; {len(self.partitions)} partitions; {self.copy_count} copies/run "
@@ -215,6 +229,11 @@ def placement_report(session: Any) -> PlacementReport:
     ]
     report.decision = "; ".join(p for p in parts if p)
     report.unhealthy = dict(getattr(session, "unhealthy", {}))
+    report.failed_over = {d: list(n) for d, n in getattr(session, "failed_over", {}).items()}
+    moved = {name: d for d, names in report.failed_over.items() for name in names}
+    for n in report.nodes:
+        if n.name in moved and n.device != moved[n.name]:
+            n.reason = f"failover: {moved[n.name]} failed during a run ({n.reason})"
     return report
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from anychip.errors import KernelError
 
 if TYPE_CHECKING:
+    from anychip.core.run.kernel_call import Instr
     from anychip.ir.node import Node
 
-__all__ = ["expectations", "mismatch", "check_result"]
+__all__ = ["expectations", "mismatch", "check_result", "kernel_name"]
 
 #: (dtype, shape with None for unknown dims, the whole shape when every dim is known, rank).
 Expectation = tuple[np.dtype, tuple[int | None, ...] | None, tuple[int, ...] | None, int | None]
@@ -63,8 +64,11 @@ def mismatch(r: Any, want: Expectation) -> bool:
     return rank is not None and len(getattr(r, "shape", ())) != rank
 
 
-def check_result(device: str, node: Node, fn: Any, index: int, r: Any, want: Expectation) -> None:
-    """Raise ``KernelError`` when result ``r`` of output ``index`` differs from ``want``."""
+def check_result(
+    device: str, node: Node, kernel: str, index: int, r: Any, want: Expectation
+) -> None:
+    """Raise ``KernelError`` when result ``r`` of output ``index`` differs from ``want``;
+    ``kernel`` is the kernel's name as registered (``Kernel.name``), which the message gives."""
     dtype, shape = want[0], want[1]
     got_dtype = getattr(r, "dtype", None)
     got_shape = getattr(r, "shape", None)
@@ -80,7 +84,6 @@ def check_result(device: str, node: Node, fn: Any, index: int, r: Any, want: Exp
         want_text = "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
         problem = f"shape {list(got_shape)}, expected {want_text}"
     if problem:
-        kernel = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         out = node.outputs[index] if index < len(node.outputs) else None
         name = out.name if out is not None else "?"
         raise KernelError(
@@ -91,6 +94,14 @@ def check_result(device: str, node: Node, fn: Any, index: int, r: Any, want: Exp
             "anychip never broadcasts a result into a declared shape. The check is off with "
             "anychip.load(..., check_kernels=False)"
         )
+
+
+def kernel_name(ins: Instr) -> str:
+    """The kernel of ``ins`` as registered (``backend:Op since N (module.function)``)."""
+    if ins.kernel is not None:
+        return ins.kernel.name
+    fn = getattr(ins.fn, "fn", ins.fn)  # a watched kernel's own function
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
 
 def _same_strings(want: np.dtype, got: np.dtype) -> bool:

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from anychip.core.run.checks import check_result, mismatch
+from anychip.core.run.checks import check_result, kernel_name, mismatch
 from anychip.core.run.slots import release_quietly
+from anychip.errors import KernelError
 
 if TYPE_CHECKING:
     from anychip.core.run.kernel_call import Arena, Instr
@@ -41,6 +42,7 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
     track, held, hook = run.track, run.held, run.hook
     live, peak, declined = run.live, run.peak, 0
     release = program._release
+    host = release is None  # device tensors are host arrays: an ndarray result is one
     call_failed = program.on_error
     for ins in program.instrs:
         args = [slots[i] for i in ins.args]
@@ -63,6 +65,7 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
         if (
             s >= 0
             and type(res) is _ndarray
+            and host
             and (
                 want is None
                 or (res.dtype is want[0] or res.dtype == want[0])
@@ -152,6 +155,8 @@ class Run:
         for i, (s, r) in enumerate(zip(ins.outs, results)):
             if s < 0:
                 continue
+            if not self.host and isinstance(r, (np.ndarray, np.generic)):
+                self._host_array(ins, i, r, results)
             if isinstance(r, np.generic):
                 r = np.asarray(r)
             if expect is not None:
@@ -182,12 +187,39 @@ class Run:
                 self.record[s] = (r.shape, r.dtype)
         if self.live > self.peak:
             self.peak = self.live
+        if not self.host:
+            self._release_unused(ins, results, slots)
+
+    def _release_unused(self, ins: Instr, results: Sequence[Any], slots: list[Any]) -> None:
+        """Release the device tensors a kernel returned for outputs the node omits (a
+        LayerNormalization used for Y alone still computes Mean and InvStdDev): nothing else
+        will, and the device would keep them for good."""
+        dropped = [r for s, r in zip(ins.outs, results) if s < 0]
+        dropped += list(results[len(ins.outs) :])
+        dropped = [r for r in dropped if r is not None and not isinstance(r, (list, tuple))]
+        if dropped:
+            dropped = [r for r in dropped if not any(r is t for t in slots)]
+            release_quietly(self.release, dropped)
+
+    def _host_array(self, ins: Instr, i: int, r: Any, results: Sequence[Any]) -> None:
+        """A device kernel returned a host numpy array: the next node would get a host array
+        for a device tensor and fail, blamed. Raise here, naming this node and its kernel."""
+        release_quietly(self.release, [t for t in results[i + 1 :] if t is not None])
+        out = ins.node.outputs[i] if i < len(ins.node.outputs) else None
+        raise KernelError(
+            f"{self.device}: kernel {kernel_name(ins)} returned a host numpy array "
+            f"{np.asarray(r).dtype}{list(np.shape(r))} for output {i} "
+            f"({out.name if out is not None else '?'!r}) of node {ins.node.name!r} "
+            f"({ins.node.qualified_op}); a {self.device} kernel returns {self.device} tensors "
+            "(what the backend's to_device makes): compute on the device, or copy the result "
+            "in with to_device"
+        )
 
     def _reject(self, ins: Instr, i: int, r: Any, want: Any, results: Sequence[Any]) -> None:
         """Raise the kernel's mismatch; the results not yet in a slot (this one and those
         after it) are released first, since nothing else holds them."""
         try:
-            check_result(self.device, ins.node, ins.fn, i, r, want)
+            check_result(self.device, ins.node, kernel_name(ins), i, r, want)
         except Exception:
             if not self.host:
                 release_quietly(self.release, [t for t in results[i:] if t is not None])

@@ -2,9 +2,10 @@
 
 When a step of a run fails on a device other than the host (a kernel or driver error, the
 device gone: anything but a bad feed or a broken transfer budget), and the session may fall
-back (not ``strict``), the device is marked unhealthy with the error, the session is placed
-again without it (``Session.replan``), and the same request runs on that placement; the caller
-gets its outputs, the log a warning, and ``Session.placement()`` the device's state. A failure
+back (not ``strict``, not bring-up), the device is marked unhealthy with the error, the
+session is placed again without it (``Session.replan``), and the same request runs on that
+placement; the caller gets its outputs, the log a warning, and ``Session.placement()`` says in
+its first line that the device failed, with the error (its nodes' reason: ``failover``). A failure
 on the host itself, or in strict mode, reaches the caller as before.
 """
 
@@ -34,7 +35,11 @@ def run_request(session: Any, arrays: list[Any]) -> list[Any]:
         device = getattr(e, "anychip_device", None)
         if not _fails_over(session, e, device):
             raise
-        session.unhealthy[device] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
+        session.unhealthy[device] = f"{type(e).__name__}: {' '.join(str(e).split())}"
+        graph = session.compiled.model.graph
+        failed = getattr(session, "failed_over", None)
+        if failed is not None:  # the nodes it ran, for the placement report
+            failed[device] = [n.name for n in graph.nodes if n.meta.get("device") == device]
         log.warning(
             "anychip: %s failed during a run (%s); it is marked unhealthy and the request runs "
             "again on %s",

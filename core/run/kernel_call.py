@@ -104,6 +104,7 @@ class Instr:
         "args",
         "out0",
         "want",
+        "kernel",
     )
 
     def __init__(
@@ -117,6 +118,8 @@ class Instr:
         kernel: Kernel | None = None,
     ) -> None:
         self.fn = fn
+        #: The kernel as registered (None for a bare function): what errors name.
+        self.kernel = kernel
         #: The kernel's declared memory facts (``@kernel(..., inplace=True / alias=True)``).
         self.inplace = bool(kernel is not None and kernel.inplace)
         self.alias = bool(kernel is not None and kernel.alias)

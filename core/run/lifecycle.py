@@ -4,7 +4,9 @@ Without ``close`` a session's device memory (weights uploaded at load, the plann
 compiled executables, a trial placement of the feedback) goes back when the last reference
 to the session is dropped. ``close`` drops the session's own references to everything
 compiled and collects them now, so the devices' pools and heaps show it back at once; a
-closed session refuses to run or report with an ``AnychipError`` that says so.
+closed session refuses to run or report with an ``AnychipError`` that says so. In bring-up
+(``load(..., bring_up=True)``) ``close`` then checks that each device's memory is back where
+it was at load (``bring_up.check_released``).
 """
 
 from __future__ import annotations
@@ -60,12 +62,16 @@ class Closable:
             self._closed = True
             if self.feedback is not None:
                 self.feedback.stop("closed")
-            for sp in self.compiled.specialized.values():
-                sp.close()  # a compile still running would put an executable back
+            self.compiled.close()  # its executables go back (Backend.release_compiled)
             # A closed session refuses every use (check_open): None is never read as a model.
             self.compiled = self.model = None  # type: ignore[assignment]
             self.partitions, self.copies = [], []
         gc.collect()  # executables and tensors in reference cycles go back now too
+        before = getattr(self, "_memory_at_load", None)
+        if before is not None:  # bring-up: the devices' memory is back where it was
+            from anychip.core.run.bring_up import check_released
+
+            check_released(before)
 
     def __enter__(self) -> Any:
         return self

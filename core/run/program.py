@@ -41,7 +41,7 @@ import numpy as np
 
 from anychip.core.memory import Step
 from anychip.core.plugin.kernels import find_kernel
-from anychip.core.run.checks import expectations
+from anychip.core.run.checks import expectations, kernel_name
 from anychip.core.run.dispatch import Run, run_instrs
 from anychip.core.run.kernel_call import (
     Arena,
@@ -312,15 +312,47 @@ class Program:
                 need=need,
                 capacity=capacity or 0,
             ) from exc
+        kernel = f"\n  kernel: {kernel_name(ins)}"
+        if not isinstance(exc, AnychipError) and (blame := self._foreign_input(ins, shown)):
+            raise KernelError(
+                f"{where}: {blame}\n  inputs: {describe_args(shown)}{kernel}"
+            ) from exc
         if isinstance(exc, AnychipError):
             # Keep the class (OutOfMemoryError, InputError...) and its figures; add the node.
-            exc.args = (f"{where}: {exc}\n  inputs: {describe_args(shown)}",) + exc.args[1:]
+            exc.args = (f"{where}: {exc}\n  inputs: {describe_args(shown)}{kernel}",) + exc.args[1:]
             raise exc
         raise KernelError(
             f"{self.backend.name}: node {ins.node.name!r} ({ins.node.qualified_op}) failed: "
             f"{type(exc).__name__}: {exc}\n  node: {format_node(ins.node).strip()}\n"
-            f"  inputs: {describe_args(shown)}"
+            f"  inputs: {describe_args(shown)}{kernel}"
         ) from exc
+
+    def _foreign_input(self, ins: Instr, args: list[Any]) -> str:
+        """Where a kernel failed on an input that is no tensor of this device (a host array,
+        another runtime's handle), the node and kernel that produced it ("" otherwise). Asked
+        on the error path only: it reads each input back with ``to_host``."""
+        if self.backend.host_memory:
+            return ""
+        for i, (v, a) in enumerate(zip(ins.node.inputs, args)):
+            if v is None or a is None or isinstance(a, (list, tuple)):
+                continue
+            if not isinstance(a, (np.ndarray, np.generic)):
+                try:
+                    self.backend.to_host(a)
+                    continue
+                except Exception:
+                    pass
+            producer = next((p for p in self.instrs if v in p.node.outputs), None)
+            if producer is None:
+                return ""
+            kind = f"{type(a).__module__}.{type(a).__qualname__}"
+            return (
+                f"its input {i} ({v.name!r}) is a {kind}, not a {self.backend.name} tensor: "
+                f"kernel {kernel_name(producer)} of node {producer.node.name!r} "
+                f"({producer.node.qualified_op}) returned it. A {self.backend.name} kernel "
+                "returns the tensors its backend's to_device makes"
+            )
+        return ""
 
 
 def _reads_inside(g: Graph, v: Value) -> bool:

@@ -16,6 +16,7 @@ from anychip.ir.dtypes import DType
 
 ANYCHIP_API_VERSION = 1
 F32 = {DType.FLOAT}
+F16 = {DType.FLOAT, DType.FLOAT16}
 MODES = (
     "ok",
     "wrong_result",
@@ -26,6 +27,9 @@ MODES = (
     "leak",
     "slow",
     "gone",
+    "mutate_input",
+    "stateful",
+    "f16_inaccurate",
 )
 
 
@@ -48,9 +52,10 @@ class BadChip(Backend):
     def __init__(self, mode: str = "ok") -> None:
         super().__init__()
         self.mode = mode
+        self.scratch: dict[tuple, np.ndarray] = {}
 
     def device_model(self) -> DeviceModel:
-        return DeviceModel("badchip", "badchip", dtypes=frozenset(F32), host_link=1e10)
+        return DeviceModel("badchip", "badchip", dtypes=frozenset(F16), host_link=1e10)
 
     def claims(self) -> list[OpClaim] | None:
         if self.mode != "phantom_claim":
@@ -86,7 +91,7 @@ CHIP = BadChip()
 KERNELS = KernelTable("badchip")
 
 
-@KERNELS.register("Relu", since=6, dtypes=F32, inplace=True)
+@KERNELS.register("Relu", since=6, dtypes=F16, inplace=True)
 def relu(x: Tensor) -> Tensor:
     mode = CHIP.mode
     if mode == "gone":
@@ -97,6 +102,12 @@ def relu(x: Tensor) -> Tensor:
     shape = x.shape[:-1] if mode == "wrong_shape" and x.shape else x.shape
     out = CHIP.new(shape, dtype)
     value = x.view() if mode == "wrong_result" else np.maximum(x.view(), 0)
+    if mode == "f16_inaccurate" and x.dtype == np.float16:
+        value = value * np.float16(1 - 2**-7)  # 8 units in the last place off
+    if mode == "stateful":  # accumulates into a buffer it never zeroes
+        acc = CHIP.scratch.setdefault(x.shape, np.zeros(x.shape, x.dtype))
+        acc += value
+        value = acc
     out.view()[...] = value if mode != "wrong_shape" else value[..., 0]
     return out
 
@@ -105,7 +116,22 @@ def relu(x: Tensor) -> Tensor:
 def add(a: Tensor, b: Tensor) -> Tensor:
     if CHIP.mode == "slow":
         time.sleep(0.002)
-    value = a.view() + b.view()
+    if CHIP.mode == "mutate_input":  # accumulates into its first input
+        a.view()[...] += b.view()
+        value = a.view()
+    else:
+        value = a.view() + b.view()
+    out = CHIP.new(value.shape, value.dtype)
+    out.view()[...] = value
+    return out
+
+
+@KERNELS.register("Reshape", since=14, dtypes=F32)
+def reshape(data: Tensor, shape: Tensor, allowzero: int = 0) -> Tensor:
+    want = [int(d) for d in shape.view()]
+    if not allowzero:
+        want = [data.shape[i] if d == 0 else d for i, d in enumerate(want)]
+    value = data.view().reshape(want)
     out = CHIP.new(value.shape, value.dtype)
     out.view()[...] = value
     return out

@@ -221,3 +221,44 @@ def test_a_calibration_taken_under_more_load_is_measured_again_when_quieter(cach
     C.calibration_for(cpu)
     assert sweeps.count("matmul") == C.SWEEPS  # not busier than now by a step
     assert C.calibration_for(cpu, measure=False) is not None
+
+
+def test_a_load_never_waits_for_a_new_device_to_be_measured(cache, monkeypatch):
+    """No calibration here: the load places on declared figures at once, a background thread
+    measures (slowly, here) and saves; the next load uses the figures. Per-op points a
+    placement saved meanwhile survive the thread's save."""
+    import threading
+    import time
+
+    from anychip.core.plan import calibration_background as B
+
+    started, release = threading.Event(), threading.Event()
+
+    def measure(backend, cls, repeat):
+        started.set()
+        release.wait(10)  # a calibration that takes as long as the test wants
+        return [(1e3, 1e-6), (1e6, 1e-3)] if cls == "matmul" else []
+
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_class", measure)
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_link", lambda b, r: None)
+    model = transformer_layer()
+    t0 = time.perf_counter()
+    sess = anychip.load(model, devices=["xpu", "cpu"], calibration="auto")
+    assert started.wait(10) and not release.is_set()  # measuring, and the load is done
+    assert time.perf_counter() - t0 < 10
+    assert sess.compiled.costs is not None and not sess.compiled.costs.cals
+    threads = [t for t in threading.enumerate() if t.name.startswith("anychip-calibrate-")]
+    assert {t.name for t in threads} == {"anychip-calibrate-xpu", "anychip-calibrate-cpu"}
+    assert B.measure_in_background(_backend("xpu")) in threads  # one thread per device
+    cpu = _backend("cpu")
+    saved = C.Calibration("cpu", C.cache_key(cpu), {"op:Tanh": [(4096.0, 2e-6)]})
+    C._save(cpu, saved)  # what a placement measured meanwhile
+    release.set()
+    for t in threads:
+        t.join(30)
+    cal = C.load_calibration(cpu)
+    assert cal.points["matmul"] == [(1e3, 1e-6), (1e6, 1e-3)]
+    assert cal.points["op:Tanh"] == [(4096.0, 2e-6)]
+    again = anychip.load(model, devices=["xpu", "cpu"], calibration="auto")
+    assert set(again.compiled.costs.cals) == {"xpu", "cpu"}
+    assert not [t for t in threading.enumerate() if t.name.startswith("anychip-calibrate-")]

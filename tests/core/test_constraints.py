@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 import anychip
 from anychip.core.plugin.backend import Backend, DeviceModel
-from anychip.core.plugin.claims import Constraint, OpClaim, declared_refusal
+from anychip.core.plugin.claims import Constraint, OpClaim, claims_of, declared_refusal
 from anychip.core.plugin.hookspecs import hookimpl
 from anychip.core.plugin.host import get_registry, register_plugin, unregister_plugin
 from anychip.core.plugin.kernels import KernelTable
@@ -49,14 +49,14 @@ class _Plugin:
         registry.add_kernels(KERNELS)
 
 
-def _model(axis: int) -> bytes:
+def _model(axis: int, opset: int = 13) -> bytes:
     g = helper.make_graph(
         [helper.make_node("Softmax", ["x"], ["y"], axis=axis, name="sm")],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5])],
     )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
 
 
 def test_a_constraint_refuses_the_node_it_does_not_hold_for():
@@ -87,3 +87,30 @@ def test_placement_names_the_declared_constraint_and_the_answer_is_right():
             np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-6)
     finally:
         unregister_plugin("test-lastaxis")
+
+
+def test_claims_from_a_kernel_table_end_where_the_next_registration_starts():
+    table = KernelTable("versions")
+    table.register("Softmax", since=1, dtypes={DType.FLOAT})(softmax)
+    table.register("Softmax", since=13, dtypes={DType.FLOAT}, constraints=[Constraint.last_axis()])(
+        softmax
+    )
+
+    class _Chip(Backend):
+        name = kind = "versions"
+
+        @property
+        def kernels(self):
+            return table
+
+    old, new = sorted(claims_of(_Chip()), key=lambda c: c.since)
+    assert (old.since, old.until, old.constraints) == (1, 12, ())
+    assert (new.since, new.until) == (13, None)
+    assert [c.reason for c in new.constraints] == ["axis on the last axis only"]
+    # a node at opset 11 falls under the old kernel's claim, which declares nothing
+    sess = anychip.load(_model(1, opset=11), ["cpu"])
+    (node,) = sess.compiled.model.graph.nodes
+    assert declared_refusal([old, new], node) is None
+    sess = anychip.load(_model(1), ["cpu"])
+    (node,) = sess.compiled.model.graph.nodes
+    assert declared_refusal([old, new], node) == "declared constraint: axis on the last axis only"

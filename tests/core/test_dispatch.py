@@ -142,3 +142,85 @@ def test_profile_times_every_node_through_the_flat_loop():
     assert len(nodes) == 25
     # the timers were taken off again: the instructions run their own kernels
     assert all(i.fn.__name__ != "timed" for i in _program(sess).program.instrs)
+
+
+class _Held:
+    """A device tensor of ``_ThreeOutChip``: a block of its pool."""
+
+    def __init__(self, chip, value):
+        self.shape, self.dtype, self.value = value.shape, value.dtype, value
+        self.block = chip.allocate(max(1, value.nbytes))
+
+
+def test_outputs_a_node_omits_are_released_on_an_own_memory_device():
+    """A kernel computes every output (LayerNormalization's Mean and InvStdDev too); the node
+    uses Y alone: the executor releases the two it drops, or the device keeps them."""
+    from anychip.core.plugin.backend import Backend, DeviceModel
+    from anychip.core.plugin.hookspecs import hookimpl
+    from anychip.core.plugin.host import get_registry, register_plugin, unregister_plugin
+    from anychip.core.plugin.kernels import KernelTable
+    from anychip.ir.dtypes import DType
+
+    class ThreeOut(Backend):
+        name = kind = "threeout"
+        priority = 5
+
+        def device_model(self):
+            return DeviceModel("threeout", "threeout", dtypes=frozenset({DType.FLOAT}))
+
+        def _alloc(self, nbytes):
+            return np.empty(nbytes, np.uint8)
+
+        def _free(self, buffer):
+            pass
+
+        def _copy_in(self, a):
+            return _Held(self, np.array(a))
+
+        def _copy_out(self, t):
+            return np.array(t.value)
+
+        def release(self, t):
+            self.deallocate(t.block)
+
+    chip = ThreeOut()
+    table = KernelTable("threeout")
+
+    @table.register("LayerNormalization", since=17, dtypes={DType.FLOAT})
+    def layer_norm(x, scale, b=None, *, axis=-1, epsilon=1e-5, stash_type=1):
+        v = x.value
+        mean = v.mean(axis=-1, keepdims=True)
+        inv = 1 / np.sqrt(((v - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
+        y = (v - mean) * inv * scale.value + b.value
+        return _Held(chip, y.astype(v.dtype)), _Held(chip, mean), _Held(chip, inv)
+
+    class Plugin:
+        @hookimpl
+        def anychip_register_backends(self, registry):
+            registry.add_backend(chip)
+
+        @hookimpl
+        def anychip_register_kernels(self, registry):
+            registry.add_kernels(table)
+
+    rng = np.random.default_rng(5)
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), n) for n in "sb"]
+    model = _model(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)],
+        [helper.make_tensor_value_info("x", f, [3, 8])],
+        [helper.make_tensor_value_info("y", f, [3, 8])],
+        inits,
+    )
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    get_registry()
+    register_plugin(Plugin(), "test-threeout")
+    try:
+        with anychip.load(model, ["threeout", "cpu"], cost_model=False) as sess:
+            assert [n.device for n in sess.placement().nodes] == ["threeout"]
+            for _ in range(3):
+                (y,) = sess.run(None, {"x": x})
+                np.testing.assert_allclose(y, _ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
+        assert chip.memory_stats().in_use == 0
+    finally:
+        unregister_plugin("test-threeout")

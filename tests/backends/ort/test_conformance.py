@@ -19,6 +19,7 @@ def test_the_kit_passes_strict_on_ort_cpu() -> None:
     counts = report.counts()
     assert report.ok, str(report)
     assert counts[FAIL] == counts[CRASH] == counts[PASS_VIA_FALLBACK] == 0
-    # onnxruntime 1.32 with onnx 1.23: 1,125 on the device, 57 refused as declared
-    assert counts[PASS_ON_DEVICE] > 1000 and counts[REFUSED_AS_DECLARED] < 100, counts
+    # onnxruntime 1.32 with onnx 1.23, the kit's derived forms included: 1,555 on the device,
+    # 140 refused as declared (backends/ort/deviations.py)
+    assert counts[PASS_ON_DEVICE] > 1400 and counts[REFUSED_AS_DECLARED] < 200, counts
     assert all(c.ok for c in report.contract), report.contract

@@ -1,0 +1,70 @@
+"""Calibration in the background: a load never waits for a device to be measured.
+
+``calibration.calibrations`` (what a load asks) starts ``measure_in_background`` for a device
+with no calibration here, or one taken under more load than now, and places on what the cache
+holds (declared figures for a new device). The thread measures without holding the
+calibration lock (a placement measuring one op's points must not wait for a whole
+calibration), then saves under it, keeping the points placements saved meanwhile. One thread
+per device and cache file at a time; daemon threads, so a process never waits for one at exit
+(the file is written under a temporary name and renamed: an interrupted one leaves nothing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from anychip.core.plan.calibration import (
+    Calibration,
+    _lock,
+    _path,
+    _save,
+    calibrate,
+    load_calibration,
+)
+
+__all__ = ["measure_in_background"]
+
+_running: dict[str, threading.Thread] = {}
+_running_lock = threading.Lock()
+
+
+def measure_in_background(backend: Any, since: Calibration | None = None) -> threading.Thread:
+    """Calibrate ``backend`` in a daemon thread (one at a time per device and cache file) and
+    cache the figures; the thread (``join`` it to wait). Placements meanwhile use what the
+    cache holds, and the per-op points they measure are kept when the thread saves."""
+    key = str(_path(backend))
+    with _running_lock:
+        running = _running.get(key)
+        if running is not None and running.is_alive():
+            return running
+        t = threading.Thread(
+            target=_measure_and_merge,
+            args=(backend, since),
+            name=f"anychip-calibrate-{backend.name}",
+            daemon=True,
+        )
+        _running[key] = t
+        t.start()
+        return t
+
+
+def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
+    """Measure without holding ``_lock`` (a placement measuring one op must not wait for a
+    whole calibration), then save under it, keeping the points saved meanwhile."""
+    try:
+        cal = calibrate(backend, since=since, save=False)
+    except Exception as e:  # a thread's end: said in the log, the declared figures stay
+        logging.getLogger("anychip").warning(
+            "anychip: calibrating %s in the background failed (%s); its declared figures are used",
+            backend.name,
+            e,
+        )
+        return
+    with _lock:
+        now = load_calibration(backend)
+        if now is not None:
+            for k, pts in now.points.items():
+                cal.points.setdefault(k, pts)
+        _save(backend, cal)
