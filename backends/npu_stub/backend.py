@@ -1,7 +1,8 @@
 """``NpuBackend``: a simulated graph-compiling NPU with its own fixed-size memory.
 
 Top to bottom: options, device model, transfers (real byte copies into the device array),
-capability (``support.check_node``), and ``compile`` (``compiler.compile_graph``). Options come
+capability (``support.check_node``), ``compile`` (``compiler.compile_graph``) and its inverse of
+``CompiledGraph.serialize()``, ``load_compiled`` (``compiler.load_graph``). Options come
 from ``anychip.load(..., device_options={"npu": {"memory": 64 << 20, "precision": "fp16"}})``
 (``Backend.configure`` -> ``_configure``) or ``ANYCHIP_NPU_MEMORY``; ``buckets`` (e.g.
 ``{"S": "pow2"}`` or ``{"S": [32, 64, 128]}``) pads symbolic dimension ``S`` up to a bucket
@@ -46,8 +47,9 @@ class NpuBackend(Backend):
     #: Compiles for concrete shapes only: the runtime specializes partitions per input
     #: signature and caches the executables (``core/compile/specialize.py``).
     shape_policy = "static"
-    #: Its compiled partitions are cached on disk (``core/compile/cache.py``).
-    cache_compiled = True
+    #: The compiler's revision and the format of its compiled bytes (``blob.py``): in the
+    #: compile cache's key, so artifacts of another revision are never looked up.
+    version = "npu-program-1"
 
     def __init__(self, memory: int | None = None, precision: str = "fp32") -> None:
         super().__init__()
@@ -171,3 +173,15 @@ class NpuBackend(Backend):
         from anychip.backends.npu_stub.compiler import compile_graph
 
         return compile_graph(self.memory, graph, precision=self.precision)
+
+    def load_compiled(self, data: bytes) -> CompiledGraph:
+        """The executable ``CompiledGraph.serialize()`` wrote, placed in this NPU's memory
+        without compiling (``compiler.load_graph``; the format is ``blob.py``'s).
+
+        Raises:
+            DeviceError: ``data`` is not a valid NPU program of this precision.
+            OutOfMemoryError: it does not fit in free NPU memory.
+        """
+        from anychip.backends.npu_stub.compiler import load_graph
+
+        return load_graph(self.memory, data, precision=self.precision)

@@ -268,9 +268,7 @@ def _compile_graph(
     """A graph-mode partition through the backend's compiler (and the disk cache); the reason
     it does not fit its device, or None once ``p.program`` is set."""
     try:
-        compiled, _ = compile_graph_cached(
-            backend, p.graph, _static_key(p.graph), _disk(copts), registry.schemas
-        )
+        compiled, _ = compile_graph_cached(backend, p.graph, _static_key(p.graph), _disk(copts))
     except OutOfMemoryError as e:
         if must_fit:
             raise
@@ -360,7 +358,6 @@ def _specialized(
         background=copts.background_compile,
         info=p.info,
         disk=_disk(copts),
-        schemas=registry.schemas,
     )
     p.info["shapes"] = "compiled per input signature"
     # With the background compile a static partition is compiled after its first run (which

@@ -76,7 +76,6 @@ class SpecializedPartition:
         background: bool = True,
         info: dict | None = None,
         disk: Any = None,
-        schemas: Any = None,
     ) -> None:
         self.graph = graph
         self.backend = backend
@@ -87,7 +86,7 @@ class SpecializedPartition:
         self.cache: OrderedDict[tuple, Any] = OrderedDict()
         self.pending: set[tuple] = set()
         self.failed: dict[tuple, str] = {}
-        self.disk, self.schemas = disk, schemas
+        self.disk = disk
         self._graph_digest: str | None = None
         self.stats = {
             "compiles": 0,
@@ -228,23 +227,25 @@ class SpecializedPartition:
     def _compile(
         self, key: tuple, shapes: dict[str, tuple[int, ...]] | None, disk_only: bool = False
     ) -> None:
-        from anychip.core.compile.cache import compile_graph_cached
+        """Load ``key``'s executable from disk, else (unless ``disk_only``) compile it there.
+
+        Nothing weight-sized is copied on the way: the digest hashes the arrays where they
+        lie, the concrete graph shares them, and the executable's bytes (one copy, made by the
+        backend's ``serialize``) go to the file as they are."""
+        from anychip.core.compile.cache import cache_key, compile_and_store, load_cached
 
         t0 = time.perf_counter()
         try:
-            g = concrete_graph(self.graph, shapes or {})
-            digest = self._digest() if self.disk is not None else None
-            compiled, from_disk = compile_graph_cached(
-                self.backend,
-                g,
-                key,
-                self.disk,
-                self.schemas,
-                digest=digest,
-                only_from_disk=disk_only,
-            )
+            disk_key = None
+            if self.disk is not None and getattr(self.backend, "loads_compiled", False):
+                disk_key = cache_key(self.backend, self.disk, self._digest(), key)
+            compiled = load_cached(self.backend, self.disk, disk_key)
+            from_disk = compiled is not None
             if compiled is None:
-                return  # not on disk: the host run that follows traces and compiles it
+                if disk_only:
+                    return  # not on disk: the host run that follows traces and compiles it
+                g = concrete_graph(self.graph, shapes or {})  # the passes rewrite it
+                compiled = compile_and_store(self.backend, g, self.disk, disk_key)
         except Exception as e:
             why = f"{type(e).__name__}: {e}"
             with self._lock:

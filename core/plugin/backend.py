@@ -9,11 +9,26 @@ A backend subclasses ``Backend`` and fills in, top to bottom:
 * transfers ``_copy_in(array) -> device tensor`` and ``_copy_out(tensor) -> np.ndarray``
   (and optionally ``_copy_device(tensor, src_backend)``);
 * either kernels (registered through ``anychip_register_kernels``; ``graph_mode = False``), or
-  ``compile(graph) -> CompiledGraph`` for whole-subgraph backends (``graph_mode = True``);
+  ``compile(graph) -> CompiledGraph`` for whole-subgraph backends (``graph_mode = True``),
+  and, to have compiled partitions kept on disk, ``CompiledGraph.serialize() -> bytes`` with
+  its inverse ``load_compiled(data) -> CompiledGraph`` (see "Compiled bytes" below);
 * optionally ``check_node(node) -> str | None`` for constraints a kernel table cannot express
   (static shapes only, attribute values, memory), returning the reason it cannot run the node.
 
 The base class validates and wraps errors, so the underscore methods stay small.
+
+Compiled bytes (graph mode): ``compile`` returns a ``CompiledGraph``; built with
+``serialize=``, its ``serialize()`` gives the executable as bytes, and the backend's
+``load_compiled(data)`` turns those bytes back into an executable that computes the same
+numbers, without compiling. ``core/compile/cache.py`` stores the bytes on disk, keyed by the
+partition (its ONNX with opset imports, weights included), the input signature, the backend's
+``name``, ``version``, ``cache_tag`` and ``options``, and anychip's version; a second process
+loads instead of compiling. A backend that does not override ``load_compiled`` is never looked
+up on disk, and one whose ``serialize()`` returns None (or raises) is simply not stored.
+``load_compiled`` must refuse bytes it did not write (another format, another version, a
+corrupt file) by raising; the cache then logs, deletes the file and compiles again. The bytes
+are read from a cache folder, so the format is data (a header, JSON, raw arrays), never a
+pickle.
 """
 
 from __future__ import annotations
@@ -111,13 +126,28 @@ class CompiledGraph:
 
     ``run(inputs)`` takes device tensors in ``graph.inputs`` order and returns device tensors in
     ``graph.outputs`` order. ``info`` is shown in the placement report (e.g. memory plan size).
+    ``serialize`` (optional) returns the executable as bytes that the same backend's
+    ``load_compiled`` turns back into an equal executable (see the module docstring).
     """
 
     def __init__(
-        self, run: Callable[[Sequence[Any]], Sequence[Any]], *, info: dict[str, Any] | None = None
+        self,
+        run: Callable[[Sequence[Any]], Sequence[Any]],
+        *,
+        info: dict[str, Any] | None = None,
+        serialize: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.run = run
         self.info = dict(info or {})
+        self._serialize = serialize
+
+    def serialize(self) -> bytes | None:
+        """The executable as bytes for ``Backend.load_compiled``, or None when it cannot be
+        written (no serializer given, or the backend declines for this partition)."""
+        if self._serialize is None:
+            return None
+        data = self._serialize()
+        return None if data is None else bytes(data)
 
 
 class Backend:
@@ -147,6 +177,13 @@ class Backend:
     buckets: dict[str, Any] | None = None
     #: True where ``adopt`` takes a caller's array already on this device (array-API devices).
     adopts_arrays: bool = False
+    #: The revision of this backend's code and driver (a class attribute or a property): part
+    #: of the calibration key and of the compile cache's, so change it when the kernels, the
+    #: compiler or the format of ``CompiledGraph.serialize()`` change.
+    version: str = ""
+    #: The per-session options ``configure`` was given (``device_options``); part of the
+    #: compile cache's key.
+    options: dict[str, Any] = {}  # replaced by configure, never mutated
 
     def __init__(self) -> None:
         self.origin = "?"
@@ -223,6 +260,7 @@ class Backend:
         clone.__dict__.pop("_claims_memo", None)  # options may change what it claims
         clone._pool = None  # a configured copy (other capacity) gets a pool of its own
         clone._configure(**options)
+        clone.options = {**self.options, **options}
         return clone
 
     def _configure(self, **options: Any) -> None:
@@ -397,6 +435,28 @@ class Backend:
     def compile(self, graph: Graph) -> CompiledGraph:
         """Override in graph-mode backends: compile a partition into one executable."""
         raise DeviceError(f"backend {self.name!r} is not a graph-mode backend")
+
+    @property
+    def cache_tag(self) -> str:
+        """Override: what besides the partition, ``version`` and ``options`` changes the
+        compiled code (a precision mode, a driver's version); part of the compile cache's key."""
+        return ""
+
+    def load_compiled(self, data: bytes) -> CompiledGraph:
+        """Override in graph-mode backends whose ``CompiledGraph.serialize()`` returns bytes:
+        the executable those bytes describe, placed on this device, without compiling.
+
+        Raises:
+            DeviceError (or any exception): ``data`` is not this backend's format, is of
+                another version or options, or is corrupt; the caller compiles again.
+            OutOfMemoryError: the executable does not fit in free device memory.
+        """
+        raise DeviceError(f"backend {self.name!r} does not load compiled bytes")
+
+    @property
+    def loads_compiled(self) -> bool:
+        """Whether this backend overrides ``load_compiled`` (the compile cache asks)."""
+        return type(self).load_compiled is not Backend.load_compiled
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
