@@ -6,7 +6,8 @@
     assert report.ok
 
 It runs every bundled ONNX node case (from the installed onnx package) with a node the device
-claims, labels each PASS-ON-DEVICE, PASS-VIA-FALLBACK, FAIL (with the largest error) or CRASH
+claims, labels each PASS-ON-DEVICE, PASS-VIA-FALLBACK, REFUSED-AS-DECLARED (a declared
+constraint refused it), FAIL (with the largest error) or CRASH
 (``kit.py``), and checks the hooks' contract: byte-exact copies of every claimed dtype in odd
 shapes, memory that returns to where it started, claims backed by kernels (``contract.py``).
 ``--strict`` makes any fallback of a claimed op a failure. The pytest plugin
@@ -19,6 +20,7 @@ from anychip.conformance.report import (
     FAIL,
     PASS_ON_DEVICE,
     PASS_VIA_FALLBACK,
+    REFUSED_AS_DECLARED,
     SKIP,
     CaseResult,
     ContractResult,
@@ -35,6 +37,7 @@ __all__ = [
     "claims_of",
     "PASS_ON_DEVICE",
     "PASS_VIA_FALLBACK",
+    "REFUSED_AS_DECLARED",
     "FAIL",
     "CRASH",
     "SKIP",

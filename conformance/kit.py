@@ -8,6 +8,10 @@ tolerances. The label:
 * ``PASS-ON-DEVICE``: right outputs, and every claimed node ran on the device;
 * ``PASS-VIA-FALLBACK``: right outputs, but a claimed node ran on another device (the reason
   placement gave is kept); in strict mode this fails the kit;
+* ``REFUSED-AS-DECLARED``: right outputs, and every claimed node that ran elsewhere was refused
+  by what the device declares as data: a constraint on its claim
+  (``core/plugin/claims.Constraint``) or a dtype its ``DeviceModel`` does not list; the device
+  said so in advance, so this is no failure in strict mode;
 * ``FAIL``: wrong outputs (largest difference, and whether the CPU alone gets them right);
 * ``CRASH``: load or run raised (the error is kept);
 * ``SKIP``: the CPU alone does not pass the case either, so it says nothing of the device.
@@ -33,6 +37,7 @@ from anychip.conformance.report import (
     FAIL,
     PASS_ON_DEVICE,
     PASS_VIA_FALLBACK,
+    REFUSED_AS_DECLARED,
     SKIP,
     CaseResult,
     KitReport,
@@ -44,6 +49,7 @@ from anychip.ir.dtypes import ALL_TYPES
 
 __all__ = ["run_kit", "run_case_on", "claimed_cases"]
 
+_DTYPE_REFUSAL = re.compile(r"dtype \S+ not supported by ")
 #: Cases whose expected outputs cannot be met by any backend (documented in the test suite).
 EXCLUDED = {"test_squeezenet": "the expected output hangs on equal 1e10 logits"}
 
@@ -195,13 +201,13 @@ def run_case_on(case: NodeCase, device: str, claimed: list[str]) -> CaseResult:
             return CaseResult(case.name, op, SKIP, detail=f"the CPU fails too: {cpu_why}"[:300])
         detail = f"{why} (the CPU alone passes)"
         return CaseResult(case.name, op, FAIL, max_error=err, detail=detail)
-    fell = [
-        f"{n.op_type} on {n.device}: {n.reason}"
-        for n in report.nodes
-        if n.op_type in claimed and n.device != device
-    ]
+    elsewhere = [n for n in report.nodes if n.op_type in claimed and n.device != device]
+    fell = [f"{n.op_type} on {n.device}: {n.reason}" for n in elsewhere]
     on = sum(1 for n in report.nodes if n.device == device)
-    status = PASS_VIA_FALLBACK if fell else PASS_ON_DEVICE
+    status = PASS_ON_DEVICE
+    if elsewhere:
+        declared = all(_declared(n.reason) for n in elsewhere)
+        status = REFUSED_AS_DECLARED if declared else PASS_VIA_FALLBACK
     return CaseResult(
         case.name,
         op,
@@ -212,6 +218,13 @@ def run_case_on(case: NodeCase, device: str, claimed: list[str]) -> CaseResult:
         nodes=len(report.nodes),
         seconds=time.perf_counter() - t0,
     )
+
+
+def _declared(reason: str) -> bool:
+    """Whether a placement reason is a refusal the device declared as data: a constraint of
+    its claims (``openvino:cpu: declared constraint: ...``) or a dtype its ``DeviceModel``
+    does not list (``dtype f64 not supported by openvino:cpu``)."""
+    return "declared constraint" in (reason or "") or bool(_DTYPE_REFUSAL.search(reason or ""))
 
 
 def _backend(device: str) -> Any:
