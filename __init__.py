@@ -133,6 +133,7 @@ class DeviceInfo:
         "plugin",
         "kernels",
         "graph_mode",
+        "detail",
     )
 
     def __init__(
@@ -145,6 +146,7 @@ class DeviceInfo:
         plugin: str,
         kernels: int,
         graph_mode: bool = False,
+        detail: str = "",
     ) -> None:
         self.name = name
         self.kind = kind
@@ -155,10 +157,19 @@ class DeviceInfo:
         self.kernels = kernels
         #: True for whole-graph compilers (NPU style), which have no per-op kernel table.
         self.graph_mode = graph_mode
+        #: The backend's ``describe()``: its runtime's version and the device's name.
+        self.detail = detail
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
         return f"DeviceInfo({self.name!r}, {state})"
+
+
+def _describe(backend: Any) -> str:
+    try:
+        return str(backend.describe())
+    except Exception as e:  # a description is never worth failing the listing
+        return f"describe() raised {type(e).__name__}: {e}"
 
 
 def devices(include_failed_plugins: bool = False) -> list[Any]:
@@ -186,6 +197,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 b.origin,
                 len(registry.kernels.get(b.name, ())),
                 b.graph_mode,
+                _describe(b),
             )
         )
     if include_failed_plugins:

@@ -235,6 +235,11 @@ class Backend:
     def _available(self) -> tuple[bool, str]:
         return True, ""
 
+    def describe(self) -> str:
+        """Override: one line for ``anychip devices`` (a runtime's version, the device's name);
+        empty by default."""
+        return ""
+
     def claims(self) -> list[Any] | None:
         """What this device claims to run, as ``OpClaim``s (``core/plugin/claims.py``); None
         (the default) derives the claims from the kernel table. Graph-mode backends, which have
