@@ -263,6 +263,7 @@ def run_kit(
         contract: also run the contract tests of the backend's hooks (``contract.py``).
         progress: called after each case with ``(done, total, result)``.
     """
+    device = device.strip().lower()  # device names are case-insensitive (openvino:CPU)
     backend = _backend(device)
     claims = claims_of(backend)
     report = KitReport(device, strict=strict, claims=claims)
