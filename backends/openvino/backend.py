@@ -32,6 +32,7 @@ from anychip.backends.openvino.claims import (
     claims_by_op,
     op_claims,
 )
+from anychip.backends.openvino.constraints import read
 from anychip.backends.openvino.memory import HeldWeights, capacity
 from anychip.core.plugin.backend import Backend, CompiledGraph, DeviceModel
 from anychip.errors import DeviceError
@@ -272,7 +273,7 @@ def _standalone_refusal(node: Node) -> str | None:
         if v is not None and not (v.is_tensor and v.dtype):
             return f"input {v.name!r} is not a tensor of known element type"
     for v in node.outputs:
-        if v is not None and not (v.is_tensor and v.dtype):
+        if v is not None and not (v.is_tensor and (v.dtype or not read(v))):
             return f"output {v.name!r} is not a tensor of known element type"
     return None
 

@@ -19,7 +19,7 @@ from anychip.ir.dtypes import DType
 if TYPE_CHECKING:
     from anychip.ir.node import Node
 
-__all__ = ["ALL", "BY_OP"]
+__all__ = ["ALL", "BY_OP", "read"]
 
 
 def _text(value: Any) -> str:
@@ -31,8 +31,19 @@ def _present(node: Node, index: int) -> bool:
 
 
 def _tensors_only(node: Node) -> bool:
-    values = [v for v in list(node.inputs) + list(node.outputs) if v is not None]
-    return all(v.is_tensor and v.dtype for v in values)
+    """Tensors of known element type, where read (an unused output may stay untyped:
+    inception_v1's Dropout-9 mask)."""
+    ins = [v for v in node.inputs if v is not None]
+    outs = [v for v in node.outputs if v is not None]
+    return all(v.is_tensor and v.dtype for v in ins) and all(
+        v.is_tensor and (v.dtype or not read(v)) for v in outs
+    )
+
+
+def read(value: Any) -> bool:
+    """Whether a node's output is read by another node or is an output of its graph."""
+    graph = value.producer.graph if value.producer is not None else None
+    return bool(value.uses) or (graph is not None and value in graph.outputs)
 
 
 def _not_window(node: Node) -> bool:
