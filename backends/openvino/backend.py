@@ -193,7 +193,11 @@ class OpenVINOBackend(Backend):
                 f"{node.op_type}-{version} is not among the ops claimed for OpenVINO "
                 "(backends/openvino/claims.py)"
             )
-        return self.prober.reason(node, eligible=_eligible)
+        # the nodes of the graph asked about in the same batch: those that got this far
+        return self.prober.reason(node, eligible=self._askable)
+
+    def _askable(self, node: Node) -> bool:
+        return _standalone_refusal(node) is None and self._claimed(node)
 
     def _claimed(self, node: Node) -> bool:
         claim = claims_by_op(self.precision != "f32").get(node.op_type)
@@ -276,10 +280,6 @@ def _standalone_refusal(node: Node) -> str | None:
         if v is not None and not (v.is_tensor and (v.dtype or not read(v))):
             return f"output {v.name!r} is not a tensor of known element type"
     return None
-
-
-def _eligible(node: Node) -> bool:
-    return _standalone_refusal(node) is None
 
 
 def backends() -> list[OpenVINOBackend]:
