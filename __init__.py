@@ -133,7 +133,7 @@ class DeviceInfo:
         "plugin",
         "kernels",
         "graph_mode",
-        "detail",
+        "about",
     )
 
     def __init__(
@@ -146,7 +146,7 @@ class DeviceInfo:
         plugin: str,
         kernels: int,
         graph_mode: bool = False,
-        detail: str = "",
+        about: str = "",
     ) -> None:
         self.name = name
         self.kind = kind
@@ -157,19 +157,21 @@ class DeviceInfo:
         self.kernels = kernels
         #: True for whole-graph compilers (NPU style), which have no per-op kernel table.
         self.graph_mode = graph_mode
-        #: The backend's ``describe()``: its runtime's version and the device's name.
-        self.detail = detail
+        #: What stands behind the device, with versions (``Backend.about``; may be empty).
+        self.about = about
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
         return f"DeviceInfo({self.name!r}, {state})"
 
 
-def _describe(backend: Any) -> str:
+def _about(backend: Any) -> str:
+    """``backend.about``, or why it could not say (a backend's description never fails the
+    listing)."""
     try:
-        return str(backend.describe())
-    except Exception as e:  # a description is never worth failing the listing
-        return f"describe() raised {type(e).__name__}: {e}"
+        return str(backend.about or "")
+    except Exception as e:
+        return f"(about raised {type(e).__name__}: {e})"
 
 
 def devices(include_failed_plugins: bool = False) -> list[Any]:
@@ -197,7 +199,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 b.origin,
                 len(registry.kernels.get(b.name, ())),
                 b.graph_mode,
-                _describe(b),
+                _about(b),
             )
         )
     if include_failed_plugins:

@@ -32,7 +32,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def time_models(names: list[str], threads: int) -> dict[str, float]:
     """Median ms of a run per model, for the ``anychip`` this process imports."""
     import anychip
-    from anychip.cli.bench import _thread_limit
+
+    try:
+        from anychip.cli.bench import _thread_limit
+    except ImportError:  # a checkout from before the cli/ package (anychip/bench_cli.py)
+        from anychip.bench_cli import _thread_limit  # type: ignore[no-redef]
 
     sys.path.insert(0, _HERE)
     from cpu_models import build

@@ -51,18 +51,14 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
         return 0
-    name_w = max([len("device")] + [len(d.name) for d in rows])
-    kind_w = max([len("kind")] + [len(d.kind) for d in rows])
-    print(
-        f"{'device':<{name_w}} {'kind':<{kind_w}} {'available':<10} {'kernels':>7}  "
-        f"{'plugin':<10} reason or details"
-    )
+    # the last column: why a device is unavailable, else what stands behind it (Backend.about)
+    w = max([10, *(len(d.name) for d in rows)])
+    print(f"{'device':<{w}} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
         kernels = "graph" if d.graph_mode else str(d.kernels)
-        note = d.detail if d.available else d.reason
         print(
-            f"{d.name:<{name_w}} {d.kind:<{kind_w}} {'yes' if d.available else 'no':<10} "
-            f"{kernels:>7}  {d.plugin:<10} {note}"
+            f"{d.name:<{w}} {d.kind:<8} {'yes' if d.available else 'no':<10} {kernels:>7}  "
+            f"{d.plugin:<10} {d.reason if not d.available else d.about}"
         )
     return 0
 

@@ -6,8 +6,8 @@
     assert report.ok
 
 It runs every bundled ONNX node case (from the installed onnx package) with a node the device
-claims, labels each PASS-ON-DEVICE, PASS-VIA-FALLBACK, REFUSED-AS-DECLARED (a declared
-constraint refused it), FAIL (with the largest error) or CRASH
+claims, labels each PASS-ON-DEVICE, REFUSED-AS-DECLARED (refused by a constraint the device
+declared on its claim), PASS-VIA-FALLBACK, FAIL (with the largest error) or CRASH
 (``kit.py``), and checks the hooks' contract: byte-exact copies of every claimed dtype in odd
 shapes, memory that returns to where it started, claims backed by kernels (``contract.py``).
 ``--strict`` makes any fallback of a claimed op a failure. The pytest plugin

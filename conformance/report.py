@@ -22,13 +22,13 @@ __all__ = [
 
 PASS_ON_DEVICE = "PASS-ON-DEVICE"
 PASS_VIA_FALLBACK = "PASS-VIA-FALLBACK"
-#: Right outputs; the claimed op went to another device because a constraint the device
-#: declares (``core/plugin/claims.Constraint``) refused it: not a failure, even in strict mode.
+#: Right outputs, and every claimed node that ran elsewhere was refused by a constraint the
+#: device declared on its claim (``core/plugin/claims.Constraint``): not a failure, even strict.
 REFUSED_AS_DECLARED = "REFUSED-AS-DECLARED"
 FAIL = "FAIL"
 CRASH = "CRASH"
 SKIP = "SKIP"
-STATUSES = (PASS_ON_DEVICE, PASS_VIA_FALLBACK, REFUSED_AS_DECLARED, FAIL, CRASH, SKIP)
+STATUSES = (PASS_ON_DEVICE, REFUSED_AS_DECLARED, PASS_VIA_FALLBACK, FAIL, CRASH, SKIP)
 
 
 @dataclass
@@ -104,7 +104,7 @@ class KitReport:
 
     def table(self) -> str:
         """The per-op table: one row per op with its count of each label."""
-        head = ["op", "on device", "via fallback", "as declared", "fail", "crash", "skip"]
+        head = ["op", "on device", "refused as declared", "via fallback", "fail", "crash", "skip"]
         rows = [head] + [[op] + [str(c[s]) for s in STATUSES] for op, c in self.by_op().items()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [

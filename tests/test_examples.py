@@ -52,7 +52,8 @@ def toychip():
 
 @pytest.fixture
 def ort_plugin():
-    yield from _plugin_fixture("anychip-ort", "anychip_ort", "ort")
+    # "ort" is anychip's own onnxruntime plugin (backends/ort), registered already
+    yield from _plugin_fixture("anychip-ort", "anychip_ort", "ort.example")
 
 
 def _model(nodes, inputs, outputs, weights, opset: int) -> onnx.ModelProto:

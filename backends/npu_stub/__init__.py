@@ -4,8 +4,10 @@ Registered through the same hooks as any third-party backend: the ``npu`` backen
 (``backend.py``), its operators ``anychip::NpuConv`` / ``anychip::NpuPool``
 (``kernels/schemas.py``), and its partition passes (``passes/``). Layout of this folder (the
 shape of every backend), in the order a partition meets it: ``kernels/support.py`` (what it
-claims) -> ``passes/`` -> ``compiler.py`` (memory plan, kernels from ``kernels/``) ->
-``driver/`` (the simulated device memory and its tensors).
+claims) -> ``passes/`` -> ``compiler.py`` (a ``program.py`` ``Program``: kernels from
+``kernels/``, packed weights, memory plan; placed by ``NpuExecutable``) -> ``blob.py`` (the
+program as bytes, for the compile cache) -> ``driver/`` (the simulated device memory and its
+tensors).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -220,7 +221,7 @@ def _load(data: memoryview, precision: str) -> tuple[Program, memoryview, dict[s
     for s, r in weight_slots.items():  # a 0-d constant is placed as [1]: same bytes
         shape, dtype = slots[_slot(s, slots)]
         ok = 0 <= r < len(refs) and refs[r].dtype == dtype
-        _check(ok and refs[r].nbytes == int(np.prod(shape)) * dtype.itemsize, "weight slot")
+        _check(ok and refs[r].nbytes == prod(shape) * dtype.itemsize, "weight slot")
     program = Program(
         str(m["name"]),
         ops,
@@ -273,9 +274,10 @@ def _slot(i: Any, slots: list) -> int:
 
 def _array(body: memoryview, offset: int, dtype: str, shape: list) -> np.ndarray:
     dt, shape = _dtype(dtype), _ints(shape)
-    count = int(np.prod(shape, dtype=np.int64))
+    count = prod(shape)
     _check(offset % ALIGN == 0 and 0 <= offset <= len(body) - count * dt.itemsize, "array")
-    return np.frombuffer(body, dt, count, offset).reshape(shape)
+    # copied out (they are small): a view would keep the whole artifact alive with them
+    return np.frombuffer(body, dt, count, offset).reshape(shape).copy()
 
 
 def _value(entry: list, arrays: list[np.ndarray]) -> Value:

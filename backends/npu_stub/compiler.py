@@ -111,8 +111,8 @@ def build_program(graph: Graph, fp16: bool) -> Program:
     program = Program(
         graph.name, ops, shapes, dtypes, inputs, outputs, ctx.refs, weight_slots, ctx.const_read
     )
-    tensors, inplace = program.lifetimes()
-    program.check(plan_memory(tensors, inplace=inplace, alignment=ALIGN))
+    tensors, inplace = found = program.lifetimes()
+    program.check(plan_memory(tensors, inplace=inplace, alignment=ALIGN), found)
     program.layout_weights()
     return program
 

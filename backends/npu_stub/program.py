@@ -17,6 +17,7 @@ constants it read on the host (``const_read``: stored as they are in an artifact
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +52,7 @@ class WeightRef:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return prod(self.shape) * self.dtype.itemsize
 
 
 class BuildContext:
@@ -164,10 +165,7 @@ class Program:
         """The planner's view: each planned slot's lifetime, and the in-place hints."""
         fixed = set(self.inputs) | set(self.weight_slots)
         steps = [Step(tuple(i for i in op.ins if i is not None), tuple(op.outs)) for op in self.ops]
-        sizes = {
-            i: int(np.prod(s, dtype=np.int64)) * self.dtypes[i].itemsize
-            for i, s in enumerate(self.shapes)
-        }
+        sizes = {i: prod(s) * self.dtypes[i].itemsize for i, s in enumerate(self.shapes)}
         inplace = {
             op.out: op.ins[0]
             for op in self.ops
@@ -179,9 +177,10 @@ class Program:
         }
         return lifetimes(steps, sizes, inputs=fixed, outputs=self.outputs), inplace
 
-    def check(self, plan: MemoryPlan) -> None:
-        """Take ``plan`` after verifying it for this op list (``check_plan`` raises)."""
-        tensors, inplace = self.lifetimes()
+    def check(self, plan: MemoryPlan, lifetimes: tuple | None = None) -> None:
+        """Take ``plan`` after verifying it for this op list (``check_plan`` raises);
+        ``lifetimes``: ``self.lifetimes()`` when the caller has it."""
+        tensors, inplace = lifetimes or self.lifetimes()
         check_plan(plan, tensors, inplace=inplace)
         self.plan = plan
 

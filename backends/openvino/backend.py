@@ -136,7 +136,8 @@ class OpenVINOBackend(Backend):
             f"(it lists {', '.join(found) or 'nothing'}); it needs {need}"
         )
 
-    def describe(self) -> str:
+    @property
+    def about(self) -> str:  # type: ignore[override]
         """OpenVINO's version and the device's full name (``anychip devices``)."""
         if driver.import_error() is not None:
             return ""

@@ -108,7 +108,7 @@ def _outputs_on(session: Any, device: str | None) -> Iterator[None]:
         outs = set(prog.output_slots)
         for st in prog.steps:
             dst = st.outs[0] if st.outs else None
-            if not st.is_copy or dst not in outs or _readers(prog, dst):
+            if not st.is_copy or dst is None or dst not in outs or _readers(prog, dst):
                 continue
             if st.device == HOST and st.label.rsplit(" ", 1)[-1] == f"{device}->{HOST}":
                 swapped.append((st, st.fn))

@@ -92,13 +92,13 @@ class DiskCache:
         """The artifact's name: a hash of everything that changes the compiled result."""
         from anychip.version import __version__
 
-        options = sorted((str(k), repr(v)) for k, v in getattr(backend, "options", {}).items())
+        options = sorted((str(k), repr(v)) for k, v in backend.options.items())
         parts = [
             f"format={FORMAT}",
-            f"backend={getattr(backend, 'name', '')}",
+            f"backend={backend.name}",
             f"{type(backend).__module__}.{type(backend).__qualname__}",
-            f"version={getattr(backend, 'version', '')}",
-            f"tag={getattr(backend, 'cache_tag', '')}",
+            f"version={backend.version}",
+            f"tag={backend.cache_tag}",
             f"options={options!r}",
             f"anychip={__version__}",
             f"graph={digest}",
@@ -166,7 +166,7 @@ def cache_key(backend: Any, disk: DiskCache | None, graph: Any, signature: tuple
     """The key of ``graph`` (a ``Graph``, or its ``graph_digest``) compiled by ``backend`` for
     ``signature``; None when nothing is looked up on disk (no cache, or the backend does not
     load compiled bytes)."""
-    if disk is None or not getattr(backend, "loads_compiled", False):
+    if disk is None or not backend.loads_compiled:
         return None
     digest = graph if isinstance(graph, str) else graph_digest(graph)
     return disk.key(backend, digest, signature)

@@ -100,7 +100,8 @@ class CompiledModel:
         self.folded = 0
         #: What the graph optimizations rewrote, by pass (the nodes they removed).
         self.optimizations: dict[str, int] = {}
-        self.steps: StepProgram | None = None
+        #: The run steps, set by ``compile_model`` before it returns (never None after).
+        self.steps: StepProgram
         self.check_kernels = True
         #: The cost model this placement was made with, and its estimate of one run.
         self.costs: Costs | None = None

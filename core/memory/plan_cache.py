@@ -17,11 +17,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any
-
-from anychip.core.memory.planner import MemoryPlan
+from typing import Any, Generic, TypeVar
 
 __all__ = ["PlanCache", "shape_signature"]
+
+#: What a cache holds: a ``MemoryPlan``, or a caller's plans of several (``core/run/memory.py``).
+P = TypeVar("P")
 
 
 def shape_signature(inputs: Mapping[str, Any]) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
@@ -37,8 +38,9 @@ def shape_signature(inputs: Mapping[str, Any]) -> tuple[tuple[str, str, tuple[in
     return tuple(sorted(items))
 
 
-class PlanCache:
-    """LRU of ``MemoryPlan`` by signature (see the module docstring). Thread-safe.
+class PlanCache(Generic[P]):
+    """LRU of plans (``MemoryPlan``, or any plan object ``P``) by signature (see the module
+    docstring). Thread-safe.
 
     Args:
         maxsize: Plans kept (>= 1).
@@ -48,7 +50,7 @@ class PlanCache:
         if maxsize < 1:
             raise ValueError(f"PlanCache maxsize must be >= 1, got {maxsize}")
         self.maxsize = maxsize
-        self._plans: OrderedDict[Hashable, MemoryPlan] = OrderedDict()
+        self._plans: OrderedDict[Hashable, P] = OrderedDict()
         # Signatures evicted earlier, to tell a re-plan from a first plan; bounded too.
         self._evicted: OrderedDict[Hashable, None] = OrderedDict()
         self._lock = threading.Lock()
@@ -57,7 +59,7 @@ class PlanCache:
         self.replans = 0
         self.evictions = 0
 
-    def get(self, signature: Hashable) -> MemoryPlan | None:
+    def get(self, signature: Hashable) -> P | None:
         """The cached plan for ``signature`` (now the most recently used), or None; counts a
         hit or a miss."""
         with self._lock:
@@ -69,7 +71,7 @@ class PlanCache:
             self.hits += 1
             return plan
 
-    def put(self, signature: Hashable, plan: MemoryPlan) -> None:
+    def put(self, signature: Hashable, plan: P) -> None:
         """Store ``plan``, evicting the least recently used one past ``maxsize``."""
         with self._lock:
             if self._evicted.pop(signature, False) is None:
@@ -83,7 +85,7 @@ class PlanCache:
                 if len(self._evicted) > 4 * self.maxsize:
                     self._evicted.popitem(last=False)
 
-    def get_or_plan(self, signature: Hashable, make_plan: Callable[[], MemoryPlan]) -> MemoryPlan:
+    def get_or_plan(self, signature: Hashable, make_plan: Callable[[], P]) -> P:
         """The cached plan for ``signature``, or ``make_plan()`` stored under it.
 
         Two threads missing the same signature at once may both plan; the later plan wins,

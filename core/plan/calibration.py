@@ -281,7 +281,7 @@ def cache_key(backend: Any) -> str:
 
     parts = [
         f"{type(backend).__module__}.{type(backend).__qualname__}",
-        str(getattr(backend, "version", "")),
+        str(backend.version),
         __version__,
         np.__version__,
         platform.machine(),

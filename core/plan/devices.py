@@ -28,7 +28,9 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
         devices = [d.strip() for d in devices.split(",") if d.strip()]
     registry = get_registry(None if devices is None else list(devices))
     if devices is None:
-        avail = [b for b in registry.backends.values() if b.available()[0] and b.auto_select]
+        # auto_select first: a device that must be named is not probed (onnxruntime's CUDA
+        # and TensorRT providers load a model to answer)
+        avail = [b for b in registry.backends.values() if b.auto_select and b.available()[0]]
         avail.sort(key=lambda b: (b.name == "cpu", -b.priority, b.name))
         names = [b.name for b in avail]
     else:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -184,6 +184,9 @@ class Backend:
     #: The per-session options ``configure`` was given (``device_options``); part of the
     #: compile cache's key.
     options: dict[str, Any] = {}  # replaced by configure, never mutated
+    #: One line for ``anychip devices``: the runtime or driver behind the device, with its
+    #: version ("onnxruntime 1.32.0 CPUExecutionProvider"); a class attribute or a property.
+    about: str = ""
 
     def __init__(self) -> None:
         self.origin = "?"
@@ -234,11 +237,6 @@ class Backend:
 
     def _available(self) -> tuple[bool, str]:
         return True, ""
-
-    def describe(self) -> str:
-        """Override: one line for ``anychip devices`` (a runtime's version, the device's name);
-        empty by default."""
-        return ""
 
     def claims(self) -> list[Any] | None:
         """What this device claims to run, as ``OpClaim``s (``core/plugin/claims.py``); None
@@ -306,15 +304,16 @@ class Backend:
         factory = self.pool_factory
         if factory is not None:
             return factory(self)
-        if not callable(getattr(self, "_alloc", None)):
+        if not all(callable(getattr(self, m, None)) for m in ("_alloc", "_free")):
             raise DeviceError(
                 f"backend {self.name!r} has no memory pool: define _alloc(nbytes) and "
                 "_free(buffer) (raw device memory), or register a pool for kind "
                 f"{self.kind!r}"
             )
-        from anychip.core.memory.pool import MemoryPool
+        from anychip.core.memory.pool import MemoryPool, RawAllocator
 
-        return MemoryPool(self.name, capacity=self.device.memory_capacity, allocator=self)
+        raw = cast(RawAllocator, self)  # both methods checked above
+        return MemoryPool(self.name, capacity=self.device.memory_capacity, allocator=raw)
 
     def allocate(self, nbytes: int) -> Any:
         """A ``Block`` of ``nbytes`` of device memory from ``memory_pool``; raises
@@ -364,8 +363,8 @@ class Backend:
         if (stated := self._stated_claims()) is not None:
             from anychip.core.plugin.claims import declared_refusal
 
-            if (why := declared_refusal(stated, node)) is not None:
-                return why
+            if (refused := declared_refusal(stated, node)) is not None:
+                return refused
         try:
             return self.check_node(node)
         except KeyboardInterrupt:

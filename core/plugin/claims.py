@@ -137,5 +137,6 @@ def declared_refusal(claims: list[OpClaim], node: Node) -> str | None:
     """Why ``node`` is refused by a declared constraint of the claim covering it, or None
     (no claim covers it, or every constraint holds)."""
     x = next((v for v in node.inputs if v is not None and v.dtype is not None), None)
-    claim = claim_for(claims, node.domain, node.op_type, int(node.version or 1), x and x.dtype)
+    dtype = x.dtype if x is not None else None
+    claim = claim_for(claims, node.domain, node.op_type, int(node.version or 1), dtype)
     return None if claim is None else claim.refusal(node)

@@ -43,6 +43,8 @@ BUILTIN = {
     "cpu": "anychip.backends.cpu",
     "xpu": "anychip.backends.xpu_stub",
     "npu": "anychip.backends.npu_stub",
+    "ort": "anychip.backends.ort",  # onnxruntime's providers; inert without onnxruntime
+    "openvino": "anychip.backends.openvino",  # OpenVINO's devices; unavailable without it
 }
 #: The entry-point names of anychip's stubs before names were device kinds: an installed copy's
 #: metadata may still carry them (the module is what identifies a built-in), and
@@ -98,16 +100,20 @@ def _installed() -> list[Any]:
 
 def discover(extra: Iterable[tuple[str, Any]] = ()) -> list[Candidate]:
     """Every plugin, nothing imported: the built-ins, the entry points (a name taken already
-    is skipped, and an entry point of a built-in module under any name is that built-in), then
+    is skipped, and so is a module found already under another name: a built-in's is that
+    built-in), then
     ``extra`` (name, object) pairs added in-process."""
     found: dict[str, Candidate] = {}
     for name, module in BUILTIN.items():
         found[name] = Candidate(name, module, None, builtin=True)
-    builtin_modules = set(BUILTIN.values())
+    seen = set(BUILTIN.values())
     for ep in _installed():
-        if ep.value in builtin_modules:
+        # one plugin module, one candidate: stale metadata (an old egg-info beside the
+        # dist-info) may list the same module under an older name
+        if ep.value in seen or ep.name in found:
             continue
-        found.setdefault(ep.name, Candidate(ep.name, ep.value, ep))
+        seen.add(ep.value)
+        found[ep.name] = Candidate(ep.name, ep.value, ep)
     out = list(found.values())
     for name, obj in extra:
         module = getattr(obj, "__name__", repr(obj))

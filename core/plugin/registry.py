@@ -32,8 +32,8 @@ class _CallablePass(Pass):
         self.fn = fn
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return getattr(self.fn, "name", None) or getattr(self.fn, "__name__", repr(self.fn))
+    def name(self) -> str:
+        return str(getattr(self.fn, "name", None) or getattr(self.fn, "__name__", repr(self.fn)))
 
     def call(self, graph: Any) -> PassResult:
         changed = self.fn(graph)

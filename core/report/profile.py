@@ -21,7 +21,7 @@ Example::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,7 +164,7 @@ class Profile(Rendered):
         return f"<Profile {self.runs} run(s), {len(self.events)} events>"
 
 
-def profile_session(session: Any, feeds: dict[str, Any], runs: int = 1) -> Profile:
+def profile_session(session: Any, feeds: Mapping[str, Any], runs: int = 1) -> Profile:
     """Run ``session`` ``runs`` times on ``feeds`` with its steps and kernels timed."""
     check_open(session)
     if runs < 1:

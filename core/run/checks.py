@@ -13,7 +13,7 @@ turns it off for a backend that has passed the conformance kit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def expectations(node: Node, dims: bool = True) -> tuple[Expectation | None, ...
         shape = full = rank = None
         if v.shape is not None:
             shape = tuple(d if dims and isinstance(d, int) and d >= 0 else None for d in v.shape)
-            full = shape if None not in shape else None
+            full = cast("tuple[int, ...]", shape) if None not in shape else None
             rank = len(shape)
         out.append((dtype, shape, full, rank))
     return tuple(out) if any(e is not None for e in out) else None

@@ -73,8 +73,10 @@ def _static_externals(program: Program) -> ShapeMap:
     external = program.external_slots()
     known: ShapeMap = {}
     for v, s in program.slot_of.items():
+        shape = v.shape
         if s in external and v.is_tensor and v.nbytes is not None and v.dtype.numpy is not None:
-            known[s] = (tuple(int(d) for d in v.shape), np.dtype(v.dtype.numpy))
+            assert shape is not None  # nbytes is known only for a static shape
+            known[s] = (tuple(int(d) for d in shape), np.dtype(v.dtype.numpy))
     return known
 
 

@@ -140,7 +140,7 @@ class Run:
             self.views, self.base, self.live = arena.views, arena.base, arena.nbytes
         self.aliases = program.alias_slots
         self.track = program.track
-        self.held = [0] * program.nslots if self.track else None
+        self.held = [0] * program.nslots if self.track else []
         self.record = record
         self.device = program.backend.name
         self.host = program.backend.host_memory
@@ -164,6 +164,7 @@ class Run:
                     self._reject(ins, i, r, want, results)
             if (
                 base is not None
+                and views is not None
                 and type(r) is np.ndarray
                 and r is not views[s]
                 and r.base is base

@@ -178,6 +178,7 @@ class Feedback:
         """One request of a trial: its warm-up first, then the trial and the placement in
         turn (a pair compares runs made under the same conditions: right after a load, the
         first runs of every placement are slower than later ones, unequally)."""
+        assert self.trial is not None and self.best is not None  # run() set both first
         label, trial = self.trial
         turn = len(self.trial_samples) + len(self.paired_samples)
         side = "trial" if turn == 0 or turn % 2 == 1 else "placed"
@@ -241,7 +242,7 @@ class Feedback:
 
     def _finish(self, outs: list[Any], compiled: CompiledModel) -> tuple[list[Any], Any]:
         """After the last trial: the fastest measured placement is the session's."""
-        if not self.done:
+        if not self.done or self.best is None:  # None: stopped, nothing measured to keep
             return outs, compiled
         took, label, best = self.best
         if best is compiled:
@@ -283,6 +284,8 @@ class Feedback:
     @staticmethod
     def _factors(compiled: CompiledModel, steps: list[Any], best: list[float]) -> dict:
         costs = compiled.costs
+        if costs is None:  # placed without the cost model: nothing to correct
+            return {}
         measured: dict[str, float] = {}
         estimated: dict[str, float] = {}
         parts = iter(compiled.partitions)
@@ -315,7 +318,8 @@ def _typical(trial: list[float], paired: list[float]) -> float:
 def _candidates(compiled: CompiledModel) -> list[tuple[str, Any]]:
     """The placements worth measuring beside the cost model's: the host alone, and for each
     other device the most it can take (onnxruntime's PREFER_<device> policy)."""
-    host, factors = compiled.backends[-1].name, dict(compiled.costs.factors)
+    host = compiled.backends[-1].name
+    factors = dict(compiled.costs.factors) if compiled.costs else {}
     out: list[tuple[str, Any]] = [(f"{host} alone", (factors, [host], "prefer-first"))]
     for b in compiled.backends[:-1]:
         out.append((f"{b.name} first", (factors, [b.name, host], "prefer-first")))
@@ -328,10 +332,9 @@ def _placement(compiled: CompiledModel) -> dict[str, str]:
 
 def predicted_time(compiled: CompiledModel) -> float | None:
     """The corrected cost model's time of ``compiled``'s placement."""
-    graph = compiled.model.graph
+    graph, costs = compiled.model.graph, compiled.costs
+    if costs is None:  # placed without the cost model
+        return None
     return estimate(
-        graph,
-        {n: n.meta["device"] for n in graph.nodes},
-        compiled.costs,
-        compiled.backends[-1].name,
+        graph, {n: n.meta["device"] for n in graph.nodes}, costs, compiled.backends[-1].name
     ).seconds

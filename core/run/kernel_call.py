@@ -153,7 +153,7 @@ class Arena:
 
     __slots__ = ("views", "base", "nbytes")
 
-    def __init__(self, views: list[Any], base: np.ndarray, nbytes: int) -> None:
+    def __init__(self, views: list[Any], base: np.ndarray | None, nbytes: int) -> None:
         self.views = views
         self.base = base
         self.nbytes = nbytes

@@ -10,9 +10,16 @@ closed session refuses to run or report with an ``AnychipError`` that says so.
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anychip.errors import AnychipError
+
+if TYPE_CHECKING:
+    import threading
+
+    from anychip.core.compile.pipeline import CompiledModel
+    from anychip.core.run.feedback import Feedback
+    from anychip.ir.graph import Model
 
 __all__ = ["Closable", "check_open", "CLOSED"]
 
@@ -32,6 +39,13 @@ class Closable:
     """What ``Session`` gets for closing (a mixin: the session's lock and compiled model)."""
 
     _closed = False
+    # The session's (declared here for the type checker, set by ``Session``): what close drops.
+    _lock: threading.RLock
+    feedback: Feedback | None
+    compiled: CompiledModel
+    model: Model
+    partitions: list[Any]
+    copies: list[Any]
 
     @property
     def closed(self) -> bool:
@@ -40,15 +54,16 @@ class Closable:
 
     def close(self) -> None:
         """Release the session's device memory now; later calls do nothing."""
-        with self._lock:  # type: ignore[attr-defined]
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if self.feedback is not None:  # type: ignore[attr-defined]
-                self.feedback.stop("closed")  # type: ignore[attr-defined]
-            for sp in self.compiled.specialized.values():  # type: ignore[attr-defined]
+            if self.feedback is not None:
+                self.feedback.stop("closed")
+            for sp in self.compiled.specialized.values():
                 sp.close()  # a compile still running would put an executable back
-            self.compiled = self.model = None
+            # A closed session refuses every use (check_open): None is never read as a model.
+            self.compiled = self.model = None  # type: ignore[assignment]
             self.partitions, self.copies = [], []
         gc.collect()  # executables and tensors in reference cycles go back now too
 

@@ -31,9 +31,9 @@ Concat copies nothing (``ProgramPlan.inside`` holds their offsets).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -112,7 +112,8 @@ class ProgramPlan:
         self.shapes = shapes
         #: Arena offsets of the Concat inputs placed inside their Concat's output.
         self.inside = dict(inside or {})
-        offsets = dict(arena.offsets) if arena is not None else {}
+        # The plans' tensor ids are this program's slots.
+        offsets = dict(cast("dict[int, int]", arena.offsets)) if arena is not None else {}
         offsets.update(self.inside)
         self._layout = [(s, off, shapes[s][0], shapes[s][1]) for s, off in offsets.items()]
         #: The views made last, with the buffer they view: a pool handing back the same block
@@ -153,7 +154,7 @@ def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
             continue  # sequences, optionals: never planned
         if v.dtype == DType.STRING:
             continue  # object arrays hold pointers: nothing to plan
-        if v.nbytes is None:
+        if v.nbytes is None or v.shape is None:
             # An output nobody reads (an old Dropout's mask) dies where it is born; its unknown
             # size does not make the partition dynamic (the plan leaves it out).
             if v.uses or s in program.output_slots:
@@ -198,15 +199,16 @@ def _plan(
     the offsets of those Concat inputs."""
     placed = concat_members(program, shapes, planned, root)
 
-    def home(s: int) -> int:
-        return resolve(placed, root.get(s, s))[0]
+    def home(s: Hashable) -> int:
+        slot = cast(int, s)  # memory_steps' ids are slots (core.memory's Step takes any id)
+        return resolve(placed, root.get(slot, slot))[0]
 
     final = Step(tuple(home(s) for s in program.output_slots), ())
     mapped = []
     written: set[int] = set()
     for st in list(steps) + [final]:
         reads = [r for r in (home(s) for s in st.reads) if r in planned]
-        writes = []
+        writes: list[int] = []
         for w in st.writes:
             if w not in planned or w in root:
                 continue
@@ -215,9 +217,11 @@ def _plan(
             (reads if h in written else writes).append(h)
             written.add(h)
         mapped.append(Step(tuple(dict.fromkeys(reads)), tuple(dict.fromkeys(writes))))
-    sizes = {s: prod(shapes[s][0]) * shapes[s][1].itemsize for s in planned if s not in placed}
+    sizes: dict[Hashable, int] = {
+        s: prod(shapes[s][0]) * shapes[s][1].itemsize for s in planned if s not in placed
+    }
     tensors = lifetimes(mapped, sizes, outputs=set(program.output_slots) & planned)
-    hints: dict[int, int] = {}
+    hints: dict[Hashable, Hashable] = {}
     for ins in program.instrs:
         if not ins.inplace or len(ins.outs) != 1 or not ins.ins:
             continue
@@ -328,7 +332,7 @@ class PartitionMemory:
         # Nothing a plan could hold (every tensor written is an output or a view): no plan to
         # make per input-shape signature, and the runs go straight to the program.
         self.dynamic = not complete and _has_intermediates(program, root)
-        self.cache: PlanCache | None = PlanCache(cache_size) if self.dynamic else None
+        self.cache: PlanCache[ProgramPlan] | None = PlanCache(cache_size) if self.dynamic else None
         self.current: ProgramPlan | None = None
         #: The largest plan and lower bound made so far (dynamic shapes: over the signatures).
         self.planned = 0
@@ -356,14 +360,14 @@ class PartitionMemory:
         self.current = pp
         self.planned = max(self.planned, pp.plan.total_size)
         self.lower_bound = max(self.lower_bound, pp.plan.lower_bound)
-        if _uses_arena(pp):
+        if pp.arena is not None and _uses_arena(pp):
             self.arena = max(self.arena, pp.arena.total_size)
 
     def arena_for(self, inputs: Sequence[Any]) -> tuple[Callable[[np.ndarray], Any] | None, int]:
         """The plan for these inputs' arena as ``(views of a buffer, its bytes)``; ``(None,
         0)`` where the runs use none (a recording's private arena, ``cpu/replay/record.py``)."""
         pp = self.cache.get(_signature(inputs)) if self.cache is not None else self.current
-        if self.pool is None or not _uses_arena(pp):
+        if self.pool is None or pp is None or pp.arena is None or not _uses_arena(pp):
             return None, 0
         nslots = self.program.nslots
         return (lambda raw: pp.views(raw, nslots)), pp.arena.total_size
@@ -411,7 +415,7 @@ class PartitionMemory:
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         pp = self.current
-        if self.dynamic:
+        if self.cache is not None:  # dynamic shapes
             sig = _signature(inputs)
             pp = self.cache.get(sig)
             if pp is None:
@@ -425,14 +429,14 @@ class PartitionMemory:
                 self._use(pp)
                 return outs
             self.current = pp
-        if self.pool is None or not _uses_arena(pp):
+        if self.pool is None or pp is None or pp.arena is None or not _uses_arena(pp):
             if self._offers:
                 return self.program.run(inputs, arena=self._offered(None))
             return self.program.run(inputs)
         block = self.pool.alloc(pp.arena.total_size)
         try:
             raw = block.buffer[block.offset : block.offset + pp.arena.total_size]
-            arena = pp.views(raw, self.program.nslots)
+            arena: Arena | None = pp.views(raw, self.program.nslots)
             if self._offers:
                 arena = self._offered(arena)
             return self.program.run(inputs, arena=arena)

@@ -94,16 +94,16 @@ class Program:
     ) -> None:
         self.graph = graph
         #: Check each kernel's outputs against inference's dtype and shape (``core/run/checks.py``).
-        self.check_kernels = check_kernels if parent is None else parent.check_kernels
-        self.backend = backend
-        self.table = table
-        self.schemas = schemas
+        self.check_kernels: bool = check_kernels if parent is None else parent.check_kernels
+        self.backend: Backend = backend
+        self.table: KernelTable | None = table
+        self.schemas: SchemaRegistry | None = schemas
         self.slot_of: dict[Value, int] = {}
         self.consts: list[tuple[int, Any]] = []
         self.captures: list[tuple[int, int]] = []  # (parent slot, own slot)
         self._release = None if backend.host_memory else backend.release
         #: A top-level program counts the bytes it holds; ``peak`` is the most in one run.
-        self.track = parent is None
+        self.track: bool = parent is None
         self.peak = 0
         #: Planned ``out`` views a kernel was handed but did not return (it allocated instead).
         self.declined = 0
@@ -125,8 +125,7 @@ class Program:
         g = self.graph
         self.input_slots = [self._slot(v) for v in g.inputs]
         for v in g.initializers.values():
-            if v not in self.slot_of:
-                self.consts.append((self._slot(v), self.backend.to_device(v.const)))
+            self._read_slot(v, parent)  # a slot, and the device copy of its ``const``
         self.instrs: list[Instr] = []
         static = all(
             v.shape is not None and all(isinstance(d, int) and d >= 0 for d in v.shape)
@@ -136,9 +135,7 @@ class Program:
             kernel = node.meta.get("kernel")
             if kernel is None or kernel.backend != self.backend.name:
                 kernel = self._lookup(node)
-            ins = []
-            for v in node.inputs:
-                ins.append(-1 if v is None else self._read_slot(v, parent))
+            ins = [-1 if u is None else self._read_slot(u, parent) for u in node.inputs]
             self._captures_of(node, parent)
             outs = tuple(-1 if v is None else self._slot(v) for v in node.outputs)
             attrs = node_attrs(node, self.schemas)
@@ -150,7 +147,7 @@ class Program:
             self.instrs.append(instr)
         self.output_slots = [self._read_slot(v, parent) for v in g.outputs]
         self._plan_frees()
-        self.nslots = len(self.slot_of)
+        self.nslots: int = len(self.slot_of)
         for instr in self.instrs:
             instr.seal(self.nslots)
         #: The nodes' contexts, whose frame (the run's slots) is dropped after each run.
@@ -270,8 +267,10 @@ class Program:
         slots: list[Any] = [None] * (self.nslots + 1)  # the last: omitted inputs' None
         for s, t in self.consts:
             slots[s] = t
-        for ps, s in self.captures:
-            slots[s] = outer[ps]
+        if self.captures:
+            assert outer is not None, "a nested graph's program runs in its parent's frame"
+            for ps, s in self.captures:
+                slots[s] = outer[ps]
         for s, t in zip(self.input_slots, inputs):
             slots[s] = t
         return slots
@@ -328,7 +327,7 @@ def _reads_inside(g: Graph, v: Value) -> bool:
     return any(user.graph is not None and _inside(user.graph, g) for user, _ in v.uses)
 
 
-def _inside(graph: Graph, root: Graph) -> bool:
+def _inside(graph: Graph | None, root: Graph) -> bool:
     while graph is not None:
         if graph is root:
             return True

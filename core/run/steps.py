@@ -86,6 +86,7 @@ class StepProgram:
     def run(self, feeds: Sequence[Any], times: list[float] | None = None) -> list[Any]:
         """Run every step on the host arrays ``feeds`` (graph input order); all outputs.
         ``times``, when given, receives each step's seconds (the session's feedback runs)."""
+        step: Step | None
         if self.direct is not None and times is None:
             step, order, picks = self.direct
             try:
@@ -137,9 +138,10 @@ class StepProgram:
             _blame(e, step)
         if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
             raise OutOfMemoryError(
-                f"out of memory while running {step.label}: {type(e).__name__}: {e}. "
+                f"out of memory while running {step.label if step else 'the model'}: "
+                f"{type(e).__name__}: {e}. "
                 "Run with a smaller input, or place part of the model on another device.",
-                device=step.device,
+                device=step.device if step else "",
             ) from e
         raise e
 

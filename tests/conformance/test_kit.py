@@ -155,3 +155,23 @@ def test_the_toychip_example_passes_the_kit_in_strict_mode():
     assert report.ok, str(report)
     assert {r.op for r in report.results} == {"Add", "Mul", "Relu", "MatMul", "Softmax"}
     assert report.counts()[PASS_ON_DEVICE] == len(report.results)
+
+
+def test_a_refusal_by_a_declared_constraint_is_counted_apart_and_passes_strict():
+    """The last-axis Softmax chip of tests/core/test_constraints.py: Softmax cases on another
+    axis run on the cpu, refused as declared, and strict mode passes; the count says so."""
+    from anychip.conformance import REFUSED_AS_DECLARED
+    from tests.core.test_constraints import _Plugin
+
+    register_plugin(_Plugin(), "test-lastaxis")
+    try:
+        report = run_kit("lastaxis", ops=["Softmax"], strict=True, contract=False)
+    finally:
+        unregister_plugin("test-lastaxis")
+    status = _statuses(report)
+    assert status["test_softmax_axis_2"] == PASS_ON_DEVICE
+    assert status["test_softmax_axis_0"] == REFUSED_AS_DECLARED
+    refused = next(r for r in report.results if r.case == "test_softmax_axis_0")
+    assert "declared constraint: axis on the last axis only" in refused.detail
+    assert report.ok and report.counts()[PASS_VIA_FALLBACK] == 0, str(report)
+    assert "refused as declared" in report.table()

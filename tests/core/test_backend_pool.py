@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import anychip
 from anychip.core.memory import CachingPool
+from anychip.core.plugin.backend import Backend
 from anychip.core.plugin.hookspecs import hookimpl
 from anychip.core.plugin.host import register_plugin, unregister_plugin
+from anychip.errors import DeviceError
 from tests.conformance import badchip
 
 
@@ -60,3 +63,15 @@ def test_a_registered_pool_serves_the_device_and_reports_its_figures():
         unregister_plugin("badchip_pool")
         unregister_plugin("badchip")
         badchip.CHIP._pool = None
+
+
+def test_a_backend_with_alloc_but_no_free_gets_the_device_error():
+    # The backend author's message (an AnychipError), not the pool's TypeError.
+    class HalfChip(Backend):
+        name = kind = "halfchip"
+
+        def _alloc(self, nbytes: int) -> bytearray:
+            return bytearray(nbytes)
+
+    with pytest.raises(DeviceError, match=r"define _alloc\(nbytes\) and _free\(buffer\)"):
+        HalfChip().allocate(64)

@@ -66,9 +66,9 @@ def test_a_second_process_loads_from_disk_without_compiling(tmp_path):
 
 @pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_with_the_background_compile_the_host_serves_while_the_disk_is_read(tmp_path):
-    """Loading and compiling an artifact costs more than a host run (0.95 s against 60 ms on
+    """Loading an executable costs more than a host run (0.4-0.6 s against 60 ms on the light
     ResNet-50): in the background mode the first run of a signature goes to the host and the
-    compile thread finds the artifact on disk."""
+    compile thread finds the executable on disk."""
     first = _process(tmp_path)
     second = _process(tmp_path, background=True)
     t = second["telemetry"]

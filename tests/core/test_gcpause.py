@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import anychip
+from anychip.core.api import session as session_mod
 from anychip.core.compile.gcpause import gc_paused
 from tests.core.test_placement import three_nodes
 
@@ -22,13 +23,13 @@ def _restore():
 
 def test_a_load_pauses_the_collector_and_gives_it_back(monkeypatch):
     seen = []
-    real = anychip.core.api.session.Session.__init__
+    real = session_mod.Session.__init__
 
     def spy(self, *a, **k):
         seen.append(gc.isenabled())
         real(self, *a, **k)
 
-    monkeypatch.setattr(anychip.core.api.session.Session, "__init__", spy)
+    monkeypatch.setattr(session_mod.Session, "__init__", spy)
     gc.enable()
     anychip.load(three_nodes(), devices=["cpu"])
     assert seen == [False] and gc.isenabled()

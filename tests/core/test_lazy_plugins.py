@@ -196,6 +196,15 @@ def test_old_entry_point_names_still_work(entry_points, monkeypatch) -> None:
         anychip.load(_relu_model(), devices=["npu"])
 
 
+def test_one_module_under_two_names_is_one_plugin(entry_points) -> None:
+    # stale metadata (an egg-info beside the dist-info) lists a third-party module twice
+    module = entry_points("alpha", _plugin_source("alpha"))
+    entry_points("alpha_old", None, value=module)
+    reg = plugins.get_registry()
+    assert [r.name for r in reg.plugins].count("alpha") == 1
+    assert "alpha_old" not in {r.name for r in reg.plugins} and all(r.ok for r in reg.plugins)
+
+
 def test_a_failing_plugin_is_reported_and_the_cpu_still_loads(entry_points) -> None:
     entry_points("cpu.broken", "ANYCHIP_API_VERSION = 1\nraise RuntimeError('no driver')\n")
     entry_points("tpu", "raise ImportError('libtpu missing')\n")

@@ -158,3 +158,33 @@ def test_plugins_load_lazily_not_at_import():
 def test_unknown_device_lists_known_ones():
     with pytest.raises(anychip.DeviceError, match="unknown device 'tpu'.*cpu"):
         anychip.load(_relu_model(), devices=["tpu"])
+
+
+def test_a_device_that_must_be_named_is_not_probed_by_a_default_session():
+    """auto_select=False devices (onnxruntime's providers load a model to answer) are left
+    out before their availability is asked."""
+    from anychip.core.plugin.backend import Backend
+    from anychip.core.plugin.hookspecs import hookimpl
+    from anychip.core.plugin.host import get_registry, register_plugin, unregister_plugin
+
+    asked = []
+
+    class Shy(Backend):
+        name, kind, auto_select = "shy", "shy", False
+
+        def _available(self):
+            asked.append(self.name)
+            return True, ""
+
+    class Plugin:
+        @hookimpl
+        def anychip_register_backends(self, registry):
+            registry.add_backend(Shy())
+
+    get_registry()
+    register_plugin(Plugin(), "shy")
+    try:
+        sess = anychip.load(_relu_model())
+        assert "shy" not in sess.devices and asked == []
+    finally:
+        unregister_plugin("shy")

@@ -5,7 +5,9 @@ A family kernel is ``fn(s, *arrays, **attrs)``: ``s`` is the ``Space`` of its in
 omitted optional input), and it returns an array or a tuple of arrays. ``@kernel`` turns it
 into an anychip kernel over ``XTensor`` handles and registers it in ``FAMILY``, which every
 array-API backend merges into its own table. Only functions of the array API standard are
-used (``array-api-strict`` in the tests rejects anything else), plus ``array_api_extra``.
+used (``array-api-strict`` in the tests rejects anything else), plus ``array_api_extra``,
+imported by ``extra()`` when a kernel first needs it: the family registers without it, so a
+plain ``pip install anychip`` lists the CUDA device with the reason it is unavailable.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "host",
     "norm_axis",
     "full_like",
+    "extra",
 ]
 
 FAMILY = KernelTable("arrayapi")
@@ -43,6 +46,19 @@ NUM = F | {DType.INT8, DType.INT16, DType.INT32, DType.INT64, DType.UINT8, DType
            DType.UINT32, DType.UINT64}  # fmt: skip
 #: every type the family moves
 ANY = NUM | {DType.BOOL}
+
+
+def extra() -> Any:
+    """``array_api_extra`` (``pad``...), imported on first use; a ``KernelError`` saying what to
+    install when it is missing (the ``arrayapi`` and ``cuda`` extras bring it)."""
+    try:
+        import array_api_extra
+    except ImportError as e:
+        raise KernelError(
+            f"the array-API kernels need array_api_extra ({e}); "
+            "pip install 'anychip[arrayapi]' (or 'anychip[cuda]')"
+        ) from e
+    return array_api_extra
 
 
 def _space(args: Iterable[Any]) -> Space:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_extra as xpx
-
-from anychip.backends.arrayapi.family._common import kernel
+from anychip.backends.arrayapi.family._common import extra, kernel
 from anychip.backends.arrayapi.tensor import Space
 
 __all__ = ["attention_of"]
@@ -33,7 +31,8 @@ def _bias(s: Space, q: Any, mask: Any, is_causal: int, past: int, kv: int) -> An
         pad = kv - mask.shape[-1]
         if pad > 0:
             fill = False if mask.dtype == xp.bool else ninf
-            mask = xpx.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)], constant_values=fill)
+            widths = [(0, 0)] * (mask.ndim - 1) + [(0, pad)]
+            mask = extra().pad(mask, widths, constant_values=fill, xp=xp)
         if mask.dtype == xp.bool:
             mask = xp.where(mask, xp.asarray(0.0, dtype=q.dtype), xp.asarray(ninf, dtype=q.dtype))
         bias = bias + xp.astype(mask, q.dtype)

@@ -15,10 +15,9 @@ import itertools
 import math
 from typing import Any
 
-import array_api_extra as xpx
 import numpy as np
 
-from anychip.backends.arrayapi.family._common import kernel
+from anychip.backends.arrayapi.family._common import extra, kernel
 from anychip.backends.arrayapi.tensor import Space
 from anychip.errors import KernelError
 
@@ -72,7 +71,7 @@ def windows(
 def _pad(s: Space, x: Any, pairs: list[tuple[int, int]], value: float) -> Any:
     if not any(p for pair in pairs for p in pair):
         return x
-    return xpx.pad(x, [(0, 0), (0, 0), *pairs], constant_values=value, xp=s.xp)
+    return extra().pad(x, [(0, 0), (0, 0), *pairs], constant_values=value, xp=s.xp)
 
 
 @kernel("Conv", since=1, until=22)

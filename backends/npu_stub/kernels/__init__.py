@@ -12,6 +12,10 @@ builder reads attributes, precomputes what it can, and asks the compile context 
 
 ``xs[i]`` is the device view of input ``i``, or None when the input is absent or the builder
 took it through ``ctx``; other constant inputs are placed in device memory as they are.
+Builders read a constant's data only through ``ctx.const`` or ``ctx.weight`` (testing
+``value.const is not None`` is fine): a program loaded from its compiled bytes (``blob.py``)
+rebuilds the kernels with the stored weights, and a constant that reached its builder only as
+a weight is then a NaN-filled stand-in of its shape.
 One op family per module, registered where defined with ``@builder(op, ...)``.
 """
 

@@ -6,6 +6,8 @@ run only on a GPU (``bench/gpu_check.sh``)."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -128,3 +130,30 @@ def test_cuda_backend_is_an_array_api_backend():
     b = CudaBackend("cuda:0", info)
     assert isinstance(b, ArrayAPIBackend) and b.kept_when_unavailable and not b.auto_select
     assert {k.op_type for k in b.kernel_table()} >= {"Conv", "MatMul", "Softmax", "Gelu"}
+
+
+@pytest.mark.slow  # a fresh interpreter (it also runs in .ci/run's base-install step)
+def test_a_base_install_lists_cuda_with_the_extra_to_install():
+    """With the base dependencies only (no CuPy, no array-API packages) the plugin registers
+    whole and ``anychip devices`` says what to install: no plugin failure, no traceback."""
+    code = (
+        "import sys\n"
+        "for name in ('cupy', 'array_api_compat', 'array_api_extra'):\n"
+        "    sys.modules[name] = None  # not installed: importing it raises ImportError\n"
+        "from anychip.cli.main import main\n"
+        "sys.exit(main(['devices']))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("cuda ")]
+    assert "CuPy is not installed" in row and "pip install 'anychip[cuda]'" in row, row
+    assert "raised" not in r.stdout + r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_array_api_extra_missing_at_run_time_says_what_to_install(monkeypatch):
+    from anychip.backends.arrayapi.family._common import extra
+    from anychip.errors import KernelError
+
+    monkeypatch.setitem(sys.modules, "array_api_extra", None)
+    with pytest.raises(KernelError, match=r"pip install 'anychip\[arrayapi\]'"):
+        extra()

@@ -10,10 +10,6 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.backends.openvino.plugin import ensure_registered
-
-ensure_registered()
-
 DEVICE = "openvino:cpu"
 
 

@@ -20,7 +20,7 @@ def test_devices_listed_with_version_and_reasons():
     rows = {d.name: d for d in anychip.devices()}
     cpu = rows[DEVICE]
     assert cpu.available and cpu.graph_mode and cpu.kind == "openvino"
-    assert cpu.detail.startswith("OpenVINO 20")
+    assert cpu.about.startswith("OpenVINO 20")
     for name, family in (("openvino:gpu", "GPU"), ("openvino:npu", "NPU")):
         row = rows[name]
         if family not in " ".join(driver.device_ids()):
