@@ -69,6 +69,7 @@ def _cmd_claims(device: str, as_json: bool) -> int:
     from anychip.core.plugin.host import get_registry
     from anychip.errors import DeviceError
 
+    device = device.strip().lower()  # device names are case-insensitive
     registry = get_registry([device])
     if device not in registry.backends:
         raise DeviceError(f"no device {device!r} is registered (have: {sorted(registry.backends)})")

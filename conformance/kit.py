@@ -348,6 +348,8 @@ def _label(placed: list[tuple[Any, str, str]], device: str, claimed: list[str]) 
         if node.op_type not in claimed or where == device:
             continue
         refusal = declared_refusal(claims, node)
+        if refusal is None and _dtype_refusal(reason, device):
+            refusal = reason  # a dtype its DeviceModel leaves out: declared as data too
         if refusal is not None:
             declared.append(f"{node.op_type} {node.name!r} on {where}: {refusal}")
         else:
@@ -357,6 +359,13 @@ def _label(placed: list[tuple[Any, str, str]], device: str, claimed: list[str]) 
     if declared:
         return REFUSED_AS_DECLARED, "; ".join(declared)
     return PASS_ON_DEVICE, ""
+
+
+def _dtype_refusal(reason: str, device: str) -> bool:
+    """Whether placement's reason is a dtype ``device``'s ``DeviceModel`` leaves out
+    (``<device>: dtype f64 not supported by <device>``: a Cast to float64 claimed for its
+    float32 input), a refusal declared as data like a constraint."""
+    return f"not supported by {device}" in reason and f"{device}: dtype " in reason
 
 
 def _backend(device: str) -> Any:
@@ -399,6 +408,7 @@ def run_kit(
             compared with the CPU's kernel on the same inputs, the first difference a FAIL
             naming the node, op, kernel and largest error.
     """
+    device = device.strip().lower()  # device names are case-insensitive (openvino:CPU)
     backend = _backend(device)
     claims = claims_of(backend)
     report = KitReport(device, strict=strict, claims=claims)

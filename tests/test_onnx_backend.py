@@ -11,8 +11,9 @@ a case the CPU cannot pass would fail there too, so an accelerator set can never
 than the CPU. A set whose accelerator is unavailable here is skipped with the reason. The
 "CUDA" cases run only where anychip has a cuda device. ``ANYCHIP_CONFORMANCE_DEVICES=xpu,cpu``
 runs one set only (several: separate them with ``;``). ``ort:cpu,cpu`` (onnxruntime's CPU
-provider in front) runs one node case in eight by default, every case when named there. At
-the end of the run a line per set reports how many cases passed and where their nodes ran;
+provider in front) and ``openvino:cpu,cpu`` run one node case in eight by default, every case
+when named there. At the end of the run a line per set reports how many cases passed and where
+their nodes ran;
 ``tests/conftest.py`` fails the run when an accelerator set placed too little on its
 accelerator.
 
@@ -39,12 +40,15 @@ from anychip.zoo import LIGHT_MODELS
 
 _NAMED = os.environ.get("ANYCHIP_CONFORMANCE_DEVICES")
 DEVICE_SETS = [
-    d.strip() for d in (_NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu").split(";") if d.strip()
+    d.strip()
+    for d in (_NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu;openvino:cpu,cpu").split(";")
+    if d.strip()
 ]
 #: Sets the default run samples: one node case in N, by a stable hash of its name. Named in
 #: ANYCHIP_CONFORMANCE_DEVICES, a set runs whole (onnxruntime's CPU behind ort:cpu: 1,847
-#: passed, 0 failed on the whole suite, docs/perf/ort.md).
-SAMPLED = {"ort:cpu,cpu": 8}
+#: passed, 0 failed on the whole suite, docs/perf/ort.md; OpenVINO's CPU behind openvino:cpu:
+#: 1,761 passed, 0 failed, docs/perf/openvino.md).
+SAMPLED = {"ort:cpu,cpu": 8, "openvino:cpu,cpu": 8}
 
 # BackendTest writes the bundled light models' data sets under ONNX_HOME; keep them out of ~.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "anychip-onnx-home"))

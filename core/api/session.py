@@ -51,7 +51,9 @@ class Session(Closable):
         device_options: Mapping[str, Mapping[str, Any]] | None = None,
         copts: CompileOptions | None = None,
     ) -> None:
-        registry, device_options = get_registry(devices), dict(device_options or {})
+        registry = get_registry(devices)
+        # device names are case-insensitive (openvino:CPU is openvino:cpu): so are these keys
+        device_options = {str(k).lower(): v for k, v in (device_options or {}).items()}
         if unknown := sorted(set(device_options) - set(devices)):
             raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
         copts = copts or CompileOptions()

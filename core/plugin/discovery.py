@@ -44,6 +44,7 @@ BUILTIN = {
     "xpu": "anychip.backends.xpu_stub",
     "npu": "anychip.backends.npu_stub",
     "ort": "anychip.backends.ort",  # onnxruntime's providers; inert without onnxruntime
+    "openvino": "anychip.backends.openvino",  # OpenVINO's devices; unavailable without it
 }
 #: The entry-point names of anychip's stubs before names were device kinds: an installed copy's
 #: metadata may still carry them (the module is what identifies a built-in), and

@@ -175,10 +175,11 @@ class PlacementReport(Rendered):
         ]
         w = max([len(n.name) for n in self.nodes] + [4])
         wo = max([len(n.op_type) for n in self.nodes] + [7])
-        lines.append(f"{'node':<{w}}  {'op':<{wo}}  {'device':<7} part  reason")
+        wd = max([len(n.device) for n in self.nodes] + [7])  # openvino:cpu is longer than 7
+        lines.append(f"{'node':<{w}}  {'op':<{wo}}  {'device':<{wd}} part  reason")
         for n in self.nodes:
             lines.append(
-                f"{n.name:<{w}}  {n.op_type:<{wo}}  {n.device:<7} {n.partition:>4}  {n.reason}"
+                f"{n.name:<{w}}  {n.op_type:<{wo}}  {n.device:<{wd}} {n.partition:>4}  {n.reason}"
             )
         lines.append("partitions:")
         for p in self.partitions:
