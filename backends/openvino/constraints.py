@@ -172,6 +172,13 @@ def _dcr(node: Node) -> bool:
 
 
 #: Every claim carries these.
+def _unique(node: Node) -> bool:
+    # test_unique_not_sorted_without_axis in its 1-output form (the kit's derived variant):
+    # OpenVINO 2026.4 gave [2, 0, 0, 0] for [2, 1, 3, 4]; the 4-output form is right
+    outs = [v for v in node.outputs if v is not None]
+    return bool(node.attr("sorted", 1)) or len(outs) == 4
+
+
 ALL = (Constraint("tensors only (no sequences, optionals or maps)", _tensors_only),)
 _POOL = Constraint(
     "ceil_mode only where no last window starts in the padding (static shapes)",
@@ -207,4 +214,7 @@ BY_OP: dict[str, tuple[Constraint, ...]] = {
     "RNN": (_RNN,),
     "LSTM": (_RNN, Constraint("no peepholes (input P)", _no_peepholes)),
     "SpaceToDepth": (Constraint("mode DCR only", _dcr),),
+    "Unique": (
+        Constraint("sorted=1, or all four outputs written (sorted=0 alone miscomputes)", _unique),
+    ),
 }
