@@ -73,6 +73,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=int, default=WARMUP, help="untimed runs of each engine first")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="anychip's precision policy; with bf16, OpenVINO runs at its bf16 hint too "
+        "(onnxruntime stays f32: the differences are then each output's error against f32)",
+    )
+    p.add_argument(
         "--cpu-time",
         action="store_true",
         help="time each run by the process's CPU time (every thread's), not the wall clock",
@@ -98,6 +105,7 @@ def command(args: argparse.Namespace) -> int:
         seed=args.seed,
         log=None if args.quiet else _stderr_line,
         cpu_time=args.cpu_time,
+        precision=args.precision,
     )
     print(format_table(result))
     if args.json_out:
@@ -144,10 +152,10 @@ def resolve_model(model: str, seed: int = 0) -> tuple[bytes, dict[str, np.ndarra
 
 
 # -- engines ------------------------------------------------------------------------------------
-def _anychip(path: str, devices: list[str]) -> tuple[Runner, Any]:
+def _anychip(path: str, devices: list[str], precision: str = "fp32") -> tuple[Runner, Any]:
     import anychip
 
-    sess = anychip.load(path, devices=devices)
+    sess = anychip.load(path, devices=devices, precision=precision)
     return (lambda feeds: sess.run(None, feeds)), sess
 
 
@@ -170,14 +178,15 @@ def _onnxruntime(path: str, threads: int | None) -> Runner:
     return lambda feeds: sess.run(None, feeds)
 
 
-def _openvino(path: str, threads: int | None) -> Runner:
+def _openvino(path: str, threads: int | None, precision: str = "fp32") -> Runner:
     try:
         import openvino as ov
     except ImportError as e:
         raise AnychipError(
             "--against openvino needs OpenVINO: pip install 'anychip[bench]' (or openvino)"
         ) from e
-    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+    hint = "bf16" if precision == "bf16" else "f32"
+    config: dict[str, Any] = {"INFERENCE_PRECISION_HINT": hint, "PERFORMANCE_HINT": "LATENCY"}
     if threads is not None:
         config["INFERENCE_NUM_THREADS"] = threads
     compiled = ov.Core().compile_model(path, "CPU", config)
@@ -276,8 +285,10 @@ def bench_models(
     seed: int = 0,
     log: Callable[[str], None] | None = None,
     cpu_time: bool = False,
+    precision: str = "fp32",
 ) -> dict:
-    """Time every model on anychip and ``peers``; the results as a JSON-ready dict."""
+    """Time every model on anychip and ``peers``; the results as a JSON-ready dict.
+    ``precision``: anychip's policy, and OpenVINO's hint (onnxruntime runs float32)."""
     from anychip.core.api.feeds import random_feeds
     from anychip.core.progress import task
 
@@ -295,12 +306,16 @@ def bench_models(
                 f.write(data)
             load = {}
             t0 = time.perf_counter()
-            ours, sess = _anychip(path, list(devices))
+            ours, sess = _anychip(path, list(devices), precision)
             load["anychip"] = (time.perf_counter() - t0) * 1e3
             engines = {"anychip": ours}
             for p in peers:
                 t0 = time.perf_counter()
-                engines[p] = makers[p](path, threads)
+                engines[p] = (
+                    _openvino(path, threads, precision)
+                    if p == "openvino"
+                    else makers[p](path, threads)
+                )
                 load[p] = (time.perf_counter() - t0) * 1e3
             if feeds is None:
                 feeds = random_feeds(sess, seed)
@@ -320,6 +335,7 @@ def bench_models(
         "runs": runs,
         "warmup": warmup,
         "clock": "process CPU time" if cpu_time else "wall",
+        "precision": precision,
         "peers": list(peers),
         "models": rows,
         "geomean_ratio": geo,
@@ -366,7 +382,8 @@ def format_table(result: dict) -> str:
     lines.append(
         f"ratios anychip/peer (below 1: anychip faster); medians of {result['runs']} interleaved "
         f"rounds ({result.get('clock', 'wall')} clock); threads: {threads}; anychip devices: "
-        f"{','.join(result['devices'])}; warm-up: {result['warmup']} runs each"
+        f"{','.join(result['devices'])}; warm-up: {result['warmup']} runs each; precision: "
+        f"{result.get('precision', 'fp32')}"
     )
     cold = result.get("cold_geomean_ratio")
     if cold:

@@ -37,6 +37,8 @@ class CpuBackend(Backend):
     #: Whether static-shape partitions replay their recorded kernel calls
     # (backends/cpu/replay/record.py).
     replay: bool = True
+    #: The precision policy (``SessionOptions.precision``): ``"fp32"`` or ``"bf16"``.
+    precision: str = "fp32"
 
     def device_model(self) -> DeviceModel:
         # Rough figures for a few cores running BLAS: only their ratio to other devices matters.
@@ -50,6 +52,22 @@ class CpuBackend(Backend):
             host_link=None,
             launch_overhead=2e-6,
         )
+
+    @property
+    def about(self) -> str:  # type: ignore[override]
+        """The CPU's model and features, and what the backend uses of them (``anychip
+        devices``): oneDNN or not, bf16 products for ``precision="bf16"`` or not."""
+        from anychip.backends.cpu.features import bf16_math, summary
+        from anychip.backends.cpu.onednn import _lib
+
+        onednn = (
+            "oneDNN"
+            if _lib.findable()
+            else "no oneDNN (pip install 'anychip[onednn]': Conv, "
+            "pooling and large products run on numpy, several times slower)"
+        )
+        able, how = bf16_math()
+        return f"{summary()}; {onednn}; bf16: {how if able else 'no'}"
 
     def _copy_in(self, array: np.ndarray) -> np.ndarray:
         return array
@@ -75,22 +93,34 @@ class CpuBackend(Backend):
         choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
         program = ThreadChoice(memory.runner, partition.info, choose)
         if not _lib.findable():
+            if self.precision != "fp32":
+                partition.info["precision"] = "fp32 (bf16 asked; oneDNN is not installed)"
             return program
         from anychip.core.run.blas import single_blas_thread
 
-        return single_blas_thread(program)
+        program = single_blas_thread(program)
+        if self.precision == "fp32":
+            return program
+        from anychip.backends.cpu.features import bf16_math
+
+        able, how = bf16_math()
+        partition.info["precision"] = f"bf16 products by {how}" if able else f"fp32: {how}"
+        return _InMath(program, self.precision) if able else program
 
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES
 
-        known = {"disabled_passes", "fusion", "thread_choice", "replay"}
+        known = {"disabled_passes", "fusion", "thread_choice", "replay", "precision"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DeviceError(
-                f"cpu takes the options disabled_passes, fusion, thread_choice and replay, not "
-                f"{unknown}"
+                f"cpu takes the options disabled_passes, fusion, thread_choice, replay and "
+                f"precision, not {unknown}"
             )
+        self.precision = options.get("precision", "fp32")
+        if self.precision not in ("fp32", "bf16"):
+            raise DeviceError(f"cpu: precision is 'fp32' or 'bf16', not {self.precision!r}")
         for flag in ("thread_choice", "replay"):
             if not isinstance(options.get(flag, True), bool):
                 raise DeviceError(f"cpu: {flag} is True or False")
@@ -111,3 +141,23 @@ class CpuBackend(Backend):
         if "all" in off:
             return []
         return [p for p in super().passes if p.name not in off]
+
+
+class _InMath:
+    """A partition's runs with oneDNN's math mode set (``onednn/_math.py``): every primitive
+    its kernels build or pick is the ``precision`` one."""
+
+    __slots__ = ("program", "precision", "__weakref__")
+
+    def __init__(self, program: Any, precision: str) -> None:
+        self.program = program
+        self.precision = precision
+
+    def __call__(self, inputs: list[Any]) -> list[Any]:
+        from anychip.backends.cpu.onednn._math import mode
+
+        with mode(self.precision):
+            return self.program(inputs)
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped runner's own (close, info...)
+        return getattr(self.program, name)

@@ -9,13 +9,17 @@ value of the wrong kind is an ``AnychipError`` naming it and the known ones.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from anychip.errors import AnychipError
 
-__all__ = ["SessionOptions"]
+__all__ = ["PRECISIONS", "SessionOptions", "resolve_precision"]
+
+#: The precision policies: float32 everywhere, or bfloat16 products on the CPU.
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -43,6 +47,11 @@ class SessionOptions:
         compile_cache_size: executables kept per input signature of a static-shape device.
         background_compile: a static-shape device compiles while runs go to the host
             (None: ``ANYCHIP_BACKGROUND_COMPILE``, else True).
+        precision: the CPU's math for float32 Conv/MatMul/Gemm/LSTM/GRU/RNN: ``"fp32"``
+            (default, or ``ANYCHIP_PRECISION``) or ``"bf16"``: oneDNN converts their inputs
+            and weights to bfloat16 inside the kernel and accumulates in float32 (AMX or
+            AVX-512 BF16; on a CPU with neither, float32 is kept and the report says so;
+            docs/decisions/034-precision-policy.md). Tensors stay float32 in memory.
         max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
     Running:
         check_kernels: check each kernel's outputs against the declared dtype and shape
@@ -68,6 +77,7 @@ class SessionOptions:
     plan_cache_size: int = 8
     compile_cache_size: int = 8
     background_compile: bool | None = None
+    precision: str | None = None
     max_load_bytes: int | None = None
     check_kernels: bool = True
     failover: bool = True
@@ -81,6 +91,11 @@ class SessionOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AnychipError(f"SessionOptions.{name} must be an int >= 1, got {value!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise AnychipError(
+                f"SessionOptions.precision must be one of {', '.join(PRECISIONS)}, got "
+                f"{self.precision!r}"
+            )
         for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):
@@ -100,3 +115,16 @@ class SessionOptions:
                 "(or pass options=anychip.SessionOptions(...))"
             )
         return dataclasses.replace(self, **changes)
+
+
+def resolve_precision(precision: str | None) -> str:
+    """``precision``, else ``ANYCHIP_PRECISION``, else ``"fp32"``; an unknown value in the
+    environment is an ``AnychipError`` naming the variable."""
+    if precision is not None:
+        return precision
+    value = os.environ.get("ANYCHIP_PRECISION", "").strip().lower() or "fp32"
+    if value not in PRECISIONS:
+        raise AnychipError(
+            f"ANYCHIP_PRECISION={value!r}: the precisions are {', '.join(PRECISIONS)}"
+        )
+    return value

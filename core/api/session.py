@@ -15,7 +15,7 @@ from typing import Any
 
 from anychip.core.api import dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
-from anychip.core.api.options import SessionOptions
+from anychip.core.api.options import SessionOptions, resolve_precision
 from anychip.core.compile.gcpause import gc_paused
 from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
 from anychip.core.plan.calibration import resolve_calibration_mode
@@ -182,12 +182,25 @@ def load(
         False if opt.bring_up else opt.background_compile,  # the device runs from the start
         bring_up=opt.bring_up,
     )
+    device_options = _with_precision(opt.device_options, names, resolve_precision(opt.precision))
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):
             model = import_model(
                 model, custom_schemas=registry.schemas, max_bytes=opt.max_load_bytes
             )
-        return Session(model, names, opts, opt.device_options, copts)
+        return Session(model, names, opts, device_options, copts)
+
+
+def _with_precision(
+    device_options: Mapping[str, Mapping[str, Any]] | None, names: list[str], precision: str
+) -> Mapping[str, Mapping[str, Any]] | None:
+    """``device_options`` with the precision policy given to the CPU (its own setting, if
+    any, wins); unchanged at the default float32."""
+    if precision == "fp32" or "cpu" not in names:
+        return device_options
+    merged = {str(k).lower(): dict(v) for k, v in (device_options or {}).items()}
+    merged.setdefault("cpu", {}).setdefault("precision", precision)
+    return merged
 
 
 def _open_probe(model: Any, device: str) -> Session:

@@ -132,6 +132,7 @@ int dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 int dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
 int dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
 int dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
+int dnnl_primitive_attr_set_fpmath_mode(dnnl_primitive_attr_t attr, int mode);
 int dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
 int dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
 int dnnl_post_ops_append_eltwise(dnnl_post_ops_t post_ops, int alg_kind, float alpha,

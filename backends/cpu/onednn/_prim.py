@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.onednn import _math
 from anychip.backends.cpu.onednn._lib import C, Lib, check, get
 from anychip.backends.cpu.replay import record as _replay
 from anychip.core.memory import hugepages
 
 __all__ = [
     "Prim",
+    "attr",
     "sampled",
     "REORDERS",
     "Unsupported",
@@ -228,7 +230,7 @@ def post_ops(sum_z: bool, act: tuple[int, float, float] | None, add: Any = None)
     L = lib()
     ffi, dn = L.ffi, L.dnnl
     if not sum_z and act is None and add is None:
-        return ffi.NULL
+        return attr()
     ops = ffi.new("dnnl_post_ops_t *")
     dn.dnnl_post_ops_create(ops)
     ops_h = ffi.gc(ops[0], dn.dnnl_post_ops_destroy)
@@ -238,11 +240,29 @@ def post_ops(sum_z: bool, act: tuple[int, float, float] | None, add: Any = None)
         check(dn.dnnl_post_ops_append_binary(ops_h, C.binary_add, add), "adding a post-op")
     if act is not None:
         dn.dnnl_post_ops_append_eltwise(ops_h, act[0], act[1], act[2])
-    a = ffi.new("dnnl_primitive_attr_t *")
-    dn.dnnl_primitive_attr_create(a)
-    attr = ffi.gc(a[0], dn.dnnl_primitive_attr_destroy)
-    dn.dnnl_primitive_attr_set_post_ops(attr, ops_h)
-    return attr
+    made = _new_attr()
+    dn.dnnl_primitive_attr_set_post_ops(made, ops_h)
+    return made
+
+
+def _new_attr() -> Any:
+    """A new primitive attribute carrying the calling thread's math mode (``_math``)."""
+    L = lib()
+    a = L.ffi.new("dnnl_primitive_attr_t *")
+    L.dnnl.dnnl_primitive_attr_create(a)
+    made = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
+    if _math.current() != _math.STRICT:
+        check(
+            L.dnnl.dnnl_primitive_attr_set_fpmath_mode(made, _math.fpmath_value()),
+            "setting the fpmath mode",
+        )
+    return made
+
+
+def attr() -> Any:
+    """The attribute of a primitive with no post-op: NULL in float32 math, else one that
+    carries the calling thread's math mode."""
+    return lib().ffi.NULL if _math.current() == _math.STRICT else _new_attr()
 
 
 def user_scratchpad(attr: Any = None) -> Any:
@@ -251,15 +271,12 @@ def user_scratchpad(attr: Any = None) -> Any:
     ``query_md(pd, C.query_scratchpad_md)``): oneDNN's own is kept per thread and grown when
     a primitive is made, so a primitive run on another thread needs its own."""
     L = lib()
-    if attr is None or attr == L.ffi.NULL:
-        a = L.ffi.new("dnnl_primitive_attr_t *")
-        L.dnnl.dnnl_primitive_attr_create(a)
-        attr = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
+    made = _new_attr() if attr is None or attr == L.ffi.NULL else attr
     check(
-        L.dnnl.dnnl_primitive_attr_set_scratchpad_mode(attr, C.scratchpad_mode_user),
+        L.dnnl.dnnl_primitive_attr_set_scratchpad_mode(made, C.scratchpad_mode_user),
         "setting the scratchpad mode",
     )
-    return attr
+    return made
 
 
 def scratchpad_arg(pd: Any, args: dict[int, Any]) -> np.ndarray:
@@ -294,7 +311,9 @@ _PRIMS_LOCK = threading.Lock()
 
 
 def cached(key: Hashable, build: Callable[[], Prim]) -> Prim:
-    """The primitive for ``key``, built on first use (a failed build is remembered too)."""
+    """The primitive for ``key`` in the calling thread's math mode, built on first use (a
+    failed build is remembered too)."""
+    key = (key, _math.current())
     hit = _PRIMS.get(key)
     if hit is None:
         try:
@@ -377,7 +396,9 @@ def weights(
     position, is prepared again. (An in-place change that leaves every sampled value alone is
     not seen; weights are initializers, which anychip never writes.)
     """
-    full = (key,) + tuple((id(a), ptr(a), a.shape) if a is not None else None for a in arrays)
+    full = (key, _math.current()) + tuple(
+        (id(a), ptr(a), a.shape) if a is not None else None for a in arrays
+    )
     sample = b"|".join(sampled(a) if a is not None else b"" for a in arrays)
     hit = WEIGHTS.get(full)
     if hit is not None and all(h is a for h, a in zip(hit[0], arrays)) and hit[1] == sample:

@@ -28,6 +28,7 @@ from anychip.backends.cpu.kernels._out import fits
 from anychip.backends.cpu.native import copies
 from anychip.backends.cpu.native import linear as _linear
 from anychip.backends.cpu.onednn import _lib as _lib_mod
+from anychip.backends.cpu.onednn import _math
 from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import conv_split as _conv_split
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
@@ -109,9 +110,10 @@ def _matmul(a: np.ndarray, b: np.ndarray, out: Any, trans_b: bool = False) -> An
         return y
     if a.size * n < _matmul_mod.MIN_MACS:
         return None  # numpy's (matmul.py declines it): without the OpenMP team's switch
-    y = _matmul_mod.split_columns(a, b, out, trans_b)  # two threads or more, mid-sized
-    if y is not None:
-        return y
+    if _math.current() == _math.STRICT:  # numpy's float32 sgemm halves: not in bf16 math
+        y = _matmul_mod.split_columns(a, b, out, trans_b)  # two threads or more, mid-sized
+        if y is not None:
+            return y
     with team_for(a.size * n, _lib_mod.MATMUL_SMALL_WORK) as team:  # rows may split
         return _matmul_mod.matmul(a, b, out, trans_b, team)
 

@@ -212,7 +212,7 @@ def _build(m: int, k: int, n: int, own: bool = False) -> _MatMul:
         P.md((k, n), C.any),
         L.ffi.NULL,
         dst,
-        P.user_scratchpad() if own else L.ffi.NULL,
+        P.user_scratchpad() if own else P.attr(),
     )
     w_md = P.query_md(pd, C.query_weights_md)
     args = {C.arg_src: src, C.arg_weights: w_md, C.arg_dst: dst}

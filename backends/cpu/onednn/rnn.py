@@ -204,7 +204,7 @@ def _build(
     """``own``: the scratchpad is an argument (the batch parts run on other threads)."""
     L = P.lib()
     dn, null = L.dnnl, L.ffi.NULL
-    attr = P.user_scratchpad() if own else null
+    attr = P.user_scratchpad() if own else P.attr()
     gates = _GATES[op]
     src = P.md((t, n, i), C.tnc)
     state = P.md((1, d, n, h), C.ldnc)
