@@ -40,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from anychip.codegen.ffi import declare
+
 __all__ = ["FLAGS", "OPENMP", "compiler", "cc_key", "cache_dir", "load", "status", "builds"]
 
 FLAGS = (
@@ -201,13 +203,10 @@ def loader(source: str, cdef: str, name: str) -> tuple[Callable[[], Any], Callab
 def _load_built(
     source: str, cdef: str, name: str, cc: tuple[str, str], flags: tuple[str, ...]
 ) -> tuple[Any, Any, Any]:
-    import cffi
-
     path = cache_dir() / f"{_key(source, cc, flags)}.so"
     if not path.exists():
         _build(path, source, cc, flags)
-    ffi = cffi.FFI()
-    ffi.cdef(cdef + ";")
+    ffi = declare(cdef + ";")
     lib = ffi.dlopen(str(path))
     return ffi, lib, getattr(lib, name)
 

@@ -19,6 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from anychip.codegen.ffi import declare
+
 __all__ = ["library", "ffi"]
 
 _DIR = Path(__file__).resolve().parent
@@ -111,9 +113,5 @@ def library() -> Any | None:
 def ffi() -> Any:
     """The cffi FFI object that declares the library's functions."""
     if "ffi" not in _STATE:
-        import cffi
-
-        f = cffi.FFI()
-        f.cdef(_CDEF)
-        _STATE["ffi"] = f
+        _STATE["ffi"] = declare(_CDEF)
     return _STATE["ffi"]

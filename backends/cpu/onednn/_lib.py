@@ -13,6 +13,7 @@ their values (``C``) were generated once with gcc from the 3.2 headers (they are
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import site
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from anychip.backends.cpu.native import omp, pool
+from anychip.codegen.ffi import declare
 from anychip.errors import KernelError
 
 __all__ = [
@@ -227,9 +229,7 @@ def _load() -> None:
     if _state.get("loaded") is not None:  # shown again after reset(): the same instance
         _state.update(lib=_state["loaded"], reason="")
         return
-    try:
-        import cffi
-    except ImportError:  # pragma: no cover - cffi is a core dependency
+    if importlib.util.find_spec("cffi") is None:  # pragma: no cover - a core dependency
         _state.update(lib=None, reason="cffi is not installed")
         return
     # libgomp reads this once, when it loads (with libdnnl, if nothing loaded it before):
@@ -241,8 +241,7 @@ def _load() -> None:
         if not path.exists():
             errors.append(f"{path}: not found")
             continue
-        ffi = cffi.FFI()
-        ffi.cdef(_CDEF)
+        ffi = declare(_CDEF)
         try:
             lib = Lib(ffi, ffi.dlopen(str(path)), str(path))
             _state.update(lib=lib, loaded=lib, reason="")

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from anychip.codegen.ffi import declare
 from anychip.errors import DeviceError
 
 __all__ = ["build_library", "load_library", "source_key", "Library", "DEFAULT_HEAP_BYTES"]
@@ -180,11 +181,8 @@ def load_library() -> Library:
     global _library
     with _library_lock:
         if _library is None:
-            import cffi
-
             path = build_library()
-            ffi = cffi.FFI()
-            ffi.cdef(_cdef_text())
+            ffi = declare(_cdef_text())
             try:
                 lib = ffi.dlopen(str(path))
             except OSError as exc:
