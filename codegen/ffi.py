@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import importlib.util
+import io
 import os
 import sys
 import tempfile

@@ -16,7 +16,7 @@ from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
-    from anychip.ir.node import Node
+    pass
 
 __all__ = ["XpuBackend"]
 
@@ -53,21 +53,6 @@ class XpuBackend(Backend):
             host_link=1.6e10,
             launch_overhead=1e-5,
         )
-
-    def check_node(self, node: Node) -> str | None:
-        """Constraints the kernel table cannot express: arity and matching input dtypes."""
-        from anychip.backends.xpu_stub.driver.launch import BINARY_OPS
-
-        if node.op_type == "LayerNormalization" and any(v is not None for v in node.outputs[1:]):
-            return "LayerNormalization with Mean or InvStdDev outputs (the XPU gives Y only)"
-        if node.op_type in BINARY_OPS and node.domain == "":
-            present = [v for v in node.inputs if v is not None]
-            if len(present) != 2:
-                return f"{node.op_type} with {len(present)} inputs (the XPU kernel takes 2)"
-            a, b = (v.dtype for v in present)
-            if a and b and a != b:
-                return f"{node.op_type} of {a.short} and {b.short} (the XPU needs equal dtypes)"
-        return None
 
     def runner(self, partition: Any, memory: Any) -> Any:
         """Runs the partition, then the driver's queue: launches are queued and would

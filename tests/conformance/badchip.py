@@ -4,6 +4,8 @@ the conformance kit catching each."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import time
 
 import numpy as np
@@ -61,6 +63,11 @@ class BadChip(Backend):
         if self.mode != "phantom_claim":
             return None  # the kernel table
         return [OpClaim("", "Relu", 6, None, frozenset(F32)), OpClaim("", "Sigmoid", 6)]
+
+    def check_node(self, node: Any) -> str | None:
+        if self.mode == "undeclared_refusal" and node.op_type == "Add":
+            return "Add refused in check_node, declared nowhere"
+        return None
 
     def _alloc(self, nbytes: int) -> np.ndarray:
         return np.empty(nbytes, dtype=np.uint8)

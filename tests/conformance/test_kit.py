@@ -14,6 +14,7 @@ from anychip.conformance import (
     FAIL,
     PASS_ON_DEVICE,
     PASS_VIA_FALLBACK,
+    REFUSED_AS_DECLARED,
     run_kit,
 )
 from anychip.core.plugin.host import register_plugin, unregister_plugin
@@ -87,23 +88,31 @@ def test_a_pool_that_leaks_fails_the_contract(chip):
     assert not report.ok
 
 
-def test_xpu_labels_on_device_and_fallback():
+def test_xpu_labels_on_device_and_refused_as_declared():
     report = run_kit("xpu", ops=["Max", "Relu"])
     status = _statuses(report)
     assert status["test_relu"] == PASS_ON_DEVICE
-    # The XPU's Max takes two inputs: a three-input Max is claimed but falls back.
-    assert status["test_max_example"] == PASS_VIA_FALLBACK
+    # The XPU's Max takes two inputs, declared: a three-input Max is refused as declared.
+    assert status["test_max_example"] == REFUSED_AS_DECLARED
     assert report.ok
-    strict = run_kit("xpu", ops=["Max"], strict=True, contract=False)
-    assert not strict.ok and any(r.case == "test_max_example" for r in strict.failures)
+    assert run_kit("xpu", ops=["Max"], strict=True, contract=False).ok
 
 
-def test_cli_writes_json_and_sets_the_exit_status(tmp_path, capsys):
+def test_an_undeclared_refusal_falls_back_and_fails_strict(chip):
+    chip.mode = "undeclared_refusal"
+    report = run_kit("badchip", ops=["Add"], contract=False)
+    assert report.ok and PASS_VIA_FALLBACK in set(_statuses(report).values())
+    strict = run_kit("badchip", ops=["Add"], strict=True, contract=False)
+    assert not strict.ok and all(r.op == "Add" for r in strict.failures)
+
+
+def test_cli_writes_json_and_sets_the_exit_status(tmp_path, capsys, chip):
     out = tmp_path / "kit.json"
     assert main(["conformance", "--device", "xpu", "--ops", "Relu", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["ok"] and data["counts"][PASS_ON_DEVICE] >= 1
-    assert main(["conformance", "--device", "xpu", "--ops", "Max", "--strict", "--quiet"]) == 1
+    chip.mode = "undeclared_refusal"
+    assert main(["conformance", "--device", "badchip", "--ops", "Add", "--strict", "--quiet"]) == 1
     assert "verdict: FAIL" in capsys.readouterr().out
     assert main(["conformance", "--device", "no-such-chip"]) == 2
 
@@ -111,7 +120,18 @@ def test_cli_writes_json_and_sets_the_exit_status(tmp_path, capsys):
 @pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
 def test_the_pytest_plugin_runs_the_kit(tmp_path):
     import subprocess
+    from pathlib import Path
 
+    # badchip, refusing Add in check_node without declaring it, registered by a conftest
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(root.parent)!r})\n"
+        f"sys.path.insert(0, {str(root)!r})\n"
+        "from anychip.core.plugin.host import register_plugin\n"
+        "from tests.conformance import badchip\n"
+        "badchip.CHIP.mode = 'undeclared_refusal'\n"
+        "register_plugin(badchip, 'badchip')\n"
+    )
     proc = subprocess.run(
         [
             sys.executable,
@@ -122,8 +142,8 @@ def test_the_pytest_plugin_runs_the_kit(tmp_path):
             "-q",
             "-n",
             "0",
-            "--anychip-device=xpu",
-            "--anychip-ops=Max",
+            "--anychip-device=badchip",
+            "--anychip-ops=Add,Relu",
             "--anychip-strict",
             "--rootdir",
             str(tmp_path),
@@ -134,7 +154,7 @@ def test_the_pytest_plugin_runs_the_kit(tmp_path):
         cwd=tmp_path,
         timeout=300,
     )
-    assert "anychip[xpu]::test_max_example" in proc.stdout + proc.stderr
+    assert "anychip[badchip]::test_add" in proc.stdout + proc.stderr
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "failed" in proc.stdout and "passed" in proc.stdout
 

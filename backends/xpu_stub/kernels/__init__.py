@@ -8,6 +8,7 @@ read them before launching.
 from __future__ import annotations
 
 from anychip.backends.xpu_stub.driver import launch as K
+from anychip.core.plugin.claims import Constraint
 from anychip.core.plugin.kernels import KernelTable
 from anychip.ir.dtypes import DType
 
@@ -48,8 +49,27 @@ def _binary(op: str):
     return fn
 
 
+def _present(node) -> list:
+    return [v for v in node.inputs if v is not None]
+
+
+def _equal_dtypes(node) -> bool:
+    a, b = ([v.dtype for v in _present(node)] + [None, None])[:2]
+    return not (a and b and a != b)
+
+
+#: What the C kernels take, declared: two inputs (Max/Min/Sum are variadic in ONNX) of one dtype.
+BINARY_CONSTRAINTS = (
+    Constraint("two inputs only (the XPU kernel takes 2)", lambda n: len(_present(n)) == 2),
+    Constraint("inputs of one dtype (the XPU does not convert)", _equal_dtypes),
+)
 for _op in sorted(K.BINARY_OPS):
-    kernel(_op, since=7 if _op not in ("Max", "Min") else 8, dtypes=F32_I64)(_binary(_op))
+    kernel(
+        _op,
+        since=7 if _op not in ("Max", "Min") else 8,
+        dtypes=F32_I64,
+        constraints=BINARY_CONSTRAINTS,
+    )(_binary(_op))
 
 
 @kernel("MatMul", since=1, dtypes=F32_I64)
@@ -82,7 +102,17 @@ def log_softmax(x, *, axis=-1):
     return K.xpu_softmax(x, axis, log=True)
 
 
-@kernel("LayerNormalization", since=17, dtypes=F32)
+@kernel(
+    "LayerNormalization",
+    since=17,
+    dtypes=F32,
+    constraints=[
+        Constraint(
+            "Y only: no Mean or InvStdDev outputs (the XPU gives Y only)",
+            lambda n: all(v is None for v in n.outputs[1:]),
+        )
+    ],
+)
 def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
     return K.xpu_layer_norm(x, scale, bias, axis, epsilon)
 
