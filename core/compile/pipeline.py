@@ -263,10 +263,12 @@ def _compile_partitions(
         for p in out.partitions:
             advance(1)
             backend = by_name[p.device]
+            reference = _graph_reference(p, registry) if copts.bring_up else None
             if backend.graph_mode and _specializes(backend, p.graph, copts):
                 p.program = out.specialized[p.index] = _specialized(
                     out, p, backend, registry, copts
                 )
+                p.program = _checked(p, backend, reference)
                 continue
             must_fit = options.strict or p.device == last
             if backend.graph_mode:
@@ -277,10 +279,29 @@ def _compile_partitions(
                 _exclude(out, p, why, excluded)
                 retry = True
                 continue
+            if backend.graph_mode:
+                p.program = _checked(p, backend, reference)
             if not backend.host_memory:
                 for v in p.graph.initializers.values():
                     out.load_copies.append(CopyInfo(v.name, HOST, p.device, v.nbytes))
     return retry
+
+
+def _checked(p: Any, backend: Any, reference: Any) -> Any:
+    """``p.program``, compared with ``reference`` on every run in bring-up (else as is)."""
+    if reference is None:
+        return p.program
+    from anychip.core.run.bring_up import bring_up_graph
+
+    return bring_up_graph(p.program, p, backend, reference)
+
+
+def _graph_reference(p: Any, registry: Any) -> Any:
+    """Bring-up of a graph-mode partition: the CPU's program of its graph as placed, made
+    before the device's compile rewrites the graph (``core/run/bring_up.bring_up_graph``)."""
+    from anychip.core.run.bring_up import cpu_reference
+
+    return cpu_reference(p, registry.backends[HOST], registry.kernel_table(HOST), registry.schemas)
 
 
 def _compile_graph(

@@ -20,7 +20,7 @@ booleans must be equal.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from anychip.core.run.program import Program
     from anychip.core.run.watch import WatchedKernel
 
-__all__ = ["CpuReference", "TOLERANCES", "bring_up_program", "memory_in_use", "check_released"]
+__all__ = [
+    "CpuReference",
+    "TOLERANCES",
+    "bring_up_graph",
+    "cpu_reference",
+    "bring_up_program",
+    "memory_in_use",
+    "check_released",
+]
 
 #: numpy dtype name -> (rtol, atol) of the comparison with the CPU's kernel.
 TOLERANCES = {
@@ -127,6 +135,57 @@ def bring_up_program(program: Program, cpu_table: KernelTable | None) -> CpuRefe
     ref = CpuReference(cpu_table)
     watch_program(program, compare=ref)
     return ref
+
+
+def cpu_reference(
+    partition: Any, cpu: Any, table: KernelTable | None, schemas: Any
+) -> Program | str:
+    """The CPU's program of ``partition``'s graph as placed (made before a graph-mode device
+    compiles, and rewrites, it), or why the CPU cannot run it."""
+    from anychip.core.run.program import Program
+
+    try:
+        return Program(partition.graph, cpu, table, schemas)
+    except Exception as e:
+        return f"outputs not compared: the CPU cannot run it ({e})"
+
+
+def bring_up_graph(
+    run: Callable[[list[Any]], list[Any]],
+    partition: Any,
+    backend: Any,
+    reference: Program | str,
+) -> Callable[[list[Any]], list[Any]]:
+    """A graph-mode partition's ``run`` with each run's outputs compared with ``reference``
+    (``cpu_reference``: the CPU's run of the same partition graph) on host copies of the same
+    inputs. A compiled partition is one executable: the first output that differs is named,
+    not a node. Where the CPU has no program for it, the partition runs unchecked and its
+    ``info["bring-up"]`` says why."""
+    if isinstance(reference, str):
+        partition.info["bring-up"] = reference
+        return run
+    partition.info["bring-up"] = "each run's outputs compared with the CPU's run of it"
+    names = [v.name if v is not None else "" for v in reference.graph.outputs]
+    count = len(reference.graph.nodes)
+
+    def checked(inputs: list[Any]) -> list[Any]:
+        outs = run(inputs)
+        host = [None if x is None else np.asarray(backend.to_host(x)) for x in inputs]
+        want = reference.run(host)
+        for i, (got, ref) in enumerate(zip(outs, want)):
+            if got is None or ref is None or isinstance(ref, list):
+                continue
+            problem = difference(np.asarray(backend.to_host(got)), np.asarray(ref))
+            if problem:
+                raise BringUpError(
+                    f"bring-up: partition {partition.index} on {backend.name} (compiled as "
+                    f"one graph of {count} node(s)): output {i} ({names[i]!r}) differs from "
+                    f"the CPU's run of the same partition on the same inputs: {problem}"
+                )
+        return outs
+
+    checked.wrapped = run  # type: ignore[attr-defined]
+    return checked
 
 
 def memory_in_use(backends: Sequence[Any]) -> list[tuple[Any, int]]:

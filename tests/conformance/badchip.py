@@ -4,9 +4,8 @@ the conformance kit catching each."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
+from typing import Any
 
 import numpy as np
 
