@@ -9,6 +9,10 @@ conformance --bring-up``) is for the first days of a device. Unlike a normal ses
   as they were, results the device's own tensors, and each node's results compared with the
   CPU's kernel on the same inputs (``CpuReference``): the first node that differs raises
   ``BringUpError`` with the node, op, kernel and the largest error;
+* every graph-mode partition's outputs are compared, each run, with the CPU's run of the
+  same partition graph as placed (``cpu_reference``, made before the device's compile
+  rewrites the graph): the first output that differs raises ``BringUpError`` naming the
+  partition and the output (``bring_up_graph``);
 * at ``close()`` the device's memory must be back where it was when the session was loaded
   (``check_released``; other sessions open on the same device count too).
 
