@@ -1,4 +1,7 @@
-"""The CPU bench models on ``ort:cpu``, ``cpu`` and the two together, one interleaved run.
+"""The CPU bench models on several engines alone and together, one interleaved run.
+
+By default ``ort:cpu`` and ``cpu``; ``--devices openvino:cpu,ort:cpu,cpu`` puts three engines
+side by side (each alone, and the three as one session's device set).
 
 Each model of ``bench/cpu_models.py`` is loaded four ways: anychip on ``ort:cpu`` alone
 (onnxruntime's CPU provider; ``cost_model=False`` so every node it claims stays on it), on
@@ -11,6 +14,7 @@ and once timed; the medians are reported, with the mixed set's ratio to its best
 (at most 1.05 is the issue's bar) and where it placed the nodes.
 
     python bench/ort_engines.py [--runs 15] [--warmup 40] [--models a,b] [--json FILE]
+                                [--devices openvino:cpu,ort:cpu,cpu]
 
 Prints ``lscpu``'s model name first: the figures belong to that machine.
 """
@@ -38,10 +42,9 @@ if _ROOT not in sys.path:
 __all__ = ["ENGINES", "bench", "main"]
 
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
-#: The engines, in the table's order; "onnxruntime" is the reference, not a single engine.
-ENGINES = ("ort:cpu", "cpu", "ort:cpu,cpu", "onnxruntime")
-SINGLE = ("ort:cpu", "cpu")
-MIXED = "ort:cpu,cpu"
+#: The default engines: each alone, then together; "onnxruntime" is the reference.
+DEVICES = ("ort:cpu", "cpu")
+ENGINES = (*DEVICES, ",".join(DEVICES), "onnxruntime")
 
 
 def cpu_model() -> str:
@@ -58,16 +61,19 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _engines(model: Any) -> tuple[dict[str, Runner], dict[str, Any]]:
+def _engines(
+    model: Any, devices: tuple[str, ...] = DEVICES
+) -> tuple[dict[str, Runner], dict[str, Any]]:
     import onnxruntime as ort
 
     import anychip
 
+    # a vendor engine alone keeps every node it claims (no cost model); the CPU as it runs
     sessions = {
-        "ort:cpu": anychip.load(model, devices=["ort:cpu"], cost_model=False),
-        "cpu": anychip.load(model, devices=["cpu"]),
-        MIXED: anychip.load(model, devices=["ort:cpu", "cpu"]),
+        d: anychip.load(model, devices=[d], cost_model=d == "cpu", strict=d != "cpu")
+        for d in devices
     }
+    sessions[",".join(devices)] = anychip.load(model, devices=list(devices))
     runners: dict[str, Runner] = {
         k: (lambda feeds, s=s: s.run(None, feeds)) for k, s in sessions.items()
     }
@@ -89,15 +95,16 @@ def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return worst
 
 
-def bench(name: str, runs: int, warmup: int) -> dict[str, Any]:
+def bench(name: str, runs: int, warmup: int, devices: tuple[str, ...] = DEVICES) -> dict[str, Any]:
     """One model: medians (ms) per engine, the mixed set's ratio and placement."""
     from anychip.core.api.feeds import random_feeds
     from bench.cpu_models import build
 
     model, feeds = build(name)
-    runners, sessions = _engines(model)
+    runners, sessions = _engines(model, devices)
+    mixed = ",".join(devices)
     if feeds is None:
-        feeds = random_feeds(sessions["cpu"], 0)
+        feeds = random_feeds(sessions[mixed], 0)
     outputs = {k: r(feeds) for k, r in runners.items()}
     for _ in range(warmup):  # the mixed set's feedback measures and settles here
         for r in runners.values():
@@ -110,15 +117,16 @@ def bench(name: str, runs: int, warmup: int) -> dict[str, Any]:
             runners[k](feeds)
             times[k].append(time.perf_counter() - t0)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    best = min(SINGLE, key=lambda k: ms[k])
+    best = min(devices, key=lambda k: ms[k])
     return {
         "model": name,
+        "devices": list(devices),
         "ms": ms,
         "best_single": best,
-        "mixed_ratio": ms[MIXED] / ms[best],
+        "mixed_ratio": ms[mixed] / ms[best],
         "placed": {k: s.placement().by_device() for k, s in sessions.items()},
         "max_abs_diff": {
-            k: _max_diff(outputs[k], outputs["onnxruntime"]) for k in SINGLE + (MIXED,)
+            k: _max_diff(outputs[k], outputs["onnxruntime"]) for k in (*devices, mixed)
         },
     }
 
@@ -129,15 +137,19 @@ def _placed(counts: dict[str, int]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The markdown table of ``bench`` rows, with the geometric means."""
-    head = "| model | ort:cpu | cpu | ort:cpu,cpu | onnxruntime | mixed / best | mixed placed |"
-    lines = [head, "|---|---:|---:|---:|---:|---:|---|"]
+    devices = rows[0].get("devices", list(DEVICES)) if rows else list(DEVICES)
+    mixed = ",".join(devices)
+    cols = [*devices, mixed, "onnxruntime"]
+    lines = [
+        "| model | " + " | ".join(cols) + " | mixed / best | mixed placed |",
+        "|---|" + "---:|" * (len(cols) + 1) + "---|",
+    ]
     for r in rows:
         ms = r["ms"]
         lines.append(
-            f"| {r['model']} | {ms['ort:cpu']:.2f} | {ms['cpu']:.2f} | {ms[MIXED]:.2f} | "
-            f"{ms['onnxruntime']:.2f} | {r['mixed_ratio']:.3f} ({r['best_single']}) | "
-            f"{_placed(r['placed'][MIXED])} |"
-        )
+            f"| {r['model']} | " + " | ".join(f"{ms[c]:.2f}" for c in cols)
+            + f" | {r['mixed_ratio']:.3f} ({r['best_single']}) | {_placed(r['placed'][mixed])} |"
+        )  # fmt: skip
     geo = math.exp(statistics.fmean(math.log(r["mixed_ratio"]) for r in rows))
     worst = max(rows, key=lambda r: r["mixed_ratio"])
     lines.append("")
@@ -163,12 +175,18 @@ def main(argv: list[str] | None = None) -> None:
         help="untimed rounds first: past the cpu's thread choice and the mixed set's feedback",
     )
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument(
+        "--devices",
+        default=",".join(DEVICES),
+        help="the engines, each alone and all together (e.g. openvino:cpu,ort:cpu,cpu)",
+    )
     args = ap.parse_args(argv)
+    devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     names = [m for m in args.models.split(",") if m]
     print(f"Model name: {cpu_model()}; {os.cpu_count()} logical CPUs", flush=True)
     rows = []
     for name in names:
-        rows.append(bench(name, args.runs, args.warmup))
+        rows.append(bench(name, args.runs, args.warmup, devices))
         r = rows[-1]
         print(f"{name}: mixed/best {r['mixed_ratio']:.3f}, ms {r['ms']}", flush=True)
     print(table(rows))

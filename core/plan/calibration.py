@@ -339,6 +339,13 @@ def clear_calibrations(device: str | None = None) -> int:
 
 MODES = ("auto", "cached", "off")
 _lock = threading.RLock()  # measure_op_points runs inside a placement
+#: Set at interpreter exit (``calibration_background``): a probe in flight ends after its
+#: current call, so no device runtime is left working while the process shuts down.
+STOP = threading.Event()
+
+
+class CalibrationStopped(Exception):
+    """A calibration ended by ``STOP`` (the process is exiting): nothing is saved."""
 
 
 def resolve_calibration_mode(mode: str | None) -> str:
@@ -471,12 +478,17 @@ def best_of(
 ) -> float:
     """The fastest of ``repeat`` timed calls, after one untimed warm-up call; when a round's
     calls spread widely (their median over ``WIDE`` times the fastest so far), ``repeat`` more,
-    up to ``MAX_ROUNDS`` rounds, and the fastest of all (load only ever adds time)."""
+    up to ``MAX_ROUNDS`` rounds, and the fastest of all (load only ever adds time).
+    Raises ``CalibrationStopped`` once ``STOP`` is set."""
+    if STOP.is_set():
+        raise CalibrationStopped
     fn()
     best = float("inf")
     for _ in range(MAX_ROUNDS):
         times = []
         for _ in range(repeat):
+            if STOP.is_set():
+                raise CalibrationStopped
             t = clock()
             fn()
             times.append(clock() - t)

@@ -5,18 +5,24 @@ with no calibration here, or one taken under more load than now, and places on w
 holds (declared figures for a new device). The thread measures without holding the
 calibration lock (a placement measuring one op's points must not wait for a whole
 calibration), then saves under it, keeping the points placements saved meanwhile. One thread
-per device and cache file at a time; daemon threads, so a process never waits for one at exit
-(the file is written under a temporary name and renamed: an interrupted one leaves nothing).
+per device and cache file at a time (the file is written under a temporary name and renamed:
+an interrupted one leaves nothing). At interpreter exit the threads are stopped after the
+probe call in flight and joined (``_stop_at_exit``): a device runtime still compiling or
+running a probe while the interpreter finalizes aborted the process ("terminate called
+without an active exception", OpenVINO's CPU plugin beside anychip's CPU session).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from typing import Any
 
 from anychip.core.plan.calibration import (
+    STOP,
     Calibration,
+    CalibrationStopped,
     _lock,
     _path,
     _save,
@@ -55,6 +61,8 @@ def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
     whole calibration), then save under it, keeping the points saved meanwhile."""
     try:
         cal = calibrate(backend, since=since, save=False)
+    except CalibrationStopped:  # the process is exiting: nothing to say, nothing saved
+        return
     except Exception as e:  # a thread's end: said in the log, the declared figures stay
         logging.getLogger("anychip").warning(
             "anychip: calibrating %s in the background failed (%s); its declared figures are used",
@@ -68,3 +76,19 @@ def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
             for k, pts in now.points.items():
                 cal.points.setdefault(k, pts)
         _save(backend, cal)
+
+
+#: How long exit waits for a calibration thread to finish its probe call in flight (s).
+EXIT_WAIT = 30.0
+
+
+def _stop_at_exit() -> None:
+    """Stop every calibration thread after its current probe call, and wait for it."""
+    STOP.set()
+    with _running_lock:
+        threads = list(_running.values())
+    for t in threads:
+        t.join(EXIT_WAIT)
+
+
+atexit.register(_stop_at_exit)
