@@ -311,11 +311,14 @@ def embed_layer_normalization(
         pos = np.broadcast_to(np.arange(seq), (batch, seq))
     else:
         pos = np.broadcast_to(position_ids.astype(np.int64), (batch, seq))
-    s = _lookup(word_embedding, ids, "input_ids") + _lookup(position_embedding, pos, "positions")
+    # the sum in float32 (float64 for double), as onnxruntime adds float16 tables
+    work = _work(word_embedding)
+    v = _lookup(word_embedding, ids, "input_ids").astype(work)
+    v += _lookup(position_embedding, pos, "positions").astype(work)
     if segment_embedding is not None and segment_ids is not None:
-        s = s + _lookup(segment_embedding, segment_ids.astype(np.int64), "segment_ids")
-    v = s.astype(_work(s))
+        v += _lookup(segment_embedding, segment_ids.astype(np.int64), "segment_ids").astype(work)
     y, _, _ = _layer_norm_last(v, gamma, beta, epsilon)
+    s = v.astype(word_embedding.dtype)
     if mask is not None and mask_index_type == 1:
         mask_index = np.count_nonzero(mask, axis=-1).astype(np.int32)
     else:
