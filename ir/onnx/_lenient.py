@@ -18,6 +18,9 @@ model's meaning:
   likewise ``SimplifiedLayerNormalization`` in the default domain at any opset (ONNX has no
   such op; onnxruntime registers its contrib op there, and its optimizer writes it so);
 
+* a ``Constant`` whose ``value`` attribute holds a sparse tensor: read as ``sparse_value``
+  (its output is the dense tensor).
+
 Negative ``dim_value`` is repaired earlier by ``_checks.sanitize`` (a symbolic dimension).
 What is unsafe (a cycle, a missing producer, an input without a type, data outside the model's
 folder) is not repaired: the later steps refuse it with a ``ModelError``.
@@ -47,6 +50,7 @@ def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
     done: list[str] = []
     _fix_domain(proto, done)
     _fix_layer_norm(proto, done)
+    _fix_sparse_constant(proto, done)
     unnamed = []
     for gp, name in _graphs(proto.graph, "graph"):
         if not gp.name:
@@ -123,6 +127,24 @@ def _fix_layer_norm(proto: onnx.ModelProto, done: list[str]) -> None:
         done.append(
             f"{moved['SimplifiedLayerNormalization']} SimplifiedLayerNormalization node(s) in "
             "the ai.onnx domain (no ONNX op: onnxruntime's contrib op, registered there)"
+        )
+
+
+def _fix_sparse_constant(proto: onnx.ModelProto, done: list[str]) -> None:
+    """A ``Constant`` whose ``value`` holds a sparse tensor: onnxruntime reads it as the
+    ``sparse_value`` it is (its own test model ``sparse_initializer_as_output`` has one)."""
+    fixed = []
+    for n in _all_nodes(proto):
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in n.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                a.name = "sparse_value"
+                fixed.append(n.name or n.output[0])
+    if fixed:
+        done.append(
+            f"{len(fixed)} Constant node(s) with a sparse tensor in 'value' ({fixed[:3]}; read "
+            "as 'sparse_value', a dense output)"
         )
 
 
