@@ -10,7 +10,8 @@ optimizer fusing BERT encoders into com.microsoft ops), ``old-exporter`` (the st
 problems onnxruntime tolerates). Correctness is checked against onnxruntime with its graph
 optimizations off (the model as written; its optimized integer kernels may land one
 quantization step apart); time ratios are anychip / onnxruntime with its default
-optimizations, interleaved, best of ``--repeat`` (below 1: anychip is faster).
+optimizations (below 1: anychip is faster), by phase: the load, the first run, the median of
+runs 2-10 and the steady time (interleaved, best of ``--repeat``).
 ``--full`` adds bigger variants (more trees, rows and layers).
 """
 
@@ -36,7 +37,7 @@ from anychip.cli.bench import geomean
 from bench._wild_cases import old_exporter_cases, quantized_cases, transformer_cases
 from bench._wild_sklearn import sklearn_cases
 
-__all__ = ["Case", "Result", "all_cases", "run_case", "main"]
+__all__ = ["Case", "Result", "PHASES", "all_cases", "phase_ratios", "run_case", "main"]
 
 
 @dataclass
@@ -142,10 +143,13 @@ def run_case(case: Case, repeat: int = 0) -> Result:
     except Exception as e:
         return Result(case, "skipped", f"onnxruntime: {str(e).splitlines()[0][:80]}")
     try:
+        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sess = anychip.load(model, devices=["cpu"])
+        t1 = time.perf_counter()
         got = sess.run(None, feeds)
+        t2 = time.perf_counter()
     except anychip.AnychipError as e:
         return Result(case, "refused", f"{type(e).__name__}: {str(e).splitlines()[0][:90]}")
     except Exception as e:
@@ -154,17 +158,39 @@ def run_case(case: Case, repeat: int = 0) -> Result:
     if why:
         return Result(case, "fail", why)
     result = Result(case, "pass")
+    t3 = time.perf_counter()
     opt = _ort(model, optimized=True)
-    result.ort_optimized_diff = _max_diff(got, opt.run(None, feeds))
+    t4 = time.perf_counter()
+    ort_got = opt.run(None, feeds)
+    t5 = time.perf_counter()
+    result.ort_optimized_diff = _max_diff(got, ort_got)
     if repeat:
-        result.ratio = _interleaved(
-            lambda: sess.run(None, feeds), lambda: opt.run(None, feeds), repeat
-        )
+        ours, theirs = (lambda: sess.run(None, feeds)), (lambda: opt.run(None, feeds))
+        phases = {"load": (t1 - t0, t4 - t3), "first": (t2 - t1, t5 - t4)}
+        phases["2-10"] = _early_runs(ours, theirs, 9)
+        phases["steady"] = _interleaved(ours, theirs, repeat)
+        result.extra["phases"] = phases
+        result.ratio = phases["steady"][0] / phases["steady"][1]
     return result
 
 
-def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeat: int) -> float:
-    """Best-of-``repeat`` time of ``a`` over ``b``, the two alternating after a warm-up."""
+def _early_runs(a: Callable[[], Any], b: Callable[[], Any], n: int) -> tuple[float, float]:
+    """The median of runs 2 to ``n + 1`` of ``a`` and of ``b`` (alternated): the time a new
+    user sees before any warm-up."""
+    ta, tb = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        a()
+        t1 = time.perf_counter()
+        b()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return float(np.median(ta)), float(np.median(tb))
+
+
+def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """Best-of-``repeat`` times of ``a`` and ``b``, the two alternating after a warm-up."""
     a(), b()
     ta, tb = math.inf, math.inf
     for _ in range(repeat):
@@ -174,17 +200,34 @@ def _interleaved(a: Callable[[], Any], b: Callable[[], Any], repeat: int) -> flo
         b()
         t2 = time.perf_counter()
         ta, tb = min(ta, t1 - t0), min(tb, t2 - t1)
-    return ta / tb
+    return ta, tb
+
+
+#: the timed phases, each a geomean of anychip / onnxruntime over a source's passing models
+PHASES = ("load", "first", "2-10", "steady")
+
+
+def phase_ratios(results: list[Result], phase: str) -> list[float]:
+    """anychip / onnxruntime in ``phase`` for each result timed."""
+    out = []
+    for r in results:
+        times = r.extra.get("phases", {}).get(phase)
+        if times is not None and times[1] > 0:
+            out.append(times[0] / times[1])
+    return out
 
 
 def table(results: list[Result]) -> str:
-    """Counts and time ratios by source, then every result that did not pass."""
+    """Counts and time ratios by source (load, first run, the median of runs 2-10 and the
+    steady best-of-``repeat``, each a geomean of anychip / onnxruntime), then every result
+    that did not pass."""
     by_source: dict[str, list[Result]] = defaultdict(list)
     for r in results:
         by_source[r.case.source].append(r)
     lines = [
         f"{'source':<20} {'models':>6} {'pass':>5} {'refused':>7} {'fail':>5} {'skipped':>7}"
-        f" {'geomean':>8} {'max':>7}  slowest"
+        + "".join(f" {p:>7}" for p in PHASES)
+        + f" {'max':>7}  slowest"
     ]
     for source, rs in by_source.items():
         count = defaultdict(int)
@@ -195,8 +238,9 @@ def table(results: list[Result]) -> str:
         slowest = max(timed, key=lambda r: r.ratio).case.name if timed else ""
         lines.append(
             f"{source:<20} {len(rs):>6} {count['pass']:>5} {count['refused']:>7} "
-            f"{count['fail']:>5} {count['skipped']:>7} {geomean(ratios):>7.2f}x "
-            f"{max(ratios, default=float('nan')):>6.2f}x  {slowest}"
+            f"{count['fail']:>5} {count['skipped']:>7}"
+            + "".join(f" {geomean(phase_ratios(timed, p)):>6.2f}x" for p in PHASES)
+            + f" {max(ratios, default=float('nan')):>6.2f}x  {slowest}"
         )
     for r in results:
         if r.status != "pass":
@@ -218,7 +262,11 @@ def main(argv: list[str] | None = None) -> None:
         r = run_case(case, args.repeat)
         results.append(r)
         if args.verbose:
-            ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
+            ratio = (
+                " ".join(f"{x:.2f}x" for x in (phase_ratios([r], p)[0] for p in PHASES))
+                if r.ratio is not None
+                else ""
+            )
             opt = f"{r.ort_optimized_diff:.2g}" if r.ort_optimized_diff is not None else ""
             print(f"{case.source:<20} {case.name:<36} {r.status:<8} {ratio:>7} {opt:>8} {r.reason}")
     print(table(results))

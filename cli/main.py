@@ -1,7 +1,7 @@
 """The ``anychip`` command (also ``python -m anychip``).
 
 anychip devices                         backends, availability, and why not
-anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
+anychip run MODEL [--devices npu,cpu] [--input name=file.npy|.pb|.npz] [--placement] [--repeat N]
                   [--profile prof.html] [--json] [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
 anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from anychip.cli import viz as viz_commands
+from anychip.cli.inputs import read_inputs
 from anychip.core.api.feeds import random_feeds
 from anychip.viz.terminal import render
 from anychip.zoo import LIGHT_MODELS
@@ -98,15 +99,9 @@ def _cmd_claims(device: str, as_json: bool) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import anychip
-
     sess = _load(args)
     feeds = random_feeds(sess, args.seed)
-    for item in args.input or []:
-        if "=" not in item:
-            raise anychip.InputError(f"--input expects name=file.npy, got {item!r}")
-        name, path = item.split("=", 1)
-        feeds[name] = np.load(path, allow_pickle=False)
+    feeds.update(read_inputs(args.input or []))
     sess.run(None, feeds)  # warm-up
     times = []
     for _ in range(max(1, args.repeat)):
@@ -290,7 +285,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="measure costs (auto), use only cached measurements, or declared figures (off)",
     )
-    run.add_argument("--input", action="append", help="name=file.npy (repeatable)")
+    run.add_argument(
+        "--input",
+        action="append",
+        help="name=file.npy|file.pb (TensorProto)|file.npz, or file.npz (repeatable)",
+    )
     run.add_argument("--repeat", type=int, default=5)
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")

@@ -105,12 +105,42 @@ def resolve(
     found = (custom or _DEFAULT_REGISTRY).find(op_type, domain, opset)
     if found is None:
         known = sorted((custom or _DEFAULT_REGISTRY).domains())
-        raise UnsupportedOpError(
-            f"no schema for operator {domain}::{op_type} at opset {opset}; domain {domain!r} is "
-            f"not registered (known custom domains: {known or 'none'}). Install or enable the "
-            "plugin that defines it (see `anychip devices`)."
-        )
+        raise UnsupportedOpError(_no_schema(op_type, domain, opset, known))
     return found
+
+
+# onnxruntime's contrib ops that run a decoder subgraph in a search loop (or serve one with a
+# beam-reordered cache): anychip models neither the loop's state nor the cache indirection.
+_GENERATION_OPS = frozenset(
+    {
+        "BeamSearch",
+        "GreedySearch",
+        "Sampling",
+        "WhisperBeamSearch",
+        "DecoderMaskedMultiHeadAttention",
+        "DecoderMaskedSelfAttention",
+    }
+)
+
+
+def _no_schema(op_type: str, domain: str, opset: int, known: list[str]) -> str:
+    name = f"{domain}.{op_type}"
+    if domain == "com.microsoft" and op_type in _GENERATION_OPS:
+        return (
+            f"{name} is not supported: use onnxruntime for generation loops (the op "
+            "runs a decoder in a search loop, or reads its beam-reordered cache, which anychip "
+            "does not model)"
+        )
+    if domain in known:
+        return (
+            f"anychip has no kernel for {name} (opset {opset} of {domain!r}); run this model "
+            "with onnxruntime, or install a plugin that defines the op (see `anychip devices`)"
+        )
+    return (
+        f"no schema for operator {domain}::{op_type} at opset {opset}; domain {domain!r} is "
+        f"not registered (known custom domains: {known or 'none'}). Install or enable the "
+        "plugin that defines it (see `anychip devices`)."
+    )
 
 
 @functools.lru_cache(maxsize=4096)

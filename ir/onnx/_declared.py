@@ -7,6 +7,11 @@ one it infers, so a wrong declaration of ``[100000, 100000, 64]`` made the memor
 (``strip``); ``merge`` then puts back each declaration inference has nothing for (after an op
 it cannot infer, say) and fills dimensions inference left unknown, but where both know a
 dimension and they disagree, the inferred shape wins and one warning names the values.
+Declared numbers are not taken for a value whose shape follows data fed at run time
+(``_data_shaped``: an ONNX node inference left unshaped although it knew its inputs' shapes,
+as a Reshape or ConstantOfShape whose shape is an input, or a Loop; and what is computed from
+it): the exporter's one trace fixed them, onnxruntime runs with the actual sizes, and so does
+anychip (the rank and the declared symbols are kept).
 """
 
 from __future__ import annotations
@@ -40,8 +45,11 @@ def strip(graph: onnx.GraphProto) -> Declared:
 def merge(graph: onnx.GraphProto, saved: Declared) -> None:
     """Put the declarations of ``saved`` back into the inferred ``graph``, in place."""
     inferred = {vi.name: vi for vi in (*graph.value_info, *graph.output)}
+    guessed = _data_shaped(graph, inferred)
     conflicts: list[str] = []
     for name, declared in saved.items():
+        if name in guessed:
+            declared = _symbols_only(declared)
         vi = inferred.get(name)
         if vi is None:
             graph.value_info.append(onnx.helper.make_value_info(name, declared))
@@ -68,6 +76,44 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
             UserWarning,
             stacklevel=4,
         )
+
+
+_ONNX = ("", "ai.onnx", "ai.onnx.ml")
+
+
+def _full(vi: onnx.ValueInfoProto | None) -> bool:
+    if vi is None or vi.type.WhichOneof("value") != "tensor_type":
+        return False
+    tt = vi.type.tensor_type
+    return tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+
+
+def _data_shaped(graph: onnx.GraphProto, inferred: dict[str, onnx.ValueInfoProto]) -> set[str]:
+    """Values whose shape follows data fed at run time: the outputs of an ONNX-domain node
+    that inference, knowing every input's shape, left without a full shape (Reshape or
+    ConstantOfShape from an input, Loop, NonZero...), and every value computed from one."""
+    known = {vi.name for vi in graph.input if _full(vi)}
+    known |= {t.name for t in graph.initializer}
+    known |= {name for name, vi in inferred.items() if _full(vi)}
+    tainted: set[str] = set()
+    for node in graph.node:
+        ins = [i for i in node.input if i]
+        if any(i in tainted for i in ins):
+            tainted.update(o for o in node.output if o)
+        elif node.domain in _ONNX and all(i in known for i in ins):
+            tainted.update(o for o in node.output if o and o not in known)
+    return tainted
+
+
+def _symbols_only(declared: onnx.TypeProto) -> onnx.TypeProto:
+    """``declared`` with its numbers dropped (its rank and symbols kept)."""
+    out = onnx.TypeProto()
+    out.CopyFrom(declared)
+    if out.WhichOneof("value") == "tensor_type" and out.tensor_type.HasField("shape"):
+        for d in out.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                d.Clear()
+    return out
 
 
 def _text(dims) -> str:

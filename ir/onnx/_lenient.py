@@ -14,7 +14,12 @@ model's meaning:
 * a graph with an empty name: named ``graph`` (or ``<node>_<attribute>`` for a subgraph);
 * ``LayerNormalization`` in an ``ai.onnx`` opset below 17: onnxruntime's contrib op of the same
   name and meaning (registered in the default domain before ONNX adopted it at opset 17); the
-  node is moved to the ``com.microsoft`` domain, whose ``LayerNormalization`` is that op.
+  node is moved to the ``com.microsoft`` domain, whose ``LayerNormalization`` is that op;
+  likewise ``SimplifiedLayerNormalization`` in the default domain at any opset (ONNX has no
+  such op; onnxruntime registers its contrib op there, and its optimizer writes it so);
+
+* a ``Constant`` whose ``value`` attribute holds a sparse tensor: read as ``sparse_value``
+  (its output is the dense tensor).
 
 Negative ``dim_value`` is repaired earlier by ``_checks.sanitize`` (a symbolic dimension).
 What is unsafe (a cycle, a missing producer, an input without a type, data outside the model's
@@ -45,6 +50,7 @@ def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
     done: list[str] = []
     _fix_domain(proto, done)
     _fix_layer_norm(proto, done)
+    _fix_sparse_constant(proto, done)
     unnamed = []
     for gp, name in _graphs(proto.graph, "graph"):
         if not gp.name:
@@ -101,19 +107,44 @@ def _fix_domain(proto: onnx.ModelProto, done: list[str]) -> None:
 
 def _fix_layer_norm(proto: onnx.ModelProto, done: list[str]) -> None:
     version = {op.domain: op.version for op in proto.opset_import}.get("", 0)
-    if version >= 17:
-        return
-    moved = 0
+    moved: dict[str, int] = {}
     for n in _all_nodes(proto):
-        if n.op_type == "LayerNormalization" and n.domain == "":
+        ln = n.op_type == "LayerNormalization" and version < 17
+        if n.domain == "" and (ln or n.op_type == "SimplifiedLayerNormalization"):
             n.domain = _MS
-            moved += 1
-    if moved:
-        if not any(op.domain == _MS for op in proto.opset_import):
-            proto.opset_import.append(onnx.helper.make_opsetid(_MS, 1))
+            moved[n.op_type] = moved.get(n.op_type, 0) + 1
+    if not moved:
+        return
+    if not any(op.domain == _MS for op in proto.opset_import):
+        proto.opset_import.append(onnx.helper.make_opsetid(_MS, 1))
+    if "LayerNormalization" in moved:
         done.append(
-            f"{moved} LayerNormalization node(s) at ai.onnx opset {version} (the ONNX op exists "
-            "from opset 17; read as onnxruntime's contrib op of the same meaning)"
+            f"{moved['LayerNormalization']} LayerNormalization node(s) at ai.onnx opset "
+            f"{version} (the ONNX op exists from opset 17; read as onnxruntime's contrib op of "
+            "the same meaning)"
+        )
+    if "SimplifiedLayerNormalization" in moved:
+        done.append(
+            f"{moved['SimplifiedLayerNormalization']} SimplifiedLayerNormalization node(s) in "
+            "the ai.onnx domain (no ONNX op: onnxruntime's contrib op, registered there)"
+        )
+
+
+def _fix_sparse_constant(proto: onnx.ModelProto, done: list[str]) -> None:
+    """A ``Constant`` whose ``value`` holds a sparse tensor: onnxruntime reads it as the
+    ``sparse_value`` it is (its own test model ``sparse_initializer_as_output`` has one)."""
+    fixed = []
+    for n in _all_nodes(proto):
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx"):
+            continue
+        for a in n.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.SPARSE_TENSOR:
+                a.name = "sparse_value"
+                fixed.append(n.name or n.output[0])
+    if fixed:
+        done.append(
+            f"{len(fixed)} Constant node(s) with a sparse tensor in 'value' ({fixed[:3]}; read "
+            "as 'sparse_value', a dense output)"
         )
 
 

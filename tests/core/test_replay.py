@@ -202,12 +202,24 @@ def test_a_second_thread_meanwhile_gets_its_own_answer() -> None:
 
 
 def test_mostly_unrecorded_partitions_are_not_kept() -> None:
-    """An MLP's nodes are numpy and BLAS calls that are not noted: the trace is dropped and
-    the runs take the usual path, with the reason in the partition's info; every run's
-    answer, the recording run's too, is the kernels'."""
-    from bench.models import mlp
-
-    model = onnx.load_from_string(mlp(batch=4, width=64, layers=2))
+    """CumSum's nodes are numpy calls that are not noted: the trace is dropped and the runs
+    take the usual path, with the reason in the partition's info; every run's answer, the
+    recording run's too, is the kernels'. (An MLP was the example until its FusedGemm and
+    Softmax noted their calls: ``tests/backends/cpu/test_replay_small.py``.)"""
+    axis = onnx.numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [
+        onnx.helper.make_node("CumSum", ["x", "axis"], ["a"]),
+        onnx.helper.make_node("CumSum", ["a", "axis"], ["b"], reverse=1),
+        onnx.helper.make_node("CumSum", ["b", "axis"], ["y"], exclusive=1),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "cumsums",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 64])],
+        [axis],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
     sess = _session(model)
     plain = _session(model, replay=False)
     rng = np.random.default_rng(8)

@@ -67,3 +67,16 @@ def test_a_label_may_differ_only_at_a_tie() -> None:
     want = [np.array([1, 1]), scores]
     assert compare([np.array([0, 1]), scores], want, 1e-4, 1e-4) == ""
     assert "differ" in compare([np.array([1, 0]), scores], want, 1e-4, 1e-4)
+
+
+def test_timed_phases_are_reported_apart() -> None:
+    from bench.wild_corpus import PHASES, phase_ratios
+
+    case = _cases()["old-exporter/wrong declared output shape"]
+    result = run_case(case, repeat=2)
+    phases = result.extra["phases"]
+    assert tuple(phases) == PHASES  # load, first run, runs 2-10, steady
+    assert all(a > 0 and b > 0 for a, b in phases.values())
+    assert result.ratio == phase_ratios([result], "steady")[0]
+    header = table([result]).splitlines()[0]
+    assert all(p in header for p in PHASES)

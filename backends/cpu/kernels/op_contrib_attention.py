@@ -12,9 +12,12 @@ embedding inside Attention (``do_rotary``) and beam-search cache indirection are
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
+from anychip.core.plugin.claims import Constraint
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
 
@@ -155,7 +158,18 @@ def _mha_inputs(
     return _heads(q, n), _heads(k, n), _heads(v, n), False
 
 
-@kernel("MultiHeadAttention", domain=MS_DOMAIN, since=1)
+def _no_cache_indirection(node: Any) -> bool:
+    return len(node.inputs) < 10 or node.inputs[9] is None
+
+
+# beam search's reordered KV cache: onnxruntime's BeamSearch feeds it; refused at load
+_NO_BEAMS = Constraint(
+    "no cache_indirection (beam search's reordered cache: use onnxruntime for generation loops)",
+    _no_cache_indirection,
+)
+
+
+@kernel("MultiHeadAttention", domain=MS_DOMAIN, since=1, constraints=(_NO_BEAMS,))
 def multi_head_attention(
     query: np.ndarray,
     key: np.ndarray | None = None,

@@ -126,13 +126,23 @@ def _lean_gemm(a, b, c, alpha, beta, trans_a, trans_b, activation, out) -> np.nd
         return None  # the general path words the error
     if c is not None and (c.dtype != a.dtype or c.ndim > 2 or _widens(c.shape, shape)):
         return None
-    y = out if fits(out, shape, a.dtype) else None
-    y = np.matmul(aa, bb, out=y)
+    y = out if fits(out, shape, a.dtype) else _replay.empty(shape, a.dtype)
+    _gemm_into(aa, bb, c, y, bool(activation))
+    if _replay.ACTIVE:  # its one call: all the node does (a replay makes it again)
+        _replay.note(_gemm_into, (aa, bb, c, y, bool(activation)))
+        _replay.seal()
+    return y
+
+
+def _gemm_into(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray | None, y: np.ndarray, relu: bool
+) -> None:
+    """``y = relu?(a @ b + c)`` in ``y``: the lean FusedGemm, noted whole for a replay."""
+    np.matmul(a, b, out=y)
     if c is not None:
         np.add(y, c, out=y)
-    if activation:
+    if relu:
         np.maximum(y, 0, out=y)
-    return y
 
 
 def _widens(c_shape: tuple[int, ...], shape: tuple[int, int]) -> bool:
@@ -311,11 +321,14 @@ def embed_layer_normalization(
         pos = np.broadcast_to(np.arange(seq), (batch, seq))
     else:
         pos = np.broadcast_to(position_ids.astype(np.int64), (batch, seq))
-    s = _lookup(word_embedding, ids, "input_ids") + _lookup(position_embedding, pos, "positions")
+    # the sum in float32 (float64 for double), as onnxruntime adds float16 tables
+    work = _work(word_embedding)
+    v = _lookup(word_embedding, ids, "input_ids").astype(work)
+    v += _lookup(position_embedding, pos, "positions").astype(work)
     if segment_embedding is not None and segment_ids is not None:
-        s = s + _lookup(segment_embedding, segment_ids.astype(np.int64), "segment_ids")
-    v = s.astype(_work(s))
+        v += _lookup(segment_embedding, segment_ids.astype(np.int64), "segment_ids").astype(work)
     y, _, _ = _layer_norm_last(v, gamma, beta, epsilon)
+    s = v.astype(word_embedding.dtype)
     if mask is not None and mask_index_type == 1:
         mask_index = np.count_nonzero(mask, axis=-1).astype(np.int32)
     else:

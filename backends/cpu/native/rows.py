@@ -308,11 +308,13 @@ def softmax_rows(
     mask: np.ndarray | None = None,
     scale: float = 1.0,
     op: int = 0,
+    note: bool = False,
 ) -> bool:
     """``out = softmax(x op scale + mask)`` over the last axis (``op``: 0 none, 1 divide,
     2 multiply); ``out`` may be ``x``. False (nothing written) where the C does not apply:
     no compiler, not float32 or not C-contiguous, rank over 4, or a mask that does not
-    broadcast to ``x`` or is not float32."""
+    broadcast to ``x`` or is not float32. ``note``: the C call is noted for a replay (the
+    caller seals)."""
     if x.ndim == 0 or x.ndim > 4 or not (_ok(x) and _ok(out)) or out.shape != x.shape:
         return False
     lib = _lib()
@@ -328,11 +330,16 @@ def softmax_rows(
     if n == 0 or x.size == 0:
         return True
     scale, op = exact_op(float(scale), op)
-    c.ac_softmax(
+    args = (
         lead[0], lead[1], lead[2], n,
         ffi.from_buffer(f32, x), ffi.from_buffer(f32, out, require_writable=True),
         mptr, ms[0], ms[1], ms[2], ms[3], float(scale), op, *threads_for(x.size * SOFTMAX_WORK),
     )  # fmt: skip
+    c.ac_softmax(*args)
+    if note and _replay.ACTIVE:
+        if mask is not None:
+            _replay.hold(mask)  # the mask pointer's array, alive as long as the trace
+        _replay.note(c.ac_softmax, args)
     return True
 
 

@@ -181,6 +181,11 @@ def _channels_last(ctx: Any, out: np.ndarray | None = None) -> bool:
     return keep
 
 
+def _relu_into(x: np.ndarray, y: np.ndarray) -> None:
+    """``y = max(x, 0)``: a replay's step (numpy deprecates ``out`` given positionally)."""
+    np.maximum(x, _ZERO, out=y)
+
+
 @kernel("Relu", since=1, dtypes=op_activations.NUMERIC_TYPES, inplace=True)
 def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = None) -> np.ndarray:
     """Relu that keeps a channels-last input channels-last (a oneDNN kernel made it for a
@@ -190,7 +195,7 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
         y = out if fits(out, x.shape, x.dtype) else _replay.empty(x.shape)
         np.maximum(x, _ZERO, out=y)
         if _replay.ACTIVE:
-            _replay.note(np.maximum, (x, _ZERO, y))
+            _replay.note(_relu_into, (x, y))
             _replay.seal()
         return y
     if x.dtype == np.float32 and not x.flags.c_contiguous and x.ndim in (3, 4, 5):
@@ -203,7 +208,7 @@ def relu(x: np.ndarray, consumed_inputs: Any = None, out: np.ndarray | None = No
                 y = np.empty_like(x)
             np.maximum(x, _ZERO, out=y)
             if _replay.ACTIVE:  # that one call: all it did
-                _replay.note(np.maximum, (x, _ZERO, y))
+                _replay.note(_relu_into, (x, y))
                 _replay.seal()
             return y
     return op_activations.relu(x, consumed_inputs, out=out)
