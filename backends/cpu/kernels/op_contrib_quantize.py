@@ -15,6 +15,7 @@ import numpy as np
 from anychip.backends.cpu.kernels.op_pool import average_pool
 from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize_linear
 from anychip.backends.cpu.kernels.op_softmax import softmax, softmax_2d
+from anychip.backends.cpu.onednn.int8 import int_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -234,10 +235,12 @@ def qgemm(
 ) -> np.ndarray:
     """Integer GEMM: ``alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C)``; B may be
     quantized per output column. A float result without ``y_scale``, else quantized."""
-    ai = a.astype(np.int64) - a_zero_point.astype(np.int64)
-    bi = b.astype(np.int64)
-    bi = (bi.T if transB else bi) - np.asarray(b_zero_point).astype(np.int64).reshape(1, -1)
-    acc = (ai.T if transA else ai) @ bi
+    acc = None if transA else int_matmul(a, b, a_zero_point, b_zero_point, bool(transB))
+    if acc is None:  # oneDNN's int8 product not exact here (onednn/int8.py): int64 numpy
+        ai = a.astype(np.int64) - a_zero_point.astype(np.int64)
+        bi = b.astype(np.int64)
+        bi = (bi.T if transB else bi) - np.asarray(b_zero_point).astype(np.int64).reshape(1, -1)
+        acc = (ai.T if transA else ai) @ bi
     if c is not None:
         acc = acc + c.astype(np.int64)
     scale = np.float32(alpha) * a_scale.astype(np.float32) * b_scale.astype(np.float32)

@@ -24,6 +24,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._ml_common import compiled
 from anychip.backends.cpu.kernels.op_conv import conv
 from anychip.backends.cpu.onednn import conv as onednn_conv
+from anychip.backends.cpu.onednn import int8 as onednn_int8
 from anychip.backends.cpu.onednn import matmul as onednn_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.core.run.kernel_call import KernelContext
@@ -151,6 +152,18 @@ def _exact_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a, b)
 
 
+def _integer_matmul(
+    a: np.ndarray, b: np.ndarray, a_zp: np.ndarray | None, b_zp: np.ndarray | None
+) -> np.ndarray:
+    """``(a - a_zp) @ (b - b_zp)`` exactly: oneDNN's int8 product where it is exact here
+    (``onednn/int8.py``: VNNI or AMX; int32), else float32/float64 (``_exact_matmul``;
+    integer-valued float64)."""
+    y = onednn_int8.int_matmul(a, b, a_zp, b_zp)
+    if y is not None:
+        return y
+    return _exact_matmul(_matmul_zp(a, a_zp, False), _matmul_zp(b, b_zp, True))
+
+
 @kernel("MatMulInteger", since=10)
 def mat_mul_integer(
     a: np.ndarray,
@@ -158,8 +171,8 @@ def mat_mul_integer(
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
-    y = _exact_matmul(_matmul_zp(a, a_zero_point, False), _matmul_zp(b, b_zero_point, True))
-    return np.rint(y).astype(np.int32)
+    y = _integer_matmul(a, b, a_zero_point, b_zero_point)
+    return y if y.dtype == np.int32 else np.rint(y).astype(np.int32)
 
 
 def _scale_of(scale: np.ndarray, ndim: int, axis: int | None) -> np.ndarray:
@@ -212,7 +225,7 @@ def qlinear_mat_mul(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
-    acc = _exact_matmul(_matmul_zp(a, a_zero_point, False), _matmul_zp(b, b_zero_point, True))
+    acc = _integer_matmul(a, b, a_zero_point, b_zero_point).astype(np.float64)
     sa = np.asarray(a_scale).astype(np.float64)
     sb = np.asarray(b_scale).astype(np.float64)
     sa = sa.reshape(()) if sa.size == 1 else sa.reshape(-1, 1)

@@ -151,7 +151,7 @@ class C:
 
     cpu = 1
     stream_default = 1
-    f32 = 3
+    f32, s32, s8, u8 = 3, 4, 5, 6
     any = 1
     a, ab, abc, abcd, abcde, abcdef = 2, 3, 4, 5, 6, 7
     tnc, ldnc, ldigo, ldgo = 4, 5, 6, 5

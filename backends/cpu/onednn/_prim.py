@@ -70,12 +70,13 @@ def dims(values: Sequence[int]) -> Any:
     return lib().ffi.new("dnnl_dims_t", [int(v) for v in values])
 
 
-def md(shape: Sequence[int], tag: int) -> Any:
-    """An f32 memory descriptor of ``shape`` in layout ``tag`` (``C.any``: the primitive's)."""
+def md(shape: Sequence[int], tag: int, data_type: int = C.f32) -> Any:
+    """A memory descriptor of ``shape`` in layout ``tag`` (``C.any``: the primitive's), of
+    ``data_type`` (``C.f32`` unless given: ``C.s8``, ``C.u8``, ``C.s32``)."""
     L = lib()
     out = L.ffi.new("dnnl_memory_desc_t *")
     check(
-        L.dnnl.dnnl_memory_desc_create_with_tag(out, len(shape), dims(shape), C.f32, tag),
+        L.dnnl.dnnl_memory_desc_create_with_tag(out, len(shape), dims(shape), data_type, tag),
         f"describing memory {list(shape)}",
     )
     return L.ffi.gc(out[0], L.dnnl.dnnl_memory_desc_destroy)
