@@ -136,6 +136,7 @@ class DeviceInfo:
         "kernels",
         "graph_mode",
         "about",
+        "simulated",
     )
 
     def __init__(
@@ -149,6 +150,7 @@ class DeviceInfo:
         kernels: int,
         graph_mode: bool = False,
         about: str = "",
+        simulated: bool = False,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -161,6 +163,8 @@ class DeviceInfo:
         self.graph_mode = graph_mode
         #: What stands behind the device, with versions (``Backend.about``; may be empty).
         self.about = about
+        #: True for a device simulated on the host (``npu``, ``xpu``): no chip behind it.
+        self.simulated = simulated
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
@@ -202,6 +206,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 len(registry.kernels.get(b.name, ())),
                 b.graph_mode,
                 _about(b),
+                bool(getattr(b, "simulated", False)),
             )
         )
     if include_failed_plugins:

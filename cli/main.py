@@ -15,12 +15,13 @@ anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -56,8 +57,10 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     print(f"{'device':<{w}} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
         kernels = "graph" if d.graph_mode else str(d.kernels)
+        # a simulated device is usable, but no chip stands behind its times
+        state = ("simulated" if d.simulated else "yes") if d.available else "no"
         print(
-            f"{d.name:<{w}} {d.kind:<8} {'yes' if d.available else 'no':<10} {kernels:>7}  "
+            f"{d.name:<{w}} {d.kind:<8} {state:<10} {kernels:>7}  "
             f"{d.plugin:<10} {d.reason if not d.available else d.about}"
         )
     return 0
@@ -166,10 +169,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ref, ref_name, feeds = None, "cpu", None
     for dev in ["cpu"] + [d for d in usable if d != "cpu"]:
         devices = [dev] if dev == "cpu" else [dev, "cpu"]
-        sess = anychip.load(model, devices=devices)  # measured costs (calibrated once, cached)
+        # the load's warning of what fell back is the nodes= column below: not on stderr too
+        with _log_level("anychip", logging.ERROR):
+            sess = anychip.load(model, devices=devices)  # measured costs (calibrated, cached)
         if feeds is None:
             feeds = random_feeds(sess)
             ref, ref_name = _reference(model, feeds)
+            if ref is None:
+                print(
+                    "  (onnxruntime is not installed: outputs are compared with anychip's cpu; "
+                    "pip install 'anychip[ort]' to compare with onnxruntime)"
+                )
         first = sess.placement().by_device()
         t0 = time.perf_counter()
         sess.run(None, feeds)
@@ -195,6 +205,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if rep.decision:
             print(f"  {'':<10} cost model: {rep.decision}")
     return 0
+
+
+@contextlib.contextmanager
+def _log_level(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 #: The demo's bound on a session's feedback runs (each trial: a warm-up, then three to six
@@ -258,12 +279,31 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
     return sess.run(None, feeds)[0], "onnxruntime"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print ``cli/version.version_lines()`` and exit (argparse's own version
+    action takes a fixed string; this one imports the plugins only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from anychip.cli.version import version_lines
+
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
     from anychip.cli import bench as bench_cli
     from anychip.cli import conformance as conformance_cli
 
     parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="anychip's version, its libraries' and each plugin's, then exit",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     dev = sub.add_parser("devices", help="list backends, availability and why not")
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")

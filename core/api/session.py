@@ -84,7 +84,8 @@ class Session(Closable):
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.RLock()
-        log_fallbacks(self.model.graph, devices)
+        unavailable = {b.name: b.available()[1] for b in backends if not b.available()[0]}
+        log_fallbacks(self.model.graph, devices, unavailable)
 
     def _use(self, c: CompiledModel) -> None:
         #: What compilation produced (partitions, steps, memory): for inspection.
@@ -155,7 +156,9 @@ def load(
         model: a path to an ``.onnx`` file, its bytes, an ``onnx.ModelProto`` or an
             ``anychip.ir.Model``.
         devices: device names in priority order (``["npu", "cpu"]`` or ``"npu,cpu"``);
-            default ``ANYCHIP_DEVICES``, else every available device, cpu last.
+            default ``ANYCHIP_DEVICES``, else every available device, cpu last. The cpu is
+            added last as the fallback unless ``strict=True`` (``devices=["npu"]`` is a
+            session on npu and cpu; ``Session.devices`` lists them; logged at INFO level).
         options: a ``SessionOptions`` (every field documented there); default its defaults.
         keywords: any ``SessionOptions`` field by name, applied over ``options``
             (``load(m, strict=True)``); an unknown name is an ``AnychipError``.
