@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.thread_choice import ThreadChoice
+from anychip.backends.cpu.thread_choice import ThreadChoice, on_threads
 from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
@@ -74,23 +74,29 @@ class CpuBackend(Backend):
                 memory.intercept(replay.run)
         choose = self.thread_choice and os.environ.get("ANYCHIP_THREAD_CHOICE", "1") != "0"
         program = ThreadChoice(memory.runner, partition.info, choose)
-        if not _lib.findable():
-            return program
-        from anychip.core.run.blas import single_blas_thread
+        if _lib.findable():
+            from anychip.core.run.blas import single_blas_thread
 
-        return single_blas_thread(program)
+            program = single_blas_thread(program)
+        threads = getattr(self, "threads", None)
+        return program if threads is None else on_threads(program, threads)
 
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES
 
-        known = {"disabled_passes", "fusion", "thread_choice", "replay"}
+        known = {"disabled_passes", "fusion", "thread_choice", "replay", "threads"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DeviceError(
-                f"cpu takes the options disabled_passes, fusion, thread_choice and replay, not "
-                f"{unknown}"
+                f"cpu takes the options disabled_passes, fusion, thread_choice, replay and "
+                f"threads, not {unknown}"
             )
+        threads = options.get("threads")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise DeviceError(f"cpu: threads is an int >= 1 (or None), not {threads!r}")
+        #: The session's thread count (``intra_op_num_threads``), None: the process's.
+        self.threads = threads
         for flag in ("thread_choice", "replay"):
             if not isinstance(options.get(flag, True), bool):
                 raise DeviceError(f"cpu: {flag} is True or False")

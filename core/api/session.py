@@ -16,6 +16,13 @@ from typing import Any
 from anychip.core.api import dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.options import SessionOptions
+from anychip.core.api.ort_api import (
+    AsyncRunner,
+    IOBinding,
+    ModelMetadata,
+    guarded_run,
+    model_metadata,
+)
 from anychip.core.compile.gcpause import gc_paused
 from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
 from anychip.core.plan.calibration import resolve_calibration_mode
@@ -84,6 +91,10 @@ class Session(Closable):
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.RLock()
+        self._async: AsyncRunner | None = None
+        #: ``enable_profiling``'s file prefix (None: off); the last feeds, for end_profiling.
+        self.profiling: str | None = None
+        self._last_feeds: dict[str, Any] | None = None
         unavailable = {b.name: b.available()[1] for b in backends if not b.available()[0]}
         log_fallbacks(self.model.graph, devices, unavailable)
 
@@ -108,6 +119,18 @@ class Session(Closable):
         """Memory per device: plan, lower bound, peak, reserved, plan cache (memory/report)."""
         return memory_report(self.compiled)
 
+    def end_profiling(self) -> str:
+        """With ``enable_profiling``: the profile of the last feeds run (re-run under the
+        profiler) written as a Perfetto trace; returns the file's path (onnxruntime's call)."""
+        import time
+
+        if self.profiling is None:
+            raise AnychipError("end_profiling: load with enable_profiling=True to profile")
+        if self._last_feeds is None:
+            raise AnychipError("end_profiling: the session has not run yet; nothing to profile")
+        path = f"{self.profiling}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        return str(self.profile(self._last_feeds).save_trace(path))
+
     def profile(self, feeds: Mapping[str, Any] | None = None, runs: int = 1) -> Profile:
         """Per node, partition and copy times over ``runs`` runs (core/report/profile.py)."""
         return profile_session(self, random_feeds(self) if feeds is None else feeds, runs)
@@ -122,9 +145,43 @@ class Session(Closable):
         if dlpack.involved(feeds, output_device):
             return dlpack.run(self, output_names, feeds, output_device)
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
-        with self._lock:
-            outs = run_request(self, arrays)  # feedback runs, failover (core/run/failover.py)
+
+        def request() -> list[Any]:
+            with self._lock:
+                return run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+
+        outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
+        if self.profiling is not None:
+            self._last_feeds = dict(feeds)
         return [detach(outs[i], feeds) for i in wanted]
+
+    def run_async(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any],
+        callback: Any = None, user_data: Any = None, run_options: Any = None,
+    ) -> Any:  # fmt: skip
+        """``run`` on the session's worker threads: a ``concurrent.futures.Future`` of the
+        outputs; ``callback(outputs, user_data, error)`` when done, as onnxruntime calls it."""
+        if self._async is None:
+            self._async = AsyncRunner(self.run)
+        return self._async.submit(output_names, feeds, callback, user_data, run_options)
+
+    def io_binding(self) -> IOBinding:
+        """Inputs and outputs bound across runs (onnxruntime's ``io_binding()``)."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
+        """One run of ``binding``'s inputs into its bound outputs."""
+        binding.run(run_options)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model file's producer, graph name, domain, description, version, metadata."""
+        return model_metadata(self.model)
+
+    def close(self) -> None:
+        """Release the session's device memory now (asynchronous requests finished first)."""
+        if self._async is not None:
+            self._async.close()
+        super().close()
 
     def replan(self) -> None:
         """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
@@ -179,7 +236,7 @@ def load(
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(
         opt.plan_cache_size,
-        opt.optimize,
+        opt.optimizes(),  # optimize, or onnxruntime's graph_optimization_level
         opt.check_kernels or opt.bring_up,
         opt.compile_cache_size,
         False if opt.bring_up else opt.background_compile,  # the device runs from the start
@@ -188,9 +245,27 @@ def load(
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):
             model = import_model(
-                model, custom_schemas=registry.schemas, max_bytes=opt.max_load_bytes
+                model,
+                custom_schemas=registry.schemas,
+                max_bytes=opt.max_load_bytes,
+                free_dims=opt.free_dimension_overrides,
             )
-        return Session(model, names, opts, opt.device_options, copts)
+        elif opt.free_dimension_overrides:
+            raise AnychipError(
+                "free_dimension_overrides apply when an ONNX model is imported: pass its "
+                "path, bytes or ModelProto, not an anychip.ir.Model"
+            )
+        session = Session(model, names, opts, _device_options(opt, names), copts)
+        session.profiling = opt.profile_file_prefix if opt.enable_profiling else None
+        return session
+
+
+def _device_options(opt: SessionOptions, names: list[str]) -> Mapping[str, Mapping[str, Any]]:
+    """``device_options`` with ``intra_op_num_threads`` given to the cpu as its ``threads``."""
+    given = {str(k).lower(): dict(v) for k, v in (opt.device_options or {}).items()}
+    if opt.intra_op_num_threads and "cpu" in names:
+        given.setdefault("cpu", {}).setdefault("threads", opt.intra_op_num_threads)
+    return given
 
 
 def _open_probe(model: Any, device: str) -> Session:
