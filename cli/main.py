@@ -1,15 +1,19 @@
 """The ``anychip`` command (also ``python -m anychip``).
 
-anychip devices                         backends, availability, and why not
-anychip run MODEL [--devices npu,cpu] [--input name=file.npy ...] [--placement] [--repeat N]
-                  [--profile prof.html] [--json] [--bring-up]
+anychip devices [--json [FILE]]          backends, availability, and why not
+anychip run MODEL [--devices npu,cpu] [--shape x=[1,128] ...] [--input name=file.npy ...]
+                  [--placement] [--repeat N] [--profile prof.html] [--json [FILE]] [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
-anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
-anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
-anychip conformance --device X [--strict] [--ops A,B] [--json F] [--bring-up]   the backend kit
-anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json F]   side by side
+anychip partition MODEL [--devices ...] [--shape ...] [--strict] [--json [FILE]] [-o FILE]
+anychip inspect MODEL [--json [FILE]]   opsets, inputs, ops, parameters, FLOPs, device support
+anychip conformance --device X [--strict] [--ops A,B] [--json [FILE]] [--bring-up]   the kit
+anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json [FILE]]
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
+anychip --version                       anychip's, its libraries' and each plugin's versions
+
+--json alone prints JSON on stdout instead of the text; --json FILE writes it there. -q on
+every command: no progress, no warnings.
 """
 
 from __future__ import annotations
@@ -49,8 +53,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if getattr(args, "ops", None):
         return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
-    if args.json:
-        print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
+    if viz_commands.emit_json(args, [{k: getattr(d, k) for k in d.__slots__} for d in rows]):
         return 0
     # the last column: why a device is unavailable, else what stands behind it (Backend.about)
     w = max([10, *(len(d.name) for d in rows)])
@@ -110,9 +113,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             raise anychip.InputError(f"--input expects name=file.npy, got {item!r}")
         name, path = item.split("=", 1)
         feeds[name] = np.load(path, allow_pickle=False)
-    sess.run(None, feeds)  # warm-up
-    times = []
-    for _ in range(max(1, args.repeat)):
+    times = []  # the first run too: what a process that runs the model once pays
+    for _ in range(max(2, args.repeat)):
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
@@ -123,7 +125,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for info, out in zip(sess.outputs, outs):
             shape = list(np.shape(out))
             print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
-        print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+        st = viz_commands.run_stats(times)
+        print(
+            f"time: first run {st['first_ms']:.2f} ms; runs 2-{min(len(times), 10)} mean "
+            f"{st['mean_2_10_ms']:.2f} ms; p50 {st['p50_ms']:.2f} ms, p90 {st['p90_ms']:.2f} "
+            f"ms, best {st['best_ms']:.2f} ms over runs 2-{len(times)}; "
+            f"{st['throughput_per_s']:.1f} runs/s"
+        )
         if args.placement:
             render(sess.placement())
         if getattr(args, "memory", False) and hasattr(sess, "memory"):
@@ -139,6 +147,8 @@ def _load(args: argparse.Namespace, **options: object) -> object:
 
     if getattr(args, "bring_up", False):
         options["bring_up"] = True
+    if getattr(args, "shape", None):
+        options["free_dimension_overrides"] = free_dims(args.model, args.shape)
     return anychip.load(
         args.model,
         devices=args.devices,
@@ -146,6 +156,44 @@ def _load(args: argparse.Namespace, **options: object) -> object:
         placement_policy=args.placement_policy,
         **options,
     )
+
+
+def free_dims(model: str, shapes: list[str]) -> dict[str, int]:
+    """``--shape`` values as free dimension overrides: ``name=[1,128]`` (an input's whole
+    shape: each of its symbolic dimensions takes the size at its place) or ``dim=128`` (a
+    symbolic dimension by name, as onnxruntime_perf_test's ``-f``)."""
+    import onnx
+
+    from anychip.errors import InputError
+
+    inputs = {
+        vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+        for vi in onnx.load(model, load_external_data=False).graph.input
+    }
+    out: dict[str, int] = {}
+    for item in shapes:
+        name, sep, value = item.partition("=")
+        value = value.strip()
+        try:
+            sizes = json.loads(value) if sep else None
+        except ValueError:
+            sizes = None
+        if not sep or not (isinstance(sizes, int) or isinstance(sizes, list)):
+            raise InputError(f"--shape expects name=[1,128] or dim=128, got {item!r}")
+        if isinstance(sizes, int):
+            out[name] = sizes
+            continue
+        if name not in inputs:
+            raise InputError(f"--shape {item!r}: the model has no input {name!r} ({list(inputs)})")
+        declared = inputs[name]
+        if len(sizes) != len(declared) or not all(isinstance(n, int) for n in sizes):
+            raise InputError(f"--shape {item!r}: input {name!r} has shape {declared}")
+        for d, n in zip(declared, sizes):
+            if isinstance(d, str) and d:
+                out[d] = n
+            elif d and d != n:
+                raise InputError(f"--shape {item!r}: dimension {d} of {name!r} is fixed")
+    return out
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -298,7 +346,13 @@ def _parser() -> argparse.ArgumentParser:
     from anychip.cli import bench as bench_cli
     from anychip.cli import conformance as conformance_cli
 
-    parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="anychip",
+        description="Run one ONNX model on any set of devices.",
+        epilog="commands:\n" + __doc__.split("\n\n", 1)[1].rstrip() + "\n\nEach command's "
+        "options: anychip COMMAND --help.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--version",
         action=_VersionAction,
@@ -307,7 +361,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     dev = sub.add_parser("devices", help="list backends, availability and why not")
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
-    dev.add_argument("--json", action="store_true", help="as JSON")
+    viz_commands.add_json(dev, "the devices (or claims)")
     run = sub.add_parser("run", help="run a model with random or given inputs")
     part = sub.add_parser("partition", help="place a model and print the placement, not run it")
     for p in (run, part):
@@ -323,7 +377,14 @@ def _parser() -> argparse.ArgumentParser:
             help="latency (the measured cost model; default), prefer-first (the first device "
             "takes every node it can), min-copies",
         )
-    part.add_argument("--json", action="store_true", help="the placement as JSON")
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=[1,128]",
+            help="an input's shape for its symbolic dimensions, or DIM=128 for one symbolic "
+            "dimension by name (repeatable; default: each symbolic dimension is 1)",
+        )
+    viz_commands.add_json(part, "the placement")
     part.add_argument(
         "--calibration",
         choices=["auto", "cached", "off"],
@@ -331,7 +392,9 @@ def _parser() -> argparse.ArgumentParser:
         help="measure costs (auto), use only cached measurements, or declared figures (off)",
     )
     run.add_argument("--input", action="append", help="name=file.npy (repeatable)")
-    run.add_argument("--repeat", type=int, default=5)
+    run.add_argument(
+        "--repeat", type=int, default=10, help="timed runs, the first included (default 10)"
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
@@ -358,6 +421,9 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
+    for p in sub.choices.values():  # -q on every command: no progress, no warnings
+        if "-q" not in p._option_string_actions:
+            p.add_argument("-q", "--quiet", action="store_true", help="no progress, no warnings")
     return parser
 
 
