@@ -24,7 +24,7 @@ from anychip.core.api.ort_api import (
     model_metadata,
 )
 from anychip.core.compile.gcpause import gc_paused
-from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
+from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model, disk_for
 from anychip.core.plan.calibration import resolve_calibration_mode
 from anychip.core.plan.calibration_probes import set_probe_opener
 from anychip.core.plan.devices import resolve_devices
@@ -64,6 +64,12 @@ class Session(Closable):
         if unknown := sorted(set(device_options) - set(devices)):
             raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
         copts = copts or CompileOptions()
+        #: The model as imported (before anychip's passes): what ``export_compiled`` writes.
+        self.source_model: Model | None = model
+        self._disk = disk_for(copts)
+        self._disk_mark = len(self._disk.touched) if self._disk is not None else 0
+        #: The load options an exported archive carries (``core/api/export.py``).
+        self.export_options: dict[str, Any] = {}
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
         def compile_with(
@@ -173,6 +179,14 @@ class Session(Closable):
         """One run of ``binding``'s inputs into its bound outputs."""
         binding.run(run_options)
 
+    def export_compiled(self, path: str) -> str:
+        """This session as one file: the model, the placement and every graph-mode
+        partition's compiled bytes (``anychip.load_compiled`` loads it; core/api/export.py)."""
+        from anychip.core.api.export import export_compiled
+
+        with self._lock:
+            return str(export_compiled(self, path, self._disk, self._disk_mark))
+
     def get_modelmeta(self) -> ModelMetadata:
         """The model file's producer, graph name, domain, description, version, metadata."""
         return model_metadata(self.model)
@@ -257,7 +271,26 @@ def load(
             )
         session = Session(model, names, opts, _device_options(opt, names), copts)
         session.profiling = opt.profile_file_prefix if opt.enable_profiling else None
+        session.export_options = _export_options(opt)
         return session
+
+
+def _export_options(opt: SessionOptions) -> dict[str, Any]:
+    """The options an exported archive keeps: those that decide the nodes and their code
+    (free dimensions are fixed in the exported model already)."""
+    import json
+
+    kept = {
+        "optimize": opt.optimizes(),
+        "strict": opt.strict,
+        "device_options": {k: dict(v) for k, v in (opt.device_options or {}).items()},
+        "intra_op_num_threads": opt.intra_op_num_threads,
+    }
+    try:
+        json.dumps(kept)
+    except TypeError:  # an option that is no JSON value: said at export, not here
+        kept["device_options"] = None
+    return kept
 
 
 def _device_options(opt: SessionOptions, names: list[str]) -> Mapping[str, Mapping[str, Any]]:

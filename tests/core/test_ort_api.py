@@ -194,3 +194,44 @@ def test_profiling_on_the_session(tmp_path) -> None:
     assert any(str(e.get("name")).startswith("MatMul") for e in events if e.get("cat") == "node")
     with pytest.raises(AnychipError, match="enable_profiling=True"):
         anychip.load(_mlp(), devices=["cpu"]).end_profiling()
+
+
+def test_export_and_load_compiled_round_trip(tmp_path, monkeypatch) -> None:
+    import zipfile
+
+    from anychip.core.compile import pipeline
+
+    monkeypatch.setenv("ANYCHIP_COMPILE_CACHE", "1")
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path / "here"))
+    model, x = _mlp(), _x(2)
+    opts = dict(free_dimension_overrides={"batch": 2}, background_compile=False)
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, **opts)
+    assert "npu" in sess.placement().by_device()
+    want = sess.run(None, {"x": x})[0]
+    archive = tmp_path / "mlp.anychip"
+    sess.export_compiled(str(archive))
+    with zipfile.ZipFile(archive) as z:
+        assert any(n.startswith("compiled/") for n in z.namelist()), z.namelist()
+    # another machine: an empty cache folder
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path / "there"))
+    again = anychip.load_compiled(archive, background_compile=False)
+    disk = pipeline.disk_for(pipeline.CompileOptions())
+    assert disk is not None and disk.stats["hits"] >= 1 and disk.stats["stores"] == 0
+    assert again.placement().by_device() == sess.placement().by_device()
+    got = again.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, _ort(model, x), rtol=1e-5, atol=1e-6)
+    # an archive of another version is refused, naming both
+    with zipfile.ZipFile(archive) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    meta = json.loads(files["placement.json"])
+    meta["anychip"] = "0.0.1"
+    files["placement.json"] = json.dumps(meta).encode()
+    old = tmp_path / "old.anychip"
+    with zipfile.ZipFile(old, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+    with pytest.raises(ModelError, match="exported by anychip 0.0.1"):
+        anychip.load_compiled(old)
+    with pytest.raises(ModelError, match="not an anychip compiled archive"):
+        anychip.load_compiled(model)  # bytes are no path: refused with the reason
