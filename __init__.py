@@ -37,12 +37,14 @@ from anychip.version import __version__
 if TYPE_CHECKING:
     from anychip.core.api.export import load_compiled
     from anychip.core.api.session import IOInfo, Session, SessionOptions, load
+    from anychip.core.api.throughput import InferQueue
     from anychip.core.plugin.hookspecs import hookimpl
 
 #: Public names imported on first access: name -> the module that defines it.
 _LAZY = {
     "load": "anychip.core.api.session",
     "load_compiled": "anychip.core.api.export",
+    "InferQueue": "anychip.core.api.throughput",
     "Session": "anychip.core.api.session",
     "SessionOptions": "anychip.core.api.options",
     "IOInfo": "anychip.core.api.feeds",
@@ -104,6 +106,7 @@ _set_views_provider(_viz_views)
 __all__ = [
     "load",
     "load_compiled",
+    "InferQueue",
     "SessionOptions",
     "devices",
     "Session",

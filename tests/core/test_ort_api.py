@@ -235,3 +235,23 @@ def test_export_and_load_compiled_round_trip(tmp_path, monkeypatch) -> None:
         anychip.load_compiled(old)
     with pytest.raises(ModelError, match="not an anychip compiled archive"):
         anychip.load_compiled(model)  # bytes are no path: refused with the reason
+
+
+def test_infer_queue_spreads_requests_over_sessions() -> None:
+    model = _mlp()
+    xs = [_x(3) for _ in range(6)]
+    seen: list[tuple[int, str]] = []
+    with anychip.InferQueue.spread(model, ["xpu", "cpu"]) as q:
+        assert [s.devices for s in q.sessions] == [["xpu", "cpu"], ["cpu"]]
+        q.set_callback(lambda outs, data, err: seen.append((data, err)))
+        futures = [q.start_async({"x": x}, userdata=i) for i, x in enumerate(xs)]
+        q.wait_all()
+        for x, f in zip(xs, futures):
+            np.testing.assert_allclose(f.result()[0], _ort(model, x), rtol=1e-5, atol=1e-6)
+        assert sum(q.served) == 6 and min(q.served) >= 1, q.served  # both sessions ran
+        bad = q.start_async({"x": np.zeros((3, 7), np.float32)})
+        with pytest.raises(InputError):
+            bad.result(timeout=60)
+    assert sorted(d for d, e in seen if e == "") == list(range(6))
+    with pytest.raises(AnychipError, match="at least one session"):
+        anychip.InferQueue([])
