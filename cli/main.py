@@ -10,6 +10,7 @@ anychip conformance --device X [--strict] [--ops A,B] [--json [FILE]] [--bring-u
 anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json [FILE]]
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
+anychip cache info|clear                 what the cache folder holds (bounded), or clear it
 anychip --version                       anychip's, its libraries' and each plugin's versions
 
 --json alone prints JSON on stdout instead of the text; --json FILE writes it there. -q on
@@ -315,6 +316,34 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    """``anychip cache info``: the folder, its limit and what each cache holds; ``clear``:
+    every file removed."""
+    from anychip.paths import cache_info, cache_limit, cache_root, clear_cache
+
+    root = cache_root()
+    if args.action == "clear":
+        files, nbytes = clear_cache(root)
+        print(f"removed {files} file(s), {nbytes / 2**20:.1f} MiB, from {root}")
+        return 0
+    rows = cache_info(root)
+    total = sum(b for _, b in rows.values())
+    data = {
+        "folder": str(root),
+        "limit_bytes": cache_limit(),
+        "bytes": total,
+        "caches": {k: {"files": f, "bytes": b} for k, (f, b) in rows.items()},
+    }
+    if viz_commands.emit_json(args, data):
+        return 0
+    print(
+        f"{root}: {total / 2**20:.1f} MiB of {cache_limit() / 2**20:.0f} MiB (ANYCHIP_CACHE_LIMIT)"
+    )
+    for name, (files, nbytes) in rows.items():
+        print(f"  {name:<14} {files:>6} file(s) {nbytes / 2**20:>9.1f} MiB")
+    return 0
+
+
 def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]:
     """onnxruntime's output when it is installed (the test extra has it), else none yet."""
     try:
@@ -421,6 +450,9 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
+    cache = sub.add_parser("cache", help="the cache folder: what it holds, or clear it")
+    cache.add_argument("action", choices=["info", "clear"])
+    viz_commands.add_json(cache, "the cache's folders")
     for p in sub.choices.values():  # -q on every command: no progress, no warnings
         if "-q" not in p._option_string_actions:
             p.add_argument("-q", "--quiet", action="store_true", help="no progress, no warnings")
@@ -444,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance": conformance_cli.command,
         "bench": bench_cli.command,
         "calibrate": _cmd_calibrate,
+        "cache": _cmd_cache,
         "new-backend": _cmd_new_backend,
         "inspect": viz_commands.inspect,
     }[args.cmd]

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.paths import cache_root
+from anychip.paths import cache_root, stored, used
 
 __all__ = [
     "DiskCache",
@@ -135,6 +135,7 @@ class DiskCache:
         with self._lock:
             self.stats["hits"] += 1
             self.touched.append(key)
+        used(path)  # the store's LRU order (paths.py)
         return payload
 
     def reject(self, key: str, why: str) -> None:
@@ -165,6 +166,7 @@ class DiskCache:
         with self._lock:
             self.stats["stores"] += 1
             self.touched.append(key)
+        stored(_HEAD + len(payload), self.root.parent)  # the bounded store (paths.py)
 
     def file(self, key: str) -> Path:
         """Where the artifact of ``key`` lies (whole: header and payload)."""
