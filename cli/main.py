@@ -5,7 +5,7 @@ anychip run MODEL [--devices npu,cpu] [--shape x=[1,128] ...] [--input name=file
                   [--placement] [--repeat N] [--profile prof.html] [--json [FILE]] [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
 anychip partition MODEL [--devices ...] [--shape ...] [--strict] [--json [FILE]] [-o FILE]
-anychip inspect MODEL [--json [FILE]]   opsets, inputs, ops, parameters, FLOPs, device support
+anychip inspect MODEL [--shape ...] [--json [FILE]]   opsets, inputs, ops, FLOPs, devices
 anychip conformance --device X [--strict] [--ops A,B] [--json [FILE]] [--bring-up]   the kit
 anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json [FILE]]
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here

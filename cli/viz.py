@@ -78,6 +78,12 @@ def add_arguments(sub: Any, run: Any, part: Any) -> None:
     ins.add_argument("model")
     ins.add_argument("--devices", default=None, help="comma list (default: every registered)")
     add_json(ins, "the summary")
+    ins.add_argument(
+        "--shape",
+        action="append",
+        metavar="NAME=[1,128]",
+        help="an input's shape for its symbolic dimensions, or DIM=128 (repeatable)",
+    )
     for p in (run, part, ins):
         p.add_argument("-q", "--quiet", action="store_true", help="no progress, no warnings")
 
@@ -96,10 +102,12 @@ def partition(args: argparse.Namespace, sess: Any) -> int:
 
 
 def inspect(args: argparse.Namespace) -> int:
+    from anychip.cli.main import free_dims
     from anychip.viz.inspect import inspect_model
 
     devices = [d.strip() for d in args.devices.split(",")] if args.devices else None
-    summary = inspect_model(args.model, devices)
+    dims = free_dims(args.model, args.shape) if args.shape else None
+    summary = inspect_model(args.model, devices, dims)
     if not emit_json(args, summary.to_dict()):
         render(summary)
     return 0

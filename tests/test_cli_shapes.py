@@ -79,3 +79,13 @@ def test_quiet_and_plain_help_on_every_command() -> None:
         json_opt = p._option_string_actions.get("--json")
         if json_opt is not None:
             assert json_opt.nargs == "?" and json_opt.const == "-", name
+
+
+def test_inspect_counts_flops_once_symbolic_dimensions_have_sizes(tmp_path, capsys) -> None:
+    path = _model(tmp_path)
+    assert main(["inspect", path, "--devices", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "FLOPs: at least" in out and "--shape" in out, out
+    assert main(["inspect", path, "--devices", "cpu", "--shape", "x=[2,16,8]", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["flops_by_op"]["MatMul"] == 2 * 2 * 16 * 8 * 3 and not summary["unknown_flops"]
