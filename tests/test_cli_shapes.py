@@ -89,3 +89,38 @@ def test_inspect_counts_flops_once_symbolic_dimensions_have_sizes(tmp_path, caps
     assert main(["inspect", path, "--devices", "cpu", "--shape", "x=[2,16,8]", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["flops_by_op"]["MatMul"] == 2 * 2 * 16 * 8 * 3 and not summary["unknown_flops"]
+
+
+def test_progress_in_a_notebook_through_tqdm_auto(tmp_path, monkeypatch) -> None:
+    import sys
+    import types
+
+    import anychip
+
+    tqdm_auto = pytest.importorskip("tqdm.auto")
+    bars: list[tuple] = []
+
+    class Bar:
+        def __init__(self, total=None, desc="", leave=True) -> None:
+            self.desc, self.n = desc, 0
+            bars.append((desc, total))
+
+        def update(self, n: int = 1) -> None:
+            self.n += n
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+    monkeypatch.setattr(tqdm_auto, "tqdm", Bar)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    sess = anychip.load(_model(tmp_path), devices=["cpu"])
+    assert ("loading the model", None) in bars, bars
+    x = np.random.default_rng(1).standard_normal((1, 2, 8)).astype(np.float32)
+    assert sess.run(None, {"x": x})[0].shape == (1, 2, 3)
+    bars.clear()
+    monkeypatch.setenv("ANYCHIP_PROGRESS", "0")
+    anychip.load(_model(tmp_path), devices=["cpu"])
+    assert bars == []
