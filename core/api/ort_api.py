@@ -8,9 +8,11 @@ an IO binding, asynchronous runs.
   as ``run_options`` is an ``AnychipError``, never ignored.
 * ``ModelMetadata`` (``Session.get_modelmeta()``): producer, graph name, domain, description,
   version, custom metadata, as onnxruntime's ``ModelMetadata`` has them.
-* ``IOBinding`` (``Session.io_binding()``): inputs checked once when bound and kept across
-  runs, outputs written into the same arrays run after run (a bound output array, or one the
-  binding allocates on its first run); ``run_with_iobinding`` runs it. The arrays are host
+* ``IOBinding`` (``Session.io_binding()``): inputs bound by name (a name the model lacks is
+  refused at once) and kept across runs (each run checks them as ``run`` does: its fast path
+  for feeds of the declared dtype and rank), outputs written into the same arrays run after
+  run (a bound output array, or one the binding allocates on its first run);
+  ``run_with_iobinding`` runs it. The arrays are host
   arrays: a device array is run through the DLPack path as ``Session.run`` does
   (``core/api/dlpack.py``), not held on the device between runs.
 * ``run_async``: a ``concurrent.futures.Future`` per request, run on a small thread pool of the
@@ -132,8 +134,9 @@ def model_metadata(model: Any) -> ModelMetadata:
 class IOBinding:
     """Inputs and outputs bound to a session across runs (onnxruntime's ``IOBinding``).
 
-    ``bind_input(name, array)`` checks the array once; ``bind_output(name, array=None)`` binds
-    an output to an array the runs write into (None: allocated on the first run, then reused);
+    ``bind_input(name, array)`` keeps the array for every run; ``bind_output(name,
+    array=None)`` binds an output to an array the runs write into (None: allocated on the
+    first run, then reused);
     ``session.run_with_iobinding(binding)`` runs; ``get_outputs()`` returns the bound arrays
     (the same objects every run), ``copy_outputs_to_cpu()`` copies of them.
     """
@@ -142,14 +145,12 @@ class IOBinding:
         self._session = session
         self._inputs: dict[str, Any] = {}
         self._outputs: dict[str, np.ndarray | None] = {}
-        self._checked: Any = None
 
     def bind_input(self, name: str, array: Any) -> None:
         known = [i.name for i in self._session.inputs]
         if name not in known:
             raise InputError(f"bind_input: the model has no input {name!r} (inputs: {known})")
         self._inputs[name] = array
-        self._checked = None  # checked again, once, at the next run
 
     def bind_output(self, name: str, array: np.ndarray | None = None) -> None:
         known = [o.name for o in self._session.outputs]
@@ -160,7 +161,7 @@ class IOBinding:
         self._outputs[name] = array
 
     def clear_binding_inputs(self) -> None:
-        self._inputs, self._checked = {}, None
+        self._inputs = {}
 
     def clear_binding_outputs(self) -> None:
         self._outputs = {}
