@@ -35,12 +35,16 @@ from anychip.errors import (
 from anychip.version import __version__
 
 if TYPE_CHECKING:
+    from anychip.core.api.export import load_compiled
     from anychip.core.api.session import IOInfo, Session, SessionOptions, load
+    from anychip.core.api.throughput import InferQueue
     from anychip.core.plugin.hookspecs import hookimpl
 
 #: Public names imported on first access: name -> the module that defines it.
 _LAZY = {
     "load": "anychip.core.api.session",
+    "load_compiled": "anychip.core.api.export",
+    "InferQueue": "anychip.core.api.throughput",
     "Session": "anychip.core.api.session",
     "SessionOptions": "anychip.core.api.options",
     "IOInfo": "anychip.core.api.feeds",
@@ -101,6 +105,8 @@ _set_views_provider(_viz_views)
 
 __all__ = [
     "load",
+    "load_compiled",
+    "InferQueue",
     "SessionOptions",
     "devices",
     "Session",
@@ -136,6 +142,7 @@ class DeviceInfo:
         "kernels",
         "graph_mode",
         "about",
+        "simulated",
     )
 
     def __init__(
@@ -149,6 +156,7 @@ class DeviceInfo:
         kernels: int,
         graph_mode: bool = False,
         about: str = "",
+        simulated: bool = False,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -161,6 +169,8 @@ class DeviceInfo:
         self.graph_mode = graph_mode
         #: What stands behind the device, with versions (``Backend.about``; may be empty).
         self.about = about
+        #: True for a device simulated on the host (``npu``, ``xpu``): no chip behind it.
+        self.simulated = simulated
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
@@ -202,6 +212,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 len(registry.kernels.get(b.name, ())),
                 b.graph_mode,
                 _about(b),
+                bool(getattr(b, "simulated", False)),
             )
         )
     if include_failed_plugins:

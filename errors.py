@@ -7,6 +7,9 @@ user: kernels' failures are re-raised as ``KernelError`` with the failing node's
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 __all__ = [
     "AnychipError",
     "ModelError",
@@ -81,3 +84,25 @@ class OutOfMemoryError(DeviceError, MemoryError):
         self.need = need
         self.capacity = capacity
         self.in_use = in_use
+
+
+def warn_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` pointing at the first frame outside anychip: the user's line that
+    called ``anychip.load`` (or whatever reached here), however deep inside anychip the warning
+    is raised; a fixed ``stacklevel`` points into anychip's files as soon as a call is added."""
+    frame = sys._getframe(1)
+    level = 2  # 1 is this function; 2 its caller
+    while frame is not None and _inside_anychip(frame.f_globals.get("__name__", "")):
+        frame = frame.f_back  # type: ignore[assignment]
+        # warnings skips the import machinery's frames as it counts: so does this
+        if frame is not None and not _import_machinery(frame.f_code.co_filename):
+            level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _import_machinery(filename: str) -> bool:
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _inside_anychip(module: str) -> bool:
+    return module == "anychip" or module.startswith("anychip.")

@@ -1,3 +1,3 @@
 """anychip's version (ground floor: imports nothing; cache keys are built on it)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

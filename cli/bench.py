@@ -84,8 +84,15 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="time each run by the process's CPU time (every thread's), not the wall clock",
     )
-    p.add_argument("--json", dest="json_out", metavar="FILE", help="write the results as JSON")
-    p.add_argument("--quiet", action="store_true", help="no progress")
+    p.add_argument(
+        "--json",
+        dest="json_out",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="the results as JSON: on stdout instead of the table, or written to FILE",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -107,6 +114,9 @@ def command(args: argparse.Namespace) -> int:
         cpu_time=args.cpu_time,
         precision=args.precision,
     )
+    if args.json_out == "-":
+        print(json.dumps(result, indent=1))
+        return 0
     print(format_table(result))
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8") as f:

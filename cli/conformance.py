@@ -21,14 +21,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", required=True, help="a registered device, e.g. xpu or toychip")
     p.add_argument("--strict", action="store_true", help="a fallback of a claimed op fails")
     p.add_argument("--ops", default=None, help="comma list of op types to run, e.g. Add,Relu")
-    p.add_argument("--json", default=None, metavar="FILE", help="write the full report as JSON")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="the full report as JSON: on stdout instead of the summary, or written to FILE",
+    )
     p.add_argument("--no-contract", action="store_true", help="skip the hook contract checks")
     p.add_argument(
         "--bring-up",
         action="store_true",
         help="each device node also compared with the CPU's kernel on the same inputs",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -62,6 +69,9 @@ def command(args: argparse.Namespace) -> int:
         )
     if tty:
         print("\r" + " " * 80 + "\r", end="", file=sys.stderr)
+    if args.json == "-":
+        print(json.dumps(report.to_json(), indent=1))
+        return 0 if report.ok else 1
     print(report)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -1,26 +1,32 @@
 """The ``anychip`` command (also ``python -m anychip``).
 
-anychip devices                         backends, availability, and why not
-anychip run MODEL [--devices npu,cpu] [--input name=file.npy|.pb|.npz] [--placement] [--repeat N]
-                  [--profile prof.html] [--json] [--bring-up]
+anychip devices [--json [FILE]]          backends, availability, and why not
+anychip run MODEL [--devices npu,cpu] [--shape x=[1,128] ...] [--input name=file.npy|.pb|.npz ...]
+                  [--placement] [--repeat N] [--profile prof.html] [--json [FILE]] [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
-anychip partition MODEL [--devices ...] [--strict] [--json] [-o placement.html|.svg|.dot]
-anychip inspect MODEL [--json]          opsets, inputs, ops, parameters, FLOPs, device support
-anychip conformance --device X [--strict] [--ops A,B] [--json F] [--bring-up]   the backend kit
-anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json F]   side by side
+anychip partition MODEL [--devices ...] [--shape ...] [--strict] [--json [FILE]] [-o FILE]
+anychip inspect MODEL [--shape ...] [--json [FILE]]   opsets, inputs, ops, FLOPs, devices
+anychip conformance --device X [--strict] [--ops A,B] [--json [FILE]] [--bring-up]   the kit
+anychip bench MODEL... [--against onnxruntime openvino] [--threads N] [--json [FILE]]
 anychip calibrate [--device X ...] [--clear]   measure (or forget) each device's costs here
 anychip new-backend NAME [--graph-mode] [-o DIR]   a backend package that passes the kit
+anychip cache info|clear                 what the cache folder holds (bounded), or clear it
+anychip --version                       anychip's, its libraries' and each plugin's versions
+
+--json alone prints JSON on stdout instead of the text; --json FILE writes it there. -q on
+every command: no progress, no warnings.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -49,16 +55,17 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if getattr(args, "ops", None):
         return _cmd_claims(args.ops, args.json)
     rows = anychip.devices(include_failed_plugins=True)
-    if args.json:
-        print(json.dumps([{k: getattr(d, k) for k in d.__slots__} for d in rows], indent=1))
+    if viz_commands.emit_json(args, [{k: getattr(d, k) for k in d.__slots__} for d in rows]):
         return 0
     # the last column: why a device is unavailable, else what stands behind it (Backend.about)
     w = max([10, *(len(d.name) for d in rows)])
     print(f"{'device':<{w}} {'kind':<8} {'available':<10} {'kernels':>7}  {'plugin':<10} reason")
     for d in rows:
         kernels = "graph" if d.graph_mode else str(d.kernels)
+        # a simulated device is usable, but no chip stands behind its times
+        state = ("simulated" if d.simulated else "yes") if d.available else "no"
         print(
-            f"{d.name:<{w}} {d.kind:<8} {'yes' if d.available else 'no':<10} {kernels:>7}  "
+            f"{d.name:<{w}} {d.kind:<8} {state:<10} {kernels:>7}  "
             f"{d.plugin:<10} {d.reason if not d.available else d.about}"
         )
     return 0
@@ -102,9 +109,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sess = _load(args)
     feeds = random_feeds(sess, args.seed)
     feeds.update(read_inputs(args.input or []))
-    sess.run(None, feeds)  # warm-up
-    times = []
-    for _ in range(max(1, args.repeat)):
+    times = []  # the first run too: what a process that runs the model once pays
+    for _ in range(max(2, args.repeat)):
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
@@ -115,7 +121,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for info, out in zip(sess.outputs, outs):
             shape = list(np.shape(out))
             print(f"output {info.name}: {np.asarray(out).dtype}{shape} {_checksum(out)}")
-        print(f"time: {min(times) * 1e3:.2f} ms (best of {len(times)})")
+        st = viz_commands.run_stats(times)
+        print(
+            f"time: first run {st['first_ms']:.2f} ms; runs 2-{min(len(times), 10)} mean "
+            f"{st['mean_2_10_ms']:.2f} ms; p50 {st['p50_ms']:.2f} ms, p90 {st['p90_ms']:.2f} "
+            f"ms, best {st['best_ms']:.2f} ms over runs 2-{len(times)}; "
+            f"{st['throughput_per_s']:.1f} runs/s"
+        )
         if args.placement:
             render(sess.placement())
         if getattr(args, "memory", False) and hasattr(sess, "memory"):
@@ -131,6 +143,8 @@ def _load(args: argparse.Namespace, **options: object) -> object:
 
     if getattr(args, "bring_up", False):
         options["bring_up"] = True
+    if getattr(args, "shape", None):
+        options["free_dimension_overrides"] = free_dims(args.model, args.shape)
     return anychip.load(
         args.model,
         devices=args.devices,
@@ -138,6 +152,44 @@ def _load(args: argparse.Namespace, **options: object) -> object:
         placement_policy=args.placement_policy,
         **options,
     )
+
+
+def free_dims(model: str, shapes: list[str]) -> dict[str, int]:
+    """``--shape`` values as free dimension overrides: ``name=[1,128]`` (an input's whole
+    shape: each of its symbolic dimensions takes the size at its place) or ``dim=128`` (a
+    symbolic dimension by name, as onnxruntime_perf_test's ``-f``)."""
+    import onnx
+
+    from anychip.errors import InputError
+
+    inputs = {
+        vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+        for vi in onnx.load(model, load_external_data=False).graph.input
+    }
+    out: dict[str, int] = {}
+    for item in shapes:
+        name, sep, value = item.partition("=")
+        value = value.strip()
+        try:
+            sizes = json.loads(value) if sep else None
+        except ValueError:
+            sizes = None
+        if not sep or not (isinstance(sizes, int) or isinstance(sizes, list)):
+            raise InputError(f"--shape expects name=[1,128] or dim=128, got {item!r}")
+        if isinstance(sizes, int):
+            out[name] = sizes
+            continue
+        if name not in inputs:
+            raise InputError(f"--shape {item!r}: the model has no input {name!r} ({list(inputs)})")
+        declared = inputs[name]
+        if len(sizes) != len(declared) or not all(isinstance(n, int) for n in sizes):
+            raise InputError(f"--shape {item!r}: input {name!r} has shape {declared}")
+        for d, n in zip(declared, sizes):
+            if isinstance(d, str) and d:
+                out[d] = n
+            elif d and d != n:
+                raise InputError(f"--shape {item!r}: dimension {d} of {name!r} is fixed")
+    return out
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -161,10 +213,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     ref, ref_name, feeds = None, "cpu", None
     for dev in ["cpu"] + [d for d in usable if d != "cpu"]:
         devices = [dev] if dev == "cpu" else [dev, "cpu"]
-        sess = anychip.load(model, devices=devices)  # measured costs (calibrated once, cached)
+        # the load's warning of what fell back is the nodes= column below: not on stderr too
+        with _log_level("anychip", logging.ERROR):
+            sess = anychip.load(model, devices=devices)  # measured costs (calibrated, cached)
         if feeds is None:
             feeds = random_feeds(sess)
             ref, ref_name = _reference(model, feeds)
+            if ref is None:
+                print(
+                    "  (onnxruntime is not installed: outputs are compared with anychip's cpu; "
+                    "pip install 'anychip[ort]' to compare with onnxruntime)"
+                )
         first = sess.placement().by_device()
         t0 = time.perf_counter()
         sess.run(None, feeds)
@@ -190,6 +249,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if rep.decision:
             print(f"  {'':<10} cost model: {rep.decision}")
     return 0
+
+
+@contextlib.contextmanager
+def _log_level(name: str, level: int) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 #: The demo's bound on a session's feedback runs (each trial: a warm-up, then three to six
@@ -241,6 +311,34 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_cache(args: argparse.Namespace) -> int:
+    """``anychip cache info``: the folder, its limit and what each cache holds; ``clear``:
+    every file removed."""
+    from anychip.paths import cache_info, cache_limit, cache_root, clear_cache
+
+    root = cache_root()
+    if args.action == "clear":
+        files, nbytes = clear_cache(root)
+        print(f"removed {files} file(s), {nbytes / 2**20:.1f} MiB, from {root}")
+        return 0
+    rows = cache_info(root)
+    total = sum(b for _, b in rows.values())
+    data = {
+        "folder": str(root),
+        "limit_bytes": cache_limit(),
+        "bytes": total,
+        "caches": {k: {"files": f, "bytes": b} for k, (f, b) in rows.items()},
+    }
+    if viz_commands.emit_json(args, data):
+        return 0
+    print(
+        f"{root}: {total / 2**20:.1f} MiB of {cache_limit() / 2**20:.0f} MiB (ANYCHIP_CACHE_LIMIT)"
+    )
+    for name, (files, nbytes) in rows.items():
+        print(f"  {name:<14} {files:>6} file(s) {nbytes / 2**20:>9.1f} MiB")
+    return 0
+
+
 def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]:
     """onnxruntime's output when it is installed (the test extra has it), else none yet."""
     try:
@@ -253,16 +351,41 @@ def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]
     return sess.run(None, feeds)[0], "onnxruntime"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print ``cli/version.version_lines()`` and exit (argparse's own version
+    action takes a fixed string; this one imports the plugins only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from anychip.cli.version import version_lines
+
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
     from anychip.cli import bench as bench_cli
     from anychip.cli import conformance as conformance_cli
 
-    parser = argparse.ArgumentParser(prog="anychip", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="anychip",
+        description="Run one ONNX model on any set of devices.",
+        epilog="commands:\n" + __doc__.split("\n\n", 1)[1].rstrip() + "\n\nEach command's "
+        "options: anychip COMMAND --help.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="anychip's version, its libraries' and each plugin's, then exit",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     dev = sub.add_parser("devices", help="list backends, availability and why not")
     dev.add_argument("--ops", metavar="DEVICE", help="the ops x dtypes x opsets DEVICE claims")
-    dev.add_argument("--json", action="store_true", help="as JSON")
+    viz_commands.add_json(dev, "the devices (or claims)")
     run = sub.add_parser("run", help="run a model with random or given inputs")
     part = sub.add_parser("partition", help="place a model and print the placement, not run it")
     for p in (run, part):
@@ -278,7 +401,14 @@ def _parser() -> argparse.ArgumentParser:
             help="latency (the measured cost model; default), prefer-first (the first device "
             "takes every node it can), min-copies",
         )
-    part.add_argument("--json", action="store_true", help="the placement as JSON")
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=[1,128]",
+            help="an input's shape for its symbolic dimensions, or DIM=128 for one symbolic "
+            "dimension by name (repeatable; default: each symbolic dimension is 1)",
+        )
+    viz_commands.add_json(part, "the placement")
     part.add_argument(
         "--calibration",
         choices=["auto", "cached", "off"],
@@ -290,7 +420,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="name=file.npy|file.pb (TensorProto)|file.npz, or file.npz (repeatable)",
     )
-    run.add_argument("--repeat", type=int, default=5)
+    run.add_argument(
+        "--repeat", type=int, default=10, help="timed runs, the first included (default 10)"
+    )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")
     run.add_argument("--memory", action="store_true", help="print memory statistics")
@@ -317,6 +449,12 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
+    cache = sub.add_parser("cache", help="the cache folder: what it holds, or clear it")
+    cache.add_argument("action", choices=["info", "clear"])
+    viz_commands.add_json(cache, "the cache's folders")
+    for p in sub.choices.values():  # -q on every command: no progress, no warnings
+        if "-q" not in p._option_string_actions:
+            p.add_argument("-q", "--quiet", action="store_true", help="no progress, no warnings")
     return parser
 
 
@@ -337,6 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "conformance": conformance_cli.command,
         "bench": bench_cli.command,
         "calibrate": _cmd_calibrate,
+        "cache": _cmd_cache,
         "new-backend": _cmd_new_backend,
         "inspect": viz_commands.inspect,
     }[args.cmd]

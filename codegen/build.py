@@ -113,6 +113,20 @@ def _cpu() -> str:
     return text
 
 
+def _count(path: Path, built: bool = True) -> None:
+    """A library in the cache folder: counted in the bounded store when built, marked used
+    when found (``paths.py``); the temporary folder of ``ANYCHIP_COMPILE_CACHE=0`` is not."""
+    from anychip.paths import cache_root, stored, used
+
+    root = cache_root()
+    if root not in path.parents:
+        return
+    if built:
+        stored(path.stat().st_size, root)
+    else:
+        used(path)
+
+
 def _key(source: str, cc: tuple[str, str], flags: tuple[str, ...]) -> str:
     parts = [source, " ".join(flags), cc[1], _cpu()]
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:40]
@@ -133,6 +147,7 @@ def _build(path: Path, source: str, cc: tuple[str, str], flags: tuple[str, ...])
             raise RuntimeError(f"{cc[0]} failed: {proc.stderr.strip()[:800]}")
         builds.append((path.stem, time.perf_counter() - t0))
         os.replace(tmp, path)
+        _count(path)
     finally:
         for p in (tmp, src):
             if os.path.exists(p):
@@ -206,6 +221,8 @@ def _load_built(
     path = cache_dir() / f"{_key(source, cc, flags)}.so"
     if not path.exists():
         _build(path, source, cc, flags)
+    else:
+        _count(path, built=False)
     ffi = declare(cdef + ";")
     lib = ffi.dlopen(str(path))
     return ffi, lib, getattr(lib, name)

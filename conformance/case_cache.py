@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnx.backend.test.loader as loader
 
-from anychip.paths import cache_root
+from anychip.paths import cache_root, stored
 
 __all__ = ["generated_node_cases", "cache_file"]
 
@@ -94,6 +94,7 @@ def _write(path: Path, key: str, cases: list[Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(blob)
         os.replace(tmp, path)
+        stored(len(blob))
     except OSError as e:  # a read-only or full cache: the cases are still returned
         log.info("anychip: conformance case cache not written (%s)", e)
         try:

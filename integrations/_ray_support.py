@@ -10,10 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import warnings
 from typing import TYPE_CHECKING, Any
 
-from anychip.errors import AnychipError, ModelError
+from anychip.errors import AnychipError, ModelError, warn_caller
 
 if TYPE_CHECKING:
     from anychip.integrations.ray import ActorStats
@@ -169,12 +168,11 @@ def check_cluster(resources: dict[str, Any], actors: int) -> None:
         return  # Ray Data starts a local cluster on first use; it has no custom resources
     total = ray.cluster_resources()
     if total.get("CPU", 0) < actors * resources["num_cpus"] + 1:
-        warnings.warn(
+        warn_caller(
             f"the {actors} actors ask for {actors * resources['num_cpus']} of the cluster's "
             f"{total.get('CPU', 0):g} CPUs: Ray Data's read and write tasks need one too, and a "
             "pipeline that reads files waits forever without it; use fewer actors or threads, "
-            "or declare one more CPU (ray.init(num_cpus=...)/ray start --num-cpus)",
-            stacklevel=3,
+            "or declare one more CPU (ray.init(num_cpus=...)/ray start --num-cpus)"
         )
     need = dict(resources.get("resources", {}))
     if resources.get("num_gpus"):

@@ -127,9 +127,12 @@ def _io(values: list[Any]) -> list[tuple[str, str, list]]:
     return out
 
 
-def inspect_model(model: Any, devices: list[str] | None = None) -> ModelSummary:
+def inspect_model(
+    model: Any, devices: list[str] | None = None, free_dims: dict[str, int] | None = None
+) -> ModelSummary:
     """Summarise ``model`` (a path, bytes, ``onnx.ModelProto`` or ``ir.Model``) and what each
-    of ``devices`` (default: every registered backend) can run of it."""
+    of ``devices`` (default: every registered backend) can run of it; ``free_dims`` sizes
+    symbolic input dimensions by name (so their nodes' FLOPs are counted)."""
     from anychip.core.compile.pipeline import resolve_schemas
     from anychip.core.plugin.host import get_registry
     from anychip.errors import DeviceError
@@ -138,7 +141,7 @@ def inspect_model(model: Any, devices: list[str] | None = None) -> ModelSummary:
 
     registry = get_registry(devices or None)  # the plugins of ``devices``, else every one
     if not isinstance(model, Model):
-        model = import_model(model, custom_schemas=registry.schemas)
+        model = import_model(model, custom_schemas=registry.schemas, free_dims=free_dims)
     resolve_schemas(model, registry.schemas)
     g = model.graph
     inits = [v for v in g.initializers.values() if v.const is not None]

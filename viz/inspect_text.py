@@ -39,10 +39,13 @@ def _header(s: Any) -> list[str]:
         f"nodes: {sum(s.ops.values())} of {len(s.ops)} op types",
         f"parameters: {si(s.parameters)} ({_human(s.parameter_bytes)}) in {s.initializers} "
         "initializers",
-        f"FLOPs: {si(s.flops)} per run ({by_op})",
+        f"FLOPs: {'at least ' if s.unknown_flops else ''}{si(s.flops)} per run ({by_op})",
     ]
     if s.unknown_flops:
-        lines.append(f"  not counted (shapes unknown): {len(s.unknown_flops)} nodes")
+        lines.append(
+            f"  not counted (shapes unknown): {len(s.unknown_flops)} nodes; give the symbolic "
+            "dimensions sizes with --shape (anychip inspect MODEL --shape x=[1,128])"
+        )
     return lines
 
 

@@ -14,6 +14,7 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -194,5 +195,6 @@ def _partitions(report: Any, nodes: list[ViewNode]) -> list[ViewPartition]:
 
 
 def _title(session: Any) -> str:
-    path = getattr(session.model, "path", None) or session.model.graph.name or "model"
-    return f"{path} on {','.join(session.devices)}"
+    path = getattr(session.model, "path", None)
+    name = os.path.basename(path) if path else session.model.graph.name or "model"
+    return f"{name} on {','.join(session.devices)}"  # the file's name: paths are private

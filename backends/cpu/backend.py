@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.thread_choice import ThreadChoice
+from anychip.backends.cpu.thread_choice import ThreadChoice, on_threads
 from anychip.core.plugin.backend import Backend, DeviceModel
 from anychip.errors import DeviceError
 from anychip.ir.dtypes import ALL_TYPES
@@ -95,32 +95,38 @@ class CpuBackend(Backend):
         if not _lib.findable():
             if self.precision != "fp32":
                 partition.info["precision"] = "fp32 (bf16 asked; oneDNN is not installed)"
-            return program
-        from anychip.core.run.blas import single_blas_thread
+        else:
+            from anychip.core.run.blas import single_blas_thread
 
-        program = single_blas_thread(program)
-        if self.precision == "fp32":
-            return program
-        from anychip.backends.cpu.features import bf16_math
+            program = single_blas_thread(program)
+            if self.precision != "fp32":
+                from anychip.backends.cpu.features import bf16_math
 
-        able, how = bf16_math()
-        partition.info["precision"] = f"bf16 products by {how}" if able else f"fp32: {how}"
-        return _InMath(program, self.precision) if able else program
+                able, how = bf16_math()
+                partition.info["precision"] = f"bf16 products by {how}" if able else f"fp32: {how}"
+                program = _InMath(program, self.precision) if able else program
+        threads = getattr(self, "threads", None)
+        return program if threads is None else on_threads(program, threads)
 
     # -- fusion passes (backends/cpu/passes) ----------------------------------------------
     def _configure(self, **options: Any) -> None:
         from anychip.backends.cpu.passes import PASS_NAMES
 
-        known = {"disabled_passes", "fusion", "thread_choice", "replay", "precision"}
+        known = {"disabled_passes", "fusion", "thread_choice", "replay", "precision", "threads"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise DeviceError(
-                f"cpu takes the options disabled_passes, fusion, thread_choice, replay and "
-                f"precision, not {unknown}"
+                f"cpu takes the options disabled_passes, fusion, thread_choice, replay, "
+                f"precision and threads, not {unknown}"
             )
         self.precision = options.get("precision", "fp32")
         if self.precision not in ("fp32", "bf16"):
             raise DeviceError(f"cpu: precision is 'fp32' or 'bf16', not {self.precision!r}")
+        threads = options.get("threads")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise DeviceError(f"cpu: threads is an int >= 1 (or None), not {threads!r}")
+        #: The session's thread count (``intra_op_num_threads``), None: the process's.
+        self.threads = threads
         for flag in ("thread_choice", "replay"):
             if not isinstance(options.get(flag, True), bool):
                 raise DeviceError(f"cpu: {flag} is True or False")

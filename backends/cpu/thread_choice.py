@@ -40,7 +40,7 @@ from typing import Any
 from anychip.backends.cpu.native import omp, pool
 from anychip.backends.cpu.replay.run import RECORD_AT
 
-__all__ = ["ThreadChoice", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
+__all__ = ["ThreadChoice", "on_threads", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
 
 #: Runs of an input signature on the threads given before its first probe.
 START = 20
@@ -181,3 +181,22 @@ class ThreadChoice:
         never seen)."""
         probe = self.probes.get(tuple(getattr(t, "shape", None) for t in tensors))
         return probe.chosen if probe is not None else 0
+
+
+def on_threads(program: Callable[[list[Any]], list[Any]], threads: int) -> Callable:
+    """``program`` run with ``threads`` as the threads given (a session's
+    ``intra_op_num_threads``): set around each run, the caller's count put back after, errors
+    included. The thread choice inside then chooses between ``threads`` and one."""
+
+    def run(tensors: list[Any]) -> list[Any]:
+        before = omp.max_threads()
+        if before == threads:
+            return program(tensors)
+        omp.set_threads(threads)
+        try:
+            return program(tensors)
+        finally:
+            omp.set_threads(before)
+
+    run.threads = threads  # type: ignore[attr-defined]
+    return run

@@ -43,6 +43,8 @@ class NpuBackend(Backend):
     name = "npu"
     kind = "npu"
     priority = 20
+    simulated = True
+    about = "a simulation on the host CPU (no NPU hardware): a graph compiler with 256 MiB"
     graph_mode = True
     #: Compiles for concrete shapes only: the runtime specializes partitions per input
     #: signature and caches the executables (``core/compile/specialize.py``).

@@ -27,6 +27,8 @@ class XpuBackend(Backend):
     name = "xpu"
     kind = "xpu"
     priority = 10
+    simulated = True
+    about = "a simulation on the host CPU (no hardware): a kernel-launch device in a C driver"
 
     @property
     def version(self) -> str:

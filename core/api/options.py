@@ -21,6 +21,12 @@ __all__ = ["PRECISIONS", "SessionOptions", "resolve_precision"]
 #: The precision policies: float32 everywhere, or bfloat16 products on the CPU.
 PRECISIONS = ("fp32", "bf16")
 
+#: onnxruntime's optimization levels (``GraphOptimizationLevel``) -> whether anychip optimizes.
+_LEVELS: dict[str | int, bool] = {
+    "disable_all": False, 0: False, "basic": True, 1: True, "extended": True, 2: True,
+    "all": True, "layout": True, 99: True,
+}  # fmt: skip
+
 
 @dataclass
 class SessionOptions:
@@ -58,6 +64,17 @@ class SessionOptions:
             inference; a mismatch is a ``KernelError`` naming the kernel.
         failover: a device failing in a run is marked unhealthy and the request re-run on the
             others (never with ``strict``); the placement report's first line says so.
+        intra_op_num_threads: the CPU's threads for this session's runs (onnxruntime's
+            name; 0 or None: the process's count, ``OMP_NUM_THREADS`` or every core). Set
+            around each of the session's CPU partition runs, the caller's count put back after.
+        free_dimension_overrides: symbolic input dimensions fixed by name at load
+            (``{"sequence": 128}``; onnxruntime's ``add_free_dimension_override_by_name``).
+        graph_optimization_level: onnxruntime's level, by name or value: ``"disable_all"``
+            (0) keeps every node as written (``optimize=False``); ``"basic"`` (1),
+            ``"extended"`` (2), ``"all"`` (99) optimize (None: ``optimize`` decides).
+        enable_profiling: ``Session.end_profiling()`` writes the profile (per node, partition
+            and copy times, a Perfetto trace) of the session's last feeds, re-run under the
+            profiler, to ``{profile_file_prefix}_<time>.json`` and returns its path.
         bring_up: for a new device's first days (``core/run/bring_up.py``): failover off,
             kernel outputs checked, each device kernel watched (inputs unchanged, results its
             own tensors) and compared with the CPU's kernel on the same inputs (the first node
@@ -82,6 +99,11 @@ class SessionOptions:
     check_kernels: bool = True
     failover: bool = True
     bring_up: bool = False
+    intra_op_num_threads: int | None = None
+    free_dimension_overrides: dict[str, int] | None = None
+    graph_optimization_level: str | int | None = None
+    enable_profiling: bool = False
+    profile_file_prefix: str = "anychip_profile"
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,10 +118,32 @@ class SessionOptions:
                 f"SessionOptions.precision must be one of {', '.join(PRECISIONS)}, got "
                 f"{self.precision!r}"
             )
+        threads = self.intra_op_num_threads
+        if threads is not None and (not isinstance(threads, int) or threads < 0):
+            raise AnychipError("SessionOptions.intra_op_num_threads must be an int >= 0")
         for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise AnychipError(f"SessionOptions.{name} must be None or an int >= 0")
+
+    def optimizes(self) -> bool:
+        """``optimize``, or what ``graph_optimization_level`` says when it is set."""
+        level = self.graph_optimization_level
+        if level is None:
+            return self.optimize
+        if not isinstance(level, (str, int)):  # onnxruntime's GraphOptimizationLevel
+            level = int(level)
+        key = (
+            level.lower().removeprefix("ort_").removeprefix("enable_")
+            if isinstance(level, str)
+            else level
+        )
+        if key in _LEVELS:
+            return _LEVELS[key]
+        raise AnychipError(
+            f"SessionOptions.graph_optimization_level {level!r} is not one of "
+            "disable_all (0), basic (1), extended (2), all (99)"
+        )
 
     @classmethod
     def names(cls) -> list[str]:

@@ -16,8 +16,15 @@ from typing import Any
 from anychip.core.api import dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.options import SessionOptions, resolve_precision
+from anychip.core.api.ort_api import (
+    AsyncRunner,
+    IOBinding,
+    ModelMetadata,
+    guarded_run,
+    model_metadata,
+)
 from anychip.core.compile.gcpause import gc_paused
-from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model
+from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model, disk_for
 from anychip.core.plan.calibration import resolve_calibration_mode
 from anychip.core.plan.calibration_probes import set_probe_opener
 from anychip.core.plan.devices import resolve_devices
@@ -57,6 +64,12 @@ class Session(Closable):
         if unknown := sorted(set(device_options) - set(devices)):
             raise DeviceError(f"device_options name {unknown}, not among the devices {devices}")
         copts = copts or CompileOptions()
+        #: The model as imported (before anychip's passes): what ``export_compiled`` writes.
+        self.source_model: Model | None = model
+        self._disk = disk_for(copts)
+        self._disk_mark = len(self._disk.touched) if self._disk is not None else 0
+        #: The load options an exported archive carries (``core/api/export.py``).
+        self.export_options: dict[str, Any] = {}
         backends = [registry.backends[d].configure(**device_options.get(d, {})) for d in devices]
 
         def compile_with(
@@ -84,7 +97,12 @@ class Session(Closable):
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.RLock()
-        log_fallbacks(self.model.graph, devices)
+        self._async: AsyncRunner | None = None
+        #: ``enable_profiling``'s file prefix (None: off); the last feeds, for end_profiling.
+        self.profiling: str | None = None
+        self._last_feeds: dict[str, Any] | None = None
+        unavailable = {b.name: b.available()[1] for b in backends if not b.available()[0]}
+        log_fallbacks(self.model.graph, devices, unavailable)
 
     def _use(self, c: CompiledModel) -> None:
         #: What compilation produced (partitions, steps, memory): for inspection.
@@ -107,6 +125,18 @@ class Session(Closable):
         """Memory per device: plan, lower bound, peak, reserved, plan cache (memory/report)."""
         return memory_report(self.compiled)
 
+    def end_profiling(self) -> str:
+        """With ``enable_profiling``: the profile of the last feeds run (re-run under the
+        profiler) written as a Perfetto trace; returns the file's path (onnxruntime's call)."""
+        import time
+
+        if self.profiling is None:
+            raise AnychipError("end_profiling: load with enable_profiling=True to profile")
+        if self._last_feeds is None:
+            raise AnychipError("end_profiling: the session has not run yet; nothing to profile")
+        path = f"{self.profiling}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        return str(self.profile(self._last_feeds).save_trace(path))
+
     def profile(self, feeds: Mapping[str, Any] | None = None, runs: int = 1) -> Profile:
         """Per node, partition and copy times over ``runs`` runs (core/report/profile.py)."""
         return profile_session(self, random_feeds(self) if feeds is None else feeds, runs)
@@ -121,9 +151,51 @@ class Session(Closable):
         if dlpack.involved(feeds, output_device):
             return dlpack.run(self, output_names, feeds, output_device)
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
-        with self._lock:
-            outs = run_request(self, arrays)  # feedback runs, failover (core/run/failover.py)
+
+        def request() -> list[Any]:
+            with self._lock:
+                return run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+
+        outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
+        if self.profiling is not None:
+            self._last_feeds = dict(feeds)
         return [detach(outs[i], feeds) for i in wanted]
+
+    def run_async(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Any],
+        callback: Any = None, user_data: Any = None, run_options: Any = None,
+    ) -> Any:  # fmt: skip
+        """``run`` on the session's worker threads: a ``concurrent.futures.Future`` of the
+        outputs; ``callback(outputs, user_data, error)`` when done, as onnxruntime calls it."""
+        if self._async is None:
+            self._async = AsyncRunner(self.run)
+        return self._async.submit(output_names, feeds, callback, user_data, run_options)
+
+    def io_binding(self) -> IOBinding:
+        """Inputs and outputs bound across runs (onnxruntime's ``io_binding()``)."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
+        """One run of ``binding``'s inputs into its bound outputs."""
+        binding.run(run_options)
+
+    def export_compiled(self, path: str) -> str:
+        """This session as one file: the model, the placement and every graph-mode
+        partition's compiled bytes (``anychip.load_compiled`` loads it; core/api/export.py)."""
+        from anychip.core.api.export import export_compiled
+
+        with self._lock:
+            return str(export_compiled(self, path, self._disk, self._disk_mark))
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model file's producer, graph name, domain, description, version, metadata."""
+        return model_metadata(self.model)
+
+    def close(self) -> None:
+        """Release the session's device memory now (asynchronous requests finished first)."""
+        if self._async is not None:
+            self._async.close()
+        super().close()
 
     def replan(self) -> None:
         """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
@@ -155,7 +227,9 @@ def load(
         model: a path to an ``.onnx`` file, its bytes, an ``onnx.ModelProto`` or an
             ``anychip.ir.Model``.
         devices: device names in priority order (``["npu", "cpu"]`` or ``"npu,cpu"``);
-            default ``ANYCHIP_DEVICES``, else every available device, cpu last.
+            default ``ANYCHIP_DEVICES``, else every available device, cpu last. The cpu is
+            added last as the fallback unless ``strict=True`` (``devices=["npu"]`` is a
+            session on npu and cpu; ``Session.devices`` lists them; logged at INFO level).
         options: a ``SessionOptions`` (every field documented there); default its defaults.
         keywords: any ``SessionOptions`` field by name, applied over ``options``
             (``load(m, strict=True)``); an unknown name is an ``AnychipError``.
@@ -176,31 +250,60 @@ def load(
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(
         opt.plan_cache_size,
-        opt.optimize,
+        opt.optimizes(),  # optimize, or onnxruntime's graph_optimization_level
         opt.check_kernels or opt.bring_up,
         opt.compile_cache_size,
         False if opt.bring_up else opt.background_compile,  # the device runs from the start
         bring_up=opt.bring_up,
     )
-    device_options = _with_precision(opt.device_options, names, resolve_precision(opt.precision))
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):
             model = import_model(
-                model, custom_schemas=registry.schemas, max_bytes=opt.max_load_bytes
+                model,
+                custom_schemas=registry.schemas,
+                max_bytes=opt.max_load_bytes,
+                free_dims=opt.free_dimension_overrides,
             )
-        return Session(model, names, opts, device_options, copts)
+        elif opt.free_dimension_overrides:
+            raise AnychipError(
+                "free_dimension_overrides apply when an ONNX model is imported: pass its "
+                "path, bytes or ModelProto, not an anychip.ir.Model"
+            )
+        session = Session(model, names, opts, _device_options(opt, names), copts)
+        session.profiling = opt.profile_file_prefix if opt.enable_profiling else None
+        session.export_options = _export_options(opt)
+        return session
 
 
-def _with_precision(
-    device_options: Mapping[str, Mapping[str, Any]] | None, names: list[str], precision: str
-) -> Mapping[str, Mapping[str, Any]] | None:
-    """``device_options`` with the precision policy given to the CPU (its own setting, if
-    any, wins); unchanged at the default float32."""
-    if precision == "fp32" or "cpu" not in names:
-        return device_options
-    merged = {str(k).lower(): dict(v) for k, v in (device_options or {}).items()}
-    merged.setdefault("cpu", {}).setdefault("precision", precision)
-    return merged
+def _export_options(opt: SessionOptions) -> dict[str, Any]:
+    """The options an exported archive keeps: those that decide the nodes and their code
+    (free dimensions are fixed in the exported model already)."""
+    import json
+
+    kept = {
+        "optimize": opt.optimizes(),
+        "strict": opt.strict,
+        "device_options": {k: dict(v) for k, v in (opt.device_options or {}).items()},
+        "intra_op_num_threads": opt.intra_op_num_threads,
+        "precision": opt.precision,
+    }
+    try:
+        json.dumps(kept)
+    except TypeError:  # an option that is no JSON value: said at export, not here
+        kept["device_options"] = None
+    return kept
+
+
+def _device_options(opt: SessionOptions, names: list[str]) -> Mapping[str, Mapping[str, Any]]:
+    """``device_options`` with ``intra_op_num_threads`` given to the cpu as its ``threads``
+    and the precision policy as its ``precision`` (the cpu's own settings, if any, win)."""
+    given = {str(k).lower(): dict(v) for k, v in (opt.device_options or {}).items()}
+    if opt.intra_op_num_threads and "cpu" in names:
+        given.setdefault("cpu", {}).setdefault("threads", opt.intra_op_num_threads)
+    precision = resolve_precision(opt.precision)
+    if precision != "fp32" and "cpu" in names:
+        given.setdefault("cpu", {}).setdefault("precision", precision)
+    return given
 
 
 def _open_probe(model: Any, device: str) -> Session:

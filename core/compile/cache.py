@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.paths import cache_root
+from anychip.paths import cache_root, stored, used
 
 __all__ = [
     "DiskCache",
@@ -87,6 +87,9 @@ class DiskCache:
         self.root = root or cache_root() / "compiled"
         self.stats = {"hits": 0, "stores": 0, "rejected": 0}
         self._lock = threading.Lock()
+        #: Keys loaded or stored by this process, in order (a session's export takes those
+        #: after its load began: ``core/api/export.py``).
+        self.touched: list[str] = []
 
     def key(self, backend: Any, digest: str, signature: tuple) -> str:
         """The artifact's name: a hash of everything that changes the compiled result."""
@@ -131,6 +134,8 @@ class DiskCache:
             return None
         with self._lock:
             self.stats["hits"] += 1
+            self.touched.append(key)
+        used(path)  # the store's LRU order (paths.py)
         return payload
 
     def reject(self, key: str, why: str) -> None:
@@ -160,6 +165,21 @@ class DiskCache:
             return
         with self._lock:
             self.stats["stores"] += 1
+            self.touched.append(key)
+        stored(_HEAD + len(payload), self.root.parent)  # the bounded store (paths.py)
+
+    def file(self, key: str) -> Path:
+        """Where the artifact of ``key`` lies (whole: header and payload)."""
+        return self._path(key)
+
+    def adopt(self, key: str, data: bytes) -> None:
+        """Put a whole artifact file (``file(key)``'s bytes from another machine or folder) in
+        place, atomically; ``load`` checks its header and digest as for any other."""
+        path = self._path(key)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
 
 def cache_key(backend: Any, disk: DiskCache | None, graph: Any, signature: tuple) -> str | None:

@@ -44,7 +44,7 @@ from anychip.ir.passes.fold_batch_norm import fold_batch_norm
 from anychip.opsets.schemas import resolve
 from anychip.paths import cache_root
 
-__all__ = ["CompiledModel", "CompileOptions", "compile_model"]
+__all__ = ["CompiledModel", "CompileOptions", "compile_model", "disk_for"]
 
 log = logging.getLogger("anychip")
 
@@ -424,6 +424,11 @@ def _static_key(graph: Any) -> tuple:
 
 
 _DISKS: dict[str, DiskCache] = {}
+
+
+def disk_for(copts: CompileOptions) -> DiskCache | None:
+    """The disk cache of compiled artifacts ``copts`` uses (None: off)."""
+    return _disk(copts)
 
 
 def _disk(copts: CompileOptions) -> DiskCache | None:

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from anychip.core.progress import task
-from anychip.paths import cache_root
+from anychip.paths import cache_root, stored
 
 __all__ = [
     "Calibration",
@@ -320,8 +320,10 @@ def _save(backend: Any, cal: Calibration) -> None:
     # One temporary name per process and thread: ``calibrate`` may be called from threads
     # directly (``calibration_for`` serializes its own callers with ``_lock``).
     tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(cal.to_json()), encoding="utf-8")
+    text = json.dumps(cal.to_json())
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
+    stored(len(text))  # the bounded store (paths.py)
 
 
 def clear_calibrations(device: str | None = None) -> int:

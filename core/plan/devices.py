@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,11 @@ def resolve_devices(devices: Sequence[str] | str | None, strict: bool = False) -
         raise DeviceError("no device is available; `anychip devices` shows why")
     if "cpu" not in names and not strict:
         names.append("cpu")
+        # said, not hidden: devices=["npu"] is a session on npu and cpu (strict=True: npu alone)
+        logging.getLogger("anychip").info(
+            "anychip: devices %s: the cpu added as the fallback (strict=True runs on %s alone)",
+            names[:-1], ", ".join(names[:-1]),
+        )  # fmt: skip
     return names
 
 

@@ -340,6 +340,10 @@ def avoid_costly_islands(
             why = (
                 f"cost: island of {len(island)} node(s) on {dev.name} saves "
                 f"{gain * 1e6:.1f} us but its {len(crossing)} copies cost {cost * 1e6:.1f} us"
+                if gain > 0
+                else f"cost: island of {len(island)} node(s) would take {-gain * 1e6:.1f} us "
+                f"longer on {dev.name} than on {target.name}, and its {len(crossing)} "
+                f"copies {cost * 1e6:.1f} us more"
             )
             for n in island:
                 _assign(n, target, tables, why)

@@ -187,6 +187,9 @@ class Backend:
     #: One line for ``anychip devices``: the runtime or driver behind the device, with its
     #: version ("onnxruntime 1.32.0 CPUExecutionProvider"); a class attribute or a property.
     about: str = ""
+    #: True for a device simulated on the host (the ``npu`` and ``xpu`` stubs): ``anychip
+    #: devices`` says so, and its times say nothing of a real chip.
+    simulated: bool = False
 
     def __init__(self) -> None:
         self.origin = "?"

@@ -238,11 +238,21 @@ def placement_report(session: Any) -> PlacementReport:
     return report
 
 
-def log_fallbacks(graph: Any, devices: list[str]) -> None:
+def log_fallbacks(
+    graph: Any, devices: list[str], unavailable: dict[str, str] | None = None
+) -> None:
     """Warn once per session, on the ``anychip`` logger, which ops could not run on the first
     device, and (apart) how many nodes the cost model kept elsewhere (``Session.placement()``
-    has the reason of each)."""
+    has the reason of each). A first device that is not available here (``unavailable``:
+    name -> why; ``cuda`` without CuPy) is named as such, with why, not as a list of ops."""
     if len(devices) < 2:
+        return
+    why = (unavailable or {}).get(devices[0])
+    if why is not None:
+        logging.getLogger("anychip").warning(
+            "anychip: %s is not available: %s; its nodes run on %s",
+            devices[0], why, ", ".join(devices[1:]),
+        )  # fmt: skip
         return
     reasons = [str(n.meta.get("placement_reason", "")) for n in graph.nodes]
     unable = Counter(n.op_type for n, r in zip(graph.nodes, reasons) if r.startswith("fallback"))

@@ -46,6 +46,7 @@ class Closable:
     feedback: Feedback | None
     compiled: CompiledModel
     model: Model
+    source_model: Model | None
     partitions: list[Any]
     copies: list[Any]
 
@@ -65,6 +66,7 @@ class Closable:
             self.compiled.close()  # its executables go back (Backend.release_compiled)
             # A closed session refuses every use (check_open): None is never read as a model.
             self.compiled = self.model = None  # type: ignore[assignment]
+            self.source_model = None
             self.partitions, self.copies = [], []
         gc.collect()  # executables and tensors in reference cycles go back now too
         before = getattr(self, "_memory_at_load", None)

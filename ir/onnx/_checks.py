@@ -8,12 +8,11 @@ declared shapes and shape inference runs without the large weights (see ``infer_
 from __future__ import annotations
 
 import re
-import warnings
 
 import onnx
 import onnx.shape_inference
 
-from anychip.errors import ModelError
+from anychip.errors import ModelError, warn_caller
 from anychip.ir.onnx import _declared
 from anychip.ir.onnx._external import declared_nbytes
 
@@ -29,9 +28,7 @@ def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[st
     try:
         if _over_proto_limit(proto):
             if path is None:
-                warnings.warn(
-                    "model over 2 GiB given as bytes/proto: onnx.checker skipped", stacklevel=3
-                )
+                warn_caller("model over 2 GiB given as bytes/proto: onnx.checker skipped")
                 return
             onnx.checker.check_model(path, full_check=False)
         else:

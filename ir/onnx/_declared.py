@@ -16,9 +16,9 @@ anychip (the rank and the declared symbols are kept).
 
 from __future__ import annotations
 
-import warnings
-
 import onnx
+
+from anychip.errors import warn_caller
 
 __all__ = ["strip", "merge"]
 
@@ -69,12 +69,10 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
             if not d.HasField("dim_value") and (w.HasField("dim_value") or w.dim_param):
                 d.CopyFrom(w)
     if conflicts:
-        warnings.warn(
+        warn_caller(
             "declared shapes that disagree with shape inference are ignored (onnxruntime "
             f"also runs with the actual shapes): {'; '.join(conflicts[:4])}"
-            + (f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else ""),
-            UserWarning,
-            stacklevel=4,
+            + (f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else "")
         )
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx
@@ -56,6 +56,7 @@ def import_model(
     base_dir: str | os.PathLike | None = None,
     custom_schemas: SchemaRegistry | None = None,
     max_bytes: int | None = None,
+    free_dims: Mapping[str, int] | None = None,
 ) -> Model:
     """Read an ONNX model into the anychip IR.
 
@@ -66,6 +67,9 @@ def import_model(
         custom_schemas: schemas of plugin domains; nodes in these domains are accepted.
         max_bytes: the ceiling of one load: the bytes all tensors may declare, checked before
             anything is read (default: ``ANYCHIP_MAX_LOAD_BYTES``, else none).
+        free_dims: symbolic input dimensions fixed by name before shape inference
+            (onnxruntime's free dimension overrides: ``{"sequence": 128}``); a name no input
+            has is a ``ModelError`` listing the names the inputs have.
 
     Returns:
         The model, with ``model.path`` set for file sources and a verified graph.
@@ -89,6 +93,8 @@ def import_model(
         base_dir = os.path.dirname(os.path.abspath(path))
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
     sanitize(proto)
+    if free_dims:
+        fix_free_dims(proto, free_dims)
     repair(proto, infer_shapes)
     _check_domains(proto, custom_domains)
     check_weight_budget(proto, max_bytes)
@@ -114,6 +120,29 @@ def import_model(
 
 
 # -- 1. parsing --------------------------------------------------------------------------------
+def fix_free_dims(proto: onnx.ModelProto, free_dims: Mapping[str, int]) -> None:
+    """Set every graph input dimension named in ``free_dims`` to its size (in place)."""
+    names: set[str] = set()
+    for vi in proto.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param:
+                names.add(d.dim_param)
+    if unknown := sorted(set(free_dims) - names):
+        raise ModelError(
+            f"free dimension override(s) {unknown}: no input has such a symbolic dimension; "
+            f"the inputs' symbolic dimensions are {sorted(names) or 'none'}"
+        )
+    for name, size in free_dims.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ModelError(f"free dimension override {name!r}: {size!r} is not an int >= 1")
+    for vi in proto.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in free_dims:
+                size = free_dims[d.dim_param]
+                d.ClearField("dim_param")
+                d.dim_value = size
+
+
 def _parse(source: Source) -> tuple[onnx.ModelProto, str | None]:
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()

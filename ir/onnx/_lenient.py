@@ -29,10 +29,11 @@ folder) is not repaired: the later steps refuse it with a ``ModelError``.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 
 import onnx
+
+from anychip.errors import warn_caller
 
 __all__ = ["repair", "typed_for_checker"]
 
@@ -62,11 +63,9 @@ def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
     _list_initializers(proto, done)
     _type_outputs(proto, infer, done)
     if done:
-        warnings.warn(
+        warn_caller(
             "anychip repaired what onnxruntime tolerates and onnx.checker refuses: "
-            + "; ".join(done),
-            UserWarning,
-            stacklevel=3,
+            + "; ".join(done)
         )
     return done
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -76,6 +78,17 @@ def test_cost_model_keeps_a_tiny_island_on_the_cpu() -> None:
     assert got["relu"][0] == "cpu" and got["relu"][1].startswith("cost:")
     without = _placed(three_nodes(shape=(2, 2)), ["xpu", "cpu"], cost_model=False)
     assert without["relu"][0] == "xpu"
+
+
+def test_an_island_slower_on_the_device_says_so_in_words() -> None:
+    # declared figures: the XPU's launch makes each tiny node slower there than on the CPU
+    got = _placed(three_nodes(shape=(2, 2)), ["xpu", "cpu"], calibration="off")
+    reason = got["relu"][1]
+    assert re.fullmatch(
+        r"cost: island of 1 node\(s\) would take [\d.]+ us longer on xpu than on cpu, and "
+        r"its 2 copies [\d.]+ us more",
+        reason,
+    ), reason  # not "saves -8.0 us"
 
 
 def test_results_match_the_cpu_wherever_nodes_run() -> None:

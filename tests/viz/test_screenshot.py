@@ -59,3 +59,41 @@ def test_the_page_script_runs(mixed, tmp_path) -> None:
     assert 'id="viewport">' in page.read_text()
     dom = chromium(page, tmp_path / "profile", "--dump-dom")
     assert re.search(r'id="viewport" transform="translate\([-\d.]+,[-\d.]+\) scale', dom), dom[:500]
+
+
+def test_the_page_title_is_the_files_name_not_its_path(tmp_path) -> None:
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    import anychip
+    from anychip.viz.view import placement_view
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    (tmp_path / "deep").mkdir()
+    path = tmp_path / "deep" / "relu.onnx"
+    path.write_bytes(helper.make_model(graph).SerializeToString())
+    with anychip.load(str(path), devices=["cpu"]) as sess:
+        assert placement_view(sess).title == "relu.onnx on cpu"
+        v = np.array([-1, 2], np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": v})[0], [0, 2])
+
+
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
+def test_a_large_graph_opens_at_full_size_text(tmp_path) -> None:
+    """ResNet-50 (123 nodes) does not fit the window at full size: the page opens at scale 1
+    (11 px node text), not shrunk to a fit where the text is unreadable."""
+    import anychip
+    from anychip.zoo import light_model
+
+    model = light_model("resnet50", seed=0).SerializeToString()
+    with anychip.load(model, devices=["cpu"], calibration="off") as sess:
+        page = save_placement(sess, tmp_path / "placement.html")
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    scale = re.search(
+        r'id="viewport" transform="translate\([-\d.]+,[-\d.]+\) scale\(([\d.]+)\)', dom
+    )
+    assert scale is not None, dom[:500]
+    assert float(scale.group(1)) == 1.0, scale.group(0)

@@ -5,10 +5,19 @@
   const info = document.getElementById("details");
   let s = 1, tx = 0, ty = 0, drag = null, hits = [], hit = 0;
   function apply() { vp.setAttribute("transform", `translate(${tx},${ty}) scale(${s})`); }
+  // fit: the whole graph, however small its text gets (the button); opening: the whole graph
+  // when its text stays at full size, else full size (11 px text) from the top, centred on
+  // the inputs, with the whole graph one click away.
   function fit() {
     const b = vp.getBBox(), W = svg.clientWidth, H = svg.clientHeight;
-    s = Math.max(0.5, Math.min(1, (W - 40) / (b.width || 1), (H - 30) / (b.height || 1)));
+    s = Math.min(1, (W - 40) / (b.width || 1), (H - 30) / (b.height || 1));
     tx = (W - b.width * s) / 2 - b.x * s; ty = 16 - b.y * s; apply();
+  }
+  function opening() {
+    fit();
+    if (s >= 1) return;
+    const b = vp.getBBox(), W = svg.clientWidth;
+    s = 1; tx = b.width <= W - 40 ? (W - b.width) / 2 - b.x : 20 - b.x; ty = 16 - b.y; apply();
   }
   svg.addEventListener("wheel", (e) => {
     e.preventDefault();
@@ -73,5 +82,5 @@
     b.addEventListener("mouseenter", () => row && row.classList.add("lit"));
     b.addEventListener("mouseleave", () => row && row.classList.remove("lit"));
   });
-  fit();
+  opening();
 })();

@@ -58,10 +58,9 @@ _STATE: dict[str, Any] = {}
 
 
 def _cache_root() -> Path:
-    if os.environ.get("ANYCHIP_CACHE_DIR"):
-        return Path(os.environ["ANYCHIP_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "anychip"
+    from anychip.paths import cache_root
+
+    return cache_root()
 
 
 def _build() -> Path | None:
@@ -91,6 +90,9 @@ def _build() -> Path | None:
         os.replace(tmp, target)  # atomic: other processes see no file or the whole file
     except (OSError, subprocess.TimeoutExpired):
         return None
+    from anychip.paths import stored
+
+    stored(target.stat().st_size)  # the bounded store (paths.py)
     return target
 
 

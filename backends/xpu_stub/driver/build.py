@@ -39,10 +39,9 @@ _FIX = (
 
 
 def _cache_root() -> Path:
-    if os.environ.get("ANYCHIP_CACHE_DIR"):
-        return Path(os.environ["ANYCHIP_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "anychip"
+    from anychip.paths import cache_root
+
+    return cache_root()
 
 
 def _find_compiler() -> list[str]:
@@ -156,6 +155,9 @@ def build_library() -> Path:
             f"{tail}\nFix: {_FIX}"
         )
     os.replace(tmp, target)  # atomic: other processes see no file or the whole file
+    from anychip.paths import stored
+
+    stored(target.stat().st_size)  # the bounded store (paths.py)
     return target
 
 

@@ -262,4 +262,6 @@ def test_a_bad_option_is_named():
     with pytest.raises(AnychipError, match="thread_choice is True or False"):
         anychip.load(_cnn(), "cpu", device_options={"cpu": {"thread_choice": "yes"}})
     with pytest.raises(AnychipError, match="thread_choice"):
-        anychip.load(_cnn(), "cpu", device_options={"cpu": {"threads": 1}})
+        anychip.load(_cnn(), "cpu", device_options={"cpu": {"thread_count": 1}})
+    with pytest.raises(AnychipError, match="threads is an int >= 1"):
+        anychip.load(_cnn(), "cpu", device_options={"cpu": {"threads": "2"}})

@@ -1,0 +1,126 @@
+"""The command in the shape of onnxruntime_perf_test / benchmark_app: --shape for symbolic
+dimensions, run's first/mean/percentile/throughput line, one --json [FILE], -q everywhere,
+plain-text help."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from anychip.cli.main import _parser, free_dims, main
+from anychip.errors import InputError
+
+
+def _model(tmp_path) -> str:
+    """y = Softmax(x @ W) with x: [batch, seq, 8] symbolic in batch and seq."""
+    w = np.random.default_rng(5).standard_normal((8, 3)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 3])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Softmax", ["h"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
+    return str(path)
+
+
+def test_shape_by_input_or_by_dimension_name(tmp_path) -> None:
+    path = _model(tmp_path)
+    assert free_dims(path, ["x=[2,128,8]"]) == {"batch": 2, "seq": 128}
+    assert free_dims(path, ["seq=64"]) == {"seq": 64}
+    with pytest.raises(InputError, match="has shape"):
+        free_dims(path, ["x=[2,128]"])
+    with pytest.raises(InputError, match="is fixed"):
+        free_dims(path, ["x=[2,128,9]"])
+    with pytest.raises(InputError, match="expects name="):
+        free_dims(path, ["x:[1]"])
+
+
+def test_run_with_shape_prints_first_mean_percentiles_throughput(tmp_path, capsys) -> None:
+    path = _model(tmp_path)
+    assert main(["run", path, "--devices", "cpu", "--shape", "x=[2,16,8]", "--repeat", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"output y: float32\[2, 16, 3\]", out), out
+    assert re.search(
+        r"time: first run [\d.]+ ms; runs 2-4 mean [\d.]+ ms; p50 [\d.]+ ms, p90 [\d.]+ ms, "
+        r"best [\d.]+ ms over runs 2-4; [\d.]+ runs/s",
+        out,
+    ), out
+
+
+def test_json_goes_to_stdout_alone_or_to_a_file(tmp_path, capsys) -> None:
+    path = _model(tmp_path)
+    assert main(["run", path, "--devices", "cpu", "--repeat", "3", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["runs"] == 3 and result["outputs"][0]["shape"] == [1, 1, 3]
+    assert {"first_ms", "mean_2_10_ms", "p50_ms", "p90_ms", "throughput_per_s"} <= set(result)
+    dest = tmp_path / "devices.json"
+    assert main(["devices", "--json", str(dest), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^cpu\s", out, re.M)  # the text as usual
+    assert "cpu" in {r["name"] for r in json.loads(dest.read_text())}
+
+
+def test_quiet_and_plain_help_on_every_command() -> None:
+    parser = _parser()
+    assert "``" not in parser.format_help()
+    sub = next(a for a in parser._actions if a.dest == "cmd")
+    for name, p in sub.choices.items():
+        assert "-q" in p._option_string_actions, name
+        assert "``" not in p.format_help(), name
+        json_opt = p._option_string_actions.get("--json")
+        if json_opt is not None:
+            assert json_opt.nargs == "?" and json_opt.const == "-", name
+
+
+def test_inspect_counts_flops_once_symbolic_dimensions_have_sizes(tmp_path, capsys) -> None:
+    path = _model(tmp_path)
+    assert main(["inspect", path, "--devices", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "FLOPs: at least" in out and "--shape" in out, out
+    assert main(["inspect", path, "--devices", "cpu", "--shape", "x=[2,16,8]", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["flops_by_op"]["MatMul"] == 2 * 2 * 16 * 8 * 3 and not summary["unknown_flops"]
+
+
+def test_progress_in_a_notebook_through_tqdm_auto(tmp_path, monkeypatch) -> None:
+    import sys
+    import types
+
+    import anychip
+
+    tqdm_auto = pytest.importorskip("tqdm.auto")
+    bars: list[tuple] = []
+
+    class Bar:
+        def __init__(self, total=None, desc="", leave=True) -> None:
+            self.desc, self.n = desc, 0
+            bars.append((desc, total))
+
+        def update(self, n: int = 1) -> None:
+            self.n += n
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            pass
+
+    monkeypatch.setattr(tqdm_auto, "tqdm", Bar)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    sess = anychip.load(_model(tmp_path), devices=["cpu"])
+    assert ("loading the model", None) in bars, bars
+    x = np.random.default_rng(1).standard_normal((1, 2, 8)).astype(np.float32)
+    assert sess.run(None, {"x": x})[0].shape == (1, 2, 3)
+    bars.clear()
+    monkeypatch.setenv("ANYCHIP_PROGRESS", "0")
+    anychip.load(_model(tmp_path), devices=["cpu"])
+    assert bars == []
