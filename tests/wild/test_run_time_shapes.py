@@ -133,3 +133,33 @@ def test_tree_ensemble_regressor_with_tensor_attributes() -> None:
         [h.make_tensor_value_info("Y", T.FLOAT, [None, 1])],
     )
     _same(model, {"X": rng.standard_normal((9, 3)).astype(np.float32)})
+
+
+def test_a_shape_fed_at_run_time_on_the_static_npu() -> None:
+    """The NPU compiles per input signature; a Reshape to a fed shape gives each shape's
+    answer (the declaration [2, 12] is the exporter's one trace)."""
+    import warnings
+
+    import anychip
+
+    nodes = [
+        h.make_node("Relu", ["x"], ["r"]),
+        h.make_node("Reshape", ["r", "s"], ["t"]),
+        h.make_node("Relu", ["t"], ["y"]),
+    ]
+    model = _model(
+        nodes,
+        [
+            h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]),
+            h.make_tensor_value_info("s", T.INT64, [2]),
+        ],
+        [h.make_tensor_value_info("y", T.FLOAT, [2, 12])],
+    )
+    x = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = anychip.load(model, devices=["npu", "cpu"])
+    for shape in ([2, 12], [4, 6], [24, 1]):
+        feeds = {"x": x, "s": np.array(shape, np.int64)}
+        (got,) = sess.run(None, feeds)
+        np.testing.assert_array_equal(got, ort_run(model, feeds)[0])
