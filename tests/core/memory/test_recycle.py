@@ -63,7 +63,9 @@ def test_dropped_outputs_are_reused_held_ones_never(nodes: int) -> None:
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want(x), rtol=1e-5, atol=1e-5)
     assert _outputs(sess).reused >= 5
     (pm,) = sess.compiled.part_memory.values()
-    assert (nodes > 1) == bool(pm.around and pm.around.__self__.traces)
+    # the replay is installed for the 3-node partition (its trace may be dropped when the
+    # machine is busy and a replay measures slower: the kernels' path is then checked twice)
+    assert (nodes > 1) == (pm.around is not None)
     held = []
     for _ in range(4):  # the arrays, a view, a memoryview: none is written again
         x = rng.standard_normal(SHAPE).astype(np.float32)
