@@ -243,6 +243,32 @@ def _matmul_add() -> OpSchema:
     )
 
 
+def _dequant_matmul() -> OpSchema:
+    opt = OpSchema.FormalParameterOption.Optional
+    return OpSchema(
+        "DequantMatMul",
+        ANYCHIP_DOMAIN,
+        1,
+        "Y = DequantizeLinear(A, A_scale, A_zero_point) @ B (+ C), B a constant that "
+        "DequantizeLinear made from 8-bit weights (their integers kept in B's metadata): "
+        "the product runs in integers, scaled once (the CPU's fusion of QDQ MatMul/Gemm).",
+        inputs=[
+            OpSchema.FormalParameter("A", "Q", "8-bit activations [..., K]"),
+            OpSchema.FormalParameter("A_scale", "tensor(float)", "A's scale (one value)"),
+            OpSchema.FormalParameter("A_zero_point", "Q", "A's zero point (one value)"),
+            OpSchema.FormalParameter("B", "tensor(float)", "the dequantized weights"),
+            OpSchema.FormalParameter(
+                "C", "tensor(float)", "bias along the last axis", param_option=opt
+            ),
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "tensor(float)", "[..., N]")],
+        type_constraints=[("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers")],
+        attributes=[
+            OpSchema.Attribute("transB", helper.make_attribute("transB", 0), "B is [N, K]"),
+        ],
+    )
+
+
 def _transpose_view() -> OpSchema:
     return OpSchema(
         "TransposeView",
@@ -281,6 +307,7 @@ def anychip_schemas() -> list[OpSchema]:
         _tree_ensemble_stack(),
         _tree_ensemble_group(),
         _matmul_add(),
+        _dequant_matmul(),
         _transpose_view(),
         _channel_shuffle(),
     ]

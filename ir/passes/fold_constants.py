@@ -4,6 +4,10 @@ The evaluation itself is delegated (``evaluate(node, inputs) -> outputs``) so th
 not depend on any backend; the session passes one built on the CPU kernels. Nodes that are
 random, hold nested graphs, or produce non-tensor values are left alone, as are results
 larger than ``max_bytes`` (folding would trade a cheap op for a large constant).
+
+A folded ``DequantizeLinear`` of 8-bit constants (a QDQ model's weights) leaves its integers,
+scale, zero point and axis in the result's ``meta["dequantized"]`` (the arrays, not copies):
+a backend's pass may still compute with the integers (the CPU's ``fuse_qdq_matmul``).
 """
 
 from __future__ import annotations
@@ -70,9 +74,12 @@ class FoldConstantsPass(Pass):
             arrays = [np.asarray(o) if o is not None else None for o in outs]
             if any(a is not None and a.nbytes > self.max_bytes for a in arrays):
                 continue
+            dequantized = _dequantized(node, ins)
             for v, a in zip(node.outputs, arrays):
                 if v is None or a is None:
                     continue
+                if dequantized is not None:  # the integers behind the folded weights
+                    v.meta["dequantized"] = dequantized
                 v.const = a
                 v.dtype = DType.from_numpy(a.dtype) if a.dtype != object else DType.STRING
                 v.shape = tuple(a.shape)
@@ -83,3 +90,16 @@ class FoldConstantsPass(Pass):
             self.folded.append(node.name)
             modified = True
         return PassResult(graph, modified)
+
+
+def _dequantized(node: Node, ins: list[Any]) -> dict[str, Any] | None:
+    """What a folded DequantizeLinear of 8-bit integers was made of, or None."""
+    if node.op_type != "DequantizeLinear" or node.domain or not ins or ins[0] is None:
+        return None
+    q = np.asarray(ins[0])
+    if q.dtype not in (np.int8, np.uint8) or len(ins) < 2 or ins[1] is None:
+        return None
+    if node.attr("block_size", 0):
+        return None
+    zp = ins[2] if len(ins) > 2 else None
+    return {"q": q, "scale": np.asarray(ins[1]), "zero_point": zp, "axis": node.attr("axis", 1)}

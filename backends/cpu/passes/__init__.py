@@ -25,6 +25,7 @@ from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
+from anychip.backends.cpu.passes.fuse_qdq_matmul import FuseQdqMatMulPass
 from anychip.backends.cpu.passes.fuse_skip_layer_norm import FuseSkipLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
@@ -46,6 +47,7 @@ __all__ = [
     "FuseConvPass",
     "FuseGemmPass",
     "FuseHeadsPass",
+    "FuseQdqMatMulPass",
     "FuseLayerNormPass",
     "FuseSkipLayerNormPass",
     "FuseTreeGroupPass",
@@ -63,6 +65,7 @@ def cpu_passes() -> list[Pass]:
     (``anychip.load(..., optimize=False)`` leaves them out)."""
     passes = [
         MemoShapesPass(),
+        FuseQdqMatMulPass(),
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
