@@ -133,7 +133,8 @@ def _stderr_line(text: str) -> None:
 @functools.lru_cache(maxsize=1)
 def _model_set() -> Any | None:
     """``bench/cpu_models.py`` of the repository anychip runs from, or None (a wheel)."""
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "cpu_models.py")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # cli/ -> the package
+    here = os.path.join(root, "bench", "cpu_models.py")
     if not os.path.exists(here):
         return None
     spec = importlib.util.spec_from_file_location("anychip_bench_cpu_models", here)

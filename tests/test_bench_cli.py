@@ -201,3 +201,14 @@ def test_a_rows_thread_choice_is_reported(tmp_path, capsys):
     assert "warm-up: 40 runs each" in capsys.readouterr().out
     (note,) = json.loads(out.read_text())["models"][0]["anychip_threads"]
     assert note.split(" for inputs ")[0] in ("1 of 2", "2 of 2") and "measured median" in note
+
+
+def test_bench_resolves_the_repository_model_set_by_name():
+    """``anychip bench bert_like`` from a checkout: the names of ``bench/cpu_models.py``
+    (the renovation moved the command into ``cli/``, and the lookup went one folder short)."""
+    from anychip.cli.bench import _model_set, resolve_model
+
+    _model_set.cache_clear()
+    assert _model_set() is not None
+    data, feeds = resolve_model("bert_like")
+    assert data[:2] and feeds is not None and set(feeds)
