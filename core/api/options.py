@@ -34,6 +34,8 @@ class SessionOptions:
             ``ANYCHIP_CALIBRATION``): each device measured on this machine once, cached on
             disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
             ``"off"``: the backends' declared figures.
+        explore_budget: the share of the session's run time its feedback may spend trying
+            other placements (default 0.05; ``float("inf")``: no limit; decisions/032).
     Compilation:
         optimize: run the graph optimizations before placement (a Conv's BatchNormalization
             folded into its weights, as onnxruntime's basic level does); False keeps every
@@ -63,6 +65,7 @@ class SessionOptions:
     cost_model: bool = True
     placement_policy: str | None = None
     calibration: str | None = None
+    explore_budget: float = 0.05
     optimize: bool = True
     device_options: Mapping[str, Mapping[str, Any]] | None = None
     plan_cache_size: int = 8
@@ -81,6 +84,12 @@ class SessionOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise AnychipError(f"SessionOptions.{name} must be an int >= 1, got {value!r}")
+        budget = self.explore_budget
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise AnychipError(
+                f"SessionOptions.explore_budget must be a number >= 0 (a share of the run "
+                f"time, 0.05 for 5%), got {budget!r}"
+            )
         for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):

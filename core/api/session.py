@@ -172,6 +172,7 @@ def load(
         opt.placement, opt.strict, opt.max_copies, opt.cost_model, opt.max_copy_bytes
     )
     opts.calibration = resolve_calibration_mode(opt.calibration)
+    opts.explore_budget = float(opt.explore_budget)
     opts.failover = opt.failover and not opt.bring_up  # bring-up hides nothing
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(

@@ -90,6 +90,7 @@ class PlacementOptions:
         "policy",
         "calibrations",
         "factors",
+        "explore_budget",
     )
 
     def __init__(
@@ -119,6 +120,8 @@ class PlacementOptions:
         self.policy = "latency" if cost_model else "prefer-first"
         self.calibrations: dict[str, object] = {}
         self.factors: dict[str, float] = {}
+        #: The share of the run time the session's feedback may spend exploring (decisions/032).
+        self.explore_budget = 0.05
 
     def pin_for(self, node: Node) -> str | None:
         if node.name in self.pins:

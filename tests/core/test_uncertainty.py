@@ -81,7 +81,7 @@ def test_an_unmeasured_device_is_not_trusted_whatever_it_declares(cache):
     _check(sess)
 
 
-def test_a_lone_cheap_op_is_never_parked_on_an_accelerator(cache):
+def test_a_lone_cheap_op_is_never_parked_on_an_accelerator(cache, monkeypatch):
     """Pow measured 1000x faster on the XPU behind a fast link, but alone there and cheap on
     the CPU (40 us): it stays (the XPU is 3x slower than the CPU at the rest, fast at
     attention). Without the rule the moves would have taken it there."""
@@ -91,3 +91,9 @@ def test_a_lone_cheap_op_is_never_parked_on_an_accelerator(cache):
     (pow_node,) = [n for n in sess.placement().nodes if n.op_type == "Pow"]
     assert pow_node.device == "cpu" and "a lone Pow" in pow_node.reason, pow_node.reason
     assert sess.placement().by_device().get("xpu", 0) >= 4
+    _check(sess)
+    from anychip.core.plan import placement
+
+    monkeypatch.setattr(placement, "no_lone_cheap_ops", lambda *a: [])
+    without = anychip.load(MODEL, devices=["xpu", "cpu"], calibration="cached")
+    assert [n.device for n in without.placement().nodes if n.op_type == "Pow"] == ["xpu"]
