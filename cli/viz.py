@@ -74,9 +74,16 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, times: list) -> bool:
-    """``--json`` (print the result as JSON instead of text; True when it did) and
-    ``--profile``."""
+def run_extras(
+    args: argparse.Namespace,
+    sess: Any,
+    feeds: dict,
+    outs: list,
+    times: list,
+    phases: dict | None = None,
+) -> bool:
+    """``--json`` (print the result as JSON instead of text; True when it did; ``phases``:
+    the first run, runs 2-10 and the steady time) and ``--profile``."""
     if args.profile:
         path = Path(args.profile)
         prof = sess.profile(feeds, runs=max(1, args.repeat))
@@ -100,6 +107,7 @@ def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, tim
         ],
         "best_ms": min(times) * 1e3,
         "runs": len(times),
+        **(phases or {}),
         "device_failures": sess.placement().failures(),
     }
     if args.placement:
