@@ -233,9 +233,12 @@ class Feedback:
         return self._finish(outs, compiled)
 
     def _next_trial(self, compiled: CompiledModel) -> None:
-        """Compile the next placement to try that differs from every one measured."""
-        while self.queue and self.trial is None:
+        """Compile the next placement to try that differs from every one measured; at most
+        one compile per request (each is exploring time, counted against the budget)."""
+        compiled_one = False
+        while self.queue and self.trial is None and not compiled_one:
             label, how = self.queue.pop(0)
+            compiled_one = isinstance(how, tuple)
             try:
                 if isinstance(how, tuple) and how[0] == "corrected":
                     candidate = self._corrected(compiled, how[1])

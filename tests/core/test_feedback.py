@@ -326,3 +326,31 @@ def test_a_trial_is_decided_on_a_confidence_bound_of_its_paired_ratios(ratios, v
     tried = [r * p for r, p in zip(ratios, placed)]
     got = _verdict(tried, placed)
     assert (got and got[0]) == verdict, got
+
+
+def test_one_compile_per_request_and_the_next_waits_for_the_budget(monkeypatch):
+    """Each trial's compile (10 s on the fake clock; the runs take 1 s) is one request's
+    exploring: never two in one request, and the next only once the session's time has
+    grown to 20x what was explored. A compile's time is not known before, so the budget can
+    be overshot by one compile, never more."""
+    from anychip.core.run import feedback as F
+
+    clock = [0.0]
+    placed = _fake(clock, 1.0)
+    compiles: list[int] = []
+
+    def recompile(*a):
+        clock[0] += 10.0
+        compiles.append(fb.runs)
+        return placed  # the same placement: nothing to try, the next is compiled
+
+    monkeypatch.setattr(F, "_placement", lambda c: {"n": "placed"})
+    monkeypatch.setattr(F, "_candidates", lambda c: [("a", ({}, [], "p")), ("b", ({}, [], "p"))])
+    fb = F.Feedback(recompile=recompile, clock=lambda: clock[0])
+    for _ in range(5000):
+        fb.run(placed, [])
+        assert fb.explored <= F.EXPLORE_BUDGET * fb.session_time + 10.0
+        if fb.done:
+            break
+    assert fb.done and len(compiles) == 3 and len(set(compiles)) == 3, compiles
+    assert compiles[1] - compiles[0] > 150  # 10 s explored: 200 s of session first
