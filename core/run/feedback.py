@@ -141,6 +141,9 @@ class Feedback:
         #: An untimed run was made: the timed one follows in the next request (its cost was
         #: counted when the untimed one was allowed).
         self.committed = False
+        #: What a compile of a trial is expected to cost: the session's own compile (set by
+        #: the session), then the last trial compile's measured time.
+        self.compile_cost = 0.0
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -176,12 +179,16 @@ class Feedback:
     def _affordable(self) -> bool:
         """Whether this request may explore: the time explored so far plus what this request
         is expected to add stays within ``budget`` of the session's time, this one included
-        (expected: the trial's last run, or its predicted time before it ran; a compile's
-        time is not known before it is made)."""
+        (expected: the trial's last run, or its predicted time before it ran; for a compile,
+        the last compile's time)."""
         if math.isinf(self.budget) or self.committed:
             return True
+        if self.budget <= 0:
+            return False
         expected = 0.0
-        if self.trial is not None:
+        if self.trial is None and self.queue and isinstance(self.queue[0][1], tuple):
+            expected = self.compile_cost  # the next request compiles a trial
+        elif self.trial is not None:
             trial = self.trial[1]
             took = self.trial_samples[-1] if self.trial_samples else None
             took = took if took is not None else getattr(trial, "predicted", None)
@@ -239,6 +246,7 @@ class Feedback:
         while self.queue and self.trial is None and not compiled_one:
             label, how = self.queue.pop(0)
             compiled_one = isinstance(how, tuple)
+            t0 = self.clock()
             try:
                 if isinstance(how, tuple) and how[0] == "corrected":
                     candidate = self._corrected(compiled, how[1])
@@ -249,6 +257,9 @@ class Feedback:
             except Exception as e:
                 self.decision += f"; {label}: not tried ({type(e).__name__})"
                 continue
+            finally:
+                if compiled_one:
+                    self.compile_cost = self.clock() - t0
             where = _placement(candidate)
             if where in self.seen:
                 continue

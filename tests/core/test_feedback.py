@@ -169,7 +169,11 @@ def test_a_trial_that_fails_is_dropped_and_its_request_still_served(chip):
 def test_no_trials_under_a_named_policy(chip):
     _slow_figures(chip)
     sess = anychip.load(
-        _model(), devices=["badchip", "cpu"], calibration="cached", placement_policy="min-copies"
+        _model(),
+        devices=["badchip", "cpu"],
+        calibration="cached",
+        placement_policy="min-copies",
+        explore_budget=INF,
     )
     _run_until_done(sess)
     assert "tried" not in sess.placement().decision
@@ -331,8 +335,9 @@ def test_a_trial_is_decided_on_a_confidence_bound_of_its_paired_ratios(ratios, v
 def test_one_compile_per_request_and_the_next_waits_for_the_budget(monkeypatch):
     """Each trial's compile (10 s on the fake clock; the runs take 1 s) is one request's
     exploring: never two in one request, and the next only once the session's time has
-    grown to 20x what was explored. A compile's time is not known before, so the budget can
-    be overshot by one compile, never more."""
+    grown to 20x what was explored. The first compile's time is not known here (a session
+    gives its own load's), so the budget can be overshot by that one, never more: each
+    later compile is expected to cost what the last one did."""
     from anychip.core.run import feedback as F
 
     clock = [0.0]
@@ -354,3 +359,18 @@ def test_one_compile_per_request_and_the_next_waits_for_the_budget(monkeypatch):
             break
     assert fb.done and len(compiles) == 3 and len(set(compiles)) == 3, compiles
     assert compiles[1] - compiles[0] > 150  # 10 s explored: 200 s of session first
+    assert fb.explored <= F.EXPLORE_BUDGET * fb.session_time  # the later ones foreseen
+
+
+def test_a_budget_of_zero_explores_nothing(monkeypatch):
+    from anychip.core.run import feedback as F
+
+    clock = [0.0]
+    placed = _fake(clock, 1.0)
+    compiles: list[int] = []
+    monkeypatch.setattr(F, "_placement", lambda c: {"n": "placed"})
+    monkeypatch.setattr(F, "_candidates", lambda c: [("a", ({}, [], "p"))])
+    fb = F.Feedback(recompile=lambda *a: compiles.append(1), budget=0.0, clock=lambda: clock[0])
+    for _ in range(500):
+        fb.run(placed, [])
+    assert compiles == [] and fb.explored == 0 and not fb.done
