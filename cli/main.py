@@ -255,7 +255,7 @@ def _cmd_new_backend(args: argparse.Namespace) -> int:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     import anychip
-    from anychip.core.plan.calibration import calibrate, clear_calibrations
+    from anychip.core.plan.calibration import calibrate, clear_calibrations, load_calibration
     from anychip.core.plugin.host import get_registry
     from anychip.paths import cache_root
 
@@ -269,13 +269,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for name in args.device or usable:
         if name not in usable:
             raise anychip.DeviceError(f"device {name!r} is not available here (have: {usable})")
-        cal = calibrate(registry.backends[name])
+        backend = registry.backends[name]
+        cal = calibrate(backend, since=load_calibration(backend))  # one version on
         link = (
             "host memory"
             if cal.link is None
             else f"link {cal.link[0] * 1e6:.1f} us + {cal.link[1] / 1e9:.1f} GB/s"
         )
-        print(f"{name}: measured in {cal.seconds:.2f} s; {link}")
+        print(f"{name}: calibration {cal.version}, measured in {cal.seconds:.2f} s; {link}")
         for cls, pts in cal.points.items():
             figures = ", ".join(f"{w:.3g} -> {t * 1e6:.1f} us" for w, t in pts)
             print(f"  {cls:<12} {figures}")

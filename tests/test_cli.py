@@ -176,3 +176,15 @@ def test_run_reports_the_first_run_runs_2_to_10_and_the_steady_time(tmp_path, ca
     data = json.loads(capsys.readouterr().out)
     assert all(data[k] > 0 for k in ("first_ms", "runs_2_10_mean_ms", "steady_ms"))
     assert data["runs"] == 3
+
+
+def test_calibrate_measures_again_one_version_on(tmp_path, capsys, monkeypatch) -> None:
+    """``anychip calibrate`` is the one way a calibration changes: each run numbers it."""
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        "anychip.core.plan.calibration_probes.measure_class",
+        lambda backend, cls, repeat: [(1e3, 1e-6), (1e6, 1e-3)],
+    )
+    for version in (1, 2):
+        assert main(["calibrate", "--device", "cpu"]) == 0
+        assert f"cpu: calibration {version}, measured in" in capsys.readouterr().out
