@@ -326,6 +326,11 @@ class Feedback:
         """After the last trial: the fastest measured placement is the session's."""
         if not self.done or self.best is None:  # None: stopped, nothing measured to keep
             return outs, compiled
+        if self.session_time > 0:
+            share = self.explored / self.session_time
+            self.decision += (
+                f"; exploring cost {share:.1%} of {self.runs} runs' {self.session_time:.3f} s"
+            )
         took, label, best = self.best
         if best is compiled:
             self.decision = f"kept: {self.decision}"

@@ -374,3 +374,17 @@ def test_a_budget_of_zero_explores_nothing(monkeypatch):
     for _ in range(500):
         fb.run(placed, [])
     assert compiles == [] and fb.explored == 0 and not fb.done
+
+
+def test_the_decision_says_what_exploring_cost(monkeypatch):
+    from anychip.core.run import feedback as F
+
+    clock = [0.0]
+    placed, trial = _fake(clock, 1.0), _fake(clock, 3.0)
+    monkeypatch.setattr(F, "_placement", lambda c: {"n": "trial" if c is trial else "placed"})
+    monkeypatch.setattr(F, "_candidates", lambda c: [("the trial", trial)])
+    fb = F.Feedback(recompile=lambda *a: placed, clock=lambda: clock[0])
+    while not fb.done:
+        fb.run(placed, [])
+    share = re.search(r"exploring cost ([\d.]+)% of (\d+) runs", fb.decision)
+    assert share and 0 < float(share.group(1)) <= 5.0 and int(share.group(2)) == fb.runs
