@@ -15,6 +15,15 @@ per run, and the nodes per device.
 
     python bench/placement.py [--rounds 5] [--runs 3] [--models resnet50,mlp]
                               [--sets "cpu;xpu,cpu"] [--cpu-time]
+
+``--fresh`` measures what a user gets instead (issue 45): each device set and each device
+alone in a fresh process, its first run, the mean of runs 2-10, the mean of runs 1-10 and the
+steady time (the median of ``--runs`` runs after ``--settle`` more), each against the best
+single device of the set by the same measure. Calibrations missing here are measured first
+(``anychip calibrate``), as a user's second load would find them.
+
+    python bench/placement.py --fresh [--models mlp,squeezenet] [--sets "xpu,cpu;npu,cpu"]
+                              [--settle 100] [--runs 10]
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ from bench.mixed_model import attention_mix
 from bench.models import HELD_OUT
 
 SETS = [["cpu"], ["xpu", "cpu"], ["npu", "cpu"], ["npu", "xpu", "cpu"]]
+#: Runs 1 to EARLY are "the first runs" (issue 45: the mean of runs 1-10).
+EARLY = 10
 #: Runs at most before the timed rounds (a session whose feedback is still undecided is
 #: flagged in the table).
 WARMUP_CAP = 400
@@ -136,6 +147,91 @@ def _timed_rounds(
     return times
 
 
+def _child(model: str, devices: list[str], alone: bool, settle: int, runs: int) -> None:
+    """One fresh process's session: its first ``EARLY`` runs timed one by one, ``settle``
+    runs more, then ``runs`` timed; one JSON line."""
+    import json
+
+    m, shapes = _models([model])[model]
+    if alone:
+        sess = anychip.load(m, devices=devices, strict=True, cost_model=False)
+    else:
+        sess = anychip.load(m, devices=devices, calibration="auto")
+    feeds = _feeds(sess, shapes)
+    first = []
+    for _ in range(EARLY):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        first.append(time.perf_counter() - t0)
+    for _ in range(settle):
+        sess.run(None, feeds)
+    steady = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        steady.append(time.perf_counter() - t0)
+    fb = sess.feedback
+    print(
+        json.dumps(
+            {
+                "first": first,
+                "steady": statistics.median(steady),
+                "nodes": sess.placement().by_device(),
+                "explored": None if fb is None else fb.explored,
+                "session": None if fb is None else fb.session_time,
+                "done": fb is None or fb.done,
+            }
+        )
+    )
+
+
+def _fresh(names: list[str] | None, sets: list[list[str]], settle: int, runs: int) -> None:
+    """The table of ``--fresh`` (module docstring)."""
+    import json
+    import subprocess
+
+    from anychip.core.plan.calibration import calibration_for
+    from anychip.core.plugin.host import get_registry
+
+    devices = sorted({d for s in sets for d in s})
+    registry = get_registry(devices)
+    for d in devices:  # measured up front, as `anychip calibrate` does
+        calibration_for(registry.backends[d])
+
+    def child(model: str, devs: list[str], alone: bool) -> dict | None:
+        cmd = [sys.executable, __file__, "--child", model, "--sets", ",".join(devs)]
+        cmd += ["--settle", str(settle), "--runs", str(runs)] + (["--alone"] if alone else [])
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return None  # a device alone that cannot run the whole model
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    print(
+        f"{'model':<14} {'devices':<14} {'run 1':>8} {'2-10':>8} {'1-10':>8} {'x best':>7} "
+        f"{'steady':>8} {'x best':>7} {'explored':>8}  nodes"
+    )
+    for mname in _models(names):
+        alone = {d: child(mname, [d], True) for d in devices}
+        for devs in sets:
+            got = alone[devs[0]] if devs == ["cpu"] else child(mname, devs, False)
+            if got is None:
+                continue
+            singles = [alone[d] for d in devs if alone.get(d)]
+            best_early = min(statistics.fmean(a["first"]) for a in singles)
+            best_steady = min(a["steady"] for a in singles)
+            f = got["first"]
+            early, mean = statistics.fmean(f[1:]), statistics.fmean(f)
+            share = (
+                f"{got['explored'] / got['session']:.1%}" if got["explored"] is not None else "-"
+            )
+            print(
+                f"{mname:<14} {','.join(devs):<14} {f[0] * 1e3:8.2f} {early * 1e3:8.2f} "
+                f"{mean * 1e3:8.2f} {mean / best_early:7.2f} {got['steady'] * 1e3:8.2f} "
+                f"{got['steady'] / best_steady:7.2f} {share:>8}  {got['nodes']}"
+                + ("" if got["done"] else " (still exploring)")
+            )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
@@ -152,7 +248,14 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="device sets, ';'-separated (default: cpu;xpu,cpu;npu,cpu;npu,xpu,cpu)",
     )
+    ap.add_argument("--fresh", action="store_true", help="each session in a fresh process")
+    ap.add_argument("--settle", type=int, default=100, help="--fresh: runs before steady")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--alone", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child:
+        _child(args.child, args.sets.split(","), args.alone, args.settle, args.runs)
+        return
     sets = [s.split(",") for s in args.sets.split(";")] if args.sets else SETS
     clock = time.process_time if args.cpu_time else time.perf_counter
     available = {d.name for d in anychip.devices() if d.available}
@@ -163,6 +266,9 @@ def main(argv: list[str] | None = None) -> None:
             f"(available: {', '.join(sorted(available))}; `anychip devices` says why)"
         )
     names = args.models.split(",") if args.models else None
+    if args.fresh:
+        _fresh(names, sets, args.settle, args.runs)
+        return
     print(
         f"{'model':<14} {'devices':<12} {'ms':>9} {'vs best single':>14} {'copies':>6} "
         f"{'bytes/run':>10}  nodes"

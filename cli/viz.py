@@ -113,8 +113,16 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, times: list) -> bool:
-    """``--json`` (the result as JSON: True when it went to stdout instead of the text) and
+def run_extras(
+    args: argparse.Namespace,
+    sess: Any,
+    feeds: dict,
+    outs: list,
+    times: list,
+    phases: dict | None = None,
+) -> bool:
+    """``--json`` (print the result as JSON instead of text; True when it did; ``phases``:
+    the first run, runs 2-10 and the steady time; ``times``: every run, the first included) and
     ``--profile``."""
     if args.profile:
         path = Path(args.profile)
@@ -138,7 +146,8 @@ def run_extras(args: argparse.Namespace, sess: Any, feeds: dict, outs: list, tim
             for info, out in zip(sess.outputs, outs)
         ],
         **run_stats(times),
-        "runs": len(times),
+        **(phases or {}),
+        "runs": (phases or {}).get("steady_runs", len(times)),
         "device_failures": sess.placement().failures(),
     }
     if args.placement:

@@ -153,3 +153,38 @@ def test_quiet_is_per_call(tmp_path) -> None:
     before = logger.level
     assert main(["partition", str(path), "--devices", "xpu,cpu", "--quiet", "--json"]) == 0
     assert logger.level == before
+
+
+def test_run_reports_the_first_run_runs_2_to_10_and_the_steady_time(tmp_path, capsys, monkeypatch):
+    from anychip.core.api.session import Session
+
+    path = tmp_path / "three.onnx"
+    path.write_bytes(three_nodes())
+    calls = []
+    run = Session.run
+    monkeypatch.setattr(Session, "run", lambda self, *a, **k: calls.append(1) or run(self, *a, **k))
+    args = ["run", str(path), "--devices", "xpu,cpu", "--repeat", "3"]
+    assert main(args) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("time:")]
+    assert re.fullmatch(
+        r"time: first run [\d.]+ ms, runs 2-10 mean [\d.]+ ms, steady [\d.]+ ms "
+        r"\(median of 3 runs after run 10\)",
+        line[0],
+    ), line
+    assert len(calls) == 1 + 9 + 3
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert all(data[k] > 0 for k in ("first_ms", "runs_2_10_mean_ms", "steady_ms"))
+    assert data["runs"] == 3
+
+
+def test_calibrate_measures_again_one_version_on(tmp_path, capsys, monkeypatch) -> None:
+    """``anychip calibrate`` is the one way a calibration changes: each run numbers it."""
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(
+        "anychip.core.plan.calibration_probes.measure_class",
+        lambda backend, cls, repeat: [(1e3, 1e-6), (1e6, 1e-3)],
+    )
+    for version in (1, 2):
+        assert main(["calibrate", "--device", "cpu"]) == 0
+        assert f"cpu: calibration {version}, measured in" in capsys.readouterr().out

@@ -50,8 +50,9 @@ def test_run_with_shape_prints_first_mean_percentiles_throughput(tmp_path, capsy
     out = capsys.readouterr().out
     assert re.search(r"output y: float32\[2, 16, 3\]", out), out
     assert re.search(
-        r"time: first run [\d.]+ ms; runs 2-4 mean [\d.]+ ms; p50 [\d.]+ ms, p90 [\d.]+ ms, "
-        r"best [\d.]+ ms over runs 2-4; [\d.]+ runs/s",
+        r"time: first run [\d.]+ ms, runs 2-10 mean [\d.]+ ms, steady [\d.]+ ms \(median of 4 "
+        r"runs after run 10\)\nafter the first: p50 [\d.]+ ms, p90 [\d.]+ ms, best [\d.]+ ms "
+        r"over runs 2-14; [\d.]+ runs/s",
         out,
     ), out
 

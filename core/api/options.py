@@ -44,6 +44,8 @@ class SessionOptions:
             ``ANYCHIP_CALIBRATION``): each device measured on this machine once, cached on
             disk (``anychip calibrate``); ``"cached"``: measured figures only where cached;
             ``"off"``: the backends' declared figures.
+        explore_budget: the share of the session's run time its feedback may spend trying
+            other placements (default 0.05; ``float("inf")``: no limit; decisions/032).
     Compilation:
         optimize: run the graph optimizations before placement (a Conv's BatchNormalization
             folded into its weights, as onnxruntime's basic level does); False keeps every
@@ -89,6 +91,7 @@ class SessionOptions:
     cost_model: bool = True
     placement_policy: str | None = None
     calibration: str | None = None
+    explore_budget: float = 0.05
     optimize: bool = True
     device_options: Mapping[str, Mapping[str, Any]] | None = None
     plan_cache_size: int = 8
@@ -121,6 +124,12 @@ class SessionOptions:
         threads = self.intra_op_num_threads
         if threads is not None and (not isinstance(threads, int) or threads < 0):
             raise AnychipError("SessionOptions.intra_op_num_threads must be an int >= 0")
+        budget = self.explore_budget
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise AnychipError(
+                f"SessionOptions.explore_budget must be a number >= 0 (a share of the run "
+                f"time, 0.05 for 5%), got {budget!r}"
+            )
         for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,9 +90,12 @@ class Session(Closable):
         self._memory_at_load = memory_in_use(backends) if copts.bring_up else None
         self._compile_with = compile_with if len(devices) > 1 else None
         self.devices, self.options = devices, options
+        t0 = time.perf_counter()
         self._use(compile_with(options.factors))
         #: The first runs measured and, once, a better placement taken (``core/run/feedback.py``).
         self.feedback = Feedback.for_session(compile_with, options, len(devices))
+        if self.feedback is not None:  # what a trial's compile is expected to cost
+            self.feedback.compile_cost = time.perf_counter() - t0
         graph = self.model.graph
         self.inputs = [IOInfo(v) for v in graph.inputs]
         self.outputs = [IOInfo(v) for v in graph.outputs]
@@ -246,6 +250,7 @@ def load(
         opt.placement, opt.strict, opt.max_copies, opt.cost_model, opt.max_copy_bytes
     )
     opts.calibration = resolve_calibration_mode(opt.calibration)
+    opts.explore_budget = float(opt.explore_budget)
     opts.failover = opt.failover and not opt.bring_up  # bring-up hides nothing
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(

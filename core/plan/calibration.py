@@ -23,13 +23,18 @@ products).
 The machine may be busy while it calibrates, and load only ever adds time: each probe is the
 fastest of its runs, timed again while a round's runs spread widely (``best_of``), and every
 class is swept twice, each point the faster of the two (a burst spanning one probe's rounds
-does not span both sweeps). The load average is kept with the figures; a calibration taken
-under at least ``LOAD_STEP`` more load than the machine has on a later use (a minute on at
-least) is measured again, each point the faster of old and new.
+does not span both sweeps). How far the two sweeps disagree is kept per class (``spread``):
+it is the figures' own uncertainty, which placement weighs a gain against
+(``core/plan/uncertainty.py``, decisions/032).
 
 The element-wise ops and LayerNormalization differ too much within a class (numpy's float32
-power is a hundred Adds), so each is also measured on its own (``op:<type>`` points) the first
-time a placement prices it on a device, and cached with the rest.
+power is a hundred Adds), so each is also measured on its own (``op:<type>`` points), and a
+masked attention chain has its class beside the unmasked one (``attention_mask``).
+
+Complete and fixed (format 6): every probe a placement could read is measured up front, in
+one calibration; pricing a placement never measures, and nothing rewrites the file but
+``anychip calibrate`` (which numbers each calibration, ``version``). So the same model on the
+same machine gets the same placement every time.
 
 Cache: ``<cache>/calibration/<device>-<key>.json`` where the key hashes the backend's class and
 ``version``, anychip's and numpy's versions, and the machine (architecture, CPU model, cores).
@@ -46,7 +51,6 @@ import json
 import logging
 import os
 import platform
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -69,16 +73,23 @@ __all__ = [
     "clear_calibrations",
     "cache_root",
     "op_class",
-    "attention_key",
-    "measure_attention_points",
+    "keys",
 ]
 
-#: One attention chain's shapes: Q, Kt, V, the mask (None: none) and the scale's op.
-Dims = tuple[int, ...]
-AttentionShape = tuple[Dims, Dims, Dims, Dims | None, str]
-
-FORMAT = 5  # 3: attention class; 4: static-shape devices on their executables; 5: robust probes
-_CLASSES = ("elementwise", "matmul", "linear", "conv", "reduce", "data", "data_rows", "attention")
+# 3: attention class; 4: static-shape devices on their executables; 5: robust probes; 6:
+# complete up front (per-op and masked-attention points), spreads, versions
+FORMAT = 6
+_CLASSES = (
+    "elementwise",
+    "matmul",
+    "linear",
+    "conv",
+    "reduce",
+    "data",
+    "data_rows",
+    "attention",
+    "attention_mask",
+)
 _MATMUL = {"MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "FusedMatMul"}
 _CONV = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "NpuConv"}
 _REDUCE = {
@@ -134,53 +145,11 @@ def op_key(op_type: str) -> str | None:
     return f"op:{op_type}" if op_type in OP_PROBES else None
 
 
-def measure_op_points(backend: Any, cal: Calibration, op_type: str) -> None:
-    """Measure ``op_type`` on ``backend`` now (first use by a placement) into ``cal`` and the
-    cache; an op the device cannot run is recorded as no points (its class's are used)."""
-    from anychip.core.plan.calibration_probes import measure_op
+def keys() -> list[str]:
+    """Every key a calibration measures: the classes, then each op measured on its own."""
+    from anychip.core.plan.calibration_probes import OP_PROBES
 
-    key = op_key(op_type)
-    if key is not None:
-        _measure_points(backend, cal, key, op_type, lambda: measure_op(backend, op_type, cal.link))
-
-
-def attention_key(shape: AttentionShape) -> str:
-    """The key of one attention chain's own measured point (``cost_patterns.chain_shape``)."""
-    q, kt, v, mask, scale_op = shape
-    dims = ["x".join(map(str, d)) for d in (q, kt, v)]
-    dims.append("-" if mask is None else "x".join(map(str, mask)))
-    return "attention:" + "/".join(dims) + "/" + scale_op
-
-
-_ATTENTION_KEY = re.compile(r"attention:[0-9x]+/[0-9x]+/[0-9x]+/(-|[0-9x]*)/(Mul|Div)")
-
-
-def measure_attention_points(backend: Any, cal: Calibration, shape: AttentionShape) -> None:
-    """Measure one attention chain at its own shapes on ``backend`` now (first use by a
-    placement) into ``cal`` and the cache: the class's probes (one batch of 8 heads, sequence
-    64 to 512, no mask) are read at the chain's FLOPs, and a device's speed per FLOP depends on
-    the shape and the mask (the XPU runs a masked chain unfused: GPT-like's took 6.36 ms there,
-    the class read 0.40)."""
-    from anychip.core.plan.calibration_probes import measure_attention
-
-    key = attention_key(shape)
-    label = f"attention {key.split(':', 1)[1]}"
-    _measure_points(backend, cal, key, label, lambda: measure_attention(backend, shape, cal.link))
-
-
-def _measure_points(
-    backend: Any, cal: Calibration, key: str, label: str, measure: Callable[[], list]
-) -> None:
-    with _lock:
-        if key in cal.points:
-            return
-        with task(f"calibrating {label} on {backend.name}", 1):
-            try:
-                cal.points[key] = measure()
-            except (OSError, ValueError) as e:
-                logging.getLogger("anychip").warning("anychip: measuring %s failed: %s", key, e)
-                cal.points[key] = []
-        _save(backend, cal)
+    return [*_CLASSES, *(f"op:{op}" for op in OP_PROBES)]
 
 
 @dataclass
@@ -200,6 +169,16 @@ class Calibration:
     #: (seconds since the epoch).
     load: float | None = None
     when: float = 0.0
+    #: Per key, how far the sweeps disagreed (the largest of (slow - fast) / fast over its
+    #: points): the figures' relative uncertainty, read by ``uncertainty``.
+    spread: dict[str, float] = field(default_factory=dict)
+    #: 1 for a device's first calibration here, one more for each ``anychip calibrate``.
+    version: int = 1
+
+    def uncertainty(self, key: str) -> float:
+        """Relative uncertainty of a time read from ``key``'s points: the sweeps' spread, at
+        least ``MIN_UNCERTAINTY`` (reading between probe sizes is itself an estimate)."""
+        return max(MIN_UNCERTAINTY, self.spread.get(key, DEFAULT_SPREAD))
 
     def time(self, cls: str, work: float) -> float | None:
         """Seconds for ``work`` units of ``cls`` (piecewise linear through the measured
@@ -231,6 +210,8 @@ class Calibration:
             "seconds": self.seconds,
             "load": self.load,
             "when": self.when,
+            "spread": self.spread,
+            "version": self.version,
         }
 
     @classmethod
@@ -241,7 +222,7 @@ class Calibration:
             str(k): sorted((float(w), float(t)) for w, t in v) for k, v in data["points"].items()
         }
         for k, v in points.items():
-            known = k in _CLASSES or op_key(k[3:]) == k or _ATTENTION_KEY.fullmatch(k)
+            known = k in _CLASSES or op_key(k[3:]) == k
             if not known or any(not (w >= 0 and t > 0) for w, t in v):
                 raise ValueError(f"bad calibration points for {k!r}")
         link = data.get("link")
@@ -251,6 +232,9 @@ class Calibration:
         load = data.get("load")
         load_f = None if load is None else float(load)
         when = float(data.get("when", 0.0))
+        spread = {str(k): float(v) for k, v in data.get("spread", {}).items()}
+        if any(not (v >= 0) for v in spread.values()):
+            raise ValueError("bad spreads")
         return cls(
             str(data["device"]),
             str(data["key"]),
@@ -259,6 +243,8 @@ class Calibration:
             float(data["seconds"]),
             load_f,
             when,
+            spread,
+            int(data.get("version", 1)),
         )
 
 
@@ -340,7 +326,7 @@ def clear_calibrations(device: str | None = None) -> int:
 
 
 MODES = ("auto", "cached", "off")
-_lock = threading.RLock()  # measure_op_points runs inside a placement
+_lock = threading.RLock()
 #: Set at interpreter exit (``calibration_background``): a probe in flight ends after its
 #: current call, so no device runtime is left working while the process shuts down.
 STOP = threading.Event()
@@ -362,17 +348,15 @@ def resolve_calibration_mode(mode: str | None) -> str:
 
 
 def calibration_for(backend: Any, *, measure: bool = True) -> Calibration | None:
-    """The cached calibration, measured now (and cached) when missing and ``measure``, or
-    measured again when it was taken under more load than now (``_quieter_now``). A device
-    that fails to calibrate keeps its declared figures (None)."""
+    """The cached calibration, measured now (and cached) when missing and ``measure``. A
+    device that fails to calibrate keeps its declared figures (None)."""
     from anychip.errors import AnychipError
 
     with _lock:
         cal = load_calibration(backend)
-        busier = cal is not None and _quieter_now(cal)
-        if (cal is None or busier) and measure and backend.available()[0]:  # unavailable: no try
+        if cal is None and measure and backend.available()[0]:  # unavailable: no try
             try:
-                cal = calibrate(backend, since=cal)
+                cal = calibrate(backend)
             except (AnychipError, OSError) as e:
                 logging.getLogger("anychip").warning(
                     "anychip: calibrating %s failed (%s); its declared figures are used",
@@ -387,18 +371,18 @@ def calibrations(backends: list[Any], mode: str) -> dict[str, Calibration]:
 
     A load never waits for a measurement: under ``"auto"`` a device with no calibration here
     (a new device, a new machine) is placed on its declared figures and measured in a
-    background thread (``calibration_background.py``) for the loads after it; one measured
-    under more load than now keeps its figures meanwhile. ``anychip calibrate`` measures at
-    once."""
+    background thread (``calibration_background.py``) for the loads after it. A cached one is
+    never measured again here (the same placement every time); ``anychip calibrate`` measures
+    at once."""
     if mode == "off":
         return {}
     found = {}
     for b in backends:
         cal = load_calibration(b)
-        if mode == "auto" and (cal is None or _quieter_now(cal)) and b.available()[0]:
+        if mode == "auto" and cal is None and b.available()[0]:
             from anychip.core.plan.calibration_background import measure_in_background
 
-            measure_in_background(b, cal)
+            measure_in_background(b)
         if cal is not None:
             found[b.name] = cal
     return found
@@ -417,10 +401,9 @@ def _faster(
     return [(w, min(t0, t1)) for (w, t0), (_, t1) in zip(old, new)]
 
 
-#: A calibration taken at a load average this much above the machine's load now is measured
-#: again (one core's worth of other work, on a 2-core machine, doubles a threaded probe).
-LOAD_STEP = 1.0
-MIN_AGE = 60.0
+#: Relative uncertainty of measured figures at the least, and where a key has no spread.
+MIN_UNCERTAINTY = 0.1
+DEFAULT_SPREAD = 0.25
 
 
 def _load_average() -> float | None:
@@ -430,37 +413,41 @@ def _load_average() -> float | None:
         return None
 
 
-def _quieter_now(cal: Calibration) -> bool:
-    """Whether ``cal`` was measured under ``LOAD_STEP`` more load than the machine has now,
-    at least ``MIN_AGE`` seconds ago (the load average is a one-minute average)."""
-    if cal.load is None or time.time() - cal.when < MIN_AGE:
-        return False
-    now = _load_average()
-    return now is not None and cal.load > now + LOAD_STEP
+def _spread(sweeps: list[list[tuple[float, float]]]) -> float:
+    """The largest relative disagreement between sweeps over their common points."""
+    worst = 0.0
+    for pts in zip(*sweeps):
+        ts = [t for _, t in pts]
+        worst = max(worst, (max(ts) - min(ts)) / min(ts))
+    return worst
 
 
 def calibrate(
     backend: Any, *, repeat: int = 5, since: Calibration | None = None, save: bool = True
 ) -> Calibration:
-    """Measure ``backend`` now (about a second or two), cache (unless ``save`` is False) and
-    return the figures. ``since``: an earlier calibration taken under more load; each of its
-    points is kept where it is faster than the new one (load only adds time), its per-op and
-    per-chain points too."""
+    """Measure every key (``keys()``) of ``backend`` now (a few seconds), cache (unless
+    ``save`` is False) and return the figures. ``since``: the calibration this one replaces
+    (``anychip calibrate``): the new one's ``version`` is one more."""
     from anychip.core.plan.calibration_probes import measure_class, measure_link
 
     t0 = time.perf_counter()
     cal = Calibration(backend.name, cache_key(backend), load=_load_average(), when=time.time())
     if since is not None:
-        cal.points = {k: list(v) for k, v in since.points.items()}
-    with task(f"calibrating {backend.name}", SWEEPS * len(_CLASSES)) as advance:
+        cal.version = since.version + 1
+    all_keys = keys()
+    sweeps: dict[str, list[list[tuple[float, float]]]] = {}
+    with task(f"calibrating {backend.name}", SWEEPS * len(all_keys)) as advance:
         # Every class twice, a sweep apart, each point the faster of the two: a burst of
-        # another process's work that spans one probe's rounds does not span both sweeps.
+        # another process's work that spans one probe's rounds does not span both sweeps;
+        # how far they disagree is the figures' uncertainty.
         for _ in range(SWEEPS):
-            for cls in _CLASSES:
-                pts = measure_class(backend, cls, repeat)
+            for k in all_keys:
+                pts = measure_class(backend, k, repeat)
                 if pts:
-                    cal.points[cls] = _faster(cal.points.get(cls), pts)
+                    cal.points[k] = _faster(cal.points.get(k), pts)
+                    sweeps.setdefault(k, []).append(pts)
                 advance(1)
+    cal.spread = {k: _spread(v) for k, v in sweeps.items() if len(v) > 1}
     if not backend.host_memory:
         cal.link = measure_link(backend, repeat)
     cal.seconds = time.perf_counter() - t0

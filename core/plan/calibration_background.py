@@ -1,15 +1,15 @@
 """Calibration in the background: a load never waits for a device to be measured.
 
 ``calibration.calibrations`` (what a load asks) starts ``measure_in_background`` for a device
-with no calibration here, or one taken under more load than now, and places on what the cache
-holds (declared figures for a new device). The thread measures without holding the
-calibration lock (a placement measuring one op's points must not wait for a whole
-calibration), then saves under it, keeping the points placements saved meanwhile. One thread
-per device and cache file at a time (the file is written under a temporary name and renamed:
-an interrupted one leaves nothing). At interpreter exit the threads are stopped after the
-probe call in flight and joined (``_stop_at_exit``): a device runtime still compiling or
-running a probe while the interpreter finalizes aborted the process ("terminate called
-without an active exception", OpenVINO's CPU plugin beside anychip's CPU session).
+with no calibration here, and places on what the cache holds (a new device's declared figures,
+which placement does not trust: decisions/032). The thread measures without holding the
+calibration lock, then saves under it unless a calibration appeared meanwhile (another
+process's, or ``anychip calibrate``'s: the first complete one stays). One thread per device
+and cache file at a time (the file is written under a temporary name and renamed: an
+interrupted one leaves nothing). At interpreter exit the threads are stopped after the probe
+call in flight and joined (``_stop_at_exit``): a device runtime still compiling or running a
+probe while the interpreter finalizes aborted the process ("terminate called without an
+active exception", OpenVINO's CPU plugin beside anychip's CPU session).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _running_lock = threading.Lock()
 def measure_in_background(backend: Any, since: Calibration | None = None) -> threading.Thread:
     """Calibrate ``backend`` in a daemon thread (one at a time per device and cache file) and
     cache the figures; the thread (``join`` it to wait). Placements meanwhile use what the
-    cache holds, and the per-op points they measure are kept when the thread saves."""
+    cache holds."""
     key = str(_path(backend))
     with _running_lock:
         running = _running.get(key)
@@ -57,8 +57,8 @@ def measure_in_background(backend: Any, since: Calibration | None = None) -> thr
 
 
 def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
-    """Measure without holding ``_lock`` (a placement measuring one op must not wait for a
-    whole calibration), then save under it, keeping the points saved meanwhile."""
+    """Measure without holding ``_lock``, then save under it unless a calibration was saved
+    meanwhile (the first complete one stays: placements must not change under the user)."""
     try:
         cal = calibrate(backend, since=since, save=False)
     except CalibrationStopped:  # the process is exiting: nothing to say, nothing saved
@@ -71,11 +71,8 @@ def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
         )
         return
     with _lock:
-        now = load_calibration(backend)
-        if now is not None:
-            for k, pts in now.points.items():
-                cal.points.setdefault(k, pts)
-        _save(backend, cal)
+        if load_calibration(backend) is None:
+            _save(backend, cal)
 
 
 #: How long exit waits for a calibration thread to finish its probe call in flight (s).

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from anychip.ir.node import Node
     from anychip.ir.value import Value
 
-__all__ = ["node_flops", "node_time", "copy_time", "MIN_ISLAND_GAIN"]
+__all__ = ["node_flops", "node_time", "measured_key", "copy_time", "MIN_ISLAND_GAIN"]
 
 #: An island must save at least this many seconds more than its copies cost (1 microsecond).
 MIN_ISLAND_GAIN = 1e-6
@@ -94,20 +94,28 @@ def _keeps_rows(node: Node) -> bool:
     return list(perm)[-1] == len(shape) - 1 and shape[-1] >= 8
 
 
+def measured_key(node: Node, cal: Calibration) -> str | None:
+    """The calibration key ``node_time`` reads ``node`` from (None: not measured)."""
+    key = op_key(node.op_type)
+    if key and cal.points.get(key):  # the op's own points
+        return key
+    cls = op_class(node.op_type, _const_weight(node), _keeps_rows(node))
+    if cal.points.get(cls):
+        return cls
+    if cls == "data_rows" and cal.points.get("data"):  # its probe did not run on the device
+        return "data"
+    return None
+
+
 def node_time(node: Node, device: DeviceModel, cal: Calibration | None = None) -> float | None:
     """Estimated seconds for ``node`` on ``device`` (measured where ``cal`` has its op class),
     or None when shapes are unknown."""
     flops = node_flops(node)
     if flops is None:
         return None
-    if cal is not None:
-        key = op_key(node.op_type)
-        measured = cal.time(key, flops) if key else None  # the op's own points, if any
-        if measured is None:
-            cls = op_class(node.op_type, _const_weight(node), _keeps_rows(node))
-            measured = cal.time(cls, flops)
-            if measured is None and cls == "data_rows":  # its probe did not run on the device
-                measured = cal.time("data", flops)
+    key = None if cal is None else measured_key(node, cal)
+    if key is not None and cal is not None:
+        measured = cal.time(key, flops)
         if measured is not None:
             return measured
     nbytes = node_bytes(node)

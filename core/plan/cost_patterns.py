@@ -9,9 +9,10 @@ cost model placed the attention where the unfused nodes were cheapest, not where
 kernel is. The calibration therefore measures the chain as a whole (the ``attention`` class,
 ``core/plan/calibration_probes.py``: the same four nodes loaded on the device, so each device's own
 fusion is in the figure), and ``Costs`` gives each node of a chain an equal share of the
-chain's measured time: the chain measured at its own shapes (``chain_shape``, on first use;
-the class's probes have no mask, and a masked chain runs unfused on the XPU, 16x the class's
-figure for GPT-like's), else the class read at its FLOPs. Equal shares make every node of a
+chain's measured time, read at its FLOPs from the ``attention`` class, or from
+``attention_mask`` for a masked chain (a masked chain runs unfused on the XPU, 16x the
+unmasked class's figure for GPT-like's); both are measured up front with every other class
+(decisions/032). Equal shares make every node of a
 chain want the same move, so the node-level moves (``core/plan/cost_moves.py``) move a chain
 whole. A chain split over two devices is not fused there and is priced too low (a known
 approximation: the scores tensor such a split copies makes it rare, and the session's feedback
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from anychip.ir.graph import Graph
     from anychip.ir.node import Node
 
-__all__ = ["attention_chains", "attention_work", "chain_shape"]
+__all__ = ["attention_chains", "attention_work"]
 
 
 def attention_work(chain: tuple[Node, ...]) -> float | None:
@@ -58,17 +59,3 @@ def attention_chains(graph: Graph) -> dict[Node, tuple[tuple[Node, ...], float]]
         for n in m.nodes:
             found[n] = (m.nodes, work)
     return found
-
-
-def chain_shape(chain: tuple[Node, ...]) -> tuple | None:
-    """The shapes a chain is measured at on its own (``calibration.AttentionShape``: Q, Kt, V,
-    the mask or None, the scale's op), or None when one is not static."""
-    mm, scale, out = chain[0], chain[1], chain[-1]
-    values = [mm.inputs[0], mm.inputs[1], out.inputs[1]]
-    mask = chain[2].inputs[1] if chain[2].op_type == "Add" else None
-    if mask is not None:
-        values.append(mask)
-    if any(v is None or not v.is_static for v in values):
-        return None
-    dims = [tuple(int(d) for d in v.shape) for v in values]
-    return (dims[0], dims[1], dims[2], dims[3] if mask is not None else None, scale.op_type)

@@ -20,14 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from anychip.core.plan.calibration import (
-    attention_key,
-    measure_attention_points,
-    measure_op_points,
-    op_key,
-)
-from anychip.core.plan.cost import copy_time, node_time
-from anychip.core.plan.cost_patterns import attention_chains, chain_shape
+from anychip.core.plan.cost import copy_time, measured_key, node_time
+from anychip.core.plan.cost_patterns import attention_chains
 
 if TYPE_CHECKING:
     from anychip.core.plugin.backend import Backend
@@ -50,7 +44,7 @@ class Costs:
         calibrations: dict[str, Any] | None = None,
         factors: dict[str, float] | None = None,
         capable: Any = None,
-        measure: bool = False,
+        unmeasured: float = 0.0,
     ) -> None:
         self.by_name = {b.name: b for b in backends}
         self.cals = dict(calibrations or {})
@@ -59,9 +53,9 @@ class Costs:
         self._capable = capable
         self._memo: dict[tuple[Node, str], float | None] = {}
         self._chains: dict[Graph, dict] = {}
-        #: Whether an op measured one by one (``calibration.op_key``) but not yet measured on a
-        #: calibrated device is measured now (calibration mode ``auto``).
-        self.measure = measure
+        #: Relative uncertainty of a device's declared figures (no calibration here): infinite
+        #: unless calibration is ``off``, where the declared figures are the ones chosen.
+        self.unmeasured = unmeasured
 
     def capable(self, device: str, node: Node) -> bool:
         return self._capable is not None and self._capable(device, node)
@@ -71,18 +65,15 @@ class Costs:
         if key not in self._memo:  # the searches ask for the same node many times
             b = self.by_name[device]
             cal = self.cals.get(device)
-            op = op_key(node.op_type)
-            if self.measure and cal is not None and op is not None and op not in cal.points:
-                measure_op_points(b, cal, node.op_type)
             t = self._chain_share(node, b, cal)
             if t is None:
                 t = node_time(node, b.device, cal)
             self._memo[key] = None if t is None else t * self.factors.get(device, 1.0)
         return self._memo[key]
 
-    def _chain_share(self, node: Node, backend: Backend, cal: Any) -> float | None:
-        """``node``'s equal share of its attention chain's measured time on a device whose
-        calibration has the ``attention`` class (``core/plan/cost_patterns.py``), else None."""
+    def _chain_key(self, node: Node, cal: Any) -> tuple[str, float, int] | None:
+        """``node``'s attention chain's key (``attention_mask`` for a masked chain, where
+        measured), its work and its length, on a device whose calibration has the class."""
         if cal is None or not cal.points.get("attention") or node.graph is None:
             return None
         chains = self._chains.get(node.graph)
@@ -92,18 +83,38 @@ class Costs:
         if entry is None:
             return None
         chain, work = entry
-        # The chain's own shapes measured on first use (calibration mode ``auto``) beat the
-        # class's points read at its FLOPs: a device's speed per FLOP depends on the shape and
-        # the mask (GPT-like's masked chain runs unfused on the XPU: 6.36 ms measured, 0.40
-        # read from the class).
-        shape = chain_shape(chain)
-        key = None if shape is None else attention_key(shape)
-        if key is not None and key not in cal.points and self.measure:
-            measure_attention_points(backend, cal, shape)
-        t = cal.time(key, work) if key is not None else None
-        if t is None:
-            t = cal.time("attention", work)
-        return None if t is None else t / len(chain)
+        # A masked chain may run unfused (GPT-like's on the XPU: 6.36 ms, the unmasked class
+        # read 0.40): it has its class, measured up front like every other.
+        masked = len(chain) > 4 and cal.points.get("attention_mask")
+        return ("attention_mask" if masked else "attention"), work, len(chain)
+
+    def _chain_share(self, node: Node, backend: Backend, cal: Any) -> float | None:
+        """``node``'s equal share of its attention chain's measured time on a device whose
+        calibration has the ``attention`` class (``core/plan/cost_patterns.py``), else None."""
+        found = self._chain_key(node, cal)
+        if found is None:
+            return None
+        key, work, length = found
+        t = cal.time(key, work)
+        return None if t is None else t / length
+
+    def uncertainty(self, node: Node, device: str) -> float:
+        """Relative uncertainty of ``node``'s time on ``device``: its calibration's for the key
+        it is read from, else ``unmeasured`` (declared figures)."""
+        cal = self.cals.get(device)
+        if cal is None:
+            return self.unmeasured
+        found = self._chain_key(node, cal)
+        key = found[0] if found is not None else measured_key(node, cal)
+        return self.unmeasured if key is None else cal.uncertainty(key)
+
+    def copy_uncertainty(self, device: str) -> float:
+        """Relative uncertainty of a copy over ``device``'s link."""
+        cal = self.cals.get(device)
+        b = self.by_name[device]
+        if b.device.host_link is None:
+            return 0.0
+        return self.unmeasured if cal is None or cal.link is None else cal.uncertainty("link")
 
     def copy(self, nbytes: int | None, device: str) -> float:
         b = self.by_name[device]

@@ -16,12 +16,14 @@ Reasons, as shown in the placement report:
 from __future__ import annotations
 
 import fnmatch
+import math
 from typing import TYPE_CHECKING
 
 from anychip.core.plan.calibration import resolve_calibration_mode
 from anychip.core.plan.cost import MIN_ISLAND_GAIN
 from anychip.core.plan.cost_moves import move_faster_groups
 from anychip.core.plan.cost_search import Costs, prefer_single_device
+from anychip.core.plan.uncertainty import no_lone_cheap_ops, prefer_safe_device
 from anychip.core.plugin.kernels import KernelTable, find_kernel, input_dtypes
 from anychip.errors import PlacementError, UnsupportedOpError
 
@@ -88,6 +90,7 @@ class PlacementOptions:
         "policy",
         "calibrations",
         "factors",
+        "explore_budget",
     )
 
     def __init__(
@@ -117,6 +120,8 @@ class PlacementOptions:
         self.policy = "latency" if cost_model else "prefer-first"
         self.calibrations: dict[str, object] = {}
         self.factors: dict[str, float] = {}
+        #: The share of the run time the session's feedback may spend exploring (decisions/032).
+        self.explore_budget = 0.05
 
     def pin_for(self, node: Node) -> str | None:
         if node.name in self.pins:
@@ -175,12 +180,15 @@ def place(
         )
     if options.cost_model:
         _keep_shape_chains_on_host(graph, backends, tables)
-        costs = Costs(
-            backends, options.calibrations, options.factors, measure=options.calibration == "auto"
-        )
+        # Declared figures are trusted only when the user chose them (calibration "off"): a
+        # device not measured here has an unbounded uncertainty (decisions/032).
+        unmeasured = 0.0 if options.calibration == "off" else math.inf
+        costs = Costs(backends, options.calibrations, options.factors, unmeasured=unmeasured)
         if options.policy != "min-copies":  # the islands rule and the moves are about time
             avoid_costly_islands(graph, backends, tables, options, costs)
             _move_faster_groups(graph, backends, tables, costs)
+            for n, why in no_lone_cheap_ops(graph, backends, _capable_fn(tables), costs):
+                _assign(n, backends[-1], tables, why)
         _prefer_single_device(graph, backends, tables, costs, options)
 
 
@@ -251,6 +259,13 @@ def _prefer_single_device(
 
     capable = _capable_fn(tables)
     by_copies = options.policy == "min-copies"
+    if not by_copies:  # the reference and the uncertainty (core/plan/uncertainty.py)
+        safe = prefer_safe_device(graph, backends, capable, costs)
+        if safe is not None:
+            for n in graph.nodes:
+                if n.meta["device"] != safe[0].name:
+                    _assign(n, safe[0], tables, safe[1])
+        return
     found = prefer_single_device(graph, backends, capable, costs, by_copies)
     if found is None:
         return

@@ -11,25 +11,30 @@ process, measured).
 
 Estimates can be wrong in ways no factor corrects (a device fast on one op class and slow on
 another, copies that overlap), so the other placements worth having are *measured* too, one
-after another, each over the requests that come next (a warm-up, then ``TIMED_RUNS`` runs of it
-in turn with as many of the placement, so each pair is measured under the same conditions; all
-serving those requests): the host alone, and for each other device the most it can take
+after another, each over the requests that come next (a warm-up, then runs of it in turn with
+as many of the placement, so each pair is measured under the same conditions; all serving
+those requests): the host alone, and for each other device the most it can take
 (onnxruntime's PREFER_<device>); a run right after the other placement's is not timed, since
-what that one left spinning slows it. A placement identical to one measured is skipped; a trial that
-fails is dropped (its request is served by the current placement). The fastest relative to the
-placement's paired runs wins if it is ``MARGIN`` faster, in its best run and its median one (one
-lucky run of three must not move a session; when the best runs win and the typical ones do not,
-the trial is measured over as many pairs again, whose median must win too): so a device added to
-the list can cost a few trial runs, never a slower steady state. Under a named policy
-(``prefer-first``, ``min-copies``) or ``strict`` the user said how to place, and nothing is
-tried. Either way the partitions' info and ``Session.placement()`` say what was measured and
-decided. Outputs do not depend on which placement ran beyond the devices' floating-point
-differences.
+what that one left spinning slows it. A placement identical to one measured is skipped; a
+trial that fails is dropped (its request is served by the current placement).
+
+Exploring has bounded regret (decisions/032): a request may explore (compile a trial, run it,
+or run the placement right after it) only while the time explored so far beyond the
+placement's typical run, plus what this request is expected to add, stays within ``budget``
+(``explore_budget``, 5%) of the session's run time so far, this request included; otherwise
+the placement serves it and the trial waits. A trial is decided on the ratios of its paired
+runs with a one-sided 95% confidence bound (``_verdict``): kept when the bound says it is
+``MARGIN`` faster, dropped when it says it is not, or after ``MAX_PAIRS`` pairs undecided. The
+fastest kept wins. Under a named policy (``prefer-first``, ``min-copies``) or ``strict`` the
+user said how to place, and only the corrected costs' placement is tried. Either way the
+partitions' info and ``Session.placement()`` say what was measured and decided. Outputs do not
+depend on which placement ran beyond the devices' floating-point differences.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from typing import TYPE_CHECKING, Any
@@ -39,9 +44,15 @@ from anychip.core.plan.cost_search import MARGIN, Costs, estimate
 if TYPE_CHECKING:
     from anychip.core.compile.pipeline import CompiledModel
 
-__all__ = ["Feedback", "explain_partitions", "predicted_time", "TIMED_RUNS"]
+__all__ = ["Feedback", "explain_partitions", "predicted_time", "TIMED_RUNS", "EXPLORE_BUDGET"]
 
 TIMED_RUNS = 3
+#: Exploring may cost at most this share of the session's run time so far (``explore_budget``).
+EXPLORE_BUDGET = 0.05
+#: Pairs a trial is measured over at most; still undecided then, the placement stays.
+MAX_PAIRS = 12
+#: One-sided 95% quantiles of Student's t, by degrees of freedom 1, 2, ... (n pairs: n - 1).
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796)
 log = logging.getLogger("anychip")
 
 
@@ -82,19 +93,35 @@ def _sum(times: Any) -> float | None:
 
 class Feedback:
     """The measuring, the trials and the one re-placement of a session (see the module
-    docstring)."""
+    docstring). ``budget``: the share of the session's run time exploring may cost;
+    ``clock``: what times the runs (a fake one in tests)."""
 
-    def __init__(self, recompile: Any, trials: bool = True) -> None:
+    def __init__(
+        self,
+        recompile: Any,
+        trials: bool = True,
+        budget: float = EXPLORE_BUDGET,
+        clock: Any = time.perf_counter,
+    ) -> None:
         #: ``recompile(factors, devices=None, policy=None) -> CompiledModel``: the model placed
         #: with corrected costs, or over ``devices`` with ``policy`` (for a trial).
         self.recompile = recompile
         #: Whether other placements are measured too (not when a policy or strict says how).
         self.trials = trials
+        self.budget, self.clock = budget, clock
         self.runs = 0
         self.samples: list[list[float]] = []
         #: Each timed run's whole time (what the trials are compared with, like for like).
         self.totals: list[float] = []
         self.measured = 0.0
+        #: The placement's typical run (the median of its timed runs): what a request costs
+        #: when nothing is explored.
+        self.ref = 0.0
+        #: Seconds of every request this feedback served, and the part of them spent
+        #: exploring beyond ``ref`` per request (compiling trials, running them, the untimed
+        #: runs after them).
+        self.session_time = 0.0
+        self.explored = 0.0
         self.done = False
         self.decision = ""
         #: The placements still to try, as (label, compiled or (factors, devices, policy) to
@@ -102,8 +129,6 @@ class Feedback:
         self.queue: list[tuple[str, Any]] = []
         self.trial: tuple[str, CompiledModel] | None = None
         self.trial_samples: list[float] = []
-        #: Pairs the current trial is measured over (doubled once when undecided).
-        self.trial_runs = TIMED_RUNS
         #: The placements measured or being measured (node -> device), not tried twice.
         self.seen: list[dict[str, str]] = []
         #: The placement's own runs paired with the trial's (see ``_run_trial``).
@@ -113,6 +138,12 @@ class Feedback:
         #: Which of the two ran last in a trial ("trial" or "placed"): a run right after the
         #: other one is not timed (see ``_run_trial``).
         self.last = "placed"
+        #: An untimed run was made: the timed one follows in the next request (its cost was
+        #: counted when the untimed one was allowed).
+        self.committed = False
+        #: What a compile of a trial is expected to cost: the session's own compile (set by
+        #: the session), then the last trial compile's measured time.
+        self.compile_cost = 0.0
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -120,14 +151,57 @@ class Feedback:
         otherwise); other placements are tried only under the ``latency`` policy, not strict."""
         if not options.cost_model or n_devices < 2:
             return None
-        return cls(recompile, trials=options.policy == "latency" and not options.strict)
+        trials = options.policy == "latency" and not options.strict
+        return cls(recompile, trials=trials, budget=options.explore_budget)
 
     def run(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
-        """One run of ``compiled`` (or of the placement being tried); returns its outputs and
-        the compiled model to use from now on (a new one after a re-placement)."""
+        """One run of ``compiled`` (or of the placement being tried, when the budget allows);
+        returns its outputs and the compiled model to use from now on (a new one after a
+        re-placement)."""
+        if self.done:
+            return compiled.steps.run(arrays), compiled
         self.runs += 1
-        if self.trial is not None:
-            return self._run_trial(compiled, arrays)
+        t0 = self.clock()
+        exploring = (self.trial is not None or bool(self.queue)) and self._affordable()
+        try:
+            if exploring:
+                return self._explore(compiled, arrays)
+            if self.trial is not None or self.queue:  # over budget: the placement serves
+                self.last = "placed"
+                return compiled.steps.run(arrays), compiled
+            return self._measure(compiled, arrays, t0)
+        finally:
+            elapsed = self.clock() - t0
+            self.session_time += elapsed
+            if exploring:
+                self.explored += max(0.0, elapsed - self.ref)
+
+    def _affordable(self) -> bool:
+        """Whether this request may explore: the time explored so far plus what this request
+        is expected to add stays within ``budget`` of the session's time, this one included
+        (expected: the trial's last run, or its predicted time before it ran; for a compile,
+        the last compile's time)."""
+        if math.isinf(self.budget) or self.committed:
+            return True
+        if self.budget <= 0:
+            return False
+        expected = 0.0
+        if self.trial is None and self.queue and isinstance(self.queue[0][1], tuple):
+            expected = self.compile_cost  # the next request compiles a trial
+        elif self.trial is not None:
+            trial = self.trial[1]
+            took = self.trial_samples[-1] if self.trial_samples else None
+            took = took if took is not None else getattr(trial, "predicted", None)
+            turn = len(self.trial_samples) + len(self.paired_samples)
+            if turn == 0 or turn % 2 == 1:  # the trial's side: with its untimed run, two
+                runs = 1 if turn == 0 or self.last == "trial" else 2
+                expected = runs * max(0.0, (took or self.ref) - self.ref)
+        total = self.session_time + self.ref + expected
+        return self.explored + expected <= self.budget * total
+
+    def _measure(self, compiled: CompiledModel, arrays: list[Any], t0: float) -> tuple:
+        """Runs 1 to ``1 + TIMED_RUNS``: the warm-up, then the placement timed; then the
+        placements to try are queued (tried in the requests that follow, within budget)."""
         if self.runs == 1:
             return compiled.steps.run(arrays), compiled
         if _compiling(compiled):
@@ -135,44 +209,62 @@ class Feedback:
             # the placement's time. Measured once it is done.
             return compiled.steps.run(arrays), compiled
         times: list[float] = []
-        t0 = time.perf_counter()
         outs = compiled.steps.run(arrays, times)
-        self.totals.append(time.perf_counter() - t0)
+        self.totals.append(self.clock() - t0)
         self.samples.append(times)
         if len(self.samples) < TIMED_RUNS:
             return outs, compiled
-        candidate = self._decide(compiled)
+        factors = self._measured(compiled)
         self.best = (1.0, "the placement", compiled)  # time relative to the placement's
         # The cost model's re-placement is measured before it is kept, like the others.
-        self.queue = [] if candidate is None else [("the corrected costs' placement", candidate)]
+        self.queue = [("the corrected costs' placement", ("corrected", factors))]
         if self.trials:
             self.queue += _candidates(compiled)
-        self._next_trial(compiled)
-        self.done = self.trial is None
-        return self._finish(outs, compiled)
+        if not self.seen:
+            self.seen.append(_placement(compiled))
+        return outs, compiled
 
     def stop(self, why: str) -> None:
         """Measure no more (the session was placed again, or closed); hold no placement."""
         self.done, self.trial, self.queue, self.decision = True, None, [], why
         self.best = None
 
+    def _explore(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
+        if self.trial is not None:
+            return self._run_trial(compiled, arrays)
+        # Compiling the next trial is this request's exploring; the placement serves it.
+        self._next_trial(compiled)
+        outs = compiled.steps.run(arrays)
+        self.last = "placed"
+        self.done = self.trial is None and not self.queue
+        return self._finish(outs, compiled)
+
     def _next_trial(self, compiled: CompiledModel) -> None:
-        """Compile the next placement to try that differs from every one measured."""
-        if not self.seen:
-            self.seen.append(_placement(compiled))
-        while self.queue and self.trial is None:
+        """Compile the next placement to try that differs from every one measured; at most
+        one compile per request (each is exploring time, counted against the budget)."""
+        compiled_one = False
+        while self.queue and self.trial is None and not compiled_one:
             label, how = self.queue.pop(0)
+            compiled_one = isinstance(how, tuple)
+            t0 = self.clock()
             try:
-                candidate = how if not isinstance(how, tuple) else self.recompile(*how)
+                if isinstance(how, tuple) and how[0] == "corrected":
+                    candidate = self._corrected(compiled, how[1])
+                    if candidate is None:
+                        continue
+                else:
+                    candidate = how if not isinstance(how, tuple) else self.recompile(*how)
             except Exception as e:
                 self.decision += f"; {label}: not tried ({type(e).__name__})"
                 continue
+            finally:
+                if compiled_one:
+                    self.compile_cost = self.clock() - t0
             where = _placement(candidate)
             if where in self.seen:
                 continue
             self.seen.append(where)
-            self.trial, self.trial_samples = (label, candidate), []
-            self.trial_runs = TIMED_RUNS
+            self.trial, self.trial_samples, self.paired_samples = (label, candidate), [], []
 
     def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
         """One request of a trial: its warm-up first, then the trial and the placement in
@@ -187,8 +279,8 @@ class Feedback:
         # OpenMP's too) slows the next run. An NPU placement's numpy products made the CPU
         # alone's paired runs 2x slower, and ResNet-50 kept the NPU at 1.6x the CPU alone.
         timed = turn == 0 or side == self.last
-        self.last = side
-        t0 = time.perf_counter()
+        self.last, self.committed = side, not timed
+        t0 = self.clock()
         if side == "trial":
             before = _compiling(trial)
             try:
@@ -197,7 +289,7 @@ class Feedback:
                 self.decision += f"; {label}, tried, failed ({type(e).__name__})"
                 self._end_trial(compiled)
                 return self._finish(compiled.steps.run(arrays), compiled)
-            elapsed = time.perf_counter() - t0
+            elapsed = self.clock() - t0
             # The trial's own compiles (only the session's are started after a request); while
             # one runs the host serves its partitions: a time of the host, not of the trial.
             for sp in trial.specialized.values():
@@ -205,45 +297,40 @@ class Feedback:
             if not timed or (turn > 0 and (before or _compiling(trial))):
                 return outs, compiled
             self.trial_samples.append(elapsed)  # the first is its warm-up
-        else:
-            outs = compiled.steps.run(arrays)
-            if not timed:
-                return outs, compiled
-            self.paired_samples.append(time.perf_counter() - t0)
-        need = self.trial_runs
-        if len(self.paired_samples) < need or len(self.trial_samples) < 1 + need:
             return outs, compiled
-        took, against = min(self.trial_samples[1:]), min(self.paired_samples)
-        # The best runs must win and so must the typical ones: on a loaded machine one lucky
-        # run of three made a trial with 46 copies look 5% faster than the CPU alone.
-        typical = _typical(self.trial_samples[1:], self.paired_samples)
-        if need != TIMED_RUNS:  # extended: the later pairs must confirm on their own too
-            later = _typical(self.trial_samples[1 + TIMED_RUNS :], self.paired_samples[TIMED_RUNS:])
-            typical = max(typical, later)
-        best_wins = took / against < self.best[0] * (1 - MARGIN)
-        if best_wins and typical >= 1 - MARGIN and need == TIMED_RUNS:
-            # Undecided (the best runs say faster, the typical ones not: one slow run of three
-            # under load kept cnn_dynamic's 3 XPU nodes at 1.9x the CPU alone, whose best run
-            # was 0.76x): as many pairs again, then decided on all of them, the later ones'
-            # median confirming by itself (a second chance must not double false wins).
-            self.trial_runs = 2 * TIMED_RUNS
+        outs = compiled.steps.run(arrays)
+        if not timed:
             return outs, compiled
-        pairs = f" ({need} pairs)" if need != TIMED_RUNS else ""
-        self.decision += f"; {label}, tried, took {_ms(took)} against {_ms(against)}{pairs}"
-        if best_wins and typical < 1 - MARGIN:
-            self.best = (took / against, label, trial)
+        self.paired_samples.append(self.clock() - t0)
+        tried, placed = self.trial_samples[1:], self.paired_samples
+        verdict = _verdict(tried, placed)
+        if verdict is None:
+            return outs, compiled
+        ratio, low, high = verdict[1:]
+        self.decision += (
+            f"; {label}, tried, took {_ms(statistics.median(tried))} against "
+            f"{_ms(statistics.median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
+            f"95% bounds {low:.2f}-{high:.2f}x)"
+        )
+        if verdict[0] == "win" and ratio < self.best[0]:
+            self.best = (ratio, label, trial)
         self._end_trial(compiled)
         return self._finish(outs, compiled)
 
     def _end_trial(self, compiled: CompiledModel) -> None:
         self.trial, self.paired_samples, self.last = None, [], "placed"
-        self._next_trial(compiled)
-        self.done = self.trial is None
+        self.committed = False
+        self.done = not self.queue
 
     def _finish(self, outs: list[Any], compiled: CompiledModel) -> tuple[list[Any], Any]:
         """After the last trial: the fastest measured placement is the session's."""
         if not self.done or self.best is None:  # None: stopped, nothing measured to keep
             return outs, compiled
+        if self.session_time > 0:
+            share = self.explored / self.session_time
+            self.decision += (
+                f"; exploring cost {share:.1%} of {self.runs} runs' {self.session_time:.3f} s"
+            )
         took, label, best = self.best
         if best is compiled:
             self.decision = f"kept: {self.decision}"
@@ -252,20 +339,25 @@ class Feedback:
         log.info("anychip: %s", self.decision)
         return outs, best
 
-    def _decide(self, compiled: CompiledModel) -> CompiledModel | None:
-        """The placement the corrected costs predict ``MARGIN`` faster than measured (None:
-        the placement stays), with the figures in ``decision``."""
+    def _measured(self, compiled: CompiledModel) -> dict:
+        """The placement's figures from its timed runs, written into ``decision`` and each
+        partition's info; the factors that correct the cost model."""
         steps = compiled.steps.steps
         best = [min(col) for col in zip(*self.samples)]
         # The whole run, not the sum of its steps' minima: that leaves out what lies between
         # the steps and flatters a placement of many small partitions.
         self.measured = min(self.totals)
+        self.ref = statistics.median(self.totals)
         self.decision = f"measured {_ms(self.measured)} per run"
-        factors = self._factors(compiled, steps, best)
         # Partitions and partition steps are in the same order.
         by_part = iter(t for s, t in zip(steps, best) if not s.is_copy)
         for p in compiled.partitions:
             p.info["measured"] = _ms(next(by_part))
+        return self._factors(compiled, steps, best)
+
+    def _corrected(self, compiled: CompiledModel, factors: dict) -> CompiledModel | None:
+        """The placement the corrected costs predict ``MARGIN`` faster than measured (None:
+        the placement stays), with the figures in ``decision``."""
         try:
             candidate = self.recompile(factors)
         except Exception as e:
@@ -310,9 +402,29 @@ class Feedback:
         return {k: measured[k] / estimated[k] for k in measured if estimated.get(k)}
 
 
-def _typical(trial: list[float], paired: list[float]) -> float:
-    """The trial's median run over the placement's median run."""
-    return statistics.median(trial) / statistics.median(paired)
+def _verdict(tried: list[float], placed: list[float]) -> tuple[str, float, float, float] | None:
+    """Whether a trial is ``MARGIN`` faster than the placement, on the ratios of its paired
+    runs (``tried[i] / placed[i]``): ("win" | "lose", the ratio, its 95% bounds) once the
+    one-sided 95% confidence bound of the mean log ratio is past ``1 - MARGIN`` (its upper
+    bound below for a win, after ``TIMED_RUNS`` pairs at least; its lower bound above for a
+    loss), or "lose" after ``MAX_PAIRS`` undecided (the placement stays); None to measure on.
+    A pair shares what the machine was doing, so a burst of load mostly cancels in its ratio;
+    the bound, not one median, holds on a busy machine."""
+    n = min(len(tried), len(placed))
+    if n < 2:
+        return None
+    logs = [math.log(t / p) for t, p in zip(tried, placed) if t > 0 and p > 0]
+    if len(logs) < n:
+        return ("lose", 1.0, 0.0, math.inf)  # a clock that did not move: nothing to trust
+    mean = statistics.fmean(logs)
+    half = _T95[min(n - 2, len(_T95) - 1)] * statistics.stdev(logs) / math.sqrt(n)
+    ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    bound = 1 - MARGIN
+    if n >= TIMED_RUNS and high < bound:
+        return ("win", ratio, low, high)
+    if low > bound or n >= MAX_PAIRS:
+        return ("lose", ratio, low, high)
+    return None
 
 
 def _candidates(compiled: CompiledModel) -> list[tuple[str, Any]]:

@@ -26,7 +26,10 @@ def _save(name: str, per_unit: float, link: tuple[float, float] | None) -> None:
     backend = get_registry().backends[name]
     keys = [*C._CLASSES, *(f"op:{op}" for op in OP_PROBES)]
     points = {k: [(1e3, 1e-6 + 1e3 * per_unit), (1e9, 1e-6 + 1e9 * per_unit)] for k in keys}
-    C._save(backend, C.Calibration(name, C.cache_key(backend), points, link))
+    C._save(
+        backend,
+        C.Calibration(name, C.cache_key(backend), points, link, spread=dict.fromkeys(points, 0.0)),
+    )
 
 
 def _layer() -> bytes:
