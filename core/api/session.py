@@ -27,6 +27,7 @@ from anychip.core.progress import task
 from anychip.core.report.memory import MemoryReport, memory_report
 from anychip.core.report.placement import PlacementReport, log_fallbacks, placement_report
 from anychip.core.report.profile import Profile, profile_session
+from anychip.core.run import forks
 from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
@@ -84,6 +85,7 @@ class Session(Closable):
         self.outputs = [IOInfo(v) for v in graph.outputs]
         self._feeds = Feeds(graph.inputs, graph.outputs)
         self._lock = threading.RLock()
+        forks.track(self)  # a child forked mid-run gets a clear error (core/run/forks.py)
         log_fallbacks(self.model.graph, devices)
 
     def _use(self, c: CompiledModel) -> None:
