@@ -31,7 +31,7 @@ from anychip.core.run import forks
 from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
-from anychip.core.run.lifecycle import Closable
+from anychip.core.run.lifecycle import Closable, check_open
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
@@ -129,6 +129,7 @@ class Session(Closable):
 
     def replan(self) -> None:
         """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
+        check_open(self)  # a closed session has nothing to place (AttributeError before)
         if self._compile_with is None:
             raise AnychipError("a session on one device has nothing to re-place onto")
         keep = [d for d in self.devices if d not in self.unhealthy]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -313,6 +314,18 @@ class _Converter:
         self.opsets: dict[str, int] = {}
         for op in proto.opset_import:
             self.opsets["" if op.domain == "ai.onnx" else op.domain] = int(op.version)
+        newest = onnx.defs.onnx_opset_version()
+        if self.opsets.get("", 0) > newest:
+            # Not silently (issue 47): its nodes get the schemas of the newest opset known,
+            # whose semantics a future opset may have changed.
+            warnings.warn(
+                f"the model declares ai.onnx opset {self.opsets['']}, newer than the newest "
+                f"this anychip knows ({newest}, onnx {onnx.__version__}); its nodes run with "
+                f"the semantics of opset {newest}: check the model's opset_import, or upgrade "
+                "onnx and anychip",
+                UserWarning,
+                stacklevel=2,
+            )
         self.node_names = {n.name for g in _all_graphs(proto.graph) for n in g.node if n.name}
         self.counter = 0
 
