@@ -12,6 +12,8 @@ from anychip.backends.npu_stub.backend import NpuBackend
 from anychip.errors import OutOfMemoryError
 from tests.reliability.test_termination import _layer_norm_scale
 
+pytestmark = pytest.mark.usefixtures("no_compile_cache")  # they watch the compile itself
+
 
 @pytest.fixture
 def npu_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ def test_fixed_point_names_the_pass_that_never_settles() -> None:
 
 
 def test_a_pass_that_never_settles_moves_its_partition_to_the_cpu(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, no_compile_cache: None
 ) -> None:
     """A pass stuck in a loop (here the NHWC pass's cancel step always claiming a change) ends
     at its bound: the partition goes to the CPU with the pass named as the reason, and a
