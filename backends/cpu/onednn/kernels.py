@@ -312,7 +312,7 @@ def fused_conv(
         y = _conv(x, w, b, z, act, attrs, keep, None if keep else out, ctx=ctx)
     if _served("FusedConv", y) is not None:
         if _nan_guard.clamps(activation, act):  # oneDNN's max/min would turn NaN into 0
-            guard = (x, w, b, z, activation, activation_params, attrs, y)
+            guard = (x, w, b, z, activation, activation_params, attrs, y, _node_memo(ctx, "nan"))
             _nan_guard.keep_nan(*guard)
             _replay.note(_nan_guard.keep_nan, guard)
         return y

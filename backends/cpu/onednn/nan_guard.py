@@ -52,9 +52,17 @@ def keep_nan(
     params: list[float] | None,
     attrs: dict[str, Any],
     y: np.ndarray,
+    memo: dict | None = None,
 ) -> None:
-    """Rewrite ``y`` with the numpy FusedConv when an input holds NaN or Inf."""
-    if _finite(x) and _finite(w) and _finite(b) and _finite(z):
+    """Rewrite ``y`` with the numpy FusedConv when an input holds NaN or Inf. ``memo``: the
+    node's dict, where the weights' and bias's check is kept for the arrays it was made on
+    (they are the node's constants: one sum per call is left, the input's)."""
+    consts = memo.get("consts") if memo is not None else None
+    if consts is None or consts[0] is not w or consts[1] is not b:
+        consts = (w, b, _finite(w) and _finite(b))
+        if memo is not None:
+            memo["consts"] = consts
+    if consts[2] and _finite(x) and _finite(z):
         return
     ref = op_contrib_conv.fused_conv(
         x, w, b, z, activation=activation, activation_params=params, **attrs
