@@ -14,6 +14,7 @@ __all__ = [
     "AnychipError",
     "ModelError",
     "GraphError",
+    "PassLoopError",
     "UnsupportedOpError",
     "UnsupportedDTypeError",
     "InputError",
@@ -36,6 +37,10 @@ class ModelError(AnychipError):
 
 class GraphError(AnychipError):
     """The IR graph breaks an invariant (found by ``Graph.verify()``)."""
+
+
+class PassLoopError(GraphError):
+    """A graph pass did not reach a fixed point within its bound of rounds."""
 
 
 class UnsupportedOpError(AnychipError):

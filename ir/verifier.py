@@ -5,7 +5,7 @@ Called by tests after every transform, and by the session after passes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anychip.errors import GraphError
 
@@ -23,6 +23,7 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
     ``outer`` holds the ids of values visible from enclosing scopes.
     """
     visible: set[int] = set(outer or ())
+    use_sets: dict[int, set[tuple[Node, int]]] = {}
     names: dict[str, Value] = {}
 
     def define(v: Value, what: str) -> None:
@@ -47,7 +48,7 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
             raise GraphError(
                 f"node {node.name or node.op_type!r} does not point back at graph {graph.name!r}"
             )
-        _check_inputs(graph, node, visible)
+        _check_inputs(graph, node, visible, use_sets)
         for sub in node.subgraphs():
             if sub.parent is not node:
                 raise GraphError(f"subgraph {sub.name!r} does not point back at its node")
@@ -70,8 +71,12 @@ def verify_graph(graph: Graph, outer: set[int] | None = None) -> None:
                 raise GraphError(f"%{v.name} lists a stale use by {user.op_type} input {i}")
 
 
-def _check_inputs(graph: Graph, node: Node, visible: set[int]) -> None:
-    """Each input of ``node`` is defined before it and lists the node among its uses."""
+def _check_inputs(
+    graph: Graph, node: Node, visible: set[int], use_sets: dict[int, set[tuple[Node, int]]]
+) -> None:
+    """Each input of ``node`` is defined before it and lists the node among its uses (a
+    value with many uses is looked up in a set, made once: a node reading one value 50,000
+    times made the list scans quadratic, 30 s to load, issue 47)."""
     for i, v in enumerate(node.inputs):
         if v is None:
             continue
@@ -81,7 +86,12 @@ def _check_inputs(graph: Graph, node: Node, visible: set[int]) -> None:
                 f"defined (graph {graph.name!r} is not in topological order, or the value "
                 "is dangling)"
             )
-        if (node, i) not in v.uses:
+        uses: Any = v.uses
+        if len(uses) > 16:
+            uses = use_sets.get(id(v))
+            if uses is None:
+                uses = use_sets[id(v)] = set(v.uses)
+        if (node, i) not in uses:
             raise GraphError(
                 f"%{v.name} does not list node {node.name or node.op_type!r} "
                 f"input {i} among its uses"

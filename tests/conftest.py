@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,9 +24,7 @@ os.environ.setdefault("ANYCHIP_CALIBRATION", "off")
 # Graph-mode devices compile at load, as they did before background compiles: the tests of the
 # background path (tests/core/test_specialize.py) turn it on themselves.
 os.environ.setdefault("ANYCHIP_BACKGROUND_COMPILE", "0")
-# No compiled artifacts written under ~/.cache by the test run (tests/core/test_compile_cache.py
-# turns the disk cache on in a temporary folder).
-os.environ.setdefault("ANYCHIP_COMPILE_CACHE", "0")
+
 
 # onnx generates its ~1,900 node cases in every process that asks (5-7 s: each xdist worker's
 # collection, each kit subprocess); anychip's case cache keeps them on disk, and onnx's loader
@@ -34,6 +34,35 @@ import onnx.backend.test.loader as _onnx_loader
 from anychip.conformance.case_cache import generated_node_cases
 
 _onnx_loader.load_node_model_tests = generated_node_cases
+
+
+def _session_cache() -> None:
+    """The disk caches on, as users have them (issue 47: the suite ran with them off, which hid
+    a cache that served one opset's partition for another), in a folder of this test session:
+    the controller makes it and xdist's workers inherit it through the environment. What is a
+    pure function of the installed code (onnx's node cases, built C and OpenCL binaries) is
+    linked to the user's folders, so a session rebuilds none of it; compiled artifacts and
+    calibrations start empty. ``ANYCHIP_COMPILE_CACHE=0`` (or an ``ANYCHIP_CACHE_DIR`` of
+    one's own) set before pytest keeps the old behaviour."""
+    import tempfile
+
+    from anychip.paths import cache_root
+
+    if "PYTEST_XDIST_WORKER" in os.environ or "ANYCHIP_CACHE_DIR" in os.environ:
+        return
+    if os.environ.get("ANYCHIP_COMPILE_CACHE") == "0":
+        return
+    user = cache_root()
+    session = Path(tempfile.mkdtemp(prefix="anychip-test-cache-"))
+    for shared in ("conformance", "codegen", "cpu-native", "xpu", "opencl", "pycache"):
+        (user / shared).mkdir(parents=True, exist_ok=True)
+        (session / shared).symlink_to(user / shared, target_is_directory=True)
+    os.environ["ANYCHIP_CACHE_DIR"] = str(session)
+    os.environ["ANYCHIP_TEST_SESSION_CACHE"] = str(session)  # removed at the end (below)
+    os.environ["ANYCHIP_COMPILE_CACHE"] = "1"
+
+
+_session_cache()
 
 if sys.dont_write_bytecode and not sys.pycache_prefix:
     # PYTHONDONTWRITEBYTECODE (set on this project's machines) also stops pytest keeping its
@@ -46,8 +75,6 @@ if sys.dont_write_bytecode and not sys.pycache_prefix:
     sys.dont_write_bytecode = False
     if "PYTEST_XDIST_WORKER" not in os.environ:
         # Each CI run's venv lies in a new temporary folder: drop the mirrors of gone folders.
-        from pathlib import Path
-
         from tests.pycache_prune import prune
 
         prune(Path(sys.pycache_prefix))
@@ -145,6 +172,19 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the process that prints the summary
         config.pluginmanager.register(_ConformanceSummary(), "anychip-conformance-summary")
+
+
+@pytest.fixture
+def no_compile_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled-artifact cache off for one test: for tests that count compiles or patch a
+    backend's ``compile`` (an artifact another test stored would be loaded instead)."""
+    monkeypatch.setenv("ANYCHIP_COMPILE_CACHE", "0")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = os.environ.get("ANYCHIP_TEST_SESSION_CACHE")
+    if folder and not hasattr(config, "workerinput"):  # the session's cache (_session_cache)
+        shutil.rmtree(folder, ignore_errors=True)  # the links go, not what they point at
 
 
 @pytest.hookimpl(hookwrapper=True)

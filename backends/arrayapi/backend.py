@@ -171,9 +171,9 @@ class ArrayAPIBackend(Backend):
         """A copy of a host array as this namespace's array on this device (not counted)."""
         s = self.space
         if s.scope is None:
-            return s.from_numpy(np.ascontiguousarray(host))
+            return s.from_numpy(np.require(host, None, "C"))  # keeps rank 0
         with s.scope():
-            return s.from_numpy(np.ascontiguousarray(host))
+            return s.from_numpy(np.require(host, None, "C"))  # keeps rank 0
 
     def _copy_out(self, tensor: XTensor) -> np.ndarray:
         return tensor.numpy()

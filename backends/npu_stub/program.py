@@ -109,7 +109,7 @@ class BuildContext:
         if index is None:
             host = v.const if pack is None else pack(v.const)
             index = self._index[key] = len(self.refs)
-            self.refs.append(WeightRef(np.ascontiguousarray(host, dtype=dtype or host.dtype)))
+            self.refs.append(WeightRef(np.require(host, dtype or host.dtype, "C")))  # rank 0 kept
         self.log.append(index)
         return self.refs[index]
 

@@ -99,6 +99,17 @@ class OpenClBackend(Backend):
             launch_overhead=2e-5,
         )
 
+    def available(self) -> tuple[bool, str]:
+        """As ``Backend.available``, and False in a child forked after OpenCL was set up."""
+        why = self.fork_unsafe_reason()
+        return (False, why) if why is not None else super().available()
+
+    def fork_unsafe_reason(self) -> str | None:
+        """Why this device cannot run in this (forked) process, or None (``core/run/forks``)."""
+        from anychip.backends.opencl.driver import FORKED
+
+        return FORKED[0]
+
     def _available(self) -> tuple[bool, str]:
         if self.index is None:
             return False, self._why or "no OpenCL device"

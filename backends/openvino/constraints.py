@@ -179,6 +179,18 @@ def _unique(node: Node) -> bool:
     return bool(node.attr("sorted", 1)) or len(outs) == 4
 
 
+def _softmax_axis_last(node: Node) -> bool:
+    # issue 47, tests/reliability (opset_models "softmax_11"): before opset 13 Softmax
+    # normalizes over the flattened dimensions from the axis on; OpenVINO 2026.4 got a
+    # Softmax-11 on axis 1 of a 4-D input wrong (0.89 off), right on the last axis
+    since = int(node.meta.get("since") or node.version or 13)
+    x = node.inputs[0] if node.inputs else None
+    if since >= 13 or x is None or x.shape is None:
+        return since >= 13
+    axis = int(node.attr("axis", 1))
+    return axis in (-1, len(x.shape) - 1)
+
+
 ALL = (Constraint("tensors only (no sequences, optionals or maps)", _tensors_only),)
 _POOL = Constraint(
     "ceil_mode only where no last window starts in the padding (static shapes)",
@@ -214,6 +226,7 @@ BY_OP: dict[str, tuple[Constraint, ...]] = {
     "RNN": (_RNN,),
     "LSTM": (_RNN, Constraint("no peepholes (input P)", _no_peepholes)),
     "SpaceToDepth": (Constraint("mode DCR only", _dcr),),
+    "Softmax": (Constraint("before opset 13, the last axis only", _softmax_axis_last),),
     "Unique": (
         Constraint("sorted=1, or all four outputs written (sorted=0 alone miscomputes)", _unique),
     ),

@@ -142,7 +142,7 @@ class OrtBackend(Backend):
                 list(array.shape), array.dtype, memory, device_id
             )
             if array.size:
-                value.update_inplace(np.ascontiguousarray(array))
+                value.update_inplace(np.require(array, None, "C"))
         except BaseException:
             self.deallocate(block)
             raise

@@ -53,7 +53,7 @@ def to_ort_value(array: np.ndarray) -> Any:
 
     dtype = _onnx_type(array)
     if dtype is None or dtype not in EXOTIC:
-        return onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+        return onnxruntime.OrtValue.ortvalue_from_numpy(np.require(array, None, "C"))
     value = onnxruntime.OrtValue.ortvalue_from_shape_and_type(
         list(array.shape), int(dtype), "cpu", 0
     )

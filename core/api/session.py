@@ -35,10 +35,11 @@ from anychip.core.progress import task
 from anychip.core.report.memory import MemoryReport, memory_report
 from anychip.core.report.placement import PlacementReport, log_fallbacks, placement_report
 from anychip.core.report.profile import Profile, profile_session
+from anychip.core.run import forks
 from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
-from anychip.core.run.lifecycle import Closable
+from anychip.core.run.lifecycle import Closable, check_open
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
@@ -105,6 +106,7 @@ class Session(Closable):
         #: ``enable_profiling``'s file prefix (None: off); the last feeds, for end_profiling.
         self.profiling: str | None = None
         self._last_feeds: dict[str, Any] | None = None
+        forks.track(self)  # a child forked mid-run gets a clear error (core/run/forks.py)
         unavailable = {b.name: b.available()[1] for b in backends if not b.available()[0]}
         log_fallbacks(self.model.graph, devices, unavailable)
 
@@ -203,6 +205,7 @@ class Session(Closable):
 
     def replan(self) -> None:
         """Place and compile again on the devices not in ``unhealthy`` (runs mark failing ones)."""
+        check_open(self)  # a closed session has nothing to place (AttributeError before)
         if self._compile_with is None:
             raise AnychipError("a session on one device has nothing to re-place onto")
         keep = [d for d in self.devices if d not in self.unhealthy]

@@ -266,7 +266,7 @@ def _compile_partitions(
             reference = _graph_reference(p, registry) if copts.bring_up else None
             if backend.graph_mode and _specializes(backend, p.graph, copts):
                 p.program = out.specialized[p.index] = _specialized(
-                    out, p, backend, registry, copts
+                    out, p, backend, registry, copts, options.strict
                 )
                 p.program = _checked(p, backend, reference)
                 continue
@@ -392,9 +392,15 @@ def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
 
 
 def _specialized(
-    out: CompiledModel, p: Partition, backend: Any, registry: Any, copts: CompileOptions
+    out: CompiledModel,
+    p: Partition,
+    backend: Any,
+    registry: Any,
+    copts: CompileOptions,
+    strict: bool = False,
 ) -> SpecializedPartition:
-    """The partition as a ``SpecializedPartition`` over its host program (the CPU kernels)."""
+    """The partition as a ``SpecializedPartition`` over its host program (the CPU kernels);
+    ``strict``: a signature whose compile failed raises instead of running on the host."""
     host = registry.backends[HOST]
     program = Program(
         p.graph, host, registry.kernel_table(HOST), registry.schemas, check_kernels=False
@@ -407,6 +413,7 @@ def _specialized(
         background=copts.background_compile,
         info=p.info,
         disk=_disk(copts),
+        strict=strict,
     )
     p.info["shapes"] = "compiled per input signature"
     # With the background compile a static partition is compiled after its first run (which

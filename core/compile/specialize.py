@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.errors import DeviceError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
 
@@ -98,8 +99,12 @@ class SpecializedPartition:
         background: bool = True,
         info: dict | None = None,
         disk: Any = None,
+        strict: bool = False,
     ) -> None:
         self.graph = graph
+        #: A signature whose compile failed raises ``DeviceError`` (``strict=True``) instead
+        #: of running on the host for good (issue 47: strict was ignored there).
+        self.strict = strict
         self.backend = backend
         self.host_program = host_program
         self.cache_size = max(1, int(cache_size))
@@ -202,6 +207,12 @@ class SpecializedPartition:
             run = self._from_disk(key)
         if run is not None:
             return list(run(inputs))
+        if self.strict and key in self.failed:
+            raise DeviceError(
+                f"{self.backend.name}: compiling this partition for input signature {key} "
+                f"failed ({self.failed[key]}); with strict=True it does not run on the host "
+                "instead: load without strict to let the host serve it"
+            )
         return self._on_host(inputs, key, trace)
 
     def _from_disk(self, key: tuple) -> Any:
@@ -225,6 +236,8 @@ class SpecializedPartition:
                     self.pending.discard(key)
             raise
         self.stats["host_runs"] += 1
+        runs = self.stats["hits"] + self.stats["misses"]
+        self.info["runs_on_host"] = f"{self.stats['host_runs']} of {runs}"  # the report's truth
         if trace:
             shapes = self._shapes(host_inputs, record)
             self.compile(key, shapes)

@@ -218,12 +218,15 @@ def _call_hooks(
             registry.current_plugin = impl.plugin_name
             if trace:
                 log.info("anychip: %s.%s()", impl.plugin_name, hook_name)
+            _in_hook.where = (impl.plugin_name, hook_name)
             try:
                 impl.function(registry=registry)
             except KeyboardInterrupt:
                 raise
             except BaseException as e:
                 return impl.plugin_name, f"{hook_name} raised {type(e).__name__}: {e}"
+            finally:
+                _in_hook.where = None
     return None
 
 
@@ -244,10 +247,28 @@ def _record_failure(registry: Registry, plugin: str, why: str) -> None:
             log.warning("%s", rec.error)
 
 
+#: The plugin whose hook this thread is running, if any (``_call_hooks``).
+_in_hook = threading.local()
+
+
 def get_registry(devices: Iterable[str] | None = None) -> Registry:
     """The process-wide registry, with the plugins ``devices`` need imported and registered
-    (the cpu's always; every plugin when ``devices`` is None). Cheap once they are."""
+    (the cpu's always; every plugin when ``devices`` is None). Cheap once they are.
+
+    Raises:
+        PluginError: called from a plugin's hook (``anychip.devices()`` or ``anychip.load``
+            inside ``anychip_register_*``): the registry is half made there, and loading
+            again from inside the load recursed and left other plugins blamed (issue 47).
+    """
     global _loader
+    hook = getattr(_in_hook, "where", None)
+    if hook is not None:
+        raise PluginError(
+            f"plugin {hook[0]!r} called back into anychip (anychip.devices(), anychip.load or "
+            f"get_registry) from its hook {hook[1]}, while the plugins are being loaded; a "
+            "hook may only register into the registry it is given: move that call out of "
+            "the hook (into the backend's methods, which run after loading)"
+        )
     with _lock:
         if _loader is None:
             _loader = _Loader(discover(_extra))

@@ -86,6 +86,8 @@ class PlacementReport(Rendered):
         self.unhealthy: dict[str, str] = {}
         #: The nodes each failed device ran before it failed (they now run elsewhere).
         self.failed_over: dict[str, list[str]] = {}
+        #: Requests too large for a device that ran on the others: device -> (count, error).
+        self.rerouted: dict[str, tuple[int, str]] = {}
 
     @property
     def copy_count(self) -> int:
@@ -153,6 +155,7 @@ class PlacementReport(Rendered):
             "decision": self.decision,
             "unhealthy": dict(self.unhealthy),
             "failed_over": {d: list(n) for d, n in self.failed_over.items()},
+            "rerouted": {d: list(v) for d, v in self.rerouted.items()},
         }
 
     def failures(self) -> list[str]:
@@ -193,6 +196,10 @@ class PlacementReport(Rendered):
         if self.decision:
             lines.append(f"cost model: {self.decision}")
         lines.extend(f"unhealthy: {d}: {why}" for d, why in self.unhealthy.items())
+        lines.extend(
+            f"rerouted: {n} request(s) too large for {d} ran on the other devices (last: {why})"
+            for d, (n, why) in self.rerouted.items()
+        )
         if self.load_copies:
             total = sum(c.bytes or 0 for c in self.load_copies)
             lines.append(f"constants copied once at load: {len(self.load_copies)} ({total} bytes)")
@@ -231,6 +238,8 @@ def placement_report(session: Any) -> PlacementReport:
     report.decision = "; ".join(p for p in parts if p)
     report.unhealthy = dict(getattr(session, "unhealthy", {}))
     report.failed_over = {d: list(n) for d, n in getattr(session, "failed_over", {}).items()}
+    state = getattr(session, "_failover", None)
+    report.rerouted = dict(state["rerouted"]) if state else {}
     moved = {name: d for d, names in report.failed_over.items() for name in names}
     for n in report.nodes:
         if n.name in moved and n.device != moved[n.name]:

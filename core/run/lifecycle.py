@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING, Any
 
+from anychip.core.run.forks import check_not_forked
 from anychip.errors import AnychipError
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def check_open(session: Any) -> None:
     """Raise the closed-session error when ``session`` was closed."""
     if getattr(session, "_closed", False):
         raise AnychipError(CLOSED)
+    check_not_forked(session)
 
 
 class Closable:

@@ -100,10 +100,17 @@ def sparse_to_dense(sparse: onnx.SparseTensorProto) -> np.ndarray:
     indices = tensor_to_array(sparse.indices).astype(np.int64)
     dims = tuple(sparse.dims)
     name = sparse.values.name or "<unnamed sparse tensor>"
-    if values.dtype == object:
-        dense = np.full(dims, "", dtype=object)
-    else:
-        dense = np.zeros(dims, dtype=values.dtype)
+    try:
+        if values.dtype == object:
+            dense = np.full(dims, "", dtype=object)
+        else:
+            dense = np.zeros(dims, dtype=values.dtype)
+    except (MemoryError, ValueError) as e:
+        raise ModelError(
+            f"sparse tensor {name!r} (dims {list(dims)}) cannot be made dense here: "
+            f"{type(e).__name__}: {e}; set max_load_bytes (or ANYCHIP_MAX_LOAD_BYTES) to refuse "
+            "such models before they load"
+        ) from None
     try:
         if indices.ndim == 1:
             # Linearised indices into the row-major flattened tensor.

@@ -10,6 +10,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,6 +71,41 @@ def _node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
             yield from _graph_tensors(attr.g)
         for g in attr.graphs:
             yield from _graph_tensors(g)
+
+
+def iter_sparse(model: onnx.ModelProto) -> Iterator[onnx.SparseTensorProto]:
+    """Every ``SparseTensorProto`` of the model (initializers and attributes, nested graphs
+    and functions included)."""
+
+    def graph(g: onnx.GraphProto) -> Iterator[onnx.SparseTensorProto]:
+        yield from g.sparse_initializer
+        for n in g.node:
+            yield from node(n)
+
+    def node(n: onnx.NodeProto) -> Iterator[onnx.SparseTensorProto]:
+        for attr in n.attribute:
+            if attr.HasField("sparse_tensor"):
+                yield attr.sparse_tensor
+            yield from attr.sparse_tensors
+            if attr.HasField("g"):
+                yield from graph(attr.g)
+            for g in attr.graphs:
+                yield from graph(g)
+
+    yield from graph(model.graph)
+    for fn in model.functions:
+        for n in fn.node:
+            yield from node(n)
+
+
+def dense_nbytes(sparse: onnx.SparseTensorProto) -> int:
+    """The bytes a sparse tensor takes once made dense (its dims times its element size; 8 a
+    string entry, the object reference), which the import makes it."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(sparse.values.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        itemsize = 8
+    return math.prod(max(int(d), 0) for d in sparse.dims) * max(itemsize, 1)
 
 
 def validate_external_data(model: onnx.ModelProto, base_dir: str | None) -> list[ExternalRef]:
@@ -211,6 +247,9 @@ def check_weight_budget(model: onnx.ModelProto, max_bytes: int | None) -> None:
             raise ModelError(f"ANYCHIP_MAX_LOAD_BYTES must be a number of bytes, got {raw!r}")
         max_bytes = int(raw)
     sizes = [(declared_nbytes(t) or 0, t.name) for t in iter_tensors(model)]
+    # a sparse tensor is made dense at import: its dense bytes count (issue 47: a huge one
+    # passed the ceiling and raised MemoryError while densified)
+    sizes += [(dense_nbytes(sp), f"{sp.values.name} (sparse, dense)") for sp in iter_sparse(model)]
     total = sum(n for n, _ in sizes)
     if total > max_bytes:
         largest = ", ".join(f"{name!r} {n} B" for n, name in sorted(sizes, reverse=True)[:3])

@@ -31,7 +31,7 @@ import onnx.inliner
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
-from anychip.errors import ModelError, UnsupportedOpError
+from anychip.errors import ModelError, UnsupportedOpError, warn_caller
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
 from anychip.ir.onnx._checks import check_model, infer_shapes, sanitize
@@ -342,6 +342,16 @@ class _Converter:
         self.opsets: dict[str, int] = {}
         for op in proto.opset_import:
             self.opsets["" if op.domain == "ai.onnx" else op.domain] = int(op.version)
+        newest = onnx.defs.onnx_opset_version()
+        if self.opsets.get("", 0) > newest:
+            # Not silently (issue 47): its nodes get the schemas of the newest opset known,
+            # whose semantics a future opset may have changed.
+            warn_caller(
+                f"the model declares ai.onnx opset {self.opsets['']}, newer than the newest "
+                f"this anychip knows ({newest}, onnx {onnx.__version__}); its nodes run with "
+                f"the semantics of opset {newest}: check the model's opset_import, or upgrade "
+                "onnx and anychip"
+            )
         self.node_names = {n.name for g in _all_graphs(proto.graph) for n in g.node if n.name}
         self.counter = 0
 

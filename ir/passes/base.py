@@ -6,20 +6,23 @@ transform is checked (a pass that reports no change and left the node count as i
 verified again: on a 6,000-node graph the verifier after each of ten passes that found nothing
 to do cost more than the passes). A pass that declares ``in_place = True`` must return the
 graph it was given; this is checked too. ``PassManager`` repeats its passes until none
-modifies the graph (or ``max_iterations``).
+modifies the graph (or ``max_iterations``). A pass that repeats a rewrite of its own until
+nothing changes does it through ``fixed_point``, whose bound turns a pass that never settles
+(a rewrite that undoes or re-makes itself) into a ``PassLoopError`` naming the pass, instead
+of a load that never returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from anychip.errors import GraphError
+from anychip.errors import GraphError, PassLoopError
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
 
-__all__ = ["Pass", "PassResult", "PassManager"]
+__all__ = ["Pass", "PassResult", "PassManager", "fixed_point", "round_limit"]
 
 
 class PassResult:
@@ -97,3 +100,24 @@ class PassManager(Pass):
             if not changed:
                 break
         return PassResult(graph, any_change)
+
+
+def round_limit(graph: Graph) -> int:
+    """The rounds a fixed-point rewrite of ``graph`` may take: a productive round rewrites
+    at least one node, so twice the node count (plus slack) is never reached by a pass that
+    settles."""
+    return 2 * len(graph.nodes) + 16
+
+
+def fixed_point(name: str, step: Callable[[], bool], limit: int) -> int:
+    """Call ``step`` until it returns False, at most ``limit`` times; returns the rounds that
+    changed something. Raises ``PassLoopError`` naming the pass ``name`` past the bound."""
+    for rounds in range(limit):
+        if not step():
+            return rounds
+    raise PassLoopError(
+        f"pass {name!r} still changed the graph after {limit} rounds: it does not reach a "
+        "fixed point on this graph (a bug in the pass; the partition is placed without it "
+        f"where the device allows, or disable the pass, e.g. ANYCHIP_DISABLED_PASSES={name} "
+        "for the CPU's, and report the model)"
+    )

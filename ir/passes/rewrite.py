@@ -117,7 +117,7 @@ def new_node(
 
 def constant(graph: Graph, names: Names, stem: str, array: np.ndarray) -> Value:
     """A new initializer of ``graph`` holding ``array``."""
-    return graph.add_initializer(Value(names.fresh(stem), const=np.ascontiguousarray(array)))
+    return graph.add_initializer(Value(names.fresh(stem), const=np.require(array, None, "C")))
 
 
 # -- what fusion passes share --------------------------------------------------------------

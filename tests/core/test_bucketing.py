@@ -16,6 +16,11 @@ from anychip.core.compile.bucketing import analyse, bucket_size, parse_buckets
 from anychip.ir.onnx import import_model
 from tests.models import transformer_layer
 
+# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
+# artifact another test stored would be loaded instead; the disk cache's own tests:
+# tests/core/test_compile_cache.py).
+pytestmark = pytest.mark.usefixtures("no_compile_cache")
+
 
 def _token_ffn(seed: int = 0) -> bytes:
     """Per-token layers over x[1, S, 32]: MatMul (S a row axis), Gelu, a head split and merge

@@ -19,6 +19,11 @@ from anychip.core.plugin.hookspecs import hookimpl
 from anychip.core.plugin.host import get_registry, register_plugin, unregister_plugin
 from anychip.ir.dtypes import DType
 
+# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
+# artifact another test stored would be loaded instead; the disk cache's own tests:
+# tests/core/test_compile_cache.py).
+pytestmark = pytest.mark.usefixtures("no_compile_cache")
+
 F32 = frozenset({DType.FLOAT})
 
 

@@ -11,6 +11,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import anychip
 
+# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
+# artifact another test stored would be loaded instead; the disk cache's own tests:
+# tests/core/test_compile_cache.py).
+pytestmark = pytest.mark.usefixtures("no_compile_cache")
+
 
 def _mlp(batch: int | str = "N", seed: int = 0) -> bytes:
     rng = np.random.default_rng(seed)

@@ -10,6 +10,12 @@ them).
 environment says otherwise; libgomp reads it once, when it loads, so every loader calls it first.
 Spinning between parallel regions (libgomp's default) collapsed on a shared 2-core machine:
 light ResNet-50 at 2 threads 983 ms spinning against 144 ms passive (90 at 1 thread).
+
+Fork: libgomp keeps its team's threads in a pool that a forked child inherits as data but not
+as threads, so the child's first parallel region of more than one thread waits for them
+forever (issue 47). A child forked after libgomp was loaded therefore runs OpenMP on one
+thread (the count set to 1 at the fork and ``set_threads`` held there), as PyTorch does; a
+process started with the ``spawn`` or ``forkserver`` method has its full team.
 """
 
 from __future__ import annotations
@@ -18,9 +24,25 @@ import ctypes
 import os
 from typing import Any
 
-__all__ = ["max_threads", "set_threads", "passive_wait", "available"]
+__all__ = ["max_threads", "set_threads", "passive_wait", "available", "forked"]
 
 _fns: list[Any] = []
+#: [True] in a child forked after libgomp was loaded: OpenMP stays at one thread there.
+_FORKED = [False]
+
+
+def _after_fork_in_child() -> None:
+    if _fns and _fns[0] is not None:
+        _FORKED[0] = True
+        _fns[0][1](1)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked() -> bool:
+    """Whether this is a child forked after libgomp was loaded (OpenMP held at one thread)."""
+    return _FORKED[0]
 
 
 def passive_wait() -> None:
@@ -56,4 +78,4 @@ def set_threads(n: int) -> None:
     """``omp_set_num_threads(n)`` (nothing without libgomp)."""
     fns = _fns[0] if _fns else _gomp()
     if fns is not None:
-        fns[1](n)
+        fns[1](1 if _FORKED[0] else n)

@@ -9,7 +9,9 @@ array and kept in ``WEIGHTS``, keyed by the array's identity plus a sample of it
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
@@ -163,7 +165,9 @@ def pin(a: Any) -> Any:
 class Prim:
     """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
 
-    __slots__ = ("pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib", "bound")
+    __slots__ = (
+        "pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib", "bound", "__weakref__"
+    )  # fmt: skip
 
     def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
         L = self.lib = lib()
@@ -183,6 +187,7 @@ class Prim:
         #: The memory objects' addresses, for C helpers that bind them (``_parallel.py``).
         self.mem_addrs = {arg: int(ffi.cast("uintptr_t", m)) for arg, m in self.mems.items()}
         self.lock = threading.Lock()
+        _LIVE.add(self)  # its lock released in a forked child (_after_fork_in_child)
         self.info = impl_info(pd)
         #: (the one-call runner or None, its most buffers), made on the first run.
         self.bound: tuple[Any, int] | None = None
@@ -309,6 +314,21 @@ def make_pd(create: Callable[..., int], *args: Any) -> Any:
 _MAX_PRIMS = 1024
 _PRIMS: OrderedDict[Hashable, Prim | Unsupported] = OrderedDict()
 _PRIMS_LOCK = threading.Lock()
+#: Every primitive alive (cached here or held by a kernel's memo), for the fork handler.
+_LIVE: weakref.WeakSet[Prim] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child's primitive locks are released: one another thread held while executing
+    at the fork stayed held in the child, and the next session there using that primitive
+    waited forever (issue 47; ``core/run/forks.py``). A ``threading.Lock`` may be released by
+    any thread, and the same objects stay (``_parallel.Bound`` holds them)."""
+    for lock in [_PRIMS_LOCK, *(p.lock for p in list(_LIVE))]:
+        if lock.locked():
+            lock.release()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def cached(key: Hashable, build: Callable[[], Prim]) -> Prim:

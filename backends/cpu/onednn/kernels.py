@@ -32,6 +32,7 @@ from anychip.backends.cpu.onednn import _math
 from anychip.backends.cpu.onednn import conv as _conv_mod
 from anychip.backends.cpu.onednn import conv_split as _conv_split
 from anychip.backends.cpu.onednn import matmul as _matmul_mod
+from anychip.backends.cpu.onednn import nan_guard as _nan_guard
 from anychip.backends.cpu.onednn import pool as _pool_mod
 from anychip.backends.cpu.onednn import rnn as _rnn_mod
 from anychip.backends.cpu.onednn import shuffle as _shuffle_mod
@@ -317,6 +318,10 @@ def fused_conv(
         keep = _channels_last(ctx)
         y = _conv(x, w, b, z, act, attrs, keep, None if keep else out, ctx=ctx)
     if _served("FusedConv", y) is not None:
+        if _nan_guard.clamps(activation, act):  # oneDNN's max/min would turn NaN into 0
+            guard = (x, w, b, z, activation, activation_params, attrs, y, _node_memo(ctx, "nan"))
+            _nan_guard.keep_nan(*guard)
+            _replay.note(_nan_guard.keep_nan, guard)
         return y
     return op_contrib_conv.fused_conv(
         x, w, b, z, activation=activation, activation_params=activation_params, **attrs

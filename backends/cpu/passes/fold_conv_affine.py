@@ -25,6 +25,7 @@ import numpy as np
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.base import fixed_point, round_limit
 from anychip.ir.passes.fold_batch_norm import fold_affine_into_conv
 from anychip.ir.passes.rewrite import Names, record, single_use
 
@@ -80,14 +81,17 @@ class FoldConvAffinePass(Pass):
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
         names, fired = Names(graph), 0
-        again = True
-        while again:  # a Conv -> Mul -> Add folds the Mul, then the Add into the new Conv
-            again = False
+
+        def fold_all() -> bool:  # a Conv -> Mul -> Add folds the Mul, then the Add
+            nonlocal fired
+            before = fired
             for conv in list(graph.nodes):
                 found = _foldable(conv, graph)
                 if found is not None:
                     _fold(graph, names, conv, *found)
                     fired += 1
-                    again = True
+            return fired > before
+
+        fixed_point(self.name, fold_all, round_limit(graph))
         record(graph, self.name, fired)
         return PassResult(graph, fired > 0)

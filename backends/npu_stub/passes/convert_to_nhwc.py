@@ -14,11 +14,16 @@ The pass works in three moves, repeated until nothing changes:
 3. *cancel*: a Transpose of a Transpose whose permutations compose to the identity is
    bypassed, and nodes nobody reads are removed.
 
+The repetition is bounded (``ir/passes/base.fixed_point``): a graph on which it would not
+settle raises ``PassLoopError`` naming the pass, and the partition goes elsewhere.
+
 What is left are Transposes at the partition's edges and where a layout-agnostic op (Reshape,
 Gemm) needs NCHW. The graph stays valid after each move.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from anychip.backends.npu_stub.kernels.op_pool import pool_attributes
 from anychip.backends.npu_stub.passes._rewrite import (
@@ -32,6 +37,7 @@ from anychip.backends.npu_stub.passes.fuse_conv_activation import npu_conv_attri
 from anychip.ir.graph import Graph
 from anychip.ir.node import Node
 from anychip.ir.passes import Pass, PassResult
+from anychip.ir.passes.base import fixed_point, round_limit
 from anychip.ir.value import Value
 
 __all__ = ["ConvertToNhwcPass", "TO_NHWC", "TO_NCHW"]
@@ -66,9 +72,12 @@ class ConvertToNhwcPass(Pass):
             if self._convertible(node):
                 self._convert(graph, node)
                 modified = True
-        changed = modified
-        while changed:
-            changed = self._push(graph) | self._cancel(graph) | drop_dead(graph)
+        if modified:
+            fixed_point(
+                self.name,
+                lambda: self._push(graph) | self._cancel(graph) | drop_dead(graph),
+                round_limit(graph),
+            )
         graph.sort()
         return PassResult(graph, modified)
 
@@ -135,7 +144,11 @@ class ConvertToNhwcPass(Pass):
             if y.shape is None or len(y.shape) != 4:
                 continue
             fixed = (1, 2) if node.op_type == "Clip" else ()
-            new_inputs: list[Value | None] = []
+            # Constants are permuted only once the move is sure: a permuted constant made for
+            # a node that then stays (its data input not a Transpose) died at once, and the
+            # dead node dropped counted as a change, round after round (Mul(const, x) with
+            # the constant first, ConvNeXt's layer norm: issue 47).
+            new_inputs: list[Value | np.ndarray | None] = []
             data = 0
             for i, v in enumerate(node.inputs):
                 if v is None or i in fixed:
@@ -147,8 +160,7 @@ class ConvertToNhwcPass(Pass):
                     if v.const.ndim == 0 or c.shape == (1, 1, 1, 1):
                         new_inputs.append(v)
                     else:
-                        perm = c.transpose(TO_NHWC)
-                        new_inputs.append(constant(graph, self._names, f"{v.name}_nhwc", perm))
+                        new_inputs.append(c.transpose(TO_NHWC))
                 else:
                     t = v.producer
                     if _perm(t) != TO_NCHW or not self._all_users_follow(v, graph):
@@ -157,7 +169,13 @@ class ConvertToNhwcPass(Pass):
                     data += 1
             else:
                 if data:
-                    self._move_below(graph, node, new_inputs)
+                    made = [
+                        constant(graph, self._names, f"{v.name}_nhwc", p)
+                        if isinstance(p, np.ndarray)
+                        else p
+                        for v, p in zip(node.inputs, new_inputs, strict=True)
+                    ]
+                    self._move_below(graph, node, made)
                     changed = True
         return changed
 

@@ -284,8 +284,30 @@ class ClDevice:
         self._drained()
 
 
+#: Why OpenCL is off in this process: a child forked after a context was made (PoCL's and
+#: most drivers' threads and device state do not survive fork: the child's first copy waited
+#: forever, issue 47). None: usable.
+FORKED: list[str | None] = [None]
+FORK_REASON = (
+    "OpenCL was set up before this process forked, and its driver does not survive fork (the "
+    "child's first copy would wait forever); use OpenCL in a process started with the "
+    "'spawn' or 'forkserver' method, or set it up only after forking"
+)
+
+
+def _after_fork_in_child() -> None:
+    if _DEVICES:
+        FORKED[0] = FORK_REASON
+        _DEVICES.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def get_device(index: int) -> ClDevice:
     """The ``ClDevice`` of OpenCL device ``index`` (made once per process)."""
+    if FORKED[0] is not None:
+        raise DeviceError(f"opencl:{index}: {FORKED[0]}")
     dev = _DEVICES.get(index)
     if dev is not None:
         return dev

@@ -29,7 +29,7 @@ __all__ = ["unary", "binary", "UNARY", "BINARY"]
 
 #: op -> OpenCL C expression of ``v`` (the element) and ``p0``, ``p1`` (float attributes)
 UNARY = {
-    "Relu": "v > (T)0 ? v : (T)0",
+    "Relu": "v < (T)0 ? (T)0 : v",  # NaN propagates (v > 0 ? v : 0 made it 0)
     "Sigmoid": "(T)1 / ((T)1 + exp(-v))",
     "Tanh": "tanh(v)",
     "Exp": "exp(v)",

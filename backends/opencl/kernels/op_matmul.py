@@ -75,7 +75,7 @@ inline void store_row(__global T* cb, __global const T* bias, T8 v, int row, int
     for (int l = 0; l < lim; ++l) {
         T z = c.alpha * t[l];
         if (c.has_bias) z += c.beta * bias[c.b_off + row * c.bias_rs + (col0 + l) * c.bias_cs];
-        if (c.act == 1) z = z > (T)0 ? z : (T)0;
+        if (c.act == 1) z = z < (T)0 ? (T)0 : z;  /* NaN stays NaN, as Relu */
         cb[row * c.c_rs + col0 + l] = z;
     }
 }

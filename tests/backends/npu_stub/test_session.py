@@ -11,6 +11,11 @@ from onnx.reference import ReferenceEvaluator
 import anychip
 from tests.backends.npu_stub.conftest import convnet
 
+# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
+# artifact another test stored would be loaded instead; the disk cache's own tests:
+# tests/core/test_compile_cache.py).
+pytestmark = pytest.mark.usefixtures("no_compile_cache")
+
 
 def _load(model, devices, **kw):
     return anychip.load(model, devices=devices, cost_model=False, **kw)
