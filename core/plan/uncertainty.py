@@ -136,7 +136,12 @@ def prefer_safe_device(
     before = "the mixed placement" if len(devices) > 1 else f"on {devices.pop()}"
     why = f"cost: the whole graph on {target.name} is estimated {alone}, {before} {mixed}"
     if seconds(mixed) < seconds(alone):
-        unc = "unmeasured figures" if math.isinf(u) else f"+-{u * 1e3:.3f} ms"
+        unc = f"+-{u * 1e3:.3f} ms"
+        if math.isinf(u):  # a device not calibrated here: say how to measure it now
+            new = sorted({str(d) for d in current.values()} - {target.name})
+            unc = "unmeasured figures; measured in the background by a load with calibration "
+            unc += '"auto" that lives long enough, or now by '
+            unc += " ".join(["anychip calibrate"] + [f"--device {d}" for d in new])
         why += f" (its gain is within the estimate's uncertainty, {unc})"
     return target, why
 
