@@ -85,8 +85,9 @@ def to_mlir(proto: Any) -> str:
         return str(module.get_asm())
 
 
-def compile_vmfb(graph: Graph, target: str, flags: Sequence[str], what: str) -> bytes:
-    """``graph`` compiled for ``target`` with ``flags``: the vmfb.
+def compile_vmfb(graph: Any, target: str, flags: Sequence[str], what: str) -> bytes:
+    """``graph`` (an anychip ``Graph``, or an ONNX ``ModelProto`` whose graph is named
+    ``main``) compiled for ``target`` with ``flags``: the vmfb.
 
     Raises:
         DeviceError: the importer or the compiler refused it (IREE's first error lines).
@@ -94,7 +95,7 @@ def compile_vmfb(graph: Graph, target: str, flags: Sequence[str], what: str) -> 
     import iree.compiler as ic
 
     try:
-        text = to_mlir(to_onnx(graph))
+        text = to_mlir(graph if hasattr(graph, "opset_import") else to_onnx(graph))
     except DeviceError:
         raise
     except Exception as e:
