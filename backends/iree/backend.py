@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["IREEBackend", "backends"]
 
 #: The compiled bytes' format and the probes' rules; with IREE's version, the caches' key.
-REVISION = "anychip-iree-2"
+REVISION = "anychip-iree-3"
 _NESTED = (AttrType.GRAPH, AttrType.GRAPHS)
 #: name -> (IREE target backend, HAL driver, priority, flops, bandwidth, launch overhead)
 _TARGETS = {
@@ -240,7 +240,28 @@ class IREEBackend(Backend):
         return runtime.to_host(runtime.device(self.driver, self.index), tensor)
 
     def release(self, tensor: Any) -> None:
-        """A ``DeviceArray``'s buffer goes with its last reference (nothing to do here)."""
+        """Drop the ``DeviceArray``'s buffer now (the runtime calls this after its last use;
+        IREE frees a buffer with its last reference)."""
+        for attr in ("_host_array", "_mapped_memory", "_buffer_view"):
+            if hasattr(tensor, attr):
+                setattr(tensor, attr, None)
+
+    def memory_stats(self) -> Any:
+        """IREE's allocator statistics for the device (shared by every backend object and
+        session on it): bytes allocated less bytes freed, and the peak."""
+        from anychip.core.memory import MemoryStats
+
+        stats: dict[str, int] = {}
+        if self.available()[0]:
+            allocator = runtime.device(self.driver, self.index).allocator
+            stats = dict(allocator.statistics) if allocator.has_statistics else {}
+        in_use = int(stats.get("device_bytes_allocated", 0)) - int(
+            stats.get("device_bytes_freed", 0)
+        )
+        # host bytes are the imported staging buffers of copies out (runtime.to_host), which
+        # IREE's Vulkan allocator counts as allocated and never as freed: left out
+        peak = int(stats.get("device_bytes_peak", 0))
+        return MemoryStats(self.name, None, in_use, in_use, peak, in_use, 0, 0, 0.0, 0)
 
     # -- compilation -----------------------------------------------------------------------------
     def compile(self, graph: Graph) -> CompiledGraph:

@@ -16,7 +16,7 @@ inside a batch is asked again alone (lavapipe computed a Sigmoid wrong beside 22
 and right alone), whose answer is final. Answers are kept in a JSON file under the cache
 folder (``iree/probes-<key>.json``), so a warm process asks nothing.
 
-Inputs: floats normal(0, 1); integers in [0, 3) (valid indices and counts for most ops); bool
+Inputs: floats normal(0, 1); integers in [1, 3) (valid indices and counts for most ops); bool
 at random; symbolic and unknown dimensions at 3. A node whose CPU reference raises on such
 inputs, or whose signature cannot be built (unknown rank), is refused saying so.
 """
@@ -90,7 +90,7 @@ def describe(node: Node) -> str:
     return f"{node.op_type}-{node.meta.get('since', node.version)} {dtype}[{shape}]"
 
 
-def random_inputs(values: list[Value], seed: int, high: int = 3) -> list[np.ndarray]:
+def random_inputs(values: list[Value], seed: int, high: int = 3, low: int = 0) -> list[np.ndarray]:
     """Seeded random arrays for ``values`` (dimensions that are not ints at ``SYMBOL_SIZE``,
     integers in ``[0, high)``)."""
     rng = np.random.default_rng(seed)
@@ -101,7 +101,7 @@ def random_inputs(values: list[Value], seed: int, high: int = 3) -> list[np.ndar
         if dtype == np.bool_:
             a = rng.random(shape) < 0.5
         elif np.issubdtype(dtype, np.integer):
-            a = rng.integers(0, high, shape).astype(dtype)
+            a = rng.integers(low, max(high, low + 1), shape).astype(dtype)
         else:
             a = rng.standard_normal(shape).astype(dtype)
         out.append(np.asarray(a))
@@ -125,14 +125,14 @@ def reference(graph: Graph, arrays: list[np.ndarray], table: Any, schemas: Any) 
 
 def measured(graph: Graph, seed: int, table: Any, schemas: Any) -> tuple[list, list]:
     """Random inputs for ``graph`` and the CPU's outputs on them. Integers are drawn in
-    [0, 3), then [0, 2), then all 0 where the CPU refuses larger ones (indices into a
+    [1, 3) (no empty shapes), then [0, 2), then all 0 where the CPU refuses larger ones (indices into a
     dimension of 2 or 1).
 
     Raises:
         Exception: the CPU's, where even zeros do not run.
     """
-    for high in (3, 2, 1):
-        arrays = random_inputs(list(graph.inputs), seed, high)
+    for low, high in ((1, 3), (0, 2), (0, 1)):
+        arrays = random_inputs(list(graph.inputs), seed, high, low)
         try:
             return arrays, reference(graph, arrays, table, schemas)
         except Exception:

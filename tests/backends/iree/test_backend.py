@@ -159,3 +159,29 @@ def test_a_miscompiled_node_is_refused_as_declared(monkeypatch, tmp_path):
     assert "mismatches the CPU" in by_op["Sigmoid"].reason, by_op["Sigmoid"].reason
     assert "declared constraint" in by_op["Sigmoid"].reason
     assert by_op["MatMul"].device == "iree-cpu"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["iree-cpu", "vulkan"])
+@pytest.mark.parametrize("which", ["bert", "gpt2"])
+def test_hf_exports_three_lengths_one_compile(name, which):
+    """The tiny Hugging Face BERT (symbolic batch and sequence) and GPT-2 exports, at three
+    sequence lengths, on the device with the CPU behind it, matching onnxruntime; most nodes
+    on the device (a few Reshape/Expand with computed shapes are refused by the probes)."""
+    import os
+
+    backend_or_skip(name)
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "data", f"hf_{which}_tiny.onnx")
+    sess = anychip.load(path, devices=[name, "cpu"], cost_model=False)
+    parts = [p for p in sess.placement().partitions if p.device == name]
+    assert all("dynamic" in p.info["shapes"] for p in parts)
+    rng = np.random.default_rng(0)
+    for length in (5, 12, 17):
+        feeds = {"input_ids": rng.integers(0, 128, (1, length)).astype(np.int64)}
+        if which == "bert":
+            feeds["attention_mask"] = np.ones((1, length), np.int64)
+            feeds["attention_mask"][0, -2:] = 0
+        close(sess.run(None, feeds), reference(path, feeds), atol=1e-4)
+    assert len([p for p in sess.placement().partitions if p.device == name]) == len(parts)
+    by = sess.placement().by_device()
+    assert by[name] > 5 * by.get("cpu", 0), by
