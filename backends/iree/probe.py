@@ -125,8 +125,8 @@ def reference(graph: Graph, arrays: list[np.ndarray], table: Any, schemas: Any) 
 
 def measured(graph: Graph, seed: int, table: Any, schemas: Any) -> tuple[list, list]:
     """Random inputs for ``graph`` and the CPU's outputs on them. Integers are drawn in
-    [1, 3) (no empty shapes), then [0, 2), then all 0 where the CPU refuses larger ones (indices into a
-    dimension of 2 or 1).
+    [1, 3) (no empty shapes), then [0, 2), then all 0 where the CPU refuses larger ones
+    (indices into a dimension of 2 or 1).
 
     Raises:
         Exception: the CPU's, where even zeros do not run.
