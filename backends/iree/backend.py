@@ -234,7 +234,8 @@ class IREEBackend(Backend):
 
     # -- tensors ---------------------------------------------------------------------------------
     def _copy_in(self, array: np.ndarray) -> Any:
-        return runtime.to_device(runtime.device(self.driver, self.index), array)
+        key = (self.driver, self.index)
+        return runtime.to_device(runtime.device(*key), array, key)
 
     def _copy_out(self, tensor: Any) -> np.ndarray:
         return runtime.to_host(runtime.device(self.driver, self.index), tensor)
@@ -242,25 +243,15 @@ class IREEBackend(Backend):
     def release(self, tensor: Any) -> None:
         """Drop the ``DeviceArray``'s buffer now (the runtime calls this after its last use;
         IREE frees a buffer with its last reference)."""
-        for attr in ("_host_array", "_mapped_memory", "_buffer_view"):
-            if hasattr(tensor, attr):
-                setattr(tensor, attr, None)
+        runtime.drop(tensor)
 
     def memory_stats(self) -> Any:
-        """IREE's allocator statistics for the device (shared by every backend object and
-        session on it): bytes allocated less bytes freed, and the peak."""
+        """The device arrays anychip holds on this device (copies in and partitions'
+        outputs, shared by every backend object of the device); the modules' constants are
+        IREE's and not counted."""
         from anychip.core.memory import MemoryStats
 
-        stats: dict[str, int] = {}
-        if self.available()[0]:
-            allocator = runtime.device(self.driver, self.index).allocator
-            stats = dict(allocator.statistics) if allocator.has_statistics else {}
-        in_use = int(stats.get("device_bytes_allocated", 0)) - int(
-            stats.get("device_bytes_freed", 0)
-        )
-        # host bytes are the imported staging buffers of copies out (runtime.to_host), which
-        # IREE's Vulkan allocator counts as allocated and never as freed: left out
-        peak = int(stats.get("device_bytes_peak", 0))
+        in_use, peak = runtime.held((self.driver, self.index))
         return MemoryStats(self.name, None, in_use, in_use, peak, in_use, 0, 0, 0.0, 0)
 
     # -- compilation -----------------------------------------------------------------------------

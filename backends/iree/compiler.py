@@ -125,6 +125,7 @@ class Executable:
 
         self.vmfb = vmfb
         self.meta = dict(meta)
+        self.key = (driver, index)
         self.device = runtime.device(driver, index)
         self.output_dtypes = [np.dtype(d) for d in output_dtypes]
         inst = runtime.instance()
@@ -143,7 +144,7 @@ class Executable:
             raise DeviceError("this IREE executable was released (its session is closed)")
         got = self._invoke(*inputs)
         outs = list(got) if isinstance(got, (tuple, list)) else [got]
-        return [_with_dtype(o, d) for o, d in zip(outs, self.output_dtypes)]
+        return [runtime.hold(_with_dtype(o, d), self.key) for o, d in zip(outs, self.output_dtypes)]
 
     def close(self) -> None:
         """Drop the module, its context and invoker (the device's memory for them goes)."""

@@ -39,6 +39,9 @@ _instance: Any = None
 _devices: dict[tuple[str, int | None], Any] = {}
 _listed: dict[str, list[dict[str, Any]]] = {}
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
+#: (driver, index) -> [bytes of live device arrays anychip holds, their peak]. IREE's own
+#: allocator statistics do not count frees on Vulkan (lavapipe), so anychip counts its arrays.
+_held: dict[tuple[str, int | None], list[int]] = {}
 
 
 def import_error() -> str | None:
@@ -136,12 +139,47 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     return raw[start : start + size]
 
 
-def to_device(dev: Any, array: np.ndarray) -> Any:
-    """``array`` as an IREE ``DeviceArray`` on ``dev`` (a copy into device memory)."""
+def to_device(dev: Any, array: np.ndarray, key: tuple[str, int | None]) -> Any:
+    """``array`` as an IREE ``DeviceArray`` on ``dev`` (a copy into device memory), counted."""
     import iree.runtime as rt
 
     a = np.ascontiguousarray(array) if array.ndim else np.asarray(array)
-    return rt.asdevicearray(dev, a)
+    return hold(rt.asdevicearray(dev, a), key)
+
+
+def hold(tensor: Any, key: tuple[str, int | None]) -> Any:
+    """Count ``tensor``'s bytes as held on device ``key`` until ``drop`` or its collection."""
+    if getattr(tensor, "_anychip_held", None) is not None:
+        return tensor
+    nbytes = int(tensor._buffer_view.byte_length)
+    with _lock:
+        held = _held.setdefault(key, [0, 0])
+        held[0] += nbytes
+        held[1] = max(held[1], held[0])
+    tensor._anychip_held = weakref.finalize(tensor, _unhold, key, nbytes)
+    return tensor
+
+
+def _unhold(key: tuple[str, int | None], nbytes: int) -> None:
+    with _lock:
+        _held[key][0] -= nbytes
+
+
+def drop(tensor: Any) -> None:
+    """Give ``tensor``'s buffer back now (its count with it)."""
+    fin = getattr(tensor, "_anychip_held", None)
+    if fin is not None:
+        fin()
+    for attr in ("_host_array", "_mapped_memory", "_buffer_view"):
+        if hasattr(tensor, attr):
+            setattr(tensor, attr, None)
+
+
+def held(key: tuple[str, int | None]) -> tuple[int, int]:
+    """Bytes of the device arrays anychip holds on device ``key``, and their peak."""
+    with _lock:
+        in_use, peak = _held.get(key, (0, 0))
+        return in_use, peak
 
 
 def to_host(dev: Any, tensor: Any) -> np.ndarray:

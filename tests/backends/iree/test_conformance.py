@@ -20,9 +20,7 @@ def _assert_clean(report) -> None:
     assert report.ok, str(report)[-2000:]
 
 
-# vulkan is left out until its device memory returns to where it was after release (the
-# kit's memory contract fails there: docs/decisions/029-iree-devices.md, "Left open").
-@pytest.mark.parametrize("name", ["iree-cpu"])
+@pytest.mark.parametrize("name", ["iree-cpu", "vulkan"])
 def test_kit_strict_on_a_bounded_op_set(name):
     backend_or_skip(name)
     report = run_kit(name, strict=True, ops=OPS)
@@ -31,7 +29,7 @@ def test_kit_strict_on_a_bounded_op_set(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["iree-cpu"])
+@pytest.mark.parametrize("name", ["iree-cpu", "vulkan"])
 def test_kit_strict_everything_claimed(name):
     backend_or_skip(name)
     report = run_kit(name, strict=True)
