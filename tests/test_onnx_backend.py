@@ -41,14 +41,18 @@ from anychip.zoo import LIGHT_MODELS
 _NAMED = os.environ.get("ANYCHIP_CONFORMANCE_DEVICES")
 DEVICE_SETS = [
     d.strip()
-    for d in (_NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu;openvino:cpu,cpu").split(";")
+    for d in (
+        _NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu;openvino:cpu,cpu;iree-cpu,cpu;vulkan,cpu"
+    ).split(";")
     if d.strip()
 ]
 #: Sets the default run samples: one node case in N, by a stable hash of its name. Named in
 #: ANYCHIP_CONFORMANCE_DEVICES, a set runs whole (onnxruntime's CPU behind ort:cpu: 1,847
 #: passed, 0 failed on the whole suite, docs/perf/ort.md; OpenVINO's CPU behind openvino:cpu:
 #: 1,761 passed, 0 failed, docs/perf/openvino.md).
-SAMPLED = {"ort:cpu,cpu": 8, "openvino:cpu,cpu": 8}
+#: IREE's sets compile twice per case (a node probe and the partition, about 1 s each on a
+#: busy 2-core machine): one case in 24 (docs/decisions/029-iree-devices.md).
+SAMPLED = {"ort:cpu,cpu": 8, "openvino:cpu,cpu": 8, "iree-cpu,cpu": 24, "vulkan,cpu": 24}
 
 # BackendTest writes the bundled light models' data sets under ONNX_HOME; keep them out of ~.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "anychip-onnx-home"))

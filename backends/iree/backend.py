@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["IREEBackend", "backends"]
 
 #: The compiled bytes' format and the probes' rules; with IREE's version, the caches' key.
-REVISION = "anychip-iree-3"
+REVISION = "anychip-iree-4"
 _NESTED = (AttrType.GRAPH, AttrType.GRAPHS)
 #: name -> (IREE target backend, HAL driver, priority, flops, bandwidth, launch overhead)
 _TARGETS = {
@@ -197,6 +197,15 @@ class IREEBackend(Backend):
         )
         dtypes = self.device_model().dtypes
         return [OpClaim("", op, 1, None, dtypes, 0, constraints) for op in sorted(OPS)]
+
+    def check_node(self, node: Node) -> str | None:
+        """Refuses what ``claims.OPS`` does not list (the claims' constraints have run)."""
+        if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
+            return (
+                f"{node.qualified_op} is not "
+                "among the ops offered to IREE (backends/iree/claims.py)"
+            )
+        return None
 
     def _askable(self, node: Node) -> bool:
         if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:

@@ -16,7 +16,7 @@ inside a batch is asked again alone (lavapipe computed a Sigmoid wrong beside 22
 and right alone), whose answer is final. Answers are kept in a JSON file under the cache
 folder (``iree/probes-<key>.json``), so a warm process asks nothing.
 
-Inputs: floats normal(0, 1); integers in [1, 3) (valid indices and counts for most ops); bool
+Inputs: floats normal(0, 1); 8- and 16-bit integers over their range, wider ones in [1, 3) (valid indices and counts for most ops); bool
 at random; symbolic and unknown dimensions at 3. A node whose CPU reference raises on such
 inputs, or whose signature cannot be built (unknown rank), is refused saying so.
 """
@@ -100,6 +100,9 @@ def random_inputs(values: list[Value], seed: int, high: int = 3, low: int = 0) -
         dtype = v.dtype.numpy
         if dtype == np.bool_:
             a = rng.random(shape) < 0.5
+        elif np.issubdtype(dtype, np.integer) and wide and np.dtype(dtype).itemsize <= 2:
+            info = np.iinfo(dtype)  # 8- and 16-bit integers are data, not indices or shapes
+            a = rng.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
         elif np.issubdtype(dtype, np.integer):
             a = rng.integers(low, max(high, low + 1), shape).astype(dtype)
         else:
@@ -124,15 +127,16 @@ def reference(graph: Graph, arrays: list[np.ndarray], table: Any, schemas: Any) 
 
 
 def measured(graph: Graph, seed: int, table: Any, schemas: Any) -> tuple[list, list]:
-    """Random inputs for ``graph`` and the CPU's outputs on them. Integers are drawn in
-    [1, 3) (no empty shapes), then [0, 2), then all 0 where the CPU refuses larger ones
-    (indices into a dimension of 2 or 1).
+    """Random inputs for ``graph`` and the CPU's outputs on them. 8- and 16-bit integers over
+    their whole range (signed and unsigned arithmetic differ at large values), wider integers
+    in [1, 3) (no empty shapes); then everything in [1, 3), [0, 2), and all 0 where the CPU
+    refuses larger ones (indices into a dimension of 2 or 1).
 
     Raises:
         Exception: the CPU's, where even zeros do not run.
     """
-    for low, high in ((1, 3), (0, 2), (0, 1)):
-        arrays = random_inputs(list(graph.inputs), seed, high, low)
+    for low, high, wide in ((1, 3, True), (1, 3, False), (0, 2, False), (0, 1, False)):
+        arrays = random_inputs(list(graph.inputs), seed, high, low, wide)
         try:
             return arrays, reference(graph, arrays, table, schemas)
         except Exception:
