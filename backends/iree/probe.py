@@ -16,7 +16,8 @@ inside a batch is asked again alone (lavapipe computed a Sigmoid wrong beside 22
 and right alone), whose answer is final. Answers are kept in a JSON file under the cache
 folder (``iree/probes-<key>.json``), so a warm process asks nothing.
 
-Inputs: floats normal(0, 1); 8- and 16-bit integers over their range, wider ones in [1, 3) (valid indices and counts for most ops); bool
+Inputs: floats normal(0, 1); 8- and 16-bit integers over their range, wider ones in
+[1, 3) (valid indices and counts for most ops); bool
 at random; symbolic and unknown dimensions at 3. A node whose CPU reference raises on such
 inputs, or whose signature cannot be built (unknown rank), is refused saying so.
 """
@@ -90,9 +91,11 @@ def describe(node: Node) -> str:
     return f"{node.op_type}-{node.meta.get('since', node.version)} {dtype}[{shape}]"
 
 
-def random_inputs(values: list[Value], seed: int, high: int = 3, low: int = 0) -> list[np.ndarray]:
+def random_inputs(
+    values: list[Value], seed: int, high: int = 3, low: int = 0, wide: bool = False
+) -> list[np.ndarray]:
     """Seeded random arrays for ``values`` (dimensions that are not ints at ``SYMBOL_SIZE``,
-    integers in ``[0, high)``)."""
+    integers in ``[low, high)``, 8- and 16-bit ones over their range with ``wide``)."""
     rng = np.random.default_rng(seed)
     out = []
     for v in values:
@@ -139,6 +142,8 @@ def measured(graph: Graph, seed: int, table: Any, schemas: Any) -> tuple[list, l
         arrays = random_inputs(list(graph.inputs), seed, high, low, wide)
         try:
             return arrays, reference(graph, arrays, table, schemas)
+        except NameError:  # a bug here, not the inputs: say so
+            raise
         except Exception:
             if high == 1:
                 raise
