@@ -4,7 +4,8 @@ Everything imports ``iree.runtime`` lazily (``import anychip`` and the plugin's 
 nothing until a device is enumerated). Devices are made once under a lock and live until the
 process ends; ``_teardown`` (``atexit``) closes every live executable before the devices and
 the instance, in that order: left to the garbage collector, IREE's objects are freed in any
-order and a Vulkan device freed before its modules crashes the interpreter at exit.
+order and a Vulkan device freed before its modules crashes the interpreter at exit; then
+IREE's leak report is turned off (what is left is freed with the process).
 
 Host buffers: Vulkan imports host memory only at its ``minImportedHostPointerAlignment``
 (4096 bytes on lavapipe), pointer and size alike, so ``to_host`` copies into a 4096-aligned
@@ -228,3 +229,11 @@ def _teardown() -> None:
         _devices.clear()
         gc.collect()
         _instance = None
+    try:
+        # objects the caller still holds at exit (a session never closed, IREE's own driver
+        # cache) would each print a nanobind "leaked instance" line: the process is ending
+        from iree._runtime_libs._runtime import disable_leak_checker
+
+        disable_leak_checker()
+    except Exception:  # another IREE build without it: the lines are harmless
+        pass
