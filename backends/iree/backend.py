@@ -221,6 +221,19 @@ class IREEBackend(Backend):
             for v in [*node.inputs, *node.outputs]
         )
 
+    def bring_up(self, graphs: list[Graph]) -> dict[str, int]:
+        """Measure every claimed node of ``graphs`` now (``anychip calibrate --device X``
+        passes the ONNX node cases of the claimed ops): the answers go to the probes' file,
+        so later loads ask nothing. Returns the counts of nodes accepted and refused."""
+        counts = {"accepted": 0, "refused": 0}
+        for graph in graphs:
+            for node in graph.nodes:
+                if not self._askable(node):
+                    continue
+                ok = self.prober.reason(node, eligible=self._askable) is None
+                counts["accepted" if ok else "refused"] += 1
+        return counts
+
     @property
     def prober(self) -> Prober:
         if self._prober is None:
