@@ -185,3 +185,28 @@ def test_hf_exports_three_lengths_one_compile(name, which):
     assert len([p for p in sess.placement().partitions if p.device == name]) == len(parts)
     by = sess.placement().by_device()
     assert by[name] > 5 * by.get("cpu", 0), by
+
+
+def test_bring_up_answers_are_kept_on_disk(tmp_path, monkeypatch):
+    """``bring_up`` (what ``anychip calibrate --device iree-cpu`` calls) measures each claimed
+    node once; a fresh backend object (a new process's) answers from the file, compiling
+    nothing."""
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    backend_or_skip("iree-cpu")
+    from anychip.backends.iree import probe
+    from anychip.backends.iree.backend import IREEBackend
+    from anychip.ir.onnx import import_model
+    from anychip.opsets.schemas import resolve
+
+    graph = import_model(_mlp()).graph
+    for node in graph.nodes:
+        node.version = node.version or 17
+        node.meta["since"] = resolve(node.op_type, node.domain, node.version).since_version
+    assert IREEBackend("iree-cpu").bring_up([graph]) == {"accepted": 4, "refused": 0}
+    assert list((tmp_path / "iree").glob("probes-*.json"))
+
+    def no_compile(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(probe, "compile_vmfb", no_compile)
+    assert IREEBackend("iree-cpu").bring_up([graph]) == {"accepted": 4, "refused": 0}
