@@ -97,6 +97,7 @@ def listed(driver: str) -> list[dict[str, Any]]:
             try:
                 import iree.runtime as rt
 
+                instance()  # registers the teardown before any driver object exists
                 found = list(rt.get_driver(driver).query_available_devices())
             except Exception:  # no loader, no ICD, no GPU: nothing listed, the backend says why
                 found = []
