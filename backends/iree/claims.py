@@ -41,5 +41,9 @@ _COMMON = {
 }
 #: Element types offered to ``iree-cpu`` (llvm-cpu computes float64 too).
 CPU_DTYPES = frozenset(_COMMON | {DType.DOUBLE})
-#: Element types offered to GPU targets (SPIR-V, CUDA, HIP, Metal: no float64 here).
-GPU_DTYPES = frozenset(_COMMON)
+#: Element types offered to GPU targets (SPIR-V, CUDA, HIP, Metal): no float64, and no int64
+#: tensors (int64 constants are fine): on lavapipe a vulkan partition of the ONNX suite's
+#: test_attention_4d_causal_with_past_and_present_expanded computed an int64 shape as
+#: [4371385962243811151, 4457325440330162226] where the probes and the partition check, on
+#: other values, had matched.
+GPU_DTYPES = frozenset(_COMMON - {DType.INT64})
