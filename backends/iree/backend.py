@@ -296,7 +296,8 @@ class IREEBackend(Backend):
         exe = self._executable(vmfb, [v.dtype.numpy.str for v in graph.outputs], len(graph.nodes))
         seconds = time.perf_counter() - t0
         verdict = check_partition(self, graph, exe, what)
-        return self._as_compiled(exe, {"compile_ms": round(seconds * 1e3, 1), "checked": verdict})
+        extra = {"compile_ms": round(seconds * 1e3, 1), "checked": verdict}
+        return self._as_compiled(exe, extra, graph=graph, what=what)
 
     def load_compiled(self, data: bytes) -> CompiledGraph:
         """The executable ``CompiledGraph.serialize()`` wrote (checked when it was compiled).
@@ -327,7 +328,9 @@ class IREEBackend(Backend):
         except Exception as e:
             raise DeviceError(f"{self.tag}: the device did not load the module: {e}") from e
 
-    def _as_compiled(self, exe: Any, extra: dict[str, Any]) -> CompiledGraph:
+    def _as_compiled(
+        self, exe: Any, extra: dict[str, Any], graph: Graph | None = None, what: str = ""
+    ) -> CompiledGraph:
         info = {
             "iree": runtime.compiler_version(),
             "target": self.target,
@@ -335,7 +338,20 @@ class IREEBackend(Backend):
             "vmfb_bytes": len(exe.vmfb),
             **extra,
         }
-        compiled = CompiledGraph(exe.run, info=info, serialize=exe.to_bytes)
+        run = exe.run
+        if graph is not None:  # compiled here: its first run is checked against the CPU too
+            from anychip.backends.iree.check import check_first_run
+
+            pending = [True]
+
+            def run(inputs: Any) -> list[Any]:
+                outputs = exe.run(inputs)
+                if pending[0]:
+                    pending[0] = False
+                    check_first_run(self, graph, list(inputs), outputs, what)
+                return outputs
+
+        compiled = CompiledGraph(run, info=info, serialize=exe.to_bytes)
         compiled.executable = exe  # type: ignore[attr-defined]
         return compiled
 

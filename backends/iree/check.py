@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from anychip.backends.iree.probe import compare, measured
+from anychip.backends.iree.probe import compare, measured, reference
 from anychip.errors import DeviceError
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
 
-__all__ = ["check_partition"]
+__all__ = ["check_first_run", "check_partition"]
 
 
 def check_partition(backend: Any, graph: Graph, exe: Any, what: str) -> str:
@@ -44,3 +44,30 @@ def check_partition(backend: Any, graph: Graph, exe: Any, what: str) -> str:
             exe.close()
             raise DeviceError(f"{what}: output {v.name!r} {why}; its nodes go to the next device")
     return "matched the CPU"
+
+
+def check_first_run(
+    backend: Any, graph: Graph, inputs: list[Any], outputs: list[Any], what: str
+) -> None:
+    """The first real run of a partition compared with the CPU on the same inputs.
+
+    Random inputs cannot prove a compiled partition right (on lavapipe, GPT-2's masked
+    attention matched on random inputs and not on the model's), so the first run is checked
+    too; a mismatch raises and the runtime fails the device over, running the request again
+    without it (the placement report's first line says so).
+
+    Raises:
+        DeviceError: an output differs from the CPU's.
+    """
+    arrays = [backend.to_host(t) for t in inputs]
+    try:
+        want = reference(graph, arrays, backend.cpu_table(), backend.schemas())
+    except Exception:  # the CPU cannot run these inputs either: nothing to compare
+        return
+    for v, got, w in zip(graph.outputs, outputs, want):
+        why = compare(backend.to_host(got), w)
+        if why is not None:
+            raise DeviceError(
+                f"{what}: on its first real inputs, output {v.name!r} {why} (it matched on "
+                "random ones); the device is failed over to the next"
+            )

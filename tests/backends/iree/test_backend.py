@@ -161,14 +161,6 @@ def test_a_miscompiled_node_is_refused_as_declared(monkeypatch, tmp_path):
     assert by_op["MatMul"].device == "iree-cpu"
 
 
-_GPT2_VULKAN = pytest.mark.xfail(
-    strict=True,
-    reason="known: with int64 off the GPU targets, GPT-2's vulkan partition (And, Where, Add, "
-    "Softmax...) matches the CPU on random inputs but not on the model's (last token off by "
-    "up to 0.16): a miscompile the probes miss, docs/decisions/029-iree-devices.md",
-)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name,which",
@@ -176,7 +168,7 @@ _GPT2_VULKAN = pytest.mark.xfail(
         ("iree-cpu", "bert"),
         ("iree-cpu", "gpt2"),
         ("vulkan", "bert"),
-        pytest.param("vulkan", "gpt2", marks=_GPT2_VULKAN),
+        ("vulkan", "gpt2"),
     ],
 )
 def test_hf_exports_three_lengths_one_compile(name, which):
@@ -198,8 +190,16 @@ def test_hf_exports_three_lengths_one_compile(name, which):
             feeds["attention_mask"] = np.ones((1, length), np.int64)
             feeds["attention_mask"][0, -2:] = 0
         close(sess.run(None, feeds), reference(path, feeds), atol=1e-4)
-    assert len([p for p in sess.placement().partitions if p.device == name]) == len(parts)
-    by = sess.placement().by_device()
+    report = sess.placement()
+    if (name, which) == ("vulkan", "gpt2"):
+        # known (docs/decisions/029): lavapipe computes a masked Where wrong on the model's
+        # inputs though right on random ones; the first run's check catches it, the device
+        # is failed over, and the results above are right
+        first = str(report).splitlines()[0]
+        assert "DEVICE FAILED" in first and "first real inputs" in first, first
+        return
+    assert len([p for p in report.partitions if p.device == name]) == len(parts)
+    by = report.by_device()
     assert by[name] > (5 if name == "iree-cpu" else 1.5) * by.get("cpu", 0), by
 
 
