@@ -26,3 +26,17 @@ ANYCHIP_CONFORMANCE_DEVICES=cuda,cpu python -m pytest tests/test_onnx_backend.py
 
 echo "== anychip on cuda vs PyTorch eager"
 python bench/gpu_compare.py --repeat 10
+
+# IREE's GPU targets beside CuPy's cuda (pip install '.[iree]'): vulkan (the GPU's own Vulkan
+# driver), iree-cuda, iree-hip (pass --iree-hip-target through device_options where needed).
+# Never run on a hardware GPU (README, device table).
+for dev in vulkan iree-cuda iree-hip; do
+    if anychip devices | grep -E "^$dev +[a-z-]+ +yes" >/dev/null; then
+        echo "== $dev: tests, conformance kit (strict), ONNX suite on $dev,cpu"
+        python -m pytest tests/backends/iree -n 0 -q -m 'slow or not slow' || true
+        anychip conformance --device "$dev" --strict --json "/tmp/anychip-$dev-kit.json" || true
+        ANYCHIP_CONFORMANCE_DEVICES="$dev,cpu" python -m pytest tests/test_onnx_backend.py -q -n 2 || true
+    else
+        echo "== $dev: not available here: $(anychip devices | grep -E "^$dev " || echo 'not listed')"
+    fi
+done

@@ -348,6 +348,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         for cls, pts in cal.points.items():
             figures = ", ".join(f"{w:.3g} -> {t * 1e6:.1f} us" for w, t in pts)
             print(f"  {cls:<12} {figures}")
+        if callable(getattr(registry.backends[name], "bring_up", None)):
+            _bring_up(registry.backends[name])
     print(f"cache: {cache_root() / 'calibration'}")
     return 0
 
@@ -378,6 +380,33 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     for name, (files, nbytes) in rows.items():
         print(f"  {name:<14} {files:>6} file(s) {nbytes / 2**20:>9.1f} MiB")
     return 0
+
+
+def _bring_up(backend: object) -> None:
+    """A device with a ``bring_up(graphs)`` (IREE's) measures its claimed ops' node cases."""
+    import time
+
+    from anychip.conformance.cases import load_case, node_cases
+    from anychip.core.plugin.claims import claims_of
+    from anychip.ir.onnx import import_model
+    from anychip.opsets.schemas import resolve
+
+    t0 = time.perf_counter()
+    graphs = []
+    for case in node_cases({c.op for c in claims_of(backend)}):
+        try:
+            model = import_model(load_case(case)[0])
+        except Exception:  # a case anychip cannot import is not the device's to measure
+            continue
+        for node in model.graph.walk():
+            node.version = node.version or model.opset_imports.get(node.domain, 1)
+            node.meta["since"] = resolve(node.op_type, node.domain, node.version).since_version
+        graphs.append(model.graph)
+    counts = backend.bring_up(graphs)  # type: ignore[attr-defined]
+    print(
+        f"  bring-up: {counts['accepted']} node signatures accepted, {counts['refused']} "
+        f"refused, in {time.perf_counter() - t0:.0f} s (cached per IREE version and device)"
+    )
 
 
 def _reference(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[object, str]:

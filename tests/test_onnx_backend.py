@@ -41,14 +41,20 @@ from anychip.zoo import LIGHT_MODELS
 _NAMED = os.environ.get("ANYCHIP_CONFORMANCE_DEVICES")
 DEVICE_SETS = [
     d.strip()
-    for d in (_NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu;openvino:cpu,cpu").split(";")
+    for d in (
+        _NAMED or "cpu;xpu,cpu;npu,cpu;ort:cpu,cpu;openvino:cpu,cpu;iree-cpu,cpu;vulkan,cpu"
+    ).split(";")
     if d.strip()
 ]
 #: Sets the default run samples: one node case in N, by a stable hash of its name. Named in
 #: ANYCHIP_CONFORMANCE_DEVICES, a set runs whole (onnxruntime's CPU behind ort:cpu: 1,847
 #: passed, 0 failed on the whole suite, docs/perf/ort.md; OpenVINO's CPU behind openvino:cpu:
 #: 1,761 passed, 0 failed, docs/perf/openvino.md).
-SAMPLED = {"ort:cpu,cpu": 8, "openvino:cpu,cpu": 8}
+#: IREE's sets compile twice per case (a node probe and the partition, 1-10 s each on a busy
+#: 2-core machine): one case in 40 of every suite, not only the node cases
+#: (docs/decisions/029-iree-devices.md).
+SAMPLED = {"ort:cpu,cpu": 8, "openvino:cpu,cpu": 8, "iree-cpu,cpu": 40, "vulkan,cpu": 40}
+SAMPLED_EVERY_SUITE = {"iree-cpu,cpu", "vulkan,cpu"}
 
 # BackendTest writes the bundled light models' data sets under ONNX_HOME; keep them out of ~.
 os.environ.setdefault("ONNX_HOME", os.path.join(tempfile.gettempdir(), "anychip-onnx-home"))
@@ -129,7 +135,9 @@ def _all_on_cpu(devices: str) -> set[str]:
 def _sampled_out(devices: str, suite: str, attr: str) -> bool:
     """Whether the default run leaves this node case of ``devices`` out (``SAMPLED``)."""
     every = SAMPLED.get(devices.lower())
-    if _NAMED or every is None or suite != "OnnxBackendNodeModelTest":
+    if _NAMED or every is None:
+        return False
+    if suite != "OnnxBackendNodeModelTest" and devices.lower() not in SAMPLED_EVERY_SUITE:
         return False
     return zlib.crc32(attr.encode()) % every != 0
 

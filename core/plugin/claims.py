@@ -36,6 +36,9 @@ class Constraint:
 
     reason: str
     holds: Callable[[Node], bool] = field(compare=False)
+    #: Optional: the particular reason a node fails it ("IREE 3.13 vulkan-spirv: Sigmoid-13
+    #: f32[?,9] mismatches the CPU by 3.4"), appended to ``reason`` in the refusal.
+    explain: Callable[[Node], str | None] | None = field(default=None, compare=False)
 
     @staticmethod
     def attribute(name: str, allowed: Callable[[Any, Node], bool], reason: str) -> Constraint:
@@ -97,7 +100,8 @@ def first_refusal(constraints: tuple[Constraint, ...], node: Node) -> str | None
         except Exception as e:  # a constraint that cannot decide refuses, saying why
             return f"{DECLARED} {c.reason!r} could not be checked: {e}"
         if not ok:
-            return f"{DECLARED}: {c.reason}"
+            detail = c.explain(node) if c.explain is not None else None
+            return f"{DECLARED}: {c.reason}" + (f": {detail}" if detail else "")
     return None
 
 

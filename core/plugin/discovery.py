@@ -45,6 +45,8 @@ BUILTIN = {
     "npu": "anychip.backends.npu_stub",
     "ort": "anychip.backends.ort",  # onnxruntime's providers; inert without onnxruntime
     "openvino": "anychip.backends.openvino",  # OpenVINO's devices; unavailable without it
+    # IREE's targets; unavailable without iree-base-compiler/-runtime
+    "vulkan+iree-cpu+iree-cuda+iree-hip+iree-metal": "anychip.backends.iree",
 }
 #: The entry-point names of anychip's stubs before names were device kinds: an installed copy's
 #: metadata may still carry them (the module is what identifies a built-in), and

@@ -1,0 +1,63 @@
+"""A warm second load, in a second process, compiles nothing: the vmfb comes from anychip's
+compile cache and the node probes from their file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.backends.iree.conftest import backend_or_skip
+
+SCRIPT = r"""
+import json, sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+import anychip
+from anychip.backends.iree import compiler
+calls = []
+real = compiler.compile_vmfb
+def counted(*a, **k):
+    calls.append(1)
+    return real(*a, **k)
+compiler.compile_vmfb = counted
+import anychip.backends.iree.probe as probe
+probe.compile_vmfb = counted
+rng = np.random.default_rng(0)
+w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+g = helper.make_graph(
+    [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+    "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [w])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+s = anychip.load(m, devices=[sys.argv[1]], strict=True)
+x = rng.standard_normal((3, 8)).astype(np.float32)
+y = s.run(None, {"x": x})[0]
+ok = bool(np.allclose(y, np.tanh(x @ numpy_helper.to_array(w)), atol=1e-5))
+print(json.dumps({"compiles": len(calls), "ok": ok, "info": s.placement().partitions[0].info}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["iree-cpu", "vulkan"])
+def test_second_process_compiles_nothing(name, tmp_path):
+    backend_or_skip(name)
+    env = dict(os.environ, ANYCHIP_CACHE_DIR=str(tmp_path), ANYCHIP_COMPILE_CACHE="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", SCRIPT, name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0]["compiles"] >= 1 and runs[0]["ok"]
+    assert runs[1]["compiles"] == 0 and runs[1]["ok"], runs[1]
+    assert "load_ms" in runs[1]["info"]
