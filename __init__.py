@@ -145,6 +145,7 @@ class DeviceInfo:
         "graph_mode",
         "about",
         "simulated",
+        "auto_select",
     )
 
     def __init__(
@@ -159,6 +160,7 @@ class DeviceInfo:
         graph_mode: bool = False,
         about: str = "",
         simulated: bool = False,
+        auto_select: bool = True,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -173,6 +175,9 @@ class DeviceInfo:
         self.about = about
         #: True for a device simulated on the host (``npu``, ``xpu``): no chip behind it.
         self.simulated = simulated
+        #: False for a device that joins a session only when named (``Backend.auto_select``:
+        #: the vendor runtimes, a CPU's OpenCL, IREE's devices).
+        self.auto_select = auto_select
 
     def __repr__(self) -> str:
         state = "available" if self.available else f"unavailable: {self.reason}"
@@ -215,6 +220,7 @@ def devices(include_failed_plugins: bool = False) -> list[Any]:
                 b.graph_mode,
                 _about(b),
                 bool(getattr(b, "simulated", False)),
+                bool(getattr(b, "auto_select", True)),
             )
         )
     if include_failed_plugins:

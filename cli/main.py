@@ -242,14 +242,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     # Seeded random weights: the shipped model's constant fills make every output the same.
     model = light_model(args.model, seed=0).SerializeToString()
-    usable = [d.name for d in anychip.devices() if d.available]
+    listed = [d for d in anychip.devices() if d.available]
+    if args.devices:  # the devices named, each beside the cpu
+        usable = [n.strip() for n in args.devices.split(",") if n.strip()]
+        named = []
+    else:  # those a session with no device list would use (auto_select)
+        usable = [d.name for d in listed if d.auto_select]
+        named = [d.name for d in listed if not d.auto_select]
     # One run per device: "opencl:0" and "opencl:cpu" name the device "opencl" names.
     usable = [n for n in usable if ":" not in n or n.split(":")[0] not in usable]
+    named = [n for n in named if ":" not in n or n.split(":")[0] not in named]
     title = "ResNet-50" if args.model == "resnet50" else args.model
     print(
         f"anychip {anychip.__version__}: light {title} (seeded random weights) on "
         f"{', '.join(usable)}"
     )
+    if named:
+        print(
+            f"  (also here, used when named: {', '.join(named)}; e.g. anychip demo --devices "
+            f"{named[0]})"
+        )
     ref, ref_name, feeds = None, "cpu", None
     for dev in ["cpu"] + [d for d in usable if d != "cpu"]:
         devices = [dev] if dev == "cpu" else [dev, "cpu"]
@@ -509,6 +521,12 @@ def _parser() -> argparse.ArgumentParser:
         default="resnet50",
         choices=LIGHT_MODELS,
         help="which of onnx's light models to run, with seeded random weights",
+    )
+    demo.add_argument(
+        "--devices",
+        default=None,
+        help="devices to run beside the cpu, e.g. vulkan,ort:cpu (default: those a session "
+        "with no device list uses)",
     )
     conformance_cli.add_parser(sub)
     bench_cli.add_parser(sub)

@@ -188,3 +188,20 @@ def test_calibrate_measures_again_one_version_on(tmp_path, capsys, monkeypatch) 
     for version in (1, 2):
         assert main(["calibrate", "--device", "cpu"]) == 0
         assert f"cpu: calibration {version}, measured in" in capsys.readouterr().out
+
+
+def test_demo_runs_the_default_devices_and_names_the_others(capsys) -> None:
+    """Devices that join a session only when named (vendor runtimes, IREE, a CPU's OpenCL)
+    are listed, not run, by default; ``--devices`` runs the ones named beside the cpu."""
+    import anychip
+
+    assert main(["demo", "--model", "squeezenet", "--devices", "xpu"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^  (\S+) +first run", out, flags=re.M)
+    assert rows == ["cpu", "xpu+cpu"], out
+    named = [d.name for d in anychip.devices() if d.available and not d.auto_select]
+    if named:
+        assert main(["demo", "--model", "squeezenet"]) == 0
+        out = capsys.readouterr().out
+        assert "used when named:" in out
+        assert not any(f"{n}+cpu" in out for n in named), out
