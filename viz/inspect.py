@@ -131,7 +131,8 @@ def inspect_model(
     model: Any, devices: list[str] | None = None, free_dims: dict[str, int] | None = None
 ) -> ModelSummary:
     """Summarise ``model`` (a path, bytes, ``onnx.ModelProto`` or ``ir.Model``) and what each
-    of ``devices`` (default: every registered backend) can run of it; ``free_dims`` sizes
+    of ``devices`` (default: every backend a session with no device list uses; the others
+    when named) can run of it; ``free_dims`` sizes
     symbolic input dimensions by name (so their nodes' FLOPs are counted)."""
     from anychip.core.compile.pipeline import resolve_schemas
     from anychip.core.plugin.host import get_registry
@@ -153,7 +154,9 @@ def inspect_model(
             unknown.append(n.name or n.op_type)
         elif f:
             flops_by[n.op_type] += f
-    names = devices or list(registry.backends)
+    # by default the devices a session with no device list would use: a device that joins
+    # only when named (a vendor runtime, IREE) may compile to answer (IREE probes each node)
+    names = devices or [n for n, b in registry.backends.items() if getattr(b, "auto_select", True)]
     if missing := [d for d in names if d not in registry.backends]:
         raise DeviceError(f"no device {missing} is registered (have: {sorted(registry.backends)})")
     can: dict[str, dict[str, list]] = {}
