@@ -206,9 +206,16 @@ def test_a_rows_thread_choice_is_reported(tmp_path, capsys):
 def test_bench_resolves_the_repository_model_set_by_name():
     """``anychip bench bert_like`` from a checkout: the names of ``bench/cpu_models.py``
     (the renovation moved the command into ``cli/``, and the lookup went one folder short)."""
+    from pathlib import Path
+
+    import anychip
     from anychip.cli.bench import _model_set, resolve_model
 
     _model_set.cache_clear()
+    here = Path(anychip.__file__).resolve().parent / "bench" / "cpu_models.py"
+    if not here.exists():  # an installed wheel (CI's venv): no bench/ beside the package
+        assert _model_set() is None
+        return
     assert _model_set() is not None
     data, feeds = resolve_model("bert_like")
     assert data[:2] and feeds is not None and set(feeds)
