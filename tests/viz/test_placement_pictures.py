@@ -116,7 +116,7 @@ def test_svg_labels_fallbacks(mixed) -> None:
     groups = svg_groups(svg_bytes(view))
     for vn in view.graph_nodes:
         text = " ".join(texts_of(groups[f"node_{vn.id}"]))
-        assert ("fallback: xpu: declared constraint: Y only: no Mean" in text) == vn.fallback
+        assert ("fallback: xpu: declared constraint: Y only" in text) == vn.fallback
 
 
 def test_dot_source_and_file_formats(mixed, tmp_path) -> None:
