@@ -200,7 +200,8 @@ def test_hf_exports_three_lengths_one_compile(name, which):
         return
     assert len([p for p in report.partitions if p.device == name]) == len(parts)
     by = report.by_device()
-    assert by[name] > (5 if name == "iree-cpu" else 1.5) * by.get("cpu", 0), by
+    # the GPU targets take no int64 (decision 029): the shape arithmetic stays on the cpu
+    assert by[name] > (5 if name == "iree-cpu" else 1.0) * by.get("cpu", 0), by
 
 
 def test_bring_up_answers_are_kept_on_disk(tmp_path, monkeypatch):

@@ -5,6 +5,8 @@ The whole kit is ``anychip conformance --device vulkan --strict`` (slow tier).""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from anychip.conformance import run_kit
@@ -29,6 +31,11 @@ def test_kit_strict_on_a_bounded_op_set(name):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("ANYCHIP_IREE_FULL_KIT") != "1",
+    reason="the whole kit on an IREE device compiles every claimed node case (over 15 minutes "
+    "here): ANYCHIP_IREE_FULL_KIT=1 runs it (docs/decisions/029)",
+)
 @pytest.mark.parametrize("name", ["iree-cpu", "vulkan"])
 def test_kit_strict_everything_claimed(name):
     backend_or_skip(name)

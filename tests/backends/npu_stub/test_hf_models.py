@@ -33,6 +33,12 @@ def feeds(name: str, s: int, batch: int = 1) -> dict[str, np.ndarray]:
     return out
 
 
+# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
+# artifact another test stored would be loaded instead; the disk cache's own tests:
+# tests/core/test_compile_cache.py).
+pytestmark = pytest.mark.usefixtures("no_compile_cache")
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_hf_export_runs_on_the_npu_once_compiled_per_length(name):
     path = str(MODELS[name])
@@ -58,10 +64,6 @@ sys.path.insert(0, sys.argv[2])
 import anychip
 from tests.backends.npu_stub.test_hf_models import LENGTHS, MODELS, feeds
 
-# Counts compiles and telemetry of executables made in memory: the artifact cache off (an
-# artifact another test stored would be loaded instead; the disk cache's own tests:
-# tests/core/test_compile_cache.py).
-pytestmark = pytest.mark.usefixtures("no_compile_cache")
 name = sys.argv[1]
 sess = anychip.load(str(MODELS[name]), devices=["npu", "cpu"], cost_model=False,
                     background_compile=False)
