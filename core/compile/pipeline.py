@@ -263,7 +263,10 @@ def _compile_partitions(
         for p in out.partitions:
             advance(1)
             backend = by_name[p.device]
-            reference = _graph_reference(p, registry) if copts.bring_up else None
+            # bring-up of a graph-mode partition: the CPU program of its graph as placed
+            reference = (
+                _graph_reference(p, registry) if copts.bring_up and backend.graph_mode else None
+            )
             if backend.graph_mode and _specializes(backend, p.graph, copts):
                 p.program = out.specialized[p.index] = _specialized(
                     out, p, backend, registry, copts, options.strict
