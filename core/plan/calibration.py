@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -322,6 +322,9 @@ def clear_calibrations(device: str | None = None) -> int:
         if device is None or p.name.rsplit("-", 1)[0] == device:
             p.unlink(missing_ok=True)
             n += 1
+    for p in folder.glob("*.json.partial"):  # an interrupted calibration's probes
+        if device is None or p.name.rsplit("-", 1)[0] == device:
+            p.unlink(missing_ok=True)
     return n
 
 
@@ -422,12 +425,27 @@ def _spread(sweeps: list[list[tuple[float, float]]]) -> float:
     return worst
 
 
+class Progress(Protocol):
+    """Where a calibration keeps the probes measured so far (``calibration_background``'s
+    file, so a process that exits midway leaves them to the next one)."""
+
+    def get(self, sweep: int, key: str) -> list[tuple[float, float]] | None: ...
+
+    def put(self, sweep: int, key: str, points: list[tuple[float, float]]) -> None: ...
+
+
 def calibrate(
-    backend: Any, *, repeat: int = 5, since: Calibration | None = None, save: bool = True
+    backend: Any,
+    *,
+    repeat: int = 5,
+    since: Calibration | None = None,
+    save: bool = True,
+    progress: Progress | None = None,
 ) -> Calibration:
     """Measure every key (``keys()``) of ``backend`` now (a few seconds), cache (unless
     ``save`` is False) and return the figures. ``since``: the calibration this one replaces
-    (``anychip calibrate``): the new one's ``version`` is one more."""
+    (``anychip calibrate``): the new one's ``version`` is one more. ``progress``: probes an
+    earlier, interrupted calibration measured (taken as they are) and where this one's go."""
     from anychip.core.plan.calibration_probes import measure_class, measure_link
 
     t0 = time.perf_counter()
@@ -440,9 +458,13 @@ def calibrate(
         # Every class twice, a sweep apart, each point the faster of the two: a burst of
         # another process's work that spans one probe's rounds does not span both sweeps;
         # how far they disagree is the figures' uncertainty.
-        for _ in range(SWEEPS):
+        for sweep in range(SWEEPS):
             for k in all_keys:
-                pts = measure_class(backend, k, repeat)
+                pts = progress.get(sweep, k) if progress is not None else None
+                if pts is None:
+                    pts = measure_class(backend, k, repeat)
+                    if progress is not None:
+                        progress.put(sweep, k, pts)
                 if pts:
                     cal.points[k] = _faster(cal.points.get(k), pts)
                     sweeps.setdefault(k, []).append(pts)

@@ -10,27 +10,80 @@ interrupted one leaves nothing). At interpreter exit the threads are stopped aft
 call in flight and joined (``_stop_at_exit``): a device runtime still compiling or running a
 probe while the interpreter finalizes aborted the process ("terminate called without an
 active exception", OpenVINO's CPU plugin beside anychip's CPU session).
+
+A process may end before its calibration does (a short script: 5-10 s of probes per device).
+Each probe measured goes to ``<calibration file>.partial`` (``PartialFile``) as it is done, and
+the next process's background calibration takes them as they are and measures only the rest:
+a device is calibrated after enough short processes, not never. Placement reads only the
+complete file, so the placement still changes once, when the calibration is complete.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import os
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from anychip.core.plan.calibration import (
+    FORMAT,
     STOP,
     Calibration,
     CalibrationStopped,
     _lock,
     _path,
     _save,
+    cache_key,
     calibrate,
     load_calibration,
 )
 
-__all__ = ["measure_in_background"]
+__all__ = ["PartialFile", "measure_in_background"]
+
+#: Probes kept for the next process this long at most (s): older ones are measured again.
+PARTIAL_TTL = 7 * 24 * 3600.0
+
+
+class PartialFile:
+    """The probes of an interrupted calibration of ``backend``, beside its calibration file:
+    ``get``/``put`` per (sweep, key), each ``put`` written at once (atomic rename), the file
+    ignored when it is another key's, another format's or older than ``PARTIAL_TTL``."""
+
+    def __init__(self, backend: Any) -> None:
+        self.path = Path(str(_path(backend)) + ".partial")
+        self.key = cache_key(backend)
+        self.done: dict[str, list[tuple[float, float]]] = {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            fresh = time.time() - float(data["when"]) < PARTIAL_TTL
+            if data["format"] == FORMAT and data["key"] == self.key and fresh:
+                self.done = {
+                    str(k): [(float(w), float(t)) for w, t in v] for k, v in data["done"].items()
+                }
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError):  # corrupt: measured again
+            self.path.unlink(missing_ok=True)
+        self.resumed = len(self.done)
+
+    def get(self, sweep: int, key: str) -> list[tuple[float, float]] | None:
+        return self.done.get(f"{sweep}:{key}")
+
+    def put(self, sweep: int, key: str, points: list[tuple[float, float]]) -> None:
+        self.done[f"{sweep}:{key}"] = list(points)
+        data = {"format": FORMAT, "key": self.key, "when": time.time(), "done": self.done}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
 
 _running: dict[str, threading.Thread] = {}
 _running_lock = threading.Lock()
@@ -59,9 +112,10 @@ def measure_in_background(backend: Any, since: Calibration | None = None) -> thr
 def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
     """Measure without holding ``_lock``, then save under it unless a calibration was saved
     meanwhile (the first complete one stays: placements must not change under the user)."""
+    partial = PartialFile(backend)
     try:
-        cal = calibrate(backend, since=since, save=False)
-    except CalibrationStopped:  # the process is exiting: nothing to say, nothing saved
+        cal = calibrate(backend, since=since, save=False, progress=partial)
+    except CalibrationStopped:  # the process is exiting: what was measured is in ``partial``
         return
     except Exception as e:  # a thread's end: said in the log, the declared figures stay
         logging.getLogger("anychip").warning(
@@ -73,6 +127,7 @@ def _measure_and_merge(backend: Any, since: Calibration | None) -> None:
     with _lock:
         if load_calibration(backend) is None:
             _save(backend, cal)
+    partial.remove()
 
 
 #: How long exit waits for a calibration thread to finish its probe call in flight (s).

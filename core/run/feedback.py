@@ -144,6 +144,14 @@ class Feedback:
         #: What a compile of a trial is expected to cost: the session's own compile (set by
         #: the session), then the last trial compile's measured time.
         self.compile_cost = 0.0
+        #: The one-time work of a placement's first run (primitives, program builds, the
+        #: replay's recording): the session's own first run beyond its typical run, then the
+        #: most a trial's first run took beyond its prediction. A trial's first run is
+        #: expected to cost as much again (its first run in the 5% budget read only its
+        #: predicted time: an OpenCL trial's 0.5 s of program loads made exploring 31% of
+        #: Inception-v1's first 70 runs on ``opencl,cpu``, quiet Xeon).
+        self.first_cost = 0.0
+        self._first_run = 0.0
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -196,6 +204,8 @@ class Feedback:
             if turn == 0 or turn % 2 == 1:  # the trial's side: with its untimed run, two
                 runs = 1 if turn == 0 or self.last == "trial" else 2
                 expected = runs * max(0.0, (took or self.ref) - self.ref)
+                if turn == 0:  # its first run: the one-time work too
+                    expected += self.first_cost
         total = self.session_time + self.ref + expected
         return self.explored + expected <= self.budget * total
 
@@ -203,7 +213,9 @@ class Feedback:
         """Runs 1 to ``1 + TIMED_RUNS``: the warm-up, then the placement timed; then the
         placements to try are queued (tried in the requests that follow, within budget)."""
         if self.runs == 1:
-            return compiled.steps.run(arrays), compiled
+            outs = compiled.steps.run(arrays)
+            self._first_run = self.clock() - t0
+            return outs, compiled
         if _compiling(compiled):
             # A background compile: the host serves these partitions for now, which is not
             # the placement's time. Measured once it is done.
@@ -294,6 +306,9 @@ class Feedback:
             # one runs the host serves its partitions: a time of the host, not of the trial.
             for sp in trial.specialized.values():
                 sp.start_compiles()
+            if turn == 0:  # what its one-time work was: the next trial's first run may cost it
+                guess = max(getattr(trial, "predicted", None) or self.ref, self.ref)
+                self.first_cost = max(self.first_cost, elapsed - guess)
             if not timed or (turn > 0 and (before or _compiling(trial))):
                 return outs, compiled
             self.trial_samples.append(elapsed)  # the first is its warm-up
@@ -348,6 +363,7 @@ class Feedback:
         # the steps and flatters a placement of many small partitions.
         self.measured = min(self.totals)
         self.ref = statistics.median(self.totals)
+        self.first_cost = max(self.first_cost, self._first_run - self.ref)
         self.decision = f"measured {_ms(self.measured)} per run"
         # Partitions and partition steps are in the same order.
         by_part = iter(t for s, t in zip(steps, best) if not s.is_copy)

@@ -78,3 +78,54 @@ def test_the_exit_handler_stops_and_joins_running_threads(monkeypatch) -> None:
     started.wait(5)
     calibration_background._stop_at_exit()
     assert stop.is_set() and not t.is_alive()
+
+
+def test_an_interrupted_calibration_is_resumed_by_the_next_process(tmp_path, monkeypatch):
+    """A short process ends its background calibration midway: the probes it measured are kept
+    beside the calibration file, and the next one measures only the rest (a short script's
+    device is calibrated after a few processes, not never); placement reads the complete file
+    only."""
+    from anychip.core.plugin.host import get_registry
+
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    cpu = get_registry().backends["cpu"]
+    measured: list[str] = []
+    stop_after = [3]
+
+    def measure(backend, cls, repeat):
+        if len(measured) == stop_after[0]:
+            raise calibration.CalibrationStopped  # the process exits here
+        measured.append(cls)
+        return [(1e3, 1e-6 * len(measured))] if cls in ("matmul", "conv", "linear") else []
+
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_class", measure)
+    monkeypatch.setattr("anychip.core.plan.calibration_probes.measure_link", lambda b, r: None)
+    calibration_background._measure_and_merge(cpu, None)
+    assert calibration.load_calibration(cpu) is None  # not complete: placement reads nothing
+    partial = calibration_background.PartialFile(cpu)
+    assert partial.resumed == 3
+    first = list(measured)
+    stop_after[0] = 10**6
+    calibration_background._measure_and_merge(cpu, None)
+    total = calibration.SWEEPS * len(calibration.keys())
+    assert len(measured) == total  # the 3 kept, the rest measured, none twice
+    assert measured[:3] == first
+    cal = calibration.load_calibration(cpu)
+    assert cal is not None and set(cal.points) >= {"matmul", "conv", "linear"}
+    assert not partial.path.exists()  # complete: the partial file is gone
+
+
+def test_a_partial_file_of_another_key_or_corrupt_is_ignored(tmp_path, monkeypatch):
+    from anychip.core.plugin.host import get_registry
+
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    cpu = get_registry().backends["cpu"]
+    p = calibration_background.PartialFile(cpu)
+    p.put(0, "matmul", [(1.0, 2.0)])
+    assert calibration_background.PartialFile(cpu).get(0, "matmul") == [(1.0, 2.0)]
+    p.path.write_text(p.path.read_text().replace(p.key, "another"))
+    assert calibration_background.PartialFile(cpu).resumed == 0
+    p.path.write_text("{not json")
+    assert calibration_background.PartialFile(cpu).resumed == 0 and not p.path.exists()
+    calibration_background.PartialFile(cpu).put(1, "conv", [(1.0, 2.0)])
+    assert calibration.clear_calibrations() == 0 and not p.path.exists()
