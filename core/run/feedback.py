@@ -146,12 +146,16 @@ class Feedback:
         self.compile_cost = 0.0
         #: The one-time work of a placement's first run (primitives, program builds, the
         #: replay's recording): the session's own first run beyond its typical run, then the
-        #: most a trial's first run took beyond its prediction. A trial's first run is
-        #: expected to cost as much again (its first run in the 5% budget read only its
-        #: predicted time: an OpenCL trial's 0.5 s of program loads made exploring 31% of
-        #: Inception-v1's first 70 runs on ``opencl,cpu``, quiet Xeon).
+        #: most a trial's first run took beyond its prediction. A trial's first run on a device
+        #: the placement does not use is expected to cost as much again (read as its predicted
+        #: time only, an OpenCL trial's program loads made exploring 31% of Inception-v1's
+        #: first 70 runs on ``opencl,cpu``, quiet Xeon).
         self.first_cost = 0.0
         self._first_run = 0.0
+        #: The session's placement when it first ran (what a trial's devices are new to).
+        self.placed_on: Any = None
+        #: The label of the last trial that won and was taken (its placement serves since).
+        self.adopted = ""
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -169,7 +173,9 @@ class Feedback:
         if self.done:
             return compiled.steps.run(arrays), compiled
         self.runs += 1
-        t0 = self.clock()
+        if self.placed_on is None:
+            self.placed_on = compiled
+        t0, ref = self.clock(), self.ref  # a win taken in this request changes ``ref``
         exploring = (self.trial is not None or bool(self.queue)) and self._affordable()
         try:
             if exploring:
@@ -182,7 +188,7 @@ class Feedback:
             elapsed = self.clock() - t0
             self.session_time += elapsed
             if exploring:
-                self.explored += max(0.0, elapsed - self.ref)
+                self.explored += max(0.0, elapsed - ref)
 
     def _affordable(self) -> bool:
         """Whether this request may explore: the time explored so far plus what this request
@@ -204,7 +210,7 @@ class Feedback:
             if turn == 0 or turn % 2 == 1:  # the trial's side: with its untimed run, two
                 runs = 1 if turn == 0 or self.last == "trial" else 2
                 expected = runs * max(0.0, (took or self.ref) - self.ref)
-                if turn == 0:  # its first run: the one-time work too
+                if turn == 0 and self._new_device(trial):  # its first run: one-time work
                     expected += self.first_cost
         total = self.session_time + self.ref + expected
         return self.explored + expected <= self.budget * total
@@ -235,6 +241,13 @@ class Feedback:
         if not self.seen:
             self.seen.append(_placement(compiled))
         return outs, compiled
+
+    def _new_device(self, trial: CompiledModel) -> bool:
+        """Whether ``trial`` runs partitions on a device this session's placement does not use
+        (its one-time work is ahead of it; a trial on the same devices finds much of it done:
+        primitives and programs are kept per process)."""
+        used = {getattr(p, "device", None) for p in getattr(self.placed_on, "partitions", [])}
+        return bool({getattr(p, "device", None) for p in getattr(trial, "partitions", [])} - used)
 
     def stop(self, why: str) -> None:
         """Measure no more (the session was placed again, or closed); hold no placement."""
@@ -306,7 +319,7 @@ class Feedback:
             # one runs the host serves its partitions: a time of the host, not of the trial.
             for sp in trial.specialized.values():
                 sp.start_compiles()
-            if turn == 0:  # what its one-time work was: the next trial's first run may cost it
+            if turn == 0 and self._new_device(trial):  # its one-time work: the next's may
                 guess = max(getattr(trial, "predicted", None) or self.ref, self.ref)
                 self.first_cost = max(self.first_cost, elapsed - guess)
             if not timed or (turn > 0 and (before or _compiling(trial))):
@@ -327,9 +340,16 @@ class Feedback:
             f"{_ms(statistics.median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
             f"95% bounds {low:.2f}-{high:.2f}x)"
         )
-        if verdict[0] == "win" and ratio < self.best[0]:
-            self.best = (ratio, label, trial)
         self._end_trial(compiled)
+        if verdict[0] == "win":
+            # Taken at once: the requests until the other trials are decided run on it, and
+            # those are paired with it from now on (waiting for the last trial left the
+            # session on the slower placement for hundreds of runs: 5% budget).
+            self.best, self.adopted = (1.0, label, trial), label
+            self.ref, self.placed_on = statistics.median(tried), trial
+            trial.replaced = f"re-placed to {label}: {self.decision}"
+            log.info("anychip: %s", trial.replaced)
+            return self._finish(outs, trial)
         return self._finish(outs, compiled)
 
     def _end_trial(self, compiled: CompiledModel) -> None:
@@ -347,6 +367,9 @@ class Feedback:
                 f"; exploring cost {share:.1%} of {self.runs} runs' {self.session_time:.3f} s"
             )
         took, label, best = self.best
+        if best is compiled and self.adopted:
+            best.replaced = self.decision = f"re-placed to {self.adopted}: {self.decision}"
+            return outs, compiled
         if best is compiled:
             self.decision = f"kept: {self.decision}"
             return outs, compiled

@@ -417,6 +417,7 @@ def test_a_trials_first_run_is_expected_to_cost_one_time_work(monkeypatch):
 
     placed, trial = timed(10.0, 1.0), timed(8.0, 0.5)
     trial.predicted = 0.5
+    placed.partitions[0].device, trial.partitions[0].device = "cpu", "chip"
     monkeypatch.setattr(F, "_placement", lambda c: {"n": "trial" if c is trial else "placed"})
     monkeypatch.setattr(F, "_candidates", lambda c: [("the trial", trial)])
     fb = F.Feedback(recompile=lambda *a: placed, clock=lambda: clock[0])
@@ -427,3 +428,33 @@ def test_a_trials_first_run_is_expected_to_cost_one_time_work(monkeypatch):
             break
     assert fb.done and now is trial, fb.decision
     assert fb.first_cost == pytest.approx(9.0) and n > 150  # waited for ~180 s of session
+
+
+def test_a_winning_trial_is_taken_at_once_and_the_next_paired_with_it(monkeypatch):
+    """On a fake clock: the placement takes 1 s, trial A 0.5 s, trial B 2 s. A wins and
+    serves from the next request on, while B is still to be measured (a slow trial under a
+    5% budget takes hundreds of runs); B is then paired with A, loses, and A stays."""
+    from anychip.core.run import feedback as F
+
+    clock = [0.0]
+    placed, a, b = _fake(clock, 1.0), _fake(clock, 0.5), _fake(clock, 2.0)
+    a.predicted, b.predicted = 0.5, 2.0  # what the cost model says before they run
+    names = {id(placed): "placed", id(a): "a", id(b): "b"}
+    monkeypatch.setattr(F, "_placement", lambda c: {"n": names[id(c)]})
+    monkeypatch.setattr(F, "_candidates", lambda c: [("trial A", a), ("trial B", b)])
+    fb = F.Feedback(recompile=lambda *a: placed, clock=lambda: clock[0])
+    current, taken_at, served = placed, None, []
+    for n in range(20000):
+        _, current = fb.run(current, [])
+        served.append(names[id(current)])
+        if current is a and taken_at is None:
+            taken_at = n
+            assert not fb.done and "trial B" in [q[0] for q in fb.queue]  # B still to come
+        assert fb.explored <= F.EXPLORE_BUDGET * fb.session_time + 1e-9
+        if fb.done:
+            break
+    assert fb.done and current is a and taken_at is not None
+    assert set(served[taken_at:]) == {"a"}  # the session stayed on A from then on
+    assert fb.decision.startswith("re-placed to trial A"), fb.decision
+    assert "trial B, tried" in fb.decision
+    assert a.replaced == fb.decision
