@@ -30,6 +30,10 @@ class CpuBackend(Backend):
     kind = "cpu"
     priority = 0
     host_memory = True
+    #: Bumped when a kernel's speed changes enough to move placements (calibrations measured
+    #: before are not read): "2", large transposes by oneDNN's reorder (1024 x 1024: 7 ms ->
+    #: 0.8), which the calibration's ``data`` probe times.
+    version = "2"
     #: Fusion passes switched off for this session (``device_options={"cpu": ...}``).
     disabled_passes: frozenset[str] = frozenset()
     #: Whether a partition may run on one thread when its runs measured that faster.
