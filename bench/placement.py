@@ -23,7 +23,7 @@ single device of the set by the same measure. Calibrations missing here are meas
 (``anychip calibrate``), as a user's second load would find them.
 
     python bench/placement.py --fresh [--models mlp,squeezenet] [--sets "xpu,cpu;npu,cpu"]
-                              [--settle 100] [--runs 10]
+                              [--settle 100] [--runs 10] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -185,7 +185,9 @@ def _child(model: str, devices: list[str], alone: bool, settle: int, runs: int) 
     )
 
 
-def _fresh(names: list[str] | None, sets: list[list[str]], settle: int, runs: int) -> None:
+def _fresh(
+    names: list[str] | None, sets: list[list[str]], settle: int, runs: int, repeat: int = 1
+) -> None:
     """The table of ``--fresh`` (module docstring)."""
     import json
     import subprocess
@@ -198,13 +200,24 @@ def _fresh(names: list[str] | None, sets: list[list[str]], settle: int, runs: in
     for d in devices:  # measured up front, as `anychip calibrate` does
         calibration_for(registry.backends[d])
 
-    def child(model: str, devs: list[str], alone: bool) -> dict | None:
+    def one(model: str, devs: list[str], alone: bool) -> dict | None:
         cmd = [sys.executable, __file__, "--child", model, "--sets", ",".join(devs)]
         cmd += ["--settle", str(settle), "--runs", str(runs)] + (["--alone"] if alone else [])
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             return None  # a device alone that cannot run the whole model
         return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def child(model: str, devs: list[str], alone: bool) -> dict | None:
+        """``repeat`` fresh processes: per run index and for the steady time, the median (one
+        fresh process's runs 1-10 vary 1.5x and more between identical placements)."""
+        got = [g for g in (one(model, devs, alone) for _ in range(repeat)) if g is not None]
+        if not got:
+            return None
+        out = dict(got[len(got) // 2])
+        out["first"] = [statistics.median(col) for col in zip(*(g["first"] for g in got))]
+        out["steady"] = statistics.median(g["steady"] for g in got)
+        return out
 
     print(
         f"{'model':<14} {'devices':<14} {'run 1':>8} {'2-10':>8} {'1-10':>8} {'x best':>7} "
@@ -250,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--fresh", action="store_true", help="each session in a fresh process")
     ap.add_argument("--settle", type=int, default=100, help="--fresh: runs before steady")
+    ap.add_argument("--repeat", type=int, default=1, help="--fresh: processes per row (medians)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--alone", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -267,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     names = args.models.split(",") if args.models else None
     if args.fresh:
-        _fresh(names, sets, args.settle, args.runs)
+        _fresh(names, sets, args.settle, args.runs, args.repeat)
         return
     print(
         f"{'model':<14} {'devices':<12} {'ms':>9} {'vs best single':>14} {'copies':>6} "
