@@ -339,6 +339,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from anychip.core.plugin.host import get_registry
     from anychip.paths import cache_root
 
+    if args.model:  # a model's placements, measured now and remembered
+        from anychip.cli.calibrate_model import calibrate_model
+
+        return calibrate_model(args)
     if args.clear:
         for dev in args.device or [None]:
             n = clear_calibrations(dev)
@@ -537,6 +541,8 @@ def _parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure each device's costs on this machine (cached)")
     cal.add_argument("--device", action="append", help="a device (repeatable); default: all")
     cal.add_argument("--clear", action="store_true", help="forget the cached measurements")
+    cal.add_argument("model", nargs="?", help="a model: measure its placements over --devices")
+    cal.add_argument("--devices", help="with a model: the device set, e.g. openvino:cpu,cpu")
     cache = sub.add_parser("cache", help="the cache folder: what it holds, or clear it")
     cache.add_argument("action", choices=["info", "clear"])
     viz_commands.add_json(cache, "the cache's folders")

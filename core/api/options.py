@@ -46,6 +46,10 @@ class SessionOptions:
             ``"off"``: the backends' declared figures.
         explore_budget: the share of the session's run time its feedback may spend trying
             other placements (default 0.05; ``float("inf")``: no limit; decisions/032).
+        remember_placement: start from the placement an earlier session of the same model,
+            devices, calibrations and options measured best, and explore nothing; record
+            this session's decision for the next (None: ``ANYCHIP_REMEMBER_PLACEMENT``, else
+            True; ``core/run/remembered.py``).
     Compilation:
         optimize: run the graph optimizations before placement (a Conv's BatchNormalization
             folded into its weights, as onnxruntime's basic level does); False keeps every
@@ -92,6 +96,7 @@ class SessionOptions:
     placement_policy: str | None = None
     calibration: str | None = None
     explore_budget: float = 0.05
+    remember_placement: bool | None = None
     optimize: bool = True
     device_options: Mapping[str, Mapping[str, Any]] | None = None
     plan_cache_size: int = 8

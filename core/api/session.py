@@ -40,6 +40,7 @@ from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
 from anychip.core.run.lifecycle import Closable, check_open
+from anychip.core.run.remembered import start_from_memory
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
@@ -97,6 +98,8 @@ class Session(Closable):
         self.feedback = Feedback.for_session(compile_with, options, len(devices))
         if self.feedback is not None:  # what a trial's compile is expected to cost
             self.feedback.compile_cost = time.perf_counter() - t0
+        # a decision measured by an earlier session of this model (core/run/remembered.py)
+        start_from_memory(self, model, backends, options, compile_with, options.remember)
         graph = self.model.graph
         self.inputs = [IOInfo(v) for v in graph.inputs]
         self.outputs = [IOInfo(v) for v in graph.outputs]
@@ -254,6 +257,7 @@ def load(
     )
     opts.calibration = resolve_calibration_mode(opt.calibration)
     opts.explore_budget = float(opt.explore_budget)
+    opts.remember = opt.remember_placement
     opts.failover = opt.failover and not opt.bring_up  # bring-up hides nothing
     set_policy(opts, opt.placement_policy)
     copts = CompileOptions(

@@ -91,6 +91,7 @@ class PlacementOptions:
         "calibrations",
         "factors",
         "explore_budget",
+        "remember",
     )
 
     def __init__(
@@ -122,6 +123,9 @@ class PlacementOptions:
         self.factors: dict[str, float] = {}
         #: The share of the run time the session's feedback may spend exploring (decisions/032).
         self.explore_budget = 0.05
+        #: Start from a placement an earlier session measured (``core/run/remembered.py``;
+        #: None: ``ANYCHIP_REMEMBER_PLACEMENT``, default on).
+        self.remember: bool | None = None
 
     def pin_for(self, node: Node) -> str | None:
         if node.name in self.pins:

@@ -156,6 +156,15 @@ class Feedback:
         self.placed_on: Any = None
         #: The label of the last trial that won and was taken (its placement serves since).
         self.adopted = ""
+        #: How the trial and the last winner were compiled, ``(factors, devices, policy)``
+        #: (None: not reproducible); ``on_decided(label, recipe, decision)`` is told the
+        #: decision when the last trial is done (``core/run/remembered.py`` records it).
+        self.trial_recipe: tuple | None = None
+        self.best_recipe: tuple | None = None
+        self.on_decided: Any = None
+        #: A trial ended undecided (``MAX_PAIRS`` pairs, the bound wide: a busy machine): the
+        #: decision is not recorded for later sessions.
+        self.undecided = False
 
     @classmethod
     def for_session(cls, recompile: Any, options: Any, n_devices: int) -> Feedback | None:
@@ -290,6 +299,7 @@ class Feedback:
                 continue
             self.seen.append(where)
             self.trial, self.trial_samples, self.paired_samples = (label, candidate), [], []
+            self.trial_recipe = _recipe(how)
 
     def _run_trial(self, compiled: CompiledModel, arrays: list[Any]) -> tuple[list[Any], Any]:
         """One request of a trial: its warm-up first, then the trial and the placement in
@@ -335,6 +345,8 @@ class Feedback:
         if verdict is None:
             return outs, compiled
         ratio, low, high = verdict[1:]
+        if verdict[0] == "lose" and low <= 1 - MARGIN:  # MAX_PAIRS, not a measured loss
+            self.undecided = True
         self.decision += (
             f"; {label}, tried, took {_ms(statistics.median(tried))} against "
             f"{_ms(statistics.median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
@@ -346,6 +358,7 @@ class Feedback:
             # those are paired with it from now on (waiting for the last trial left the
             # session on the slower placement for hundreds of runs: 5% budget).
             self.best, self.adopted = (1.0, label, trial), label
+            self.best_recipe = self.trial_recipe
             self.ref, self.placed_on = statistics.median(tried), trial
             trial.replaced = f"re-placed to {label}: {self.decision}"
             log.info("anychip: %s", trial.replaced)
@@ -369,9 +382,13 @@ class Feedback:
         took, label, best = self.best
         if best is compiled and self.adopted:
             best.replaced = self.decision = f"re-placed to {self.adopted}: {self.decision}"
+            if self.on_decided is not None and self.best_recipe is not None and not self.undecided:
+                self.on_decided(self.adopted, self.best_recipe, self.decision)
             return outs, compiled
         if best is compiled:
             self.decision = f"kept: {self.decision}"
+            if self.on_decided is not None and not self.undecided:
+                self.on_decided("the placement", None, self.decision)
             return outs, compiled
         best.replaced = self.decision = f"re-placed to {label}: {self.decision}"
         log.info("anychip: %s", self.decision)
@@ -475,6 +492,17 @@ def _candidates(compiled: CompiledModel) -> list[tuple[str, Any]]:
     for b in compiled.backends[:-1]:
         out.append((f"{b.name} first", (factors, [b.name, host], "prefer-first")))
     return out
+
+
+def _recipe(how: Any) -> tuple | None:
+    """``(factors, devices, policy)`` that compiles a queue entry's placement again (another
+    process: ``remembered.py``), or None for an entry given compiled."""
+    if not isinstance(how, tuple):
+        return None
+    if how[0] == "corrected":
+        return (dict(how[1]), None, None)
+    factors, devices, policy = how
+    return (dict(factors), list(devices) if devices is not None else None, policy)
 
 
 def _placement(compiled: CompiledModel) -> dict[str, str]:
