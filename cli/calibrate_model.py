@@ -1,5 +1,5 @@
 """``anychip calibrate MODEL --devices a,b``: a model's placements measured now, the fastest
-remembered (``core/run/remembered.py``), so its sessions start there and explore nothing.
+remembered (``core/api/remembered.py``), so its sessions start there and explore nothing.
 
 The devices are calibrated first where they have no calibration here; then one session of the
 model runs on random inputs of its declared shapes (symbolic dimensions 1) with no exploration

@@ -24,7 +24,7 @@ os.environ.setdefault("ANYCHIP_CALIBRATION", "off")
 # Graph-mode devices compile at load, as they did before background compiles: the tests of the
 # background path (tests/core/test_specialize.py) turn it on themselves.
 os.environ.setdefault("ANYCHIP_BACKGROUND_COMPILE", "0")
-# a placement one test measured must not place the next (core/run/remembered.py)
+# a placement one test measured must not place the next (core/api/remembered.py)
 os.environ.setdefault("ANYCHIP_REMEMBER_PLACEMENT", "0")
 
 

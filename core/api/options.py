@@ -49,7 +49,7 @@ class SessionOptions:
         remember_placement: start from the placement an earlier session of the same model,
             devices, calibrations and options measured best, and explore nothing; record
             this session's decision for the next (None: ``ANYCHIP_REMEMBER_PLACEMENT``, else
-            True; ``core/run/remembered.py``).
+            True; ``core/api/remembered.py``).
     Compilation:
         optimize: run the graph optimizations before placement (a Conv's BatchNormalization
             folded into its weights, as onnxruntime's basic level does); False keeps every

@@ -40,7 +40,7 @@ from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
 from anychip.core.run.lifecycle import Closable, check_open
-from anychip.core.run.remembered import start_from_memory
+from anychip.core.api.remembered import start_from_memory
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
@@ -98,7 +98,7 @@ class Session(Closable):
         self.feedback = Feedback.for_session(compile_with, options, len(devices))
         if self.feedback is not None:  # what a trial's compile is expected to cost
             self.feedback.compile_cost = time.perf_counter() - t0
-        # a decision measured by an earlier session of this model (core/run/remembered.py)
+        # a decision measured by an earlier session of this model (core/api/remembered.py)
         start_from_memory(self, model, backends, options, compile_with, options.remember)
         graph = self.model.graph
         self.inputs = [IOInfo(v) for v in graph.inputs]

@@ -123,7 +123,7 @@ class PlacementOptions:
         self.factors: dict[str, float] = {}
         #: The share of the run time the session's feedback may spend exploring (decisions/032).
         self.explore_budget = 0.05
-        #: Start from a placement an earlier session measured (``core/run/remembered.py``;
+        #: Start from a placement an earlier session measured (``core/api/remembered.py``;
         #: None: ``ANYCHIP_REMEMBER_PLACEMENT``, default on).
         self.remember: bool | None = None
 

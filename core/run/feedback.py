@@ -158,7 +158,7 @@ class Feedback:
         self.adopted = ""
         #: How the trial and the last winner were compiled, ``(factors, devices, policy)``
         #: (None: not reproducible); ``on_decided(label, recipe, decision)`` is told the
-        #: decision when the last trial is done (``core/run/remembered.py`` records it).
+        #: decision when the last trial is done (``core/api/remembered.py`` records it).
         self.trial_recipe: tuple | None = None
         self.best_recipe: tuple | None = None
         self.on_decided: Any = None

@@ -1,4 +1,4 @@
-"""Measured placements remembered across sessions (``core/run/remembered.py``): the decision
+"""Measured placements remembered across sessions (``core/api/remembered.py``): the decision
 of one session's feedback is where the next session of the same model starts, with nothing
 explored; another model, other devices or a new calibration start afresh."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import anychip
-from anychip.core.run import remembered
+from anychip.core.api import remembered
 from tests.models import transformer_layer
 
 INF = float("inf")
