@@ -24,6 +24,7 @@ from anychip.core.api.ort_api import (
     guarded_run,
     model_metadata,
 )
+from anychip.core.api.remembered import start_from_memory
 from anychip.core.compile.gcpause import gc_paused
 from anychip.core.compile.pipeline import CompiledModel, CompileOptions, compile_model, disk_for
 from anychip.core.plan.calibration import resolve_calibration_mode
@@ -40,7 +41,6 @@ from anychip.core.run.bring_up import memory_in_use
 from anychip.core.run.failover import run_request
 from anychip.core.run.feedback import Feedback
 from anychip.core.run.lifecycle import Closable, check_open
-from anychip.core.api.remembered import start_from_memory
 from anychip.errors import AnychipError, DeviceError
 from anychip.ir.graph import Model
 from anychip.ir.onnx import import_model
