@@ -99,6 +99,7 @@ def save_decision(key: str, label: str, recipe: Any, decision: str) -> None:
         "recipe": None if recipe is None else [recipe[0], recipe[1], recipe[2]],
         "decision": decision,
         "when": time.time(),
+        "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     path = _path(key)
     try:
@@ -124,7 +125,9 @@ def start_from_memory(
     record = load_decision(key)
     if record is not None:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(record.get("when", 0))))
-        why = f"measured in an earlier session ({when}), nothing explored: {record['decision']}"
+        load = record.get("load")
+        at = f", load average {load:.1f}" if isinstance(load, (int, float)) else ""
+        why = f"measured in an earlier session ({when}{at}), nothing explored: {record['decision']}"
         try:
             if record["recipe"] is not None:
                 factors, devices, policy = record["recipe"]
