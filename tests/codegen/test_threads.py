@@ -377,15 +377,34 @@ def test_a_hold_wakes_sleeping_threads_before_the_first_job(prewake):
         pool.reset_backoff()
 
 
-@pytest.mark.slow  # needs the pool's thread to finish last once: starved beside the default
-# tier's compiles (IREE's compiler threads) it may not within 30 s; the slow tier is quieter
 def test_a_caller_waiting_long_for_a_chunk_sleeps_and_is_woken():
     """A caller whose remaining chunk runs on a pool thread past ``block_after`` waits asleep
-    (its core free for that thread, were it preempted) and is woken when the chunk ends; the
-    results equal one thread's."""
+    (its core free for that thread, were it preempted) and is woken when the chunk ends; a
+    kernel's results with sleeping waits equal one thread's.
+
+    The pool's thread is made to end last by the chunks themselves: the caller's chunk returns
+    only once a pool thread has started the other, which then takes 50 ms. (Waiting for that
+    order to happen by chance failed in CI beside another test process.)"""
     if pool.address() == 0:
         pytest.skip("needs a C compiler for the pool")
+    import threading
+    import time
+
+    from cffi import FFI
+
     from anychip.backends.cpu.native.gemv import gemv
+
+    ffi = FFI()
+    run = ffi.cast("void (*)(void (*)(void *, long), void *, long, int)", pool.address())
+    caller, started = threading.get_ident(), threading.Event()
+
+    @ffi.callback("void (void *, long)")
+    def chunk(ctx: object, i: int) -> None:
+        if threading.get_ident() == caller:
+            started.wait(2.0)  # the pool's thread has the other chunk (or, late, none)
+        else:
+            started.set()
+            time.sleep(0.05)
 
     rng = np.random.default_rng(6)
     x, w = rng.standard_normal((1, 2048), np.float32), rng.standard_normal((2048, 2048), np.float32)
@@ -393,17 +412,17 @@ def test_a_caller_waiting_long_for_a_chunk_sleeps_and_is_woken():
     kept = omp.max_threads()
     omp.set_threads(2)
     before = pool.stats()["slept_jobs"]
-    import time
-
     try:
         pool.block_after(1)  # any wait past the first spins sleeps
-        end = time.perf_counter() + 30  # a loaded machine's pool thread may run no chunk
-        while time.perf_counter() < end:  # until the pool's thread ended last once
+        for _ in range(10):  # a pool thread that never woke within 2 s: the caller ran both
+            started.clear()
             pool.reset_backoff()
-            np.testing.assert_array_equal(gemv(x, w, None, True, 2), want)
+            run(chunk, ffi.NULL, 2, 2)
             if pool.stats()["slept_jobs"] > before:
                 break
         assert pool.stats()["slept_jobs"] > before
+        pool.reset_backoff()
+        np.testing.assert_array_equal(gemv(x, w, None, True, 2), want)
     finally:
         pool.block_after(100_000)
         omp.set_threads(kept)
