@@ -443,6 +443,12 @@ class Backend:
     def release(self, tensor: Any) -> None:
         """Return a device tensor's memory (called when the executor drops its last use)."""
 
+    def streams(self) -> Any:
+        """Override to declare a copy stream and events (a ``core/plugin/streams.Streams``):
+        the session's copies to and from this device then run on it, ordered with the kernels
+        by events, instead of one synchronous copy after another. None (the default): no."""
+        return None
+
     # -- graph mode ----------------------------------------------------------------------------
     def release_compiled(self, compiled: CompiledGraph) -> None:
         """Override in graph-mode backends: give back what ``compile`` put on the device for
