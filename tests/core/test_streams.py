@@ -174,14 +174,18 @@ def test_a_dropped_wait_gives_wrong_results(x, dropped):
 
 
 def test_a_failed_run_synchronizes_pending_copies(x):
+    """A download still pending when a later step fails is waited for before the error."""
     streams = LazyStreams()
-    dev = _Lazy(streams)
-    prog = _program(dev, _Host())
+    dev, host = _Lazy(streams), _Host()
+    prog = _program(dev, host)
 
     def boom(ins):
         raise RuntimeError("kernel failed")
 
-    prog.steps[5].fn = boom
+    # after the last download (pending, an output), a host step that fails
+    prog.steps.append(Step(False, boom, [0], [4], "p3", "cpu"))
+    mark_waits(prog.steps)
     with pytest.raises(RuntimeError, match="kernel failed"):
         prog.run([x])
-    assert streams.done[COPY] >= 3  # the download before the failure is done
+    assert streams.done[COPY] == len(streams.cmds[COPY])  # nothing left in flight
+    assert streams.done[COMPUTE] == len(streams.cmds[COMPUTE])
