@@ -25,8 +25,8 @@ def _ints(t) -> list[int]:
 
 
 def _unary(op: str):
-    def fn(x):
-        return K.xpu_unary(op, x)
+    def fn(x, out=None):
+        return K.xpu_unary(op, x, out=out)
 
     fn.__name__ = f"xpu_{op.lower()}"
     return fn
@@ -37,13 +37,13 @@ for _op in sorted(K.UNARY_OPS - {"Gelu"}):
 
 
 @kernel("Gelu", since=20, dtypes=F32)
-def gelu(x, *, approximate="none"):
-    return K.xpu_unary("Gelu", x, approximate=approximate)
+def gelu(x, *, approximate="none", out=None):
+    return K.xpu_unary("Gelu", x, approximate=approximate, out=out)
 
 
 def _binary(op: str):
-    def fn(a, b):
-        return K.xpu_binary(op, a, b)
+    def fn(a, b, out=None):
+        return K.xpu_binary(op, a, b, out)
 
     fn.__name__ = f"xpu_{op.lower()}"
     return fn
@@ -73,8 +73,8 @@ for _op in sorted(K.BINARY_OPS):
 
 
 @kernel("MatMul", since=1, dtypes=F32_I64)
-def matmul(a, b):
-    return K.xpu_matmul(a, b)
+def matmul(a, b, out=None):
+    return K.xpu_matmul(a, b, out)
 
 
 @kernel("Gemm", since=7, dtypes=F32)
