@@ -240,7 +240,12 @@ def xpu_gemm(
 
 
 def xpu_softmax(
-    x: XpuTensor, axis: int = -1, *, log: bool = False, coerce_2d: bool = False
+    x: XpuTensor,
+    axis: int = -1,
+    *,
+    log: bool = False,
+    coerce_2d: bool = False,
+    out: XpuTensor | None = None,
 ) -> XpuTensor:
     """Softmax (or LogSoftmax with ``log=True``) along ``axis``, numerically stable.
 
@@ -261,12 +266,17 @@ def xpu_softmax(
         length, inner = _numel(x.shape[ax:]), 1
     else:
         length, inner = x.shape[ax], _numel(x.shape[ax + 1 :])
-    out = x.driver.empty(x.shape, x.dtype)
-    return _launch(op, op, out, [x], [code, outer, length, inner])
+    y = _output(x.driver, out, x.shape, x.dtype)
+    return _launch(op, op, y, [x], [code, outer, length, inner])
 
 
 def xpu_layer_norm(
-    x: XpuTensor, scale: XpuTensor, bias: XpuTensor | None, axis: int, epsilon: float
+    x: XpuTensor,
+    scale: XpuTensor,
+    bias: XpuTensor | None,
+    axis: int,
+    epsilon: float,
+    out: XpuTensor | None = None,
 ) -> XpuTensor:
     """ONNX LayerNormalization's ``Y``: each row of ``x.shape[axis:]`` normalised to mean 0
     and variance 1, times ``scale`` plus ``bias`` (broadcast to ``x.shape[axis:]`` on the
@@ -290,9 +300,9 @@ def xpu_layer_norm(
             temps.append(t)
         params.append(t)
     try:
-        out = x.driver.empty(x.shape, x.dtype)
+        y = _output(x.driver, out, x.shape, x.dtype)
         iargs = [code, _numel(x.shape[:ax]), _numel(norm)]
-        return _launch(op, op, out, [x, *params], iargs, [float(epsilon)])
+        return _launch(op, op, y, [x, *params], iargs, [float(epsilon)])
     finally:
         for t in temps:
             t.free()  # drains the queue first, so the launch has read it
@@ -355,7 +365,9 @@ def xpu_copy(x: XpuTensor) -> XpuTensor:
     return out
 
 
-def xpu_transpose(x: XpuTensor, perm: Sequence[int] | None = None) -> XpuTensor:
+def xpu_transpose(
+    x: XpuTensor, perm: Sequence[int] | None = None, out: XpuTensor | None = None
+) -> XpuTensor:
     """Permutes the axes (default: reversed), as ONNX Transpose."""
     es = _elsize("Transpose", x.dtype)
     perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
@@ -364,7 +376,7 @@ def xpu_transpose(x: XpuTensor, perm: Sequence[int] | None = None) -> XpuTensor:
     src = _strides(x.shape)
     shape = [x.shape[p] for p in perm]
     iargs = _copy_args(es, shape, [src[p] for p in perm], 0, _strides(shape), 0)
-    return _launch("Transpose", "Copy", x.driver.empty(shape, x.dtype), [x], iargs)
+    return _launch("Transpose", "Copy", _output(x.driver, out, shape, x.dtype), [x], iargs)
 
 
 def xpu_concat(xs: Sequence[XpuTensor], axis: int) -> XpuTensor:

@@ -83,13 +83,13 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
 
 
 @kernel("Softmax", since=1, dtypes=F32)
-def softmax_v1(x, *, axis=1):
-    return K.xpu_softmax(x, axis, coerce_2d=True)
+def softmax_v1(x, *, axis=1, out=None):
+    return K.xpu_softmax(x, axis, coerce_2d=True, out=out)
 
 
 @kernel("Softmax", since=13, dtypes=F32)
-def softmax(x, *, axis=-1):
-    return K.xpu_softmax(x, axis)
+def softmax(x, *, axis=-1, out=None):
+    return K.xpu_softmax(x, axis, out=out)
 
 
 @kernel("LogSoftmax", since=1, dtypes=F32)
@@ -113,8 +113,8 @@ def log_softmax(x, *, axis=-1):
         )
     ],
 )
-def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
-    return K.xpu_layer_norm(x, scale, bias, axis, epsilon)
+def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1, out=None):
+    return K.xpu_layer_norm(x, scale, bias, axis, epsilon, out)
 
 
 def _reduce_attr(op: str):
@@ -141,8 +141,8 @@ for _op in sorted(K.REDUCE_OPS):
 
 
 @kernel("Transpose", since=1)
-def transpose(x, *, perm=None):
-    return K.xpu_transpose(x, perm)
+def transpose(x, *, perm=None, out=None):
+    return K.xpu_transpose(x, perm, out)
 
 
 @kernel("Concat", since=4)
