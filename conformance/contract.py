@@ -5,6 +5,7 @@
   each device tensor is released after;
 * ``memory``: the device's ``memory_stats()`` in-use figure is back where it started after the
   copies, and after every case of the kit (sessions dropped), so nothing leaks;
+* ``streams`` (a device whose ``streams()`` is not None): ``conformance/streams.py``;
 * ``capabilities``: every op the backend claims has a kernel that serves it (kernel style), a
   graph-mode backend claims something, and every claim names a dtype the device computes.
 """
@@ -182,8 +183,11 @@ def check_memory(backend: Any, in_use_before: int | None = None) -> ContractResu
 
 def contract_checks(backend: Any, claims: list[OpClaim]) -> list[str]:
     """The names of the checks ``run_contract`` makes for this backend, in order."""
+    from anychip.conformance.streams import declares_streams
+
     copies = [] if backend.host_memory else claimed_dtypes(backend, claims)
-    return ["capabilities"] + [f"copies/{d.short}" for d in copies] + ["memory"]
+    streams = ["streams"] if declares_streams(backend) else []
+    return ["capabilities"] + [f"copies/{d.short}" for d in copies] + streams + ["memory"]
 
 
 def run_check(
@@ -194,6 +198,10 @@ def run_check(
         return check_capabilities(backend, claims)
     if name == "memory":
         return check_memory(backend, in_use_before)
+    if name == "streams":
+        from anychip.conformance.streams import check_streams
+
+        return check_streams(backend)
     short = name.removeprefix("copies/")
     dtype = next(d for d in claimed_dtypes(backend, claims) if d.short == short)
     return check_copies(backend, dtype)

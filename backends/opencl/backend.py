@@ -148,6 +148,28 @@ class OpenClBackend(Backend):
     def release(self, tensor: Any) -> None:
         tensor.release()
 
+    def _configure(self, **options: Any) -> None:
+        unknown = set(options) - {"streams"}
+        if unknown:
+            raise DeviceError(
+                f"{self.name}: unknown device options {sorted(unknown)}; it takes 'streams' "
+                "(True: copies on a second queue, ordered by events)"
+            )
+
+    def streams(self) -> Any:
+        """The two-queue streams (``driver/streams.py``) when asked for with
+        ``device_options={"opencl": {"streams": True}}`` or ``ANYCHIP_OPENCL_STREAMS=1``."""
+        import os
+
+        on = self.options.get("streams")
+        if on is None:
+            on = os.environ.get("ANYCHIP_OPENCL_STREAMS") == "1"
+        if not on or not self.available()[0]:
+            return None
+        from anychip.backends.opencl.driver.streams import ClStreams
+
+        return ClStreams(self._cl())
+
     def memory_stats(self) -> Any:
         """The device pool's figures (shared by the device's aliases)."""
         if not self.available()[0]:

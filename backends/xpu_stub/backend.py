@@ -74,6 +74,19 @@ class XpuBackend(Backend):
         run.wrapped = program  # type: ignore[attr-defined]
         return run
 
+    def device_arena(self, nbytes: int) -> Any:
+        """One driver block per kernel-mode partition, its planned tensors aliases into it
+        (``driver/arena.py``): no ``malloc``/``free`` per tensor and run, and no queue drain
+        at each ``free``. Off with ``ANYCHIP_XPU_PLANNED=0``."""
+        import os
+
+        if os.environ.get("ANYCHIP_XPU_PLANNED") == "0":
+            return None
+        from anychip.backends.xpu_stub.driver import get_driver
+        from anychip.backends.xpu_stub.driver.arena import XpuArena
+
+        return XpuArena(get_driver(), nbytes)
+
     def _available(self) -> tuple[bool, str]:
         from anychip.backends.xpu_stub.driver import get_driver
 

@@ -128,6 +128,8 @@ class CompiledModel:
         for sp in self.specialized.values():
             sp.close()  # a compile still running would put an executable back
         self.release()
+        for pm in self.part_memory.values():
+            pm.close()  # planned device memory (Backend.device_arena)
 
 
 def compile_model(

@@ -443,6 +443,21 @@ class Backend:
     def release(self, tensor: Any) -> None:
         """Return a device tensor's memory (called when the executor drops its last use)."""
 
+    def device_arena(self, nbytes: int) -> Any:
+        """Override in own-memory kernel devices whose kernels take ``out=``: one block of
+        ``nbytes`` for a partition's planned tensors, as an object with ``view(offset, shape,
+        dtype)`` (a device tensor at that offset, whose ``release`` does nothing: it is the
+        arena's) and ``close()`` (gives the block back; called once, at the session's
+        ``close()`` or when its placement is collected). None (the default): each kernel
+        allocates its outputs (``core/run/memory.py``)."""
+        return None
+
+    def streams(self) -> Any:
+        """Override to declare a copy stream and events (a ``core/plugin/streams.Streams``):
+        the session's copies to and from this device then run on it, ordered with the kernels
+        by events, instead of one synchronous copy after another. None (the default): no."""
+        return None
+
     # -- graph mode ----------------------------------------------------------------------------
     def release_compiled(self, compiled: CompiledGraph) -> None:
         """Override in graph-mode backends: give back what ``compile`` put on the device for

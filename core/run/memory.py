@@ -31,6 +31,7 @@ Concat copies nothing (``ProgramPlan.inside`` holds their offsets).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any, cast
@@ -139,6 +140,13 @@ class ProgramPlan:
         arena = Arena(views, base, self.arena.total_size if self.arena is not None else 0)
         self._last = (base, where, nslots, arena)
         return arena
+
+    def device_views(self, block: Any, nslots: int) -> Arena:
+        """The arena's views in a device's planned block (``Backend.device_arena``)."""
+        views: list[Any] = [None] * nslots
+        for s, off, shape, dtype in self._layout:
+            views[s] = block.view(off, shape, dtype)
+        return Arena(views, None, self.arena.total_size if self.arena is not None else 0)
 
 
 def static_shapes(program: Program) -> tuple[ShapeMap, bool]:
@@ -351,6 +359,34 @@ class PartitionMemory:
         self.around: Callable[[Sequence[Any], Callable[[Sequence[Any]], list[Any]]], list] | None
         self.around = None
         self.suspended = 0
+        #: Planned device memory (own-memory devices, static shapes): the views, kept for
+        #: every run, and the finalizer giving the block back (``close``).
+        self.device_views: Arena | None = None
+        self._device_block: Any = None
+        if not host and not self.dynamic:
+            self._plan_device()
+
+    def _plan_device(self) -> None:
+        """Take one block of the device for the arena plan, when the device offers it
+        (``Backend.device_arena``); a device out of memory keeps allocating per tensor."""
+        pp = self.current
+        if pp is None or pp.arena is None or pp.arena.total_size <= 0:
+            return
+        try:
+            block = self.program.backend.device_arena(pp.arena.total_size)
+        except MemoryError:
+            return
+        if block is None:
+            return
+        self._device_block = weakref.finalize(self, block.close)
+        self.device_views = pp.device_views(block, self.program.nslots)
+
+    def close(self) -> None:
+        """Give back the planned device block (the session's ``close()``); runs after it
+        allocate per tensor."""
+        self.device_views = None
+        if self._device_block is not None:
+            self._device_block()
 
     def intercept(self, around: Callable[..., list[Any]]) -> None:
         """Route each run through ``around(inputs, usual)`` (see ``around``)."""
@@ -375,6 +411,8 @@ class PartitionMemory:
     @property
     def runner(self) -> Callable[[Sequence[Any]], list[Any]]:
         """The callable the session's run step uses."""
+        if self.device_views is not None:
+            return self.run
         if (
             not self.dynamic
             and not _uses_arena(self.current)
@@ -429,6 +467,8 @@ class PartitionMemory:
                 self._use(pp)
                 return outs
             self.current = pp
+        if self.device_views is not None:
+            return self.program.run(inputs, arena=self.device_views)
         if self.pool is None or pp is None or pp.arena is None or not _uses_arena(pp):
             if self._offers:
                 return self.program.run(inputs, arena=self._offered(None))

@@ -9,6 +9,9 @@ routine the executor's ``Program`` shares.
 Invariants:
     * Graph inputs and outputs live on the host; a constant graph output is a slot filled
       before the run.
+    * A copy to or from a device that declares streams (``Backend.streams()``) runs on its
+      copy stream (``core/run/streams.py``); a host array a copy to the host fills is read
+      only after its copy was synchronized (before its first reader, and before returning).
     * A slot is freed (device tensors released through their backend) right after the step
       that reads it last; a failed run releases every device tensor it still holds, and a raw
       ``MemoryError`` reaches the caller as ``OutOfMemoryError`` naming the step's device.
@@ -24,11 +27,12 @@ import numpy as np
 
 from anychip.core.plan.partition import HOST, CopyRecord, Partition
 from anychip.core.run.slots import free_after_last_use, release_quietly
+from anychip.core.run.streams import stream_copier
 from anychip.errors import AnychipError, OutOfMemoryError, PlacementError
 from anychip.ir.graph import Graph
 from anychip.ir.value import Value
 
-__all__ = ["Step", "StepProgram", "build_steps"]
+__all__ = ["Step", "StepProgram", "build_steps", "mark_waits"]
 
 
 class Step:
@@ -45,6 +49,8 @@ class Step:
         "runs",
         "moved",
         "last",
+        "pending",
+        "waits",
     )
 
     def __init__(
@@ -60,6 +66,10 @@ class Step:
         self.label = label
         #: Copies only: runs made, bytes moved in all of them, and in the last one.
         self.runs = self.moved = self.last = 0
+        #: A copy to the host on a device's copy stream: ``fn`` returns ``(array, sync)``.
+        self.pending = False
+        #: Slots this step reads that a pending copy fills: synchronized before it runs.
+        self.waits: tuple[int, ...] = ()
 
 
 class StepProgram:
@@ -102,12 +112,21 @@ class StepProgram:
         step = None
         budget = self.max_copy_bytes
         moved = 0
+        pending: dict[int, Any] = {}  # slot -> synchronize of the copy filling it
         try:
             for step in self.steps:
                 t0 = perf_counter() if times is not None else 0.0
+                if step.waits:
+                    _synchronize(pending, step.waits)
                 if step.is_copy:
                     src = slots[step.ins[0]]
                     out = step.fn(src)
+                    if step.pending:
+                        out, sync = out
+                        if times is None:
+                            pending[step.outs[0]] = sync
+                        else:
+                            sync()  # timed runs: the copy's time is its own step's
                     slots[step.outs[0]] = out
                     nbytes = _nbytes(src if type(src) is np.ndarray else out)
                     step.runs += 1
@@ -125,7 +144,10 @@ class StepProgram:
                     if release is not None and slots[s] is not None:
                         release(slots[s])
                     slots[s] = None
+            if pending:
+                _synchronize(pending, list(pending))
         except BaseException as e:
+            _synchronize_quietly(pending)
             self._failed(e, step, slots)
         return [slots[s] for s in self.output_slots]
 
@@ -186,9 +208,10 @@ def build_steps(
     for index in range(len(partitions) + 1):
         for c in copies_before.get(index, []):
             v = values[c.tensor]
-            fn = _copier(by_name[c.src], by_name[c.dst])
+            fn, pending = _copier(by_name[c.src], by_name[c.dst])
             label = f"copy {c.tensor} {c.src}->{c.dst}"
             prog.steps.append(Step(True, fn, [get(v, c.src)], [get(v, c.dst)], label, c.dst))
+            prog.steps[-1].pending = pending
         if index < len(partitions):
             p = partitions[index]
             ins = [get(v, p.device) for v in p.inputs]
@@ -208,9 +231,17 @@ def build_steps(
     frees = free_after_last_use([st.ins + st.outs for st in prog.steps], keep)
     for st, fr in zip(prog.steps, frees):
         st.frees = tuple((s, release_of[s]) for s in fr)
+    mark_waits(prog.steps)
     prog.nslots = len(slot)
     prog.direct = _direct(prog)
     return prog
+
+
+def mark_waits(steps: list[Step]) -> None:
+    """Set each step's ``waits``: the slots it reads that a pending copy fills."""
+    filled_later = {st.outs[0] for st in steps if st.pending}
+    for st in steps:
+        st.waits = tuple(s for s in st.ins if s in filled_later)
 
 
 def _direct(prog: StepProgram) -> tuple[Step, list[int], list[int]] | None:
@@ -245,9 +276,32 @@ def _nbytes(t: Any) -> int:
     return int(n) if n is not None else 0
 
 
-def _copier(src: Any, dst: Any) -> Any:
+def _copier(src: Any, dst: Any) -> tuple[Any, bool]:
+    """The step function of a copy from ``src`` to ``dst``, and whether it is pending."""
+    on_stream = stream_copier(src, dst)
+    if on_stream is not None:
+        return on_stream
     if src.host_memory:
-        return dst.to_device
+        return dst.to_device, False
     if dst.host_memory:
-        return src.to_host
-    return lambda t: dst.from_device(t, src)
+        return src.to_host, False
+    return (lambda t: dst.from_device(t, src)), False
+
+
+def _synchronize(pending: dict[int, Any], slots: Any) -> None:
+    """Wait for the pending copies filling ``slots`` (each once)."""
+    for s in slots:
+        sync = pending.pop(s, None)
+        if sync is not None:
+            sync()
+
+
+def _synchronize_quietly(pending: dict[int, Any]) -> None:
+    """Wait for every pending copy of a failed run, ignoring their errors (the run's own
+    error is the one to report)."""
+    for sync in pending.values():
+        try:
+            sync()
+        except Exception:  # the run's error is raised instead
+            pass
+    pending.clear()

@@ -12,7 +12,9 @@ tensor on it is released. A 0-sized tensor has no buffer.
 
 Optionally (``use_copy_queue``, ``ANYCHIP_OPENCL_COPY_QUEUE=1``) host-to-device copies run on a
 second in-order queue, ordered with the compute queue by events (see ``use_copy_queue``);
-``overlap.copy_overlap`` measures whether the device runs the two at once.
+``overlap.copy_overlap`` measures whether the device runs the two at once. ``streams.ClStreams``
+is the backend's stream/event contract on these two queues (copies both ways, ordered by events
+the runtime records and waits on).
 
 Invariants:
     * Host-to-device copies are enqueued without waiting (pyopencl keeps the host array alive
@@ -166,6 +168,11 @@ class ClDevice:
         self.last_copy: Any = None
         self._epoch = 0  # bumped whenever the compute queue is known to be drained
         self._freed: dict[int, int] = {}  # id(cl.Buffer) -> epoch it was freed in
+        #: id(cl.Buffer) -> event of a copy to the host on ``copy_queue`` still reading it
+        self.reading: dict[int, Any] = {}
+        #: events of such copies whose buffer was released: pyopencl's event of a copy to a
+        #: host array waits for the copy when collected, so they are kept until they are done
+        self._retired: list[Any] = []
         if os.environ.get("ANYCHIP_OPENCL_COPY_QUEUE") == "1":
             self.use_copy_queue(True)
 
@@ -182,9 +189,19 @@ class ClDevice:
         self.copy_queue = cl.CommandQueue(self.context, self.info.device) if on else None
 
     def freed(self, block: Block) -> None:
-        """Note that ``block`` went back to the pool (see ``use_copy_queue``)."""
+        """Note that ``block`` went back to the pool (see ``use_copy_queue``); a buffer a copy
+        to the host still reads is not written by a later kernel before the copy is done."""
         if self.copy_queue is not None:
             self._freed[id(block.buffer)] = self._epoch
+            ev = self.reading.pop(id(block.buffer), None)
+            if ev is not None:
+                import pyopencl as cl
+
+                cl.enqueue_barrier(self.queue, wait_for=[ev])
+                done = cl.command_execution_status.COMPLETE
+                status = cl.event_info.COMMAND_EXECUTION_STATUS
+                self._retired = [e for e in self._retired if e.get_info(status) != done]
+                self._retired.append(ev)
 
     def _drained(self) -> None:
         self._epoch += 1
@@ -214,8 +231,10 @@ class ClDevice:
         block = self.pool.alloc(n) if n > 0 else None
         return ClTensor(self, tuple(shape), dt, _Storage(block))
 
-    def upload(self, array: np.ndarray) -> ClTensor:
-        """A device copy of a C-contiguous host array (enqueued; in-order queue)."""
+    def upload(self, array: np.ndarray, ordered: bool = True) -> ClTensor:
+        """A device copy of a C-contiguous host array (enqueued; in-order queue). With the
+        copy queue and ``ordered=False`` the compute queue does not wait for the copy: the
+        caller orders it (``streams.ClStreams``)."""
         import pyopencl as cl
 
         out = self.empty(array.shape, array.dtype)
@@ -224,12 +243,12 @@ class ClDevice:
             if self.copy_queue is None:
                 cl.enqueue_copy(self.queue, out.buffer, host, is_blocking=False)
             else:
-                self._upload_aside(out.buffer, host)
+                self._upload_aside(out.buffer, host, ordered)
         if array.size <= 64:
             out.host = np.array(array, copy=True)
         return out
 
-    def _upload_aside(self, buffer: Any, host: np.ndarray) -> None:
+    def _upload_aside(self, buffer: Any, host: np.ndarray, ordered: bool = True) -> None:
         """The copy on the copy queue, ordered with the compute queue by events."""
         import pyopencl as cl
 
@@ -237,7 +256,8 @@ class ClDevice:
         if self._freed.get(id(buffer)) == self._epoch:  # write after a queued read
             wait = [cl.enqueue_marker(self.queue)]
         ev = cl.enqueue_copy(self.copy_queue, buffer, host, is_blocking=False, wait_for=wait)
-        cl.enqueue_barrier(self.queue, wait_for=[ev])  # later kernels see the data
+        if ordered:
+            cl.enqueue_barrier(self.queue, wait_for=[ev])  # later kernels see the data
         self.last_copy = ev
 
     def download(self, tensor: ClTensor) -> np.ndarray:
@@ -281,6 +301,8 @@ class ClDevice:
         self.queue.finish()
         if self.copy_queue is not None:
             self.copy_queue.finish()
+        self.reading.clear()
+        self._retired.clear()
         self._drained()
 
 

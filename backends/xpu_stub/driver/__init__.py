@@ -223,6 +223,18 @@ class XpuDriver:
         with self._lock:
             self._check(self._lib.xpu_free(self._device(), handle), f"freeing 0x{handle:x}")
 
+    def alias(self, base: int, offset: int, nbytes: int) -> int:
+        """A handle naming ``nbytes`` at ``offset`` of buffer ``base`` (planned memory).
+
+        Freeing it neither drains the queue nor returns memory; ``base`` cannot be freed while
+        it has aliases (``DeviceError``).
+        """
+        handle = self._ffi.new("uint64_t *")
+        with self._lock:
+            status = self._lib.xpu_alias(self._device(), base, offset, nbytes, handle)
+            self._check(status, f"aliasing {nbytes} bytes at {offset} of 0x{base:x}")
+        return int(handle[0])
+
     def buffer_size(self, handle: int) -> int:
         """The size the buffer was allocated with, in bytes."""
         out = self._ffi.new("size_t *")

@@ -75,6 +75,17 @@ def _same_driver(op: str, tensors: Sequence[XpuTensor]) -> XpuDriver:
     return driver
 
 
+def _output(
+    driver: XpuDriver, out: XpuTensor | None, shape: Sequence[int], dtype: np.dtype
+) -> XpuTensor:
+    """``out`` (a planned tensor, ``core/run/memory.py``) when it has exactly this shape and
+    dtype and is on ``driver``; else a new tensor (the out protocol: never write a misfit)."""
+    shape = tuple(int(d) for d in shape)
+    if out is not None and out.driver is driver and out.shape == shape and out.dtype == dtype:
+        return out
+    return driver.empty(shape, dtype)
+
+
 def _launch(
     op: str,
     kernel: str,

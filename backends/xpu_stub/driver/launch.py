@@ -49,6 +49,7 @@ from anychip.backends.xpu_stub.driver._launch_util import (
     _launch,
     _norm_axis,
     _numel,
+    _output,
     _same_driver,
     _strides,
 )
@@ -82,7 +83,9 @@ __all__ = [
 ]
 
 
-def xpu_unary(op: str, x: XpuTensor, *, approximate: str = "none") -> XpuTensor:
+def xpu_unary(
+    op: str, x: XpuTensor, *, approximate: str = "none", out: XpuTensor | None = None
+) -> XpuTensor:
     """``y = op(x)`` element-wise for an op in :data:`UNARY_OPS`.
 
     Args:
@@ -98,12 +101,13 @@ def xpu_unary(op: str, x: XpuTensor, *, approximate: str = "none") -> XpuTensor:
         if approximate not in ("none", "tanh"):
             raise KernelError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         kernel = "GeluTanh" if approximate == "tanh" else "Gelu"
-    out = x.driver.empty(x.shape, x.dtype)
-    return _launch(op, kernel, out, [x], [code, x.size])
+    y = _output(x.driver, out, x.shape, x.dtype)
+    return _launch(op, kernel, y, [x], [code, x.size])
 
 
-def xpu_binary(op: str, a: XpuTensor, b: XpuTensor) -> XpuTensor:
-    """``y = a op b`` with numpy broadcasting, for an op in :data:`BINARY_OPS`."""
+def xpu_binary(op: str, a: XpuTensor, b: XpuTensor, out: XpuTensor | None = None) -> XpuTensor:
+    """``y = a op b`` with numpy broadcasting, for an op in :data:`BINARY_OPS`; into ``out``
+    where it fits (planned memory)."""
     if op not in BINARY_OPS:
         raise KernelError(f"the XPU has no binary kernel {op!r}; it has {sorted(BINARY_OPS)}")
     driver = _same_driver(op, [a, b])
@@ -112,7 +116,7 @@ def xpu_binary(op: str, a: XpuTensor, b: XpuTensor) -> XpuTensor:
         # for every value where the float32 power is finite.
         exponent = xpu_cast(b, _FLOAT32)
         try:
-            return xpu_binary(op, a, exponent)
+            return xpu_binary(op, a, exponent, out)
         finally:
             exponent.free()
     if a.dtype != b.dtype:
@@ -121,7 +125,7 @@ def xpu_binary(op: str, a: XpuTensor, b: XpuTensor) -> XpuTensor:
     shape = _broadcast(op, a.shape, b.shape)
     iargs = [code, len(shape), *shape]
     iargs += _broadcast_strides(a.shape, shape) + _broadcast_strides(b.shape, shape)
-    return _launch(op, op, driver.empty(shape, a.dtype), [a, b], iargs)
+    return _launch(op, op, _output(driver, out, shape, a.dtype), [a, b], iargs)
 
 
 def xpu_add(a: XpuTensor, b: XpuTensor) -> XpuTensor:
@@ -170,7 +174,7 @@ def xpu_cast(x: XpuTensor, dtype: np.dtype | type) -> XpuTensor:
 # ---- linear algebra --------------------------------------------------------------------------
 
 
-def xpu_matmul(a: XpuTensor, b: XpuTensor) -> XpuTensor:
+def xpu_matmul(a: XpuTensor, b: XpuTensor, out: XpuTensor | None = None) -> XpuTensor:
     """numpy.matmul semantics: 1-D operands are promoted and the added axis removed; batch
     dimensions broadcast."""
     driver = _same_driver("MatMul", [a, b])
@@ -194,7 +198,8 @@ def xpu_matmul(a: XpuTensor, b: XpuTensor) -> XpuTensor:
     if b.ndim == 1:
         del out_shape[-1]
     iargs = [code, len(batch), *batch, *a_bs, *b_bs, m, k, n]
-    return _launch("MatMul", "MatMul", driver.empty(out_shape, a.dtype), [a, b], iargs)
+    y = _output(driver, out, out_shape, a.dtype)
+    return _launch("MatMul", "MatMul", y, [a, b], iargs)
 
 
 def xpu_gemm(
@@ -235,7 +240,12 @@ def xpu_gemm(
 
 
 def xpu_softmax(
-    x: XpuTensor, axis: int = -1, *, log: bool = False, coerce_2d: bool = False
+    x: XpuTensor,
+    axis: int = -1,
+    *,
+    log: bool = False,
+    coerce_2d: bool = False,
+    out: XpuTensor | None = None,
 ) -> XpuTensor:
     """Softmax (or LogSoftmax with ``log=True``) along ``axis``, numerically stable.
 
@@ -256,12 +266,17 @@ def xpu_softmax(
         length, inner = _numel(x.shape[ax:]), 1
     else:
         length, inner = x.shape[ax], _numel(x.shape[ax + 1 :])
-    out = x.driver.empty(x.shape, x.dtype)
-    return _launch(op, op, out, [x], [code, outer, length, inner])
+    y = _output(x.driver, out, x.shape, x.dtype)
+    return _launch(op, op, y, [x], [code, outer, length, inner])
 
 
 def xpu_layer_norm(
-    x: XpuTensor, scale: XpuTensor, bias: XpuTensor | None, axis: int, epsilon: float
+    x: XpuTensor,
+    scale: XpuTensor,
+    bias: XpuTensor | None,
+    axis: int,
+    epsilon: float,
+    out: XpuTensor | None = None,
 ) -> XpuTensor:
     """ONNX LayerNormalization's ``Y``: each row of ``x.shape[axis:]`` normalised to mean 0
     and variance 1, times ``scale`` plus ``bias`` (broadcast to ``x.shape[axis:]`` on the
@@ -285,9 +300,9 @@ def xpu_layer_norm(
             temps.append(t)
         params.append(t)
     try:
-        out = x.driver.empty(x.shape, x.dtype)
+        y = _output(x.driver, out, x.shape, x.dtype)
         iargs = [code, _numel(x.shape[:ax]), _numel(norm)]
-        return _launch(op, op, out, [x, *params], iargs, [float(epsilon)])
+        return _launch(op, op, y, [x, *params], iargs, [float(epsilon)])
     finally:
         for t in temps:
             t.free()  # drains the queue first, so the launch has read it
@@ -350,7 +365,9 @@ def xpu_copy(x: XpuTensor) -> XpuTensor:
     return out
 
 
-def xpu_transpose(x: XpuTensor, perm: Sequence[int] | None = None) -> XpuTensor:
+def xpu_transpose(
+    x: XpuTensor, perm: Sequence[int] | None = None, out: XpuTensor | None = None
+) -> XpuTensor:
     """Permutes the axes (default: reversed), as ONNX Transpose."""
     es = _elsize("Transpose", x.dtype)
     perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
@@ -359,7 +376,7 @@ def xpu_transpose(x: XpuTensor, perm: Sequence[int] | None = None) -> XpuTensor:
     src = _strides(x.shape)
     shape = [x.shape[p] for p in perm]
     iargs = _copy_args(es, shape, [src[p] for p in perm], 0, _strides(shape), 0)
-    return _launch("Transpose", "Copy", x.driver.empty(shape, x.dtype), [x], iargs)
+    return _launch("Transpose", "Copy", _output(x.driver, out, shape, x.dtype), [x], iargs)
 
 
 def xpu_concat(xs: Sequence[XpuTensor], axis: int) -> XpuTensor:

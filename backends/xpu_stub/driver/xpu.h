@@ -55,6 +55,8 @@ XPU_API int xpu_shutdown(xpu_device *dev);
 
 XPU_API int xpu_malloc(xpu_device *dev, size_t nbytes, uint64_t *handle);
 XPU_API int xpu_free(xpu_device *dev, uint64_t handle);
+XPU_API int xpu_alias(xpu_device *dev, uint64_t base, size_t offset, size_t nbytes,
+                      uint64_t *handle);
 XPU_API int xpu_buffer_size(xpu_device *dev, uint64_t handle, size_t *nbytes);
 XPU_API int xpu_mem_info(xpu_device *dev, size_t *used, size_t *capacity, size_t *peak);
 XPU_API int xpu_heap_stats(xpu_device *dev, size_t *n_blocks, size_t *n_free_blocks,

@@ -65,6 +65,11 @@ XPU_API int xpu_shutdown(xpu_device *dev) {
         return xpu_fail(XPU_ERR_INVALID_VALUE, "xpu_shutdown: the device is NULL");
     }
     xpu_queue_release(dev);
+    for (uint32_t i = 0; i < dev->n_slots; i++) {
+        if (dev->slots[i].block != NULL && dev->slots[i].block->base != NULL) {
+            free(dev->slots[i].block); /* aliases are not in the block list */
+        }
+    }
     for (xpu_block *b = dev->head; b != NULL;) {
         xpu_block *next = b->next;
         free(b);
@@ -222,6 +227,21 @@ XPU_API int xpu_free(xpu_device *dev, uint64_t handle) {
     if (st != XPU_OK) {
         return st;
     }
+    if (b->base != NULL) {
+        /* An alias: its bytes stay in the base block, which queued launches keep using. */
+        xpu_slot *s = &dev->slots[b->slot];
+        s->block = NULL;
+        s->generation = s->generation == UINT32_MAX ? 1 : s->generation + 1;
+        dev->free_slots[dev->n_free_slots++] = b->slot;
+        b->base->aliases--;
+        free(b);
+        return XPU_OK;
+    }
+    if (b->aliases > 0) {
+        return xpu_fail(XPU_ERR_INVALID_VALUE,
+                        "xpu_free: 0x%llx still has %zu alias(es); free them first",
+                        (unsigned long long)handle, b->aliases);
+    }
     xpu_queue_drain(dev); /* queued launches hold pointers into this block */
     xpu_slot *s = &dev->slots[b->slot];
     s->block = NULL;
@@ -236,6 +256,49 @@ XPU_API int xpu_free(xpu_device *dev, uint64_t handle) {
     if (b->prev != NULL && b->prev->free) {
         merge_next(b->prev);
     }
+    return XPU_OK;
+}
+
+/* A handle naming bytes [offset, offset + nbytes) of the block `base` (planned memory: one
+ * block per partition, one alias per tensor). Freeing an alias neither drains the queue nor
+ * returns memory; the base cannot be freed while it has aliases. */
+XPU_API int xpu_alias(xpu_device *dev, uint64_t base, size_t offset, size_t nbytes,
+                      uint64_t *handle) {
+    if (dev == NULL || handle == NULL) {
+        return xpu_fail(XPU_ERR_INVALID_VALUE, "xpu_alias: NULL device or handle pointer");
+    }
+    *handle = 0;
+    xpu_block *b = NULL;
+    int st = resolve(dev, base, &b);
+    if (st != XPU_OK) {
+        return st;
+    }
+    if (b->base != NULL) {
+        return xpu_fail(XPU_ERR_INVALID_VALUE, "xpu_alias: 0x%llx is itself an alias",
+                        (unsigned long long)base);
+    }
+    if (offset > b->nbytes || nbytes > b->nbytes - offset) {
+        return xpu_fail(XPU_ERR_OUT_OF_BOUNDS,
+                        "xpu_alias: %zu bytes at offset %zu fall outside the %zu-byte buffer "
+                        "0x%llx", nbytes, offset, b->nbytes, (unsigned long long)base);
+    }
+    xpu_block *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        return xpu_fail(XPU_ERR_HOST, "xpu_alias: the host ran out of memory for blocks");
+    }
+    uint32_t slot = 0;
+    st = take_slot(dev, &slot);
+    if (st != XPU_OK) {
+        free(a);
+        return st;
+    }
+    a->offset = b->offset + offset;
+    a->nbytes = nbytes;
+    a->base = b;
+    a->slot = slot;
+    b->aliases++;
+    dev->slots[slot].block = a;
+    *handle = ((uint64_t)dev->slots[slot].generation << 32) | (uint64_t)(slot + 1);
     return XPU_OK;
 }
 

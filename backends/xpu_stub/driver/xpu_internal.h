@@ -38,6 +38,8 @@ typedef struct xpu_block {
     size_t nbytes;    /* bytes the caller asked for: the bound every access is checked against */
     bool free;
     uint32_t slot;    /* handle-table slot while used */
+    struct xpu_block *base; /* an alias (xpu_alias): the block it names bytes of; NULL: none */
+    size_t aliases;   /* live aliases into this block (it cannot be freed before them) */
     struct xpu_block *prev;
     struct xpu_block *next;
 } xpu_block;

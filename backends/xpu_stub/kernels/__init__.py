@@ -25,8 +25,8 @@ def _ints(t) -> list[int]:
 
 
 def _unary(op: str):
-    def fn(x):
-        return K.xpu_unary(op, x)
+    def fn(x, out=None):
+        return K.xpu_unary(op, x, out=out)
 
     fn.__name__ = f"xpu_{op.lower()}"
     return fn
@@ -37,13 +37,13 @@ for _op in sorted(K.UNARY_OPS - {"Gelu"}):
 
 
 @kernel("Gelu", since=20, dtypes=F32)
-def gelu(x, *, approximate="none"):
-    return K.xpu_unary("Gelu", x, approximate=approximate)
+def gelu(x, *, approximate="none", out=None):
+    return K.xpu_unary("Gelu", x, approximate=approximate, out=out)
 
 
 def _binary(op: str):
-    def fn(a, b):
-        return K.xpu_binary(op, a, b)
+    def fn(a, b, out=None):
+        return K.xpu_binary(op, a, b, out)
 
     fn.__name__ = f"xpu_{op.lower()}"
     return fn
@@ -73,8 +73,8 @@ for _op in sorted(K.BINARY_OPS):
 
 
 @kernel("MatMul", since=1, dtypes=F32_I64)
-def matmul(a, b):
-    return K.xpu_matmul(a, b)
+def matmul(a, b, out=None):
+    return K.xpu_matmul(a, b, out)
 
 
 @kernel("Gemm", since=7, dtypes=F32)
@@ -83,13 +83,13 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
 
 
 @kernel("Softmax", since=1, dtypes=F32)
-def softmax_v1(x, *, axis=1):
-    return K.xpu_softmax(x, axis, coerce_2d=True)
+def softmax_v1(x, *, axis=1, out=None):
+    return K.xpu_softmax(x, axis, coerce_2d=True, out=out)
 
 
 @kernel("Softmax", since=13, dtypes=F32)
-def softmax(x, *, axis=-1):
-    return K.xpu_softmax(x, axis)
+def softmax(x, *, axis=-1, out=None):
+    return K.xpu_softmax(x, axis, out=out)
 
 
 @kernel("LogSoftmax", since=1, dtypes=F32)
@@ -113,8 +113,8 @@ def log_softmax(x, *, axis=-1):
         )
     ],
 )
-def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1):
-    return K.xpu_layer_norm(x, scale, bias, axis, epsilon)
+def layer_norm(x, scale, bias=None, *, axis=-1, epsilon=1e-5, stash_type=1, out=None):
+    return K.xpu_layer_norm(x, scale, bias, axis, epsilon, out)
 
 
 def _reduce_attr(op: str):
@@ -141,8 +141,8 @@ for _op in sorted(K.REDUCE_OPS):
 
 
 @kernel("Transpose", since=1)
-def transpose(x, *, perm=None):
-    return K.xpu_transpose(x, perm)
+def transpose(x, *, perm=None, out=None):
+    return K.xpu_transpose(x, perm, out)
 
 
 @kernel("Concat", since=4)

@@ -95,7 +95,8 @@ def test_tampering_with_device_memory_changes_the_result(model, x):
     sess = anychip.load(model, devices=["xpu", "cpu"], cost_model=False)
     before = sess.run(None, {"x": x})[0]
     xpu_part = [p for p in sess.partitions if p.device == "xpu"][0]
-    program = xpu_part.program.wrapped.__self__  # under the queue's synchronize
+    runner = xpu_part.program.wrapped.__self__  # under the queue's synchronize
+    program = getattr(runner, "program", runner)  # PartitionMemory.run with planned memory
     slot, weight = program.consts[0]
     weight.driver.poke(weight.handle, 0, np.full(16, 7.0, np.float32).tobytes())
     after = sess.run(None, {"x": x})[0]
