@@ -30,6 +30,7 @@ from anychip.errors import (
     PassLoopError,
     PlacementError,
     PluginError,
+    RunTerminatedError,
     UnsupportedDTypeError,
     UnsupportedOpError,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "PassLoopError",
     "PlacementError",
     "PluginError",
+    "RunTerminatedError",
     "UnsupportedDTypeError",
     "UnsupportedOpError",
     "__version__",

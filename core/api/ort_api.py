@@ -2,10 +2,11 @@
 an IO binding, asynchronous runs.
 
 * ``RunOptions`` (or onnxruntime's own ``RunOptions``, read by attribute): ``terminate``
-  cancels the requests of a session that see it set (checked before a run starts and again
-  when it ends: a run that finds it set at either point raises ``RunTerminatedError`` and
-  returns nothing), ``run_tag`` names the request in the ``anychip`` log. Anything else given
-  as ``run_options`` is an ``AnychipError``, never ignored.
+  cancels the requests of a session that see it set: checked before a run starts, between
+  its steps and nodes while it runs (``core/run/cancel.py``; set it from another thread) and
+  when it ends. A run that finds it set raises ``RunTerminatedError`` and returns nothing; the
+  session serves the next request as usual. ``run_tag`` names the request in the ``anychip``
+  log. Anything else given as ``run_options`` is an ``AnychipError``, never ignored.
 * ``ModelMetadata`` (``Session.get_modelmeta()``): producer, graph name, domain, description,
   version, custom metadata, as onnxruntime's ``ModelMetadata`` has them.
 * ``IOBinding`` (``Session.io_binding()``): inputs bound by name (a name the model lacks is
@@ -31,15 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from anychip.errors import AnychipError, InputError
+from anychip.core.run.cancel import watching
+from anychip.errors import AnychipError, InputError, RunTerminatedError
 
 __all__ = ["RunOptions", "RunTerminatedError", "ModelMetadata", "IOBinding", "AsyncRunner"]
 
 log = logging.getLogger("anychip")
-
-
-class RunTerminatedError(AnychipError):
-    """A request cancelled by its ``RunOptions.terminate``; it returned nothing."""
 
 
 @dataclass
@@ -87,8 +85,9 @@ class _Borrowed:
 
 
 def guarded_run(run: Callable[[], list[Any]], options: Any) -> list[Any]:
-    """``run()`` under ``options``: refused when terminate is set before it, its outputs
-    dropped when terminate was set while it ran, the tag logged."""
+    """``run()`` under ``options``: refused when terminate is set before it, stopped between
+    steps and nodes when it is set while it runs, its outputs dropped when it was set by the
+    end, the tag logged."""
     opts = _run_options(options)
     if opts is None:
         return run()
@@ -97,7 +96,8 @@ def guarded_run(run: Callable[[], list[Any]], options: Any) -> list[Any]:
         raise RunTerminatedError(f"{tag}: terminated (RunOptions.terminate) before it started")
     if opts.log_severity_level <= 1:
         log.info("anychip: run %s", tag)
-    outs = run()
+    with watching(opts, tag):
+        outs = run()
     if opts.terminate:
         raise RunTerminatedError(
             f"{tag}: terminated (RunOptions.terminate) while running; its outputs are dropped"

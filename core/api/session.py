@@ -158,7 +158,9 @@ class Session(Closable):
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
         if dlpack.involved(feeds, output_device):
-            return dlpack.run(self, output_names, feeds, output_device)
+            return guarded_run(
+                lambda: dlpack.run(self, output_names, feeds, output_device), run_options
+            )
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
 
         def request() -> list[Any]:
