@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anychip.core.api import dlpack
+from anychip.core.api import device_values, dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.options import SessionOptions, resolve_precision
 from anychip.core.api.ort_api import (
@@ -157,6 +157,10 @@ class Session(Closable):
         """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
+        if device_values.involved(feeds):  # DeviceValue feeds stay on their device
+            return guarded_run(
+                lambda: device_values.run_values(self, output_names, feeds, {}), run_options
+            )
         if dlpack.involved(feeds, output_device):
             return guarded_run(
                 lambda: dlpack.run(self, output_names, feeds, output_device), run_options
