@@ -135,11 +135,11 @@ def run_values(
         result = []
         for i in wanted:
             out = outs[i]
-            device = out_devices.get(order[i])
+            bound = out_devices.get(order[i])
             if isinstance(out, _Handed):
-                out = _value(out.tensor, backends[device or ""], session.outputs[i])
-            elif device is not None:  # computed elsewhere: one copy onto the device
-                out = DeviceValue.from_numpy(np.asarray(out), backends[device])
+                out = _value(out.tensor, backends[bound or ""], session.outputs[i])
+            elif bound is not None:  # computed elsewhere: one copy onto the device
+                out = DeviceValue.from_numpy(np.asarray(out), backends[bound])
             result.append(out)
         return result
 
