@@ -119,3 +119,19 @@ def test_a_linked_folder_counts_and_is_evicted_once(tmp_path, monkeypatch) -> No
         assert _size(session) <= 40 << 10, i
     assert paths.cache_info(session)["codegen"][0] < 30  # the old ones went, through the link
     assert len(list((user / "codegen").glob("*.so"))) == paths.cache_info(session)["codegen"][0]
+
+
+def test_opencl_binaries_are_counted_in_the_store(tmp_path, monkeypatch) -> None:
+    """pyopencl's cache writes the binaries itself; anychip counts them after a build
+    (backends/opencl/driver/programs.py), only when that folder is in the store."""
+    from types import SimpleNamespace
+
+    from anychip.backends.opencl.driver import programs
+
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(paths, "_written", {str(tmp_path): (0, 0)})
+    prg = SimpleNamespace(binaries=[b"x" * 100, b"y" * 20])
+    programs._count(tmp_path / "opencl" / "pyopencl" / "key", prg)
+    assert paths._written[str(tmp_path)] == (120, 120)
+    programs._count(tmp_path.parent / "elsewhere", prg)  # ANYCHIP_COMPILE_CACHE=0's folder
+    assert paths._written[str(tmp_path)] == (120, 120)
