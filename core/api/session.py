@@ -224,6 +224,14 @@ class Session(Closable):
             self._use(self._compile_with(factors, devices=keep))
             old.close()  # its graph-mode executables go back to their devices now
 
+    def _repr_html_(self) -> str | None:
+        """Jupyter's view: the placement graph and report (``viz/notebook.py``, found through
+        ``core/report/render.py``); None (the text) where viz is not there."""
+        from anychip.core.report.render import find
+
+        fn = find("session", "html")
+        return None if fn is None else str(fn(self))
+
     def __repr__(self) -> str:
         return (
             f"<anychip.Session devices={self.devices} inputs={[i.name for i in self.inputs]}"
