@@ -70,15 +70,21 @@ class _Counted:
         return got
 
 
-def _session() -> tuple[anychip.Session, object]:
-    sess = anychip.load(_chain(), devices=["xpu", "cpu"], cost_model=False, strict=True)
-    assert set(sess.placement().by_device()) == {"xpu"}, sess.placement().by_device()
-    return sess, next(b for b in sess.compiled.backends if b.name == "xpu")
+def _session(device: str = "xpu") -> tuple[anychip.Session, object]:
+    """The chain wholly on ``device`` (the xpu runs kernels; the npu compiles the graph)."""
+    sess = anychip.load(
+        _chain(), devices=[device, "cpu"], cost_model=False, strict=True, background_compile=False
+    )
+    assert set(sess.placement().by_device()) == {device}, sess.placement().by_device()
+    return sess, next(b for b in sess.compiled.backends if b.name == device)
 
 
-def test_an_output_kept_on_the_device_feeds_the_next_run_without_copies(monkeypatch) -> None:
+@pytest.mark.parametrize("device", ["xpu", "npu"])
+def test_an_output_kept_on_the_device_feeds_the_next_run_without_copies(
+    monkeypatch, device: str
+) -> None:
     model = _chain()
-    sess, xpu = _session()
+    sess, xpu = _session(device)
     copies = _Counted(xpu, monkeypatch)
     in_use = xpu.memory_stats().in_use
     x = RNG.standard_normal((N, N)).astype(np.float32)
@@ -87,12 +93,12 @@ def test_an_output_kept_on_the_device_feeds_the_next_run_without_copies(monkeypa
 
     binding = sess.io_binding()
     binding.bind_input("x", x)
-    binding.bind_output("y", "xpu")
+    binding.bind_output("y", device)
     sess.run_with_iobinding(binding)
     (y1,) = binding.get_outputs()
-    assert isinstance(y1, DeviceValue) and y1.device_name() == "xpu"
+    assert isinstance(y1, DeviceValue) and y1.device_name() == device
     assert y1.shape() == [N, N] and y1.data_type() == "tensor(float32)"
-    assert copies.take() == (1, 0)  # x in; y stays on the xpu
+    assert copies.take() == (1, 0)  # x in; y stays on the device
 
     want = _ort(model, x)
     for _ in range(3):  # the last output fed back in: nothing crosses the host link
