@@ -30,12 +30,14 @@ from anychip.errors import (
     PassLoopError,
     PlacementError,
     PluginError,
+    RunTerminatedError,
     UnsupportedDTypeError,
     UnsupportedOpError,
 )
 from anychip.version import __version__
 
 if TYPE_CHECKING:
+    from anychip.core.api.device_values import DeviceValue
     from anychip.core.api.export import load_compiled
     from anychip.core.api.session import IOInfo, Session, SessionOptions, load
     from anychip.core.api.throughput import InferQueue
@@ -46,6 +48,7 @@ _LAZY = {
     "load": "anychip.core.api.session",
     "load_compiled": "anychip.core.api.export",
     "InferQueue": "anychip.core.api.throughput",
+    "DeviceValue": "anychip.core.api.device_values",
     "Session": "anychip.core.api.session",
     "SessionOptions": "anychip.core.api.options",
     "IOInfo": "anychip.core.api.feeds",
@@ -112,6 +115,7 @@ __all__ = [
     "devices",
     "Session",
     "IOInfo",
+    "DeviceValue",
     "DeviceInfo",
     "hookimpl",
     "AnychipError",
@@ -125,6 +129,7 @@ __all__ = [
     "PassLoopError",
     "PlacementError",
     "PluginError",
+    "RunTerminatedError",
     "UnsupportedDTypeError",
     "UnsupportedOpError",
     "__version__",

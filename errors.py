@@ -24,6 +24,7 @@ __all__ = [
     "PluginError",
     "DeviceError",
     "OutOfMemoryError",
+    "RunTerminatedError",
 ]
 
 
@@ -76,6 +77,11 @@ class PluginError(AnychipError):
 
 class DeviceError(AnychipError):
     """A device is unavailable or its driver reported a failure."""
+
+
+class RunTerminatedError(AnychipError):
+    """A request cancelled by its ``RunOptions.terminate`` (set before it or while it ran,
+    from another thread); it returned nothing and the session stays usable."""
 
 
 class OutOfMemoryError(DeviceError, MemoryError):

@@ -10,6 +10,11 @@ reports them with ``stored``; a file read from a cache is marked ``used``. The f
 store bounded by ``cache_limit()`` (``ANYCHIP_CACHE_LIMIT``, default 2 GiB): after writes
 adding up to a twentieth of the limit, ``evict`` removes the least recently used files (by
 modification time, which ``used`` moves forward) until the folder holds 90% of the limit.
+A process also keeps the folder's size as its last look found it plus what it wrote since, and
+evicts as soon as that passes the limit: its own writes never leave the folder above it (what
+other processes write is seen at the next look). Folders linked into the cache (a test
+session's links to the user's built code, ``tests/conftest.py``) are followed, once each:
+what is written through a link counts against the limit and is evicted like the rest.
 
 Why not ``diskcache``: its values live in SQLite or in files it names and reads back itself;
 anychip's caches hand files to other programs by path (cffi's ``dlopen`` of a built library,
@@ -45,7 +50,9 @@ _LOW_WATER = 0.9
 _TMP_GRACE_S = 3600
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _lock = threading.Lock()
-_written: dict[str, int] = {}
+#: Per cache folder: (bytes written since the last look, or -1 before the first; the
+#: folder's bytes as that look left them plus what was written since).
+_written: dict[str, tuple[int, int]] = {}
 
 
 def cache_root() -> Path:
@@ -99,24 +106,35 @@ def used(path: Path) -> None:
 
 
 def stored(nbytes: int, root: Path | None = None) -> None:
-    """Count ``nbytes`` written under ``root`` (the cache folder); past a twentieth of the
-    limit since the last look, ``evict``."""
+    """Count ``nbytes`` written under ``root`` (the cache folder); ``evict`` when the folder
+    would be past the limit, and past a twentieth of the limit written since the last look
+    (other processes write into the folder too)."""
     root = root or cache_root()
     key = str(root)
     limit = cache_limit()
     with _lock:
-        total = _written.get(key, -1)
-        due = total < 0 or total + nbytes >= limit // 20
-        _written[key] = 0 if due else total + nbytes
+        since, size = _written.get(key, (-1, 0))
+        due = since < 0 or since + nbytes >= limit // 20 or size + nbytes > limit
+        _written[key] = (0 if due else since + nbytes, size + nbytes)
     if due:
-        evict(root, limit)
+        _, _, left = _evict(root, limit)
+        with _lock:
+            since, _ = _written[key]
+            _written[key] = (since, left + since)  # what other threads wrote meanwhile
 
 
 def _files(root: Path) -> list[tuple[float, int, Path]]:
-    """(mtime, size, path) of every file under ``root``, temporary files under way left out."""
+    """(mtime, size, path) of every file under ``root``, temporary files under way left out;
+    linked folders followed, each real folder walked once."""
     now = time.time()
     out = []
-    for dirpath, _, names in os.walk(root):
+    seen: set[str] = set()
+    for dirpath, dirnames, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:  # a link back up, or two links to one folder
+            dirnames[:] = []
+            continue
+        seen.add(real)
         for name in names:
             p = Path(dirpath) / name
             try:
@@ -132,12 +150,16 @@ def _files(root: Path) -> list[tuple[float, int, Path]]:
 def evict(root: Path | None = None, limit: int | None = None) -> tuple[int, int]:
     """Remove the least recently used files until ``root`` holds at most 90% of ``limit``
     (when it holds more than ``limit``); returns (files, bytes) removed."""
-    root = root or cache_root()
-    limit = cache_limit() if limit is None else limit
+    removed, freed, _ = _evict(root or cache_root(), cache_limit() if limit is None else limit)
+    return removed, freed
+
+
+def _evict(root: Path, limit: int) -> tuple[int, int, int]:
+    """``evict``'s work; also returns the bytes the folder holds after it."""
     files = _files(root)
     total = sum(size for _, size, _ in files)
     if total <= limit:
-        return 0, 0
+        return 0, 0, total
     removed = freed = 0
     for _, size, p in sorted(files, key=lambda f: f[0]):
         if total - freed <= limit * _LOW_WATER:
@@ -147,7 +169,7 @@ def evict(root: Path | None = None, limit: int | None = None) -> tuple[int, int]
         except OSError:
             continue
         removed, freed = removed + 1, freed + size
-    return removed, freed
+    return removed, freed, total - freed
 
 
 def cache_info(root: Path | None = None) -> dict[str, tuple[int, int]]:

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.cli.concurrency import percentiles
 from anychip.errors import AnychipError, ModelError
 
 __all__ = ["add_parser", "command", "bench_models", "resolve_model", "PEERS", "WARMUP", "geomean"]
@@ -278,8 +279,11 @@ def _time_model(
             advance(1)
     ms = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     peers = [k for k in names if k != "anychip"]
+    tail = {k: percentiles(v) for k, v in times.items()}  # p50/p90/p99 of the rounds
     return {
         "ms": ms,
+        "p90_ms": {k: t["p90_ms"] for k, t in tail.items()},
+        "p99_ms": {k: t["p99_ms"] for k, t in tail.items()},
         "first_run_ms": first,
         "ratio": {p: ms["anychip"] / ms[p] for p in peers},
         "max_abs_diff": {p: _max_diff(outputs["anychip"], outputs[p]) for p in peers},
@@ -400,6 +404,12 @@ def format_table(result: dict) -> str:
     if cold:
         ratios = ", ".join(f"anychip/{p} {v:.2f}" for p, v in cold.items())
         lines.append(f"load + first run (one each, wall clock), geomean: {ratios}")
+    for r in result["models"]:
+        if "p99_ms" in r:
+            tails = ", ".join(
+                f"{k} {r['p90_ms'][k]:.2f}/{r['p99_ms'][k]:.2f}" for k in [*peers, "anychip"]
+            )
+            lines.append(f"  {r['model']}: p90/p99 ms {tails}")
     for r in result["models"]:
         notes = [n for n in r.get("anychip_threads", []) if n.startswith("1 of ")]
         lines += [f"  {r['model']}: anychip's threads {note}" for note in notes]

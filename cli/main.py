@@ -2,7 +2,8 @@
 
 anychip devices [--json [FILE]]          backends, availability, and why not
 anychip run MODEL [--devices npu,cpu] [--shape x=[1,128] ...] [--input name=file.npy|.pb|.npz ...]
-                  [--placement] [--repeat N] [--profile prof.html] [--json [FILE]] [--bring-up]
+                  [--placement] [--repeat N] [--concurrency N] [--profile prof.html] [--json [FILE]]
+                  [--bring-up]
 anychip demo [--model NAME]             a light model (ResNet-50) on every available device
 anychip partition MODEL [--devices ...] [--shape ...] [--strict] [--json [FILE]] [-o FILE]
 anychip inspect MODEL [--shape ...] [--json [FILE]]   opsets, inputs, ops, FLOPs, devices
@@ -31,6 +32,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from anychip.cli import viz as viz_commands
+from anychip.cli.concurrency import concurrency_text, concurrent_runs
 from anychip.cli.inputs import read_inputs
 from anychip.core.api.feeds import random_feeds
 from anychip.viz.terminal import render
@@ -106,6 +108,10 @@ def _cmd_claims(device: str, as_json: bool) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from anychip.errors import AnychipError
+
+    if args.concurrency < 1:
+        raise AnychipError(f"--concurrency must be >= 1, got {args.concurrency}")
     sess = _load(args)
     feeds = random_feeds(sess, args.seed)
     feeds.update(read_inputs(args.input or []))
@@ -125,6 +131,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "steady_ms": float(np.median(times)) * 1e3,
     }
     every = [first, *early, *times]
+    if args.concurrency != 1:  # N requests in flight over N sessions (cli/concurrency.py)
+        phases["concurrent"] = concurrent_runs(
+            sess, lambda: _load(args), feeds, args.concurrency, max(1, args.repeat)
+        )
     if not viz_commands.run_extras(args, sess, feeds, outs, every, phases):  # --json: there
         for line in sess.placement().failures():  # a device that failed over comes first
             print(line)
@@ -139,10 +149,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"(median of {len(times)} runs after run 10)"
         )
         print(
-            f"after the first: p50 {st['p50_ms']:.2f} ms, p90 {st['p90_ms']:.2f} ms, best "
+            f"after the first: p50 {st['p50_ms']:.2f} ms, p90 {st['p90_ms']:.2f} ms, p99 "
+            f"{st['p99_ms']:.2f} ms, best "
             f"{st['best_ms']:.2f} ms over runs 2-{len(times) + 1 + EARLY_RUNS}; "
             f"{st['throughput_per_s']:.1f} runs/s"
         )
+        if "concurrent" in phases:
+            print(concurrency_text(phases["concurrent"]))
         if args.placement:
             render(sess.placement())
         if getattr(args, "memory", False) and hasattr(sess, "memory"):
@@ -508,6 +521,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--repeat", type=int, default=5, help="runs after run 10 whose median is the steady time"
+    )
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        metavar="N",
+        help="then N requests in flight over N sessions (N-1 more loaded), --repeat each: "
+        "throughput and latency p50/p90/p99",
     )
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--placement", action="store_true", help="print the placement report")

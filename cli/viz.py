@@ -157,7 +157,7 @@ def run_extras(
 
 def run_stats(times: list[float]) -> dict[str, float]:
     """``anychip run``'s figures, in ms (onnxruntime_perf_test's and benchmark_app's): the
-    first run, the mean of runs 2-10, the best, p50/p90 of the runs after the first, and
+    first run, the mean of runs 2-10, the best, p50/p90/p99 of the runs after the first, and
     the throughput (runs per second over those runs)."""
     rest = times[1:] or times
     ms = np.asarray(rest) * 1e3
@@ -167,5 +167,6 @@ def run_stats(times: list[float]) -> dict[str, float]:
         "best_ms": float(ms.min()),
         "p50_ms": float(np.percentile(ms, 50)),
         "p90_ms": float(np.percentile(ms, 90)),
+        "p99_ms": float(np.percentile(ms, 99)),
         "throughput_per_s": len(rest) / float(np.sum(rest)),
     }

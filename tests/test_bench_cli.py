@@ -34,6 +34,9 @@ def test_bench_against_both_peers_writes_json(tmp_path, capsys):
     for row in result["models"]:
         assert set(row["ms"]) == set(row["load_ms"]) == set(row["first_run_ms"]) == engines
         assert all(v > 0 for key in ("ms", "load_ms", "first_run_ms") for v in row[key].values())
+        assert set(row["p99_ms"]) == engines
+        assert all(row["ms"][k] <= row["p90_ms"][k] <= row["p99_ms"][k] for k in engines)
+        assert f"{row['model']}: p90/p99 ms onnxruntime " in text
         for peer in ("onnxruntime", "openvino"):
             assert row["ratio"][peer] == pytest.approx(row["ms"]["anychip"] / row["ms"][peer])
             assert row["max_abs_diff"][peer] < 1e-4

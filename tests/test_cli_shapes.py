@@ -51,7 +51,8 @@ def test_run_with_shape_prints_first_mean_percentiles_throughput(tmp_path, capsy
     assert re.search(r"output y: float32\[2, 16, 3\]", out), out
     assert re.search(
         r"time: first run [\d.]+ ms, runs 2-10 mean [\d.]+ ms, steady [\d.]+ ms \(median of 4 "
-        r"runs after run 10\)\nafter the first: p50 [\d.]+ ms, p90 [\d.]+ ms, best [\d.]+ ms "
+        r"runs after run 10\)\nafter the first: p50 [\d.]+ ms, p90 [\d.]+ ms, p99 [\d.]+ ms, best "
+        r"[\d.]+ ms "
         r"over runs 2-14; [\d.]+ runs/s",
         out,
     ), out
@@ -62,7 +63,9 @@ def test_json_goes_to_stdout_alone_or_to_a_file(tmp_path, capsys) -> None:
     assert main(["run", path, "--devices", "cpu", "--repeat", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["runs"] == 3 and result["outputs"][0]["shape"] == [1, 1, 3]
-    assert {"first_ms", "mean_2_10_ms", "p50_ms", "p90_ms", "throughput_per_s"} <= set(result)
+    assert {"first_ms", "mean_2_10_ms", "p50_ms", "p90_ms", "p99_ms", "throughput_per_s"} <= set(
+        result
+    )
     dest = tmp_path / "devices.json"
     assert main(["devices", "--json", str(dest), "-q"]) == 0
     out = capsys.readouterr().out
@@ -125,3 +128,46 @@ def test_progress_in_a_notebook_through_tqdm_auto(tmp_path, monkeypatch) -> None
     monkeypatch.setenv("ANYCHIP_PROGRESS", "0")
     anychip.load(_model(tmp_path), devices=["cpu"])
     assert bars == []
+
+
+def test_run_with_concurrency_reports_throughput_and_p99(tmp_path, capsys) -> None:
+    path = _model(tmp_path)
+    argv = ["run", path, "--devices", "cpu", "--repeat", "5", "--concurrency", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"concurrency 3 \(3 sessions\): 15 requests in [\d.]+ s, [\d.]+ runs/s; latency p50 "
+        r"[\d.]+ ms, p90 [\d.]+ ms, p99 [\d.]+ ms",
+        out,
+    ), out
+    assert main([*argv, "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["concurrent"]
+    assert c["concurrency"] == 3 and c["requests"] == 15 and c["throughput_per_s"] > 0
+    assert c["p50_ms"] <= c["p90_ms"] <= c["p99_ms"]
+    assert main(["run", path, "--devices", "cpu", "--concurrency", "0"]) == 2
+    assert "--concurrency must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_percentiles_and_the_concurrent_phase_on_xpu(tmp_path) -> None:
+    """Each of the phase's sessions runs its requests, at once (a barrier starts them)."""
+    import anychip
+    from anychip.cli.concurrency import concurrent_runs, percentiles
+
+    assert percentiles([0.001 * i for i in range(1, 101)]) == pytest.approx(
+        {"p50_ms": 50.5, "p90_ms": 90.1, "p99_ms": 99.01}
+    )
+    path = _model(tmp_path)
+    ran: list[int] = []
+
+    def load():
+        s = anychip.load(path, devices=["xpu", "cpu"], free_dimension_overrides={"batch": 2})
+        real = s.run
+        s.run = lambda *a: (ran.append(id(s)), real(*a))[1]
+        return s
+
+    first = load()
+    feeds = {"x": np.ones((2, 4, 8), np.float32)}
+    c = concurrent_runs(first, load, feeds, 3, 4)
+    assert c["requests"] == 12 and c["concurrency"] == 3
+    counts = sorted(ran.count(k) for k in set(ran))
+    assert counts == [4, 7, 7], counts  # the loaded ones' 3 warm-up runs, then 4 each

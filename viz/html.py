@@ -19,7 +19,7 @@ from anychip.core.memory.stats import _human
 from anychip.viz.layout import NODE_H, NODE_W, Layout, Unit, layout
 from anychip.viz.view import IO_COLOR, PlacementView, ViewNode, device_colors
 
-__all__ = ["placement_html", "write_html", "FOLD_ABOVE"]
+__all__ = ["placement_html", "write_html", "graph_svg", "FOLD_ABOVE"]
 
 #: Graphs with more nodes than this have their repeated blocks folded by default.
 FOLD_ABOVE = 60
@@ -156,9 +156,11 @@ def _edges(lay: Layout) -> list[str]:
     return out
 
 
-def _svg(view: PlacementView, lay: Layout, colors: dict[str, str]) -> str:
+def _svg(
+    view: PlacementView, lay: Layout, colors: dict[str, str], attrs: str = 'id="graph"'
+) -> str:
     parts = [
-        '<svg id="graph" role="img"><defs><marker id="arrow" viewBox="0 0 10 10" refX="9" '
+        f'<svg {attrs} role="img"><defs><marker id="arrow" viewBox="0 0 10 10" refX="9" '
         'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
         '<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs><g id="viewport">'
     ]
@@ -248,6 +250,37 @@ def placement_html(view: PlacementView, fold: bool | None = None) -> str:
         f'<div id="canvas">{_svg(view, lay, colors)}</div>'
         f"<script>{_script()}</script></body></html>"
     )
+
+
+#: The page's rules that draw the graph, for an SVG shown outside the page (a notebook):
+#: scoped to ``.anychip-graph`` so they style nothing else there.
+_GRAPH_RULES = [
+    r
+    for r in _CSS.replace("\n ", "").split("\n")
+    if r.startswith((".node", ".io", ".fold", ".members", ".partition", "path.edge", ".copy"))
+]
+
+
+def graph_svg(view: PlacementView, fold: bool | None = None) -> str:
+    """The placement graph as a static SVG at its natural size (11 px node text), with its
+    own scoped styles and no script: what a notebook shows inline (``viz/notebook.py``).
+    Hover shows each node's and copy's full text; folded blocks stay folded."""
+    if fold is None:
+        fold = len(view.graph_nodes) > FOLD_ABOVE
+    lay = layout(view, fold=fold)
+    colors = device_colors(view.devices)
+    style = "".join(
+        ",".join(f".anychip-graph {sel.strip()}" for sel in rule.split("{", 1)[0].split(","))
+        + "{"
+        + rule.split("{", 1)[1]
+        for rule in _GRAPH_RULES
+    )
+    w, h = max(lay.width, 1.0), max(lay.height, 1.0)
+    attrs = (
+        f'class="anychip-graph" width="{w:.0f}" height="{h:.0f}" '
+        f'viewBox="0 0 {w:.0f} {h:.0f}" style="font:13px system-ui,sans-serif"'
+    )
+    return f"<style>{style}</style>" + _svg(view, lay, colors, attrs)
 
 
 def write_html(view: PlacementView, path: str | Path, fold: bool | None = None) -> Path:

@@ -1,7 +1,9 @@
-"""HTML for Jupyter: what ``PlacementReport``, ``MemoryReport`` and ``Profile`` show through
-``_repr_html_`` (found through ``core/report/render.py``: ``@renders(kind, "html")``). Plain
-tables with the device colours of the placement pictures; no script, no external reference
-(notebooks are shared as files)."""
+"""HTML for Jupyter: what ``PlacementReport``, ``MemoryReport``, ``Profile`` and ``Session``
+show through ``_repr_html_`` (found through ``core/report/render.py``: ``@renders(kind,
+"html")``). Plain tables with the device colours of the placement pictures; a session shows
+its placement graph inline and a profile its timeline (static SVG at natural size in a
+scrolled box: node text at 11 px, full texts on hover); no script, no external reference
+(notebooks are shared as files), styles scoped to anychip's own classes."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from anychip.core.memory.stats import _human
 from anychip.core.report.render import renders
 from anychip.viz.view import device_colors
 
-__all__ = ["placement_report_html", "memory_html", "profile_html"]
+__all__ = ["placement_report_html", "memory_html", "profile_html", "session_html"]
+
+#: The box an inline picture scrolls in (its own size kept: readable text, not shrunk).
+_BOX = 'style="max-height:640px;max-width:100%;overflow:auto;border:1px solid #ddd"'
 
 _STYLE = (
     "<style>.anychip td,.anychip th{padding:1px 8px;text-align:left}"
@@ -102,7 +107,28 @@ def profile_html(profile: Any, top: int = 20) -> str:
         [_e(n), _e(op), _dev(d, colors), f"{t * 1e3:.3f}"]
         for n, op, d, t in profile.node_times()[:top]
     ]
+    from anychip.viz.timeline import timeline_svg
+
     return (
         f"{_STYLE}<div><b>profile</b>: {profile.runs} run(s), {runs} ms; per run: {per}</div>"
+        f"<div {_BOX}>{timeline_svg(profile, svg_id='')}</div>"
         + _table(["node", "op", "device", "ms/run"], rows)
+    )
+
+
+@renders("session", "html")
+def session_html(session: Any) -> str:
+    """A ``Session``: its devices, inputs and outputs, the placement graph, then the
+    placement report's tables (a closed session says so)."""
+    from anychip.viz.html import graph_svg
+    from anychip.viz.view import placement_view
+
+    if getattr(session, "_closed", False):
+        return f"<div><b>anychip session</b> (closed) on {_e(', '.join(session.devices))}</div>"
+    ios = ", ".join(f"{_e(i.name)} {_e(i.type)}" for i in session.inputs)
+    outs = ", ".join(f"{_e(o.name)} {_e(o.type)}" for o in session.outputs)
+    view = placement_view(session)
+    return (
+        f"<div><b>anychip session</b> {_e(view.title)}: inputs {ios}; outputs {outs}</div>"
+        f"<div {_BOX}>{graph_svg(view)}</div>" + placement_report_html(session.placement())
     )

@@ -14,7 +14,7 @@ from anychip.core.memory.stats import _human
 from anychip.core.report.render import renders
 from anychip.viz.view import device_colors
 
-__all__ = ["timeline_html"]
+__all__ = ["timeline_html", "timeline_svg"]
 
 _LANE, _LEFT, _WIDTH = 46, 90, 1200
 
@@ -53,9 +53,9 @@ def _span(e: Any, y: float, scale: float, color: str) -> str:
     )
 
 
-@renders("profile", "timeline")
-def timeline_html(profile: Any) -> str:
-    """The page (a string) for a ``core.report.profile.Profile``."""
+def timeline_svg(profile: Any, svg_id: str = "tl") -> str:
+    """The timeline alone: one lane per device and one for copies, a span per node,
+    partition and copy with its time on hover (no script: the page adds its zoom)."""
     lanes = _lanes(profile)
     colors = device_colors(list(profile.devices))
     colors["copies"] = "#d62728"
@@ -81,6 +81,24 @@ def timeline_html(profile: Any) -> str:
             f'<text x="{_LEFT + t * scale:.0f}" y="14" class="tick">{t * 1e3:.2f} ms</text>'
         )
     height = 24 + len(lanes) * _LANE + 10
+    ident = f' id="{svg_id}"' if svg_id else ""
+    return (
+        f'<svg{ident} class="anychip-tl" '
+        f'width="{_LEFT + _WIDTH + 20}" height="{height}" '
+        'style="font:13px system-ui,sans-serif">'
+        "<style>.anychip-tl .lane{font-weight:600}.anychip-tl .tick{font-size:10px;fill:#555}"
+        "</style>"
+        f"{''.join(rows)}"
+        f'<g transform="translate({0},0)">{"".join(ticks)}</g>'
+        f'<svg x="{_LEFT}" y="0" width="{_WIDTH + 10}" height="{height}">'
+        f'<g class="spans">{"".join(spans)}</g></svg></svg>'
+    )
+
+
+@renders("profile", "timeline")
+def timeline_html(profile: Any) -> str:
+    """The page (a string) for a ``core.report.profile.Profile``."""
+    svg = timeline_svg(profile).replace('<g class="spans">', '<g id="spans">', 1)  # its zoom
     top = "".join(
         f"<tr><td>{_e(n)}</td><td>{_e(op)}</td><td>{_e(d)}</td><td>{t * 1e3:.3f}</td></tr>"
         for n, op, d, t in profile.node_times()[:25]
@@ -98,11 +116,7 @@ def timeline_html(profile: Any) -> str:
         f"<p>{profile.runs} run(s) of {', '.join(map(_e, profile.devices))}: {runs} ms each; "
         f"per run: {_e(per_device)}. The same events as the Perfetto trace "
         "(<code>Profile.save_trace</code>). Wheel: zoom time.</p>"
-        f'<svg id="tl" width="{_LEFT + _WIDTH + 20}" height="{height}">'
-        f"{''.join(rows)}"
-        f'<g transform="translate({0},0)">{"".join(ticks)}</g>'
-        f'<svg x="{_LEFT}" y="0" width="{_WIDTH + 10}" height="{height}">'
-        f'<g id="spans">{"".join(spans)}</g></svg></svg>'
+        f"{svg}"
         "<h2>slowest nodes (mean per run)</h2><table><tr><th>node</th><th>op</th>"
         f"<th>device</th><th>ms</th></tr>{top}</table>"
         f"<script>{_JS}</script></body></html>"

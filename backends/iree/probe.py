@@ -203,10 +203,14 @@ class Prober:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             body = {"identity": self.backend.identity(), "answers": self._answers}
-            tmp.write_text(json.dumps(body))
+            text = json.dumps(body)
+            tmp.write_text(text)
             os.replace(tmp, path)
         except OSError:  # a read-only cache folder: the answers stay in this process
-            pass
+            return
+        from anychip.paths import stored
+
+        stored(len(text))  # the bounded store (paths.py)
 
     # -- questions ---------------------------------------------------------------------------
     def reason(self, node: Node, eligible: Any = None) -> str | None:

@@ -2,19 +2,21 @@
 an IO binding, asynchronous runs.
 
 * ``RunOptions`` (or onnxruntime's own ``RunOptions``, read by attribute): ``terminate``
-  cancels the requests of a session that see it set (checked before a run starts and again
-  when it ends: a run that finds it set at either point raises ``RunTerminatedError`` and
-  returns nothing), ``run_tag`` names the request in the ``anychip`` log. Anything else given
-  as ``run_options`` is an ``AnychipError``, never ignored.
+  cancels the requests of a session that see it set: checked before a run starts, between
+  its steps and nodes while it runs (``core/run/cancel.py``; set it from another thread) and
+  when it ends. A run that finds it set raises ``RunTerminatedError`` and returns nothing; the
+  session serves the next request as usual. ``run_tag`` names the request in the ``anychip``
+  log. Anything else given as ``run_options`` is an ``AnychipError``, never ignored.
 * ``ModelMetadata`` (``Session.get_modelmeta()``): producer, graph name, domain, description,
   version, custom metadata, as onnxruntime's ``ModelMetadata`` has them.
 * ``IOBinding`` (``Session.io_binding()``): inputs bound by name (a name the model lacks is
   refused at once) and kept across runs (each run checks them as ``run`` does: its fast path
   for feeds of the declared dtype and rank), outputs written into the same arrays run after
-  run (a bound output array, or one the binding allocates on its first run);
-  ``run_with_iobinding`` runs it. The arrays are host
-  arrays: a device array is run through the DLPack path as ``Session.run`` does
-  (``core/api/dlpack.py``), not held on the device between runs.
+  run (a bound output array, or one the binding allocates on its first run), or kept on a
+  device (``bind_output(name, "xpu")``: a ``DeviceValue``, onnxruntime's ``OrtValue``, that
+  a later run takes as an input without a copy: ``core/api/device_values.py``);
+  ``run_with_iobinding`` runs it. A device array with ``__dlpack__`` is run through the DLPack
+  path as ``Session.run`` does (``core/api/dlpack.py``).
 * ``run_async``: a ``concurrent.futures.Future`` per request, run on a small thread pool of the
   session's (requests queue there; a session's runs are serialised by its lock, so several in
   flight overlap only their host work: several sessions give parallel runs).
@@ -31,15 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from anychip.errors import AnychipError, InputError
+from anychip.core.api import device_values
+from anychip.core.api.device_values import DeviceValue
+from anychip.core.run.cancel import watching
+from anychip.errors import AnychipError, InputError, RunTerminatedError
 
 __all__ = ["RunOptions", "RunTerminatedError", "ModelMetadata", "IOBinding", "AsyncRunner"]
 
 log = logging.getLogger("anychip")
-
-
-class RunTerminatedError(AnychipError):
-    """A request cancelled by its ``RunOptions.terminate``; it returned nothing."""
 
 
 @dataclass
@@ -87,8 +88,9 @@ class _Borrowed:
 
 
 def guarded_run(run: Callable[[], list[Any]], options: Any) -> list[Any]:
-    """``run()`` under ``options``: refused when terminate is set before it, its outputs
-    dropped when terminate was set while it ran, the tag logged."""
+    """``run()`` under ``options``: refused when terminate is set before it, stopped between
+    steps and nodes when it is set while it runs, its outputs dropped when it was set by the
+    end, the tag logged."""
     opts = _run_options(options)
     if opts is None:
         return run()
@@ -97,7 +99,8 @@ def guarded_run(run: Callable[[], list[Any]], options: Any) -> list[Any]:
         raise RunTerminatedError(f"{tag}: terminated (RunOptions.terminate) before it started")
     if opts.log_severity_level <= 1:
         log.info("anychip: run %s", tag)
-    outs = run()
+    with watching(opts, tag):
+        outs = run()
     if opts.terminate:
         raise RunTerminatedError(
             f"{tag}: terminated (RunOptions.terminate) while running; its outputs are dropped"
@@ -134,17 +137,21 @@ def model_metadata(model: Any) -> ModelMetadata:
 class IOBinding:
     """Inputs and outputs bound to a session across runs (onnxruntime's ``IOBinding``).
 
-    ``bind_input(name, array)`` keeps the array for every run; ``bind_output(name,
-    array=None)`` binds an output to an array the runs write into (None: allocated on the
-    first run, then reused);
+    ``bind_input(name, array)`` keeps the array (or ``DeviceValue``) for every run;
+    ``bind_output(name, array=None)`` binds an output to an array the runs write into (None:
+    allocated on the first run, then reused), ``bind_output(name, "xpu")`` keeps it on that
+    device of the session (a new ``DeviceValue`` each run, the last one's tensor given back
+    when nothing else holds it);
     ``session.run_with_iobinding(binding)`` runs; ``get_outputs()`` returns the bound arrays
-    (the same objects every run), ``copy_outputs_to_cpu()`` copies of them.
+    (the same objects every run) and device values, ``copy_outputs_to_cpu()`` host copies of
+    them.
     """
 
     def __init__(self, session: Any) -> None:
         self._session = session
         self._inputs: dict[str, Any] = {}
-        self._outputs: dict[str, np.ndarray | None] = {}
+        self._outputs: dict[str, Any] = {}
+        self._devices: dict[str, str] = {}
 
     def bind_input(self, name: str, array: Any) -> None:
         known = [i.name for i in self._session.inputs]
@@ -152,25 +159,48 @@ class IOBinding:
             raise InputError(f"bind_input: the model has no input {name!r} (inputs: {known})")
         self._inputs[name] = array
 
-    def bind_output(self, name: str, array: np.ndarray | None = None) -> None:
+    def bind_output(self, name: str, array: np.ndarray | str | None = None) -> None:
         known = [o.name for o in self._session.outputs]
         if name not in known:
             raise InputError(f"bind_output: the model has no output {name!r} (outputs: {known})")
+        self._devices.pop(name, None)
+        if isinstance(array, str):
+            device = array.lower()
+            if device not in self._session.devices:
+                raise InputError(
+                    f"bind_output {name!r}: {array!r} is not among the session's devices "
+                    f"{self._session.devices}"
+                )
+            self._devices[name] = device
+            self._outputs[name] = None
+            return
         if array is not None and not isinstance(array, np.ndarray):
-            raise InputError(f"bind_output {name!r}: a numpy array or None, not {type(array)}")
+            raise InputError(
+                f"bind_output {name!r}: a numpy array, a device name or None, not {type(array)}"
+            )
         self._outputs[name] = array
 
     def clear_binding_inputs(self) -> None:
         self._inputs = {}
 
     def clear_binding_outputs(self) -> None:
-        self._outputs = {}
+        self._outputs, self._devices = {}, {}
 
     def run(self, run_options: Any = None) -> None:
-        """One run on the bound inputs, its outputs written into the bound arrays."""
+        """One run on the bound inputs, its outputs written into the bound arrays (or kept on
+        their devices)."""
         names = list(self._outputs) or [o.name for o in self._session.outputs]
-        outs = self._session.run(names, self._inputs, run_options)
+        if self._devices or device_values.involved(self._inputs):
+            session, inputs, devices = self._session, self._inputs, self._devices
+            outs = guarded_run(
+                lambda: device_values.run_values(session, names, inputs, devices), run_options
+            )
+        else:
+            outs = self._session.run(names, self._inputs, run_options)
         for name, out in zip(names, outs):
+            if name in self._devices:
+                self._outputs[name] = out  # the last run's value goes when nothing holds it
+                continue
             held = self._outputs.get(name)
             out = np.asarray(out)
             if held is None or held.shape != out.shape or held.dtype != out.dtype:
@@ -183,11 +213,12 @@ class IOBinding:
             else:
                 np.copyto(held, out)
 
-    def get_outputs(self) -> list[np.ndarray]:
+    def get_outputs(self) -> list[Any]:
+        """The bound outputs: numpy arrays, and ``DeviceValue`` for those kept on a device."""
         return [a for a in self._outputs.values() if a is not None]
 
     def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        return [a.copy() for a in self.get_outputs()]
+        return [a.numpy() if isinstance(a, DeviceValue) else a.copy() for a in self.get_outputs()]
 
 
 class AsyncRunner:

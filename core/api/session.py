@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from anychip.core.api import dlpack
+from anychip.core.api import device_values, dlpack
 from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.options import SessionOptions, resolve_precision
 from anychip.core.api.ort_api import (
@@ -157,8 +157,14 @@ class Session(Closable):
         """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
+        if device_values.involved(feeds):  # DeviceValue feeds stay on their device
+            return guarded_run(
+                lambda: device_values.run_values(self, output_names, feeds, {}), run_options
+            )
         if dlpack.involved(feeds, output_device):
-            return dlpack.run(self, output_names, feeds, output_device)
+            return guarded_run(
+                lambda: dlpack.run(self, output_names, feeds, output_device), run_options
+            )
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
 
         def request() -> list[Any]:
@@ -217,6 +223,14 @@ class Session(Closable):
             old = self.compiled
             self._use(self._compile_with(factors, devices=keep))
             old.close()  # its graph-mode executables go back to their devices now
+
+    def _repr_html_(self) -> str | None:
+        """Jupyter's view: the placement graph and report (``viz/notebook.py``, found through
+        ``core/report/render.py``); None (the text) where viz is not there."""
+        from anychip.core.report.render import find
+
+        fn = find("session", "html")
+        return None if fn is None else str(fn(self))
 
     def __repr__(self) -> str:
         return (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from anychip.core.run import cancel
 from anychip.core.run.checks import check_result, kernel_name, mismatch
 from anychip.core.run.slots import release_quietly
 from anychip.errors import KernelError
@@ -44,7 +45,10 @@ def run_instrs(program: Program, slots: list[Any], run: Run) -> None:
     release = program._release
     host = release is None  # device tensors are host arrays: an ndarray result is one
     call_failed = program.on_error
+    watched = cancel.current()  # RunOptions.terminate, asked before each node when given
     for ins in program.instrs:
+        if watched is not None:
+            cancel.stop_if_terminated(watched, f"node {ins.node.name!r}")
         args = [slots[i] for i in ins.args]
         ctx = ins.ctx
         if ctx is not None:

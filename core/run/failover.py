@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from anychip.core.run.lifecycle import check_open
-from anychip.errors import InputError, OutOfMemoryError, PlacementError
+from anychip.errors import InputError, OutOfMemoryError, PlacementError, RunTerminatedError
 
 __all__ = ["run_request", "BACKOFF", "MAX_BACKOFF"]
 
@@ -140,6 +140,6 @@ def _fails_over(session: Any, e: Exception, device: str | None) -> bool:
         return False
     if session._compile_with is None:
         return False
-    if isinstance(e, (InputError, PlacementError)):
-        return False  # the request or the budget is at fault, not the device
+    if isinstance(e, (InputError, PlacementError, RunTerminatedError)):
+        return False  # the request, the budget or a cancel: not the device
     return device in session.devices and device not in session.unhealthy

@@ -40,6 +40,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from anychip.core.plan.cost_search import MARGIN, Costs, estimate
+from anychip.errors import RunTerminatedError
 
 if TYPE_CHECKING:
     from anychip.core.compile.pipeline import CompiledModel
@@ -320,6 +321,8 @@ class Feedback:
             before = _compiling(trial)
             try:
                 outs = trial.steps.run(arrays)
+            except RunTerminatedError:
+                raise  # the request was cancelled: the trial is not at fault
             except Exception as e:
                 self.decision += f"; {label}, tried, failed ({type(e).__name__})"
                 self._end_trial(compiled)

@@ -15,6 +15,8 @@ Invariants:
     * A slot is freed (device tensors released through their backend) right after the step
       that reads it last; a failed run releases every device tensor it still holds, and a raw
       ``MemoryError`` reaches the caller as ``OutOfMemoryError`` naming the step's device.
+    * A request whose run options are terminated stops before its next step
+      (``core/run/cancel.py``), released as a failed run, with no device blamed.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from anychip.core.plan.partition import HOST, CopyRecord, Partition
+from anychip.core.run import cancel
 from anychip.core.run.slots import free_after_last_use, release_quietly
 from anychip.core.run.streams import stream_copier
-from anychip.errors import AnychipError, OutOfMemoryError, PlacementError
+from anychip.errors import AnychipError, OutOfMemoryError, PlacementError, RunTerminatedError
 from anychip.ir.graph import Graph
 from anychip.ir.value import Value
 
@@ -113,8 +116,11 @@ class StepProgram:
         budget = self.max_copy_bytes
         moved = 0
         pending: dict[int, Any] = {}  # slot -> synchronize of the copy filling it
+        watched = cancel.current()  # RunOptions.terminate, asked between steps
         try:
             for step in self.steps:
+                if watched is not None:
+                    cancel.stop_if_terminated(watched, step.label)
                 t0 = perf_counter() if times is not None else 0.0
                 if step.waits:
                     _synchronize(pending, step.waits)
@@ -156,7 +162,7 @@ class StepProgram:
         on it (failover), a raw ``MemoryError`` as ``OutOfMemoryError``."""
         if slots is not None:
             self._release(slots)
-        if step is not None and not hasattr(e, "anychip_device"):
+        if step is not None and not hasattr(e, "anychip_device") and not _cancelled(e):
             _blame(e, step)
         if isinstance(e, MemoryError) and not isinstance(e, AnychipError):
             raise OutOfMemoryError(
@@ -255,6 +261,11 @@ def _direct(prog: StepProgram) -> tuple[Step, list[int], list[int]] | None:
     if any(s not in fed for s in step.ins) or any(s not in made for s in prog.output_slots):
         return None
     return step, [fed[s] for s in step.ins], [made[s] for s in prog.output_slots]
+
+
+def _cancelled(e: BaseException) -> bool:
+    """A request its run options terminated: no device is at fault (no failover)."""
+    return isinstance(e, RunTerminatedError)
 
 
 def _blame(e: BaseException, step: Step) -> None:

@@ -17,6 +17,8 @@ import numpy as np
 
 from anychip.backends.cpu.replay.record import Recorder, under
 from anychip.core.memory import hugepages
+from anychip.core.run import cancel
+from anychip.errors import RunTerminatedError
 
 if TYPE_CHECKING:
     from anychip.core.run.kernel_call import Instr
@@ -102,8 +104,11 @@ class Trace:
         for own, t in zip(self.inputs, feeds):
             np.copyto(own, t)
         cur = entry = state
+        watched = cancel.current()  # RunOptions.terminate, asked before each call when given
         try:
             for fn, args, st in self.steps:
+                if watched is not None:
+                    cancel.stop_if_terminated(watched, "a replayed call")
                 if st != cur and st is not None:
                     apply(st, cur)
                     cur = st
@@ -196,12 +201,17 @@ class Replay:
                 return usual(inputs)
             try:
                 return self._record(key, inputs, state)
+            except RunTerminatedError:
+                self.seen[key] = RECORD_AT - 1  # cancelled: the next run records instead
+                raise
             finally:
                 self.lock.release()
         if not self.lock.acquire(blocking=False):
             return usual(inputs)  # another thread replays: this one takes the kernels' path
         try:
             return trace.play(inputs, state, self.apply, self.fresh)
+        except RunTerminatedError:
+            raise  # the request was cancelled: the trace stays
         except _Stale as e:
             self._drop(key, f"dropped: {e}")
         except Exception as e:
@@ -281,6 +291,8 @@ def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str
         t0 = time.perf_counter()
         try:  # reversed token ids or masks are still in range; a model may refuse them
             want = program.run([t.copy() for t in check])
+        except RunTerminatedError:
+            raise  # the request was cancelled: recorded again at the next one
         except Exception as e:
             return f"the kernels refused the check input ({type(e).__name__})"
         t1 = time.perf_counter()

@@ -109,6 +109,8 @@ class ProgramCache:
                 f"{ctype} failed: {' '.join(str(e).split())[:600]}"
             ) from e
         self.builds.append((family, ctype, time.perf_counter() - t0))
+        if folder is not None:
+            _count(folder, prg)
         return prg
 
     def kernel(self, family: str, ctype: str, name: str, source: Callable[[], str]) -> Any:
@@ -141,3 +143,18 @@ class ProgramCache:
                 )
                 self._typed.add(id(kernel))
             kernel(self.device.queue, tuple(gsize), None if lsize is None else tuple(lsize), *args)
+
+
+def _count(folder: Path, prg: Any) -> None:
+    """pyopencl's cache wrote (or found) the program's binaries under ``folder``: counted in
+    anychip's bounded store when that folder is in it (``paths.stored``)."""
+    from anychip.paths import cache_root, stored
+
+    root = cache_root()
+    if root not in folder.parents:
+        return  # ANYCHIP_COMPILE_CACHE=0's temporary folder
+    try:
+        nbytes = sum(len(b) for b in prg.binaries)
+    except Exception:  # a driver that does not give its binaries: nothing to count
+        return
+    stored(nbytes, root)
