@@ -1,0 +1,305 @@
+"""onnxruntime's own test models (``onnxruntime/test/testdata`` of a fetched source tree) run on
+anychip and onnxruntime, each in a subprocess with a timeout: a pass-rate table by domain.
+
+    python bench/wild_ortdata.py GIT_DIR [--rev HEAD] [--sample N] [--seed 0] [--timeout 60]
+                                 [--md docs/perf/wild-ortdata.md] [--json FILE] [--only SUBSTR]
+
+``GIT_DIR`` is a bare mirror (the ``fetch`` tool's ``.../repo``): the files are read with
+``git ls-tree`` / ``git cat-file`` into a scratch folder, nothing of onnxruntime is kept in
+this repository. Each model is classed ``standard`` (only the ai.onnx and ai.onnx.ml domains)
+or ``contrib`` (com.microsoft or any other domain), fed seeded random inputs made from its
+declared inputs (symbolic dimensions -> 2; a model whose inputs cannot be made is skipped with
+the cause), run on onnxruntime (graph optimizations off: the model as written) and on
+``anychip.load(model, devices=["cpu"])``. Outcomes: ``pass``, ``mismatch``, ``anychip-error``
+(the first line of the error), ``crash`` (the subprocess died or hung), ``ort-fails``
+(onnxruntime itself refuses: excluded from the rates), ``skipped`` (inputs not made).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+__all__ = ["extract", "classify", "make_feeds", "run_one", "main"]
+
+TESTDATA = "onnxruntime/test/testdata"
+STANDARD = {"", "ai.onnx", "ai.onnx.ml"}
+SYMBOLIC = 2
+
+
+def extract(git_dir: str, rev: str, dest: str) -> list[str]:
+    """Write every file under ``TESTDATA`` at ``rev`` into ``dest``; the .onnx paths."""
+    listing = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "-r", rev, TESTDATA],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    blobs = []
+    for line in listing:
+        meta, path = line.split("\t", 1)
+        _, kind, sha = meta.split()
+        if kind == "blob":
+            blobs.append((sha, path))
+    missing = [(s, p) for s, p in blobs if not os.path.exists(os.path.join(dest, p))]
+    if missing:
+        proc = subprocess.Popen(
+            ["git", "--git-dir", git_dir, "cat-file", "--batch"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        for sha, path in missing:
+            proc.stdin.write(sha.encode() + b"\n")
+            proc.stdin.flush()
+            header = proc.stdout.readline().split()
+            if len(header) < 3:
+                continue
+            data = proc.stdout.read(int(header[2]))
+            proc.stdout.read(1)
+            target = os.path.join(dest, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(data)
+        proc.stdin.close()
+        proc.wait()
+    return sorted(p for _, p in blobs if p.endswith(".onnx"))
+
+
+def _domains(model: Any) -> set[str]:
+    found: set[str] = set()
+
+    def walk(nodes: Any) -> None:
+        for node in nodes:
+            found.add(node.domain)
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g.node)
+                for g in attr.graphs:
+                    walk(g.node)
+
+    walk(model.graph.node)
+    for f in model.functions:
+        walk(f.node)
+    return found
+
+
+def classify(model: Any) -> str:
+    """``standard`` when every node (subgraphs included) is in ai.onnx or ai.onnx.ml."""
+    local = {f.domain for f in model.functions}
+    return "standard" if _domains(model) - local <= STANDARD else "contrib"
+
+
+def make_feeds(model: Any, seed: int = 0) -> dict[str, Any]:
+    """Seeded random values for the graph inputs that are not initializers; ValueError (with
+    the cause) when one cannot be made."""
+    import onnx
+
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer} | {
+        i.values.name for i in model.graph.sparse_initializer
+    }
+    feeds: dict[str, Any] = {}
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        kind = inp.type.WhichOneof("value")
+        if kind != "tensor_type":
+            raise ValueError(f"input {inp.name!r}: a {kind} input")
+        tt = inp.type.tensor_type
+        if not tt.HasField("shape"):
+            raise ValueError(f"input {inp.name!r}: unknown rank")
+        shape = [
+            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else SYMBOLIC
+            for d in tt.shape.dim
+        ]
+        if tt.elem_type == onnx.TensorProto.STRING:
+            feeds[inp.name] = rng.choice(np.array(["a", "b", "c"], dtype=object), size=shape)
+            continue
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except Exception:
+            raise ValueError(f"input {inp.name!r}: element type {tt.elem_type}") from None
+        if dtype.kind == "f":
+            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[inp.name] = rng.integers(0, 2, shape).astype(bool)
+        elif dtype.kind in "iu":
+            feeds[inp.name] = rng.integers(0, 4, shape).astype(dtype)
+        else:
+            raise ValueError(f"input {inp.name!r}: numpy type {dtype}")
+    return feeds
+
+
+def _compare(got: list[Any], want: list[Any]) -> str:
+    if len(got) != len(want):
+        return f"{len(got)} outputs, onnxruntime {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if isinstance(w, list):
+            if not isinstance(g, list) or len(g) != len(w):
+                return f"output {i}: a sequence of {len(w)} expected"
+            if w and isinstance(w[0], dict):
+                g = [list(m.values()) for m in g]
+                w = [list(m.values()) for m in w]
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape:
+            return f"output {i}: shape {g.shape}, onnxruntime {w.shape}"
+        if w.dtype.kind in "OUSbiu":
+            if w.dtype.kind in "iu" and np.abs(g.astype(np.int64) - w.astype(np.int64)).max(
+                initial=0
+            ) <= 1 and w.dtype.itemsize == 1:
+                continue  # one quantization step: onnxruntime's rounding of x.5
+            differ = int(np.count_nonzero(np.asarray(g != w)))
+            if differ:
+                return f"output {i}: {differ} of {w.size} values differ"
+        else:
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            tol = 1e-2 if w.dtype.itemsize <= 2 else 1e-3
+            if not np.allclose(g64, w64, rtol=tol, atol=tol, equal_nan=True):
+                return f"output {i}: max |diff| {np.nanmax(np.abs(g64 - w64)):.3g}"
+    return ""
+
+
+def run_one(path: str, seed: int = 0) -> dict[str, Any]:
+    """One model, in this process: its domain class and outcome."""
+    import onnx
+    import onnxruntime as ort
+
+    if not os.path.exists(path):
+        return {"status": "skipped", "reason": "absent from the snapshot (a large blob)"}
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:
+        return {"status": "skipped", "reason": f"onnx.load: {str(e).splitlines()[0][:90]}"}
+    cls = classify(model)
+    out: dict[str, Any] = {"class": cls}
+    try:
+        feeds = make_feeds(model, seed)
+    except ValueError as e:
+        return {**out, "status": "skipped", "reason": str(e)[:100]}
+    try:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 4
+        ref = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        want = ref.run(None, feeds)
+    except Exception as e:
+        return {**out, "status": "ort-fails", "reason": str(e).strip().splitlines()[0][:100]}
+    import anychip
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = anychip.load(path, devices=["cpu"])
+            got = sess.run(None, feeds)
+    except anychip.AnychipError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return {**out, "status": "anychip-error", "reason": f"{type(e).__name__}: {first[:110]}"}
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return {**out, "status": "anychip-error", "reason": f"raw {type(e).__name__}: {first[:100]}"}
+    why = _compare(list(got), list(want))
+    return {**out, "status": "mismatch" if why else "pass", "reason": why}
+
+
+def _in_subprocess(path: str, seed: int, timeout: float) -> dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", path, "--seed", str(seed)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "crash", "reason": f"timeout after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"status": "crash", "reason": f"exit {proc.returncode}: {tail[:100]}"}
+
+
+def _rates(rows: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    rates = {}
+    for cls in ("standard", "contrib"):
+        scored = [r for r in rows if r.get("class") == cls and r["status"] in SCORED]
+        rates[cls] = (sum(r["status"] == "pass" for r in scored), len(scored))
+    return rates
+
+
+SCORED = ("pass", "mismatch", "anychip-error", "crash")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The markdown summary: rates by class, then every non-pass row by status."""
+    lines = ["| class | pass | scored | rate |", "|---|---|---|---|"]
+    for cls, (ok, n) in _rates(rows).items():
+        lines.append(f"| {cls} | {ok} | {n} | {100 * ok / max(n, 1):.1f}% |")
+    counts = Counter(r["status"] for r in rows)
+    lines.append("")
+    lines.append("Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    lines.append("")
+    lines.append("| model | class | status | cause |")
+    lines.append("|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["status"], r.get("class", ""), r["model"])):
+        if r["status"] != "pass":
+            cause = r.get("reason", "").replace("|", "/")
+            lines.append(f"| {r['model']} | {r.get('class', '?')} | {r['status']} | {cause} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("git_dir", nargs="?")
+    ap.add_argument("--rev", default="HEAD")
+    ap.add_argument("--sample", type=int, default=0, help="a seeded random sample of N models")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--jobs", type=int, default=1, help="models run at once")
+    ap.add_argument("--only", default="", help="models whose path contains this")
+    ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "wild-ortdata"))
+    ap.add_argument("--md", help="write the table here")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.seed)))
+        return 0
+    if not args.git_dir:
+        ap.error("GIT_DIR is required")
+    paths = extract(args.git_dir, args.rev, args.scratch)
+    paths = [p for p in paths if args.only in p]
+    if args.sample:
+        paths = sorted(random.Random(args.seed).sample(paths, min(args.sample, len(paths))))
+    rows = []
+
+    def one(rel: str) -> dict[str, Any]:
+        row = _in_subprocess(os.path.join(args.scratch, rel), args.seed, args.timeout)
+        row["model"] = rel[len(TESTDATA) + 1 :]
+        return row
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for i, row in enumerate(pool.map(one, paths)):
+            rows.append(row)
+            print(f"[{i + 1}/{len(paths)}] {row['status']:13} {row['model']} {row.get('reason', '')}")
+            sys.stdout.flush()
+    text = table(rows)
+    print(text)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
