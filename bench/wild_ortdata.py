@@ -156,9 +156,11 @@ def _compare(got: list[Any], want: list[Any]) -> str:
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape}, onnxruntime {w.shape}"
         if w.dtype.kind in "OUSbiu":
-            if w.dtype.kind in "iu" and np.abs(g.astype(np.int64) - w.astype(np.int64)).max(
-                initial=0
-            ) <= 1 and w.dtype.itemsize == 1:
+            if (
+                w.dtype.kind in "iu"
+                and np.abs(g.astype(np.int64) - w.astype(np.int64)).max(initial=0) <= 1
+                and w.dtype.itemsize == 1
+            ):
                 continue  # one quantization step: onnxruntime's rounding of x.5
             differ = int(np.count_nonzero(np.asarray(g != w)))
             if differ:
@@ -208,7 +210,11 @@ def run_one(path: str, seed: int = 0) -> dict[str, Any]:
         return {**out, "status": "anychip-error", "reason": f"{type(e).__name__}: {first[:110]}"}
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return {**out, "status": "anychip-error", "reason": f"raw {type(e).__name__}: {first[:100]}"}
+        return {
+            **out,
+            "status": "anychip-error",
+            "reason": f"raw {type(e).__name__}: {first[:100]}",
+        }
     why = _compare(list(got), list(want))
     return {**out, "status": "mismatch" if why else "pass", "reason": why}
 
@@ -288,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         for i, row in enumerate(pool.map(one, paths)):
             rows.append(row)
-            print(f"[{i + 1}/{len(paths)}] {row['status']:13} {row['model']} {row.get('reason', '')}")
+            print(
+                f"[{i + 1}/{len(paths)}] {row['status']:13} {row['model']} {row.get('reason', '')}"
+            )
             sys.stdout.flush()
     text = table(rows)
     print(text)

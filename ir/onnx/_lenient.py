@@ -19,7 +19,12 @@ model's meaning:
   such op; onnxruntime registers its contrib op there, and its optimizer writes it so);
 
 * a ``Constant`` whose ``value`` attribute holds a sparse tensor: read as ``sparse_value``
-  (its output is the dense tensor).
+  (its output is the dense tensor);
+* a node with no outputs (onnxruntime's test model ``icm-31000000518483`` has an ``If`` with
+  neither inputs nor outputs): dropped, since an ONNX op has no effect but its outputs;
+* an attribute a ``com.microsoft`` op's schema does not define (a misspelt ``epsion`` on
+  LayerNormalization in onnxruntime's own fusion tests): dropped, as onnxruntime's kernels
+  read only the attributes they know (the default stands in for the misspelt one).
 
 Negative ``dim_value`` is repaired earlier by ``_checks.sanitize`` (a symbolic dimension).
 What is unsafe (a cycle, a missing producer, an input without a type, data outside the model's
@@ -52,6 +57,8 @@ def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
     _fix_domain(proto, done)
     _fix_layer_norm(proto, done)
     _fix_sparse_constant(proto, done)
+    _drop_outputless(proto, done)
+    _drop_unknown_contrib_attributes(proto, done)
     unnamed = []
     for gp, name in _graphs(proto.graph, "graph"):
         if not gp.name:
@@ -144,6 +151,38 @@ def _fix_sparse_constant(proto: onnx.ModelProto, done: list[str]) -> None:
         done.append(
             f"{len(fixed)} Constant node(s) with a sparse tensor in 'value' ({fixed[:3]}; read "
             "as 'sparse_value', a dense output)"
+        )
+
+
+def _drop_outputless(proto: onnx.ModelProto, done: list[str]) -> None:
+    dropped = []
+    for gp, _ in _graphs(proto.graph, "graph"):
+        keep = [n for n in gp.node if any(n.output)]
+        if len(keep) < len(gp.node):
+            dropped += [n.name or n.op_type for n in gp.node if not any(n.output)]
+            del gp.node[:]
+            gp.node.extend(keep)
+    if dropped:
+        done.append(f"{len(dropped)} node(s) with no outputs ({dropped[:3]}; dropped)")
+
+
+def _drop_unknown_contrib_attributes(proto: onnx.ModelProto, done: list[str]) -> None:
+    from anychip.opsets.com_microsoft import com_microsoft_schemas
+
+    known = {s.name: set(s.attributes) for s in com_microsoft_schemas()}
+    dropped = []
+    for n in _all_nodes(proto):
+        names = known.get(n.op_type) if n.domain == _MS else None
+        if names is None or all(a.name in names for a in n.attribute):
+            continue
+        keep = [a for a in n.attribute if a.name in names]
+        dropped += [f"{n.op_type}.{a.name}" for a in n.attribute if a.name not in names]
+        del n.attribute[:]
+        n.attribute.extend(keep)
+    if dropped:
+        done.append(
+            f"{len(dropped)} attribute(s) the com.microsoft schema does not define "
+            f"({sorted(set(dropped))[:3]}; dropped, as onnxruntime's kernels ignore them)"
         )
 
 

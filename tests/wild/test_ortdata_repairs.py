@@ -1,0 +1,66 @@
+"""Structural problems found in onnxruntime's own test models (bench/wild_ortdata.py), rebuilt
+here with onnx.helper: anychip repairs each with a warning and gives onnxruntime's result."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tests.wild._compare import anychip_run, assert_same, ort_run
+
+_X = np.random.default_rng(45).standard_normal((2, 4)).astype(np.float32)
+
+
+def _model(nodes: list, opset: int = 11) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [
+            helper.make_tensor("scale", TensorProto.FLOAT, [4], [1.0, 2.0, 0.5, 1.5]),
+            helper.make_tensor("bias", TensorProto.FLOAT, [4], [0.1, 0.0, -0.2, 0.3]),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+def test_node_without_outputs_dropped() -> None:
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["z"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])],
+    )
+    dead_if = helper.make_node("If", [], [], name="If1", then_branch=branch, else_branch=branch)
+    model = _model([helper.make_node("Relu", ["x"], ["y"]), dead_if])
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    want = ort_run(model, {"x": _X})
+    got, warned = anychip_run(model, {"x": _X})
+    assert_same(got, want)
+    assert any("no outputs" in w and "If1" in w for w in warned), warned
+
+
+def test_misspelt_contrib_attribute_ignored() -> None:
+    # LayerNormalization below opset 17 is onnxruntime's contrib op (registered in the default
+    # domain); the misspelling is that of onnxruntime's attention_mask_no_cast.onnx
+    node = helper.make_node(
+        "LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1, epsion=1e-5
+    )
+    model = _model([node])
+    want = ort_run(model, {"x": _X})
+    got, warned = anychip_run(model, {"x": _X})
+    assert_same(got, want)
+    assert any("LayerNormalization.epsion" in w for w in warned), warned
+
+
+def test_known_contrib_attributes_kept() -> None:
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], epsilon=0.5)
+    model = _model([node])
+    want = ort_run(model, {"x": _X})
+    got, warned = anychip_run(model, {"x": _X})
+    assert_same(got, want)
+    assert not any("does not define" in w for w in warned), warned
