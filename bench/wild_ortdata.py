@@ -12,7 +12,9 @@ declared inputs (symbolic dimensions -> 2; a model whose inputs cannot be made i
 the cause), run on onnxruntime (graph optimizations off: the model as written) and on
 ``anychip.load(model, devices=["cpu"])``. Outcomes: ``pass``, ``mismatch``, ``anychip-error``
 (the first line of the error), ``crash`` (the subprocess died or hung), ``ort-fails``
-(onnxruntime itself refuses: excluded from the rates), ``skipped`` (inputs not made).
+(onnxruntime itself refuses: excluded from the rates), ``ort-random`` (two onnxruntime runs
+on the same feeds differ: a random op, Dropout in training mode; excluded), ``skipped``
+(inputs not made, or the file is absent from the snapshot).
 """
 
 from __future__ import annotations
@@ -142,6 +144,18 @@ def make_feeds(model: Any, seed: int = 0) -> dict[str, Any]:
     return feeds
 
 
+def _dense(value: Any) -> Any:
+    """onnxruntime's COO ``SparseTensor`` output as the dense array anychip returns."""
+    if not hasattr(value, "get_coo_data"):
+        return value
+    shape = list(value.dense_shape())
+    dense = np.zeros(shape, dtype=value.values().dtype)
+    idx = np.asarray(value.get_coo_data().indices())
+    flat = idx if idx.ndim == 1 else np.ravel_multi_index(tuple(idx.T), shape)
+    dense.reshape(-1)[flat] = value.values()
+    return dense
+
+
 def _compare(got: list[Any], want: list[Any]) -> str:
     if len(got) != len(want):
         return f"{len(got)} outputs, onnxruntime {len(want)}"
@@ -195,9 +209,12 @@ def run_one(path: str, seed: int = 0) -> dict[str, Any]:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.log_severity_level = 4
         ref = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        want = ref.run(None, feeds)
+        want = [_dense(w) for w in ref.run(None, feeds)]
+        again = [_dense(w) for w in ref.run(None, feeds)]
     except Exception as e:
         return {**out, "status": "ort-fails", "reason": str(e).strip().splitlines()[0][:100]}
+    if _compare(again, want):
+        return {**out, "status": "ort-random", "reason": "two onnxruntime runs differ"}
     import anychip
 
     try:
