@@ -64,3 +64,28 @@ def test_known_contrib_attributes_kept() -> None:
     got, warned = anychip_run(model, {"x": _X})
     assert_same(got, want)
     assert not any("does not define" in w for w in warned), warned
+
+
+@pytest.mark.parametrize("op", ["LayerNormalization", "SimplifiedLayerNormalization"])
+@pytest.mark.parametrize("declared", [True, False])
+def test_contrib_norm_output_has_the_scale_type(op: str, declared: bool) -> None:
+    # onnxruntime's contrib norms type Y as the scale (V), not X (T): float16 X, float32
+    # scale give float32 Y (its skip_layer_norm_no_beta_with_cast.onnx)
+    x = np.random.default_rng(46).standard_normal((3, 8)).astype(np.float16)
+    nodes = [helper.make_node(op, ["x", "scale"], ["n"], axis=-1, epsilon=1e-5)]
+    nodes.append(helper.make_node("Identity", ["n"], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor("scale", TensorProto.FLOAT, [8], np.linspace(0.5, 2, 8))],
+        value_info=[helper.make_tensor_value_info("n", TensorProto.FLOAT, [3, 8])]
+        if declared
+        else [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=7)
+    want = ort_run(model, {"x": x})
+    got, _ = anychip_run(model, {"x": x})
+    assert got[0].dtype == np.float32
+    assert_same(got, want, rtol=1e-4, atol=1e-4)
