@@ -11,7 +11,9 @@ Declared numbers are not taken for a value whose shape follows data fed at run t
 (``_data_shaped``: an ONNX node inference left unshaped although it knew its inputs' shapes,
 as a Reshape or ConstantOfShape whose shape is an input, or a Loop; and what is computed from
 it): the exporter's one trace fixed them, onnxruntime runs with the actual sizes, and so does
-anychip (the rank and the declared symbols are kept).
+anychip (a declaration of symbols only is kept; one with numbers is dropped whole, rank
+included: the trace can have fixed the rank too, as in onnxruntime's own
+``reshape_fusion_with_graph_inputs.onnx``, whose output is declared ``[10,20,?]`` and is 2-D).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
     conflicts: list[str] = []
     for name, declared in saved.items():
         if name in guessed:
-            declared = _symbols_only(declared)
+            if _has_numbers(declared):
+                continue
         vi = inferred.get(name)
         if vi is None:
             graph.value_info.append(onnx.helper.make_value_info(name, declared))
@@ -103,15 +106,11 @@ def _data_shaped(graph: onnx.GraphProto, inferred: dict[str, onnx.ValueInfoProto
     return tainted
 
 
-def _symbols_only(declared: onnx.TypeProto) -> onnx.TypeProto:
-    """``declared`` with its numbers dropped (its rank and symbols kept)."""
-    out = onnx.TypeProto()
-    out.CopyFrom(declared)
-    if out.WhichOneof("value") == "tensor_type" and out.tensor_type.HasField("shape"):
-        for d in out.tensor_type.shape.dim:
-            if d.HasField("dim_value"):
-                d.Clear()
-    return out
+def _has_numbers(declared: onnx.TypeProto) -> bool:
+    """Whether ``declared`` fixes a dimension to a number."""
+    if declared.WhichOneof("value") != "tensor_type" or not declared.tensor_type.HasField("shape"):
+        return False
+    return any(d.HasField("dim_value") for d in declared.tensor_type.shape.dim)
 
 
 def _text(dims) -> str:
