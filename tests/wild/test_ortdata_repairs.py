@@ -89,3 +89,41 @@ def test_contrib_norm_output_has_the_scale_type(op: str, declared: bool) -> None
     got, _ = anychip_run(model, {"x": x})
     assert got[0].dtype == np.float32
     assert_same(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("ml_opset", [1, 3])
+def test_tree_ensemble_regressor_on_doubles_gives_floats(ml_opset: int) -> None:
+    # onnxruntime's tree_ensemble_as_tensor.onnx: a double input, its scores declared float
+    node = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["x"],
+        ["t"],
+        domain="ai.onnx.ml",
+        n_targets=1,
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[1, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_values=[0.25, 0, 0],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0, 0],
+        target_nodeids=[1, 2],
+        target_ids=[0, 0],
+        target_weights=[1.5, -2.25],
+        base_values=[0.125],
+    )
+    cast = helper.make_node("Cast", ["t"], ["y"], to=TensorProto.DOUBLE)
+    graph = helper.make_graph(
+        [node, cast],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [None, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [None, 1])],
+        value_info=[helper.make_tensor_value_info("t", TensorProto.FLOAT, [None, 1])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", ml_opset)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    x = np.random.default_rng(47).standard_normal((5, 2))
+    want = ort_run(model, {"x": x})
+    got, _ = anychip_run(model, {"x": x})
+    assert_same(got, want)
