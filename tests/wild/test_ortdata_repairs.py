@@ -127,3 +127,39 @@ def test_tree_ensemble_regressor_on_doubles_gives_floats(ml_opset: int) -> None:
     want = ort_run(model, {"x": x})
     got, _ = anychip_run(model, {"x": x})
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("iter_shape", [[1], []])
+def test_loop_iteration_number_shaped_as_the_body_declares(iter_shape: list) -> None:
+    # onnxruntime's fp16model_loop.onnx: the body declares the iteration number [1] and
+    # squeezes it; onnxruntime feeds it so
+    squeeze = [helper.make_node("Squeeze", ["i"], ["i0"], axes=[0])] if iter_shape else []
+    body = helper.make_graph(
+        [
+            *squeeze,
+            helper.make_node("Cast", ["i0" if iter_shape else "i"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["acc", "f"], ["acc_out"]),
+            helper.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, iter_shape),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, iter_shape),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [2, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, iter_shape),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2, 4]),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor("n", TensorProto.INT64, [], [3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+    want = ort_run(model, {"x": _X})
+    got, _ = anychip_run(model, {"x": _X})
+    assert_same(got, want)
