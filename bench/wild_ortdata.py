@@ -15,7 +15,9 @@ the cause), run on onnxruntime (graph optimizations off: the model as written) a
 (onnxruntime itself refuses: excluded from the rates), ``ort-random`` (two onnxruntime runs
 on the same feeds differ: a random op, Dropout in training mode; excluded), ``skipped``
 (inputs not made, or the file is absent from the snapshot). Floats are compared at rtol = atol
-= 1e-3, or 1e-2 in a model that computes in float16 anywhere (``narrow_floats``).
+= 1e-3, or 1e-2 in a model that computes in float16 anywhere (``narrow_floats``); in a
+quantized model up to 1% of an output may be one quantization step apart (``_compare``; such
+passes are listed with the note).
 """
 
 from __future__ import annotations
@@ -181,7 +183,37 @@ def narrow_floats(model: Any) -> bool:
     return seen
 
 
-def _compare(got: list[Any], want: list[Any], half: bool = False) -> str:
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def quant_step(model: Any) -> float | None:
+    """The largest scale of ``model``'s QuantizeLinear/DequantizeLinear initializers (one
+    quantization step of its coarsest tensor), or None for a model that quantizes nothing."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    steps = [0.0]
+    quantized = False
+    for node in model.graph.node:
+        if node.op_type in _QDQ or node.op_type.startswith("QLinear"):
+            quantized = True
+        if node.op_type in _QDQ and len(node.input) > 1 and node.input[1] in inits:
+            scale = numpy_helper.to_array(inits[node.input[1]]).astype(np.float64)
+            steps.append(float(np.max(np.abs(scale), initial=0.0)))
+    return max(steps) if quantized else None
+
+
+def _compare(
+    got: list[Any],
+    want: list[Any],
+    half: bool = False,
+    step: float | None = None,
+    notes: list[str] | None = None,
+) -> str:
+    """'' when ``got`` matches ``want``, else what differs. In a quantized model (``step``:
+    its largest quantization scale), up to 1% of an output's elements may be one step apart
+    (1 in an integer output): a float sum on the boundary between two levels rounds either
+    way with another summation order; each such output is noted in ``notes``."""
     if len(got) != len(want):
         return f"{len(got)} outputs, onnxruntime {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
@@ -194,21 +226,28 @@ def _compare(got: list[Any], want: list[Any], half: bool = False) -> str:
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape:
             return f"output {i}: shape {g.shape}, onnxruntime {w.shape}"
-        if w.dtype.kind in "OUSbiu":
-            if (
-                w.dtype.kind in "iu"
-                and np.abs(g.astype(np.int64) - w.astype(np.int64)).max(initial=0) <= 1
-                and w.dtype.itemsize == 1
-            ):
-                continue  # one quantization step: onnxruntime's rounding of x.5
+        if w.dtype.kind in "OUSb":
             differ = int(np.count_nonzero(np.asarray(g != w)))
             if differ:
                 return f"output {i}: {differ} of {w.size} values differ"
+            continue
+        if w.dtype.kind in "iu":
+            diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+            off, one_step = diff > 0, 1.0
         else:
             g64, w64 = g.astype(np.float64), w.astype(np.float64)
             tol = 1e-2 if half or w.dtype.itemsize <= 2 else 1e-3
-            if not np.allclose(g64, w64, rtol=tol, atol=tol, equal_nan=True):
-                return f"output {i}: max |diff| {np.nanmax(np.abs(g64 - w64)):.3g}"
+            off = ~np.isclose(g64, w64, rtol=tol, atol=tol, equal_nan=True)
+            diff = np.where(off, np.abs(g64 - w64), 0.0)
+            one_step = (step or 0.0) * 1.01 + tol
+        n_off = int(np.count_nonzero(off))
+        if not n_off:
+            continue
+        if step is not None and n_off <= 0.01 * w.size and diff.max() <= one_step:
+            if notes is not None:
+                notes.append(f"output {i}: {n_off} of {w.size} one quantization step apart")
+            continue
+        return f"output {i}: {n_off} of {w.size} differ, max |diff| {np.nanmax(diff):.3g}"
     return ""
 
 
@@ -257,8 +296,10 @@ def run_one(path: str, seed: int = 0) -> dict[str, Any]:
             "status": "anychip-error",
             "reason": f"raw {type(e).__name__}: {first[:100]}",
         }
-    why = _compare(list(got), list(want), narrow_floats(model))
-    return {**out, "status": "mismatch" if why else "pass", "reason": why}
+    notes: list[str] = []
+    why = _compare(list(got), list(want), narrow_floats(model), quant_step(model), notes)
+    status = "mismatch" if why else "pass"
+    return {**out, "status": status, "reason": why or "; ".join(notes)[:150]}
 
 
 def _in_subprocess(path: str, seed: int, timeout: float) -> dict[str, Any]:
@@ -297,7 +338,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines.append("| model | class | status | cause |")
     lines.append("|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (r["status"], r.get("class", ""), r["model"])):
-        if r["status"] != "pass":
+        if r["status"] != "pass" or r.get("reason"):
             cause = r.get("reason", "").replace("|", "/")
             lines.append(f"| {r['model']} | {r.get('class', '?')} | {r['status']} | {cause} |")
     return "\n".join(lines) + "\n"
