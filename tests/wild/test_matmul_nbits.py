@@ -4,7 +4,6 @@ onnxruntime's kernel, on seeded random weights packed as its spec says."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
