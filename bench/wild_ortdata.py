@@ -2,14 +2,16 @@
 anychip and onnxruntime, each in a subprocess with a timeout: a pass-rate table by domain.
 
     python bench/wild_ortdata.py GIT_DIR [--rev HEAD] [--sample N] [--seed 0] [--timeout 60]
-                                 [--md docs/perf/wild-ortdata.md] [--json FILE] [--only SUBSTR]
+                                 [--jobs 2] [--md FILE] [--json FILE] [--only SUBSTR]
+    python bench/wild_ortdata.py --rerun ROWS.json [--statuses mismatch,...] [--json FILE]
 
 ``GIT_DIR`` is a bare mirror (the ``fetch`` tool's ``.../repo``): the files are read with
 ``git ls-tree`` / ``git cat-file`` into a scratch folder, nothing of onnxruntime is kept in
 this repository. Each model is classed ``standard`` (only the ai.onnx and ai.onnx.ml domains)
 or ``contrib`` (com.microsoft or any other domain), fed seeded random inputs made from its
-declared inputs (symbolic dimensions -> 2; a model whose inputs cannot be made is skipped with
-the cause), run on onnxruntime (graph optimizations off: the model as written) and on
+declared inputs (symbolic dimensions -> 2, integers in [0, 4); then 1 and [0, 1) when
+onnxruntime refuses those; a model whose inputs cannot be made is skipped with the cause),
+run on onnxruntime (graph optimizations off: the model as written) and on
 ``anychip.load(model, devices=["cpu"])``. Outcomes: ``pass``, ``mismatch``, ``anychip-error``
 (the first line of the error), ``crash`` (the subprocess died or hung), ``ort-fails``
 (onnxruntime itself refuses: excluded from the rates), ``ort-random`` (two onnxruntime runs
@@ -41,6 +43,8 @@ __all__ = ["extract", "classify", "make_feeds", "run_one", "main"]
 TESTDATA = "onnxruntime/test/testdata"
 STANDARD = {"", "ai.onnx", "ai.onnx.ml"}
 SYMBOLIC = 2
+# (symbolic dimension, integer bound) tried in turn until onnxruntime runs the model
+FEED_TRIES = ((SYMBOLIC, 4), (1, 4), (1, 1))
 
 
 def extract(git_dir: str, rev: str, dest: str) -> list[str]:
@@ -106,9 +110,12 @@ def classify(model: Any) -> str:
     return "standard" if _domains(model) - local <= STANDARD else "contrib"
 
 
-def make_feeds(model: Any, seed: int = 0) -> dict[str, Any]:
-    """Seeded random values for the graph inputs that are not initializers; ValueError (with
-    the cause) when one cannot be made."""
+def make_feeds(
+    model: Any, seed: int = 0, symbolic: int = SYMBOLIC, high: int = 4
+) -> dict[str, Any]:
+    """Seeded random values for the graph inputs that are not initializers (a symbolic
+    dimension is ``symbolic``, integers are drawn from [0, ``high``)); ValueError (with the
+    cause) when one cannot be made."""
     import onnx
 
     rng = np.random.default_rng(seed)
@@ -126,7 +133,7 @@ def make_feeds(model: Any, seed: int = 0) -> dict[str, Any]:
         if not tt.HasField("shape"):
             raise ValueError(f"input {inp.name!r}: unknown rank")
         shape = [
-            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else SYMBOLIC
+            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
             for d in tt.shape.dim
         ]
         if tt.elem_type == onnx.TensorProto.STRING:
@@ -141,7 +148,7 @@ def make_feeds(model: Any, seed: int = 0) -> dict[str, Any]:
         elif dtype.kind == "b":
             feeds[inp.name] = rng.integers(0, 2, shape).astype(bool)
         elif dtype.kind in "iu":
-            feeds[inp.name] = rng.integers(0, 4, shape).astype(dtype)
+            feeds[inp.name] = rng.integers(0, high, shape).astype(dtype)
         else:
             raise ValueError(f"input {inp.name!r}: numpy type {dtype}")
     return feeds
@@ -264,19 +271,27 @@ def run_one(path: str, seed: int = 0) -> dict[str, Any]:
         return {"status": "skipped", "reason": f"onnx.load: {str(e).splitlines()[0][:90]}"}
     cls = classify(model)
     out: dict[str, Any] = {"class": cls}
-    try:
-        feeds = make_feeds(model, seed)
-    except ValueError as e:
-        return {**out, "status": "skipped", "reason": str(e)[:100]}
-    try:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.log_severity_level = 4
-        ref = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        want = [_dense(w) for w in ref.run(None, feeds)]
-        again = [_dense(w) for w in ref.run(None, feeds)]
-    except Exception as e:
-        return {**out, "status": "ort-fails", "reason": str(e).strip().splitlines()[0][:100]}
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 4
+    failed = ""
+    for symbolic, high in FEED_TRIES:  # inputs onnxruntime accepts, if any of these
+        try:
+            feeds = make_feeds(model, seed, symbolic, high)
+        except ValueError as e:
+            return {**out, "status": "skipped", "reason": str(e)[:100]}
+        try:
+            ref = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+            want = [_dense(w) for w in ref.run(None, feeds)]
+            again = [_dense(w) for w in ref.run(None, feeds)]
+            failed = ""
+            break
+        except Exception as e:
+            failed = failed or str(e).strip().splitlines()[0][:100]
+            if "Load model" in failed or "INVALID_GRAPH" in failed:
+                break  # the model itself, not the inputs
+    if failed:
+        return {**out, "status": "ort-fails", "reason": failed}
     if _compare(again, want):
         return {**out, "status": "ort-random", "reason": "two onnxruntime runs differ"}
     import anychip
@@ -356,18 +371,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "wild-ortdata"))
     ap.add_argument("--md", help="write the table here")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--rerun", help="rows of an earlier --json: run again those of --statuses")
+    ap.add_argument("--statuses", default="mismatch,anychip-error,crash,ort-fails")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one, args.seed)))
         return 0
-    if not args.git_dir:
+    kept: list[dict[str, Any]] = []
+    if args.rerun:
+        with open(args.rerun) as f:
+            earlier = json.load(f)
+        again = set(args.statuses.split(","))
+        kept = [r for r in earlier if r["status"] not in again]
+        paths = [f"{TESTDATA}/{r['model']}" for r in earlier if r["status"] in again]
+    elif not args.git_dir:
         ap.error("GIT_DIR is required")
-    paths = extract(args.git_dir, args.rev, args.scratch)
+    else:
+        paths = extract(args.git_dir, args.rev, args.scratch)
     paths = [p for p in paths if args.only in p]
     if args.sample:
         paths = sorted(random.Random(args.seed).sample(paths, min(args.sample, len(paths))))
-    rows = []
+    rows = list(kept)
 
     def one(rel: str) -> dict[str, Any]:
         row = _in_subprocess(os.path.join(args.scratch, rel), args.seed, args.timeout)
