@@ -383,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.rerun) as f:
             earlier = json.load(f)
         again = set(args.statuses.split(","))
-        kept = [r for r in earlier if r["status"] not in again]
-        paths = [f"{TESTDATA}/{r['model']}" for r in earlier if r["status"] in again]
+        redo = [r["status"] in again and args.only in r["model"] for r in earlier]
+        kept = [r for r, x in zip(earlier, redo) if not x]
+        paths = [f"{TESTDATA}/{r['model']}" for r, x in zip(earlier, redo) if x]
     elif not args.git_dir:
         ap.error("GIT_DIR is required")
     else:
