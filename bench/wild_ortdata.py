@@ -116,42 +116,48 @@ def make_feeds(
     """Seeded random values for the graph inputs that are not initializers (a symbolic
     dimension is ``symbolic``, integers are drawn from [0, ``high``)); ValueError (with the
     cause) when one cannot be made."""
-    import onnx
-
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer} | {
         i.values.name for i in model.graph.sparse_initializer
     }
     feeds: dict[str, Any] = {}
     for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        kind = inp.type.WhichOneof("value")
-        if kind != "tensor_type":
-            raise ValueError(f"input {inp.name!r}: a {kind} input")
-        tt = inp.type.tensor_type
-        if not tt.HasField("shape"):
-            raise ValueError(f"input {inp.name!r}: unknown rank")
-        shape = [
-            d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
-            for d in tt.shape.dim
-        ]
-        if tt.elem_type == onnx.TensorProto.STRING:
-            feeds[inp.name] = rng.choice(np.array(["a", "b", "c"], dtype=object), size=shape)
-            continue
-        try:
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        except Exception:
-            raise ValueError(f"input {inp.name!r}: element type {tt.elem_type}") from None
-        if dtype.kind == "f":
-            feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[inp.name] = rng.integers(0, 2, shape).astype(bool)
-        elif dtype.kind in "iu":
-            feeds[inp.name] = rng.integers(0, high, shape).astype(dtype)
-        else:
-            raise ValueError(f"input {inp.name!r}: numpy type {dtype}")
+        if inp.name not in inits:
+            feeds[inp.name] = _value(inp.type, f"input {inp.name!r}", rng, symbolic, high)
     return feeds
+
+
+def _value(tp: Any, what: str, rng: Any, symbolic: int, high: int) -> Any:
+    """A random value of type ``tp``: a tensor, a sequence of two, or an optional's tensor."""
+    import onnx
+
+    kind = tp.WhichOneof("value")
+    if kind == "sequence_type":
+        return [_value(tp.sequence_type.elem_type, what, rng, symbolic, high) for _ in range(2)]
+    if kind == "optional_type":
+        return _value(tp.optional_type.elem_type, what, rng, symbolic, high)
+    if kind != "tensor_type":
+        raise ValueError(f"{what}: a {kind} input")
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        raise ValueError(f"{what}: unknown rank")
+    shape = [
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
+        for d in tt.shape.dim
+    ]
+    if tt.elem_type == onnx.TensorProto.STRING:
+        return rng.choice(np.array(["a", "b", "c"], dtype=object), size=shape)
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    except Exception:
+        raise ValueError(f"{what}: element type {tt.elem_type}") from None
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        return rng.integers(0, high, shape).astype(dtype)
+    raise ValueError(f"{what}: numpy type {dtype}")
 
 
 def _dense(value: Any) -> Any:
