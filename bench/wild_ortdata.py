@@ -43,6 +43,7 @@ __all__ = ["extract", "classify", "make_feeds", "run_one", "main"]
 TESTDATA = "onnxruntime/test/testdata"
 STANDARD = {"", "ai.onnx", "ai.onnx.ml"}
 SYMBOLIC = 2
+MAX_ELEMENTS = 1 << 25  # an input larger than this is not made (skipped)
 # (symbolic dimension, integer bound) tried in turn until onnxruntime runs the model
 FEED_TRIES = ((SYMBOLIC, 4), (1, 4), (1, 1))
 
@@ -145,6 +146,8 @@ def _value(tp: Any, what: str, rng: Any, symbolic: int, high: int) -> Any:
         d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else symbolic
         for d in tt.shape.dim
     ]
+    if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
+        raise ValueError(f"{what}: {shape} is over {MAX_ELEMENTS} elements")
     if tt.elem_type == onnx.TensorProto.STRING:
         return rng.choice(np.array(["a", "b", "c"], dtype=object), size=shape)
     try:
@@ -277,6 +280,8 @@ def run_one(path: str, seed: int = 0) -> dict[str, Any]:
         return {"status": "skipped", "reason": f"onnx.load: {str(e).splitlines()[0][:90]}"}
     cls = classify(model)
     out: dict[str, Any] = {"class": cls}
+    if not model.graph.output:
+        return {**out, "status": "skipped", "reason": "the graph has no outputs"}
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 4
