@@ -407,8 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = list(kept)
 
     def one(rel: str) -> dict[str, Any]:
-        row = _in_subprocess(os.path.join(args.scratch, rel), args.seed, args.timeout)
+        path = os.path.join(args.scratch, rel)
+        row = _in_subprocess(path, args.seed, args.timeout)
         row["model"] = rel[len(TESTDATA) + 1 :]
+        if "class" not in row and os.path.exists(path):  # a crash: classed here, scored
+            import onnx
+
+            try:
+                row["class"] = classify(onnx.load(path, load_external_data=False))
+            except Exception:
+                pass
         return row
 
     with ThreadPoolExecutor(args.jobs) as pool:
