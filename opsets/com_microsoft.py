@@ -206,6 +206,12 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
     "QLinearGlobalAveragePool": (_QPARAMS, ["Y"], [("channels_last", 0)]),
     "QLinearAveragePool": (_QPARAMS, ["Y"], _POOL_ATTRS),
     "QLinearConcat": (["Y_scale", "Y_zero_point", "inputs*"], ["Y"], [("axis", _A.INT)]),
+    "MatMulNBits": (
+        ["A", "B", "scales", "zero_points?", "g_idx?", "bias?"],
+        ["Y"],
+        [("K", _A.INT), ("N", _A.INT), ("accuracy_level", 0), ("bits", 4)]
+        + [("block_size", _A.INT)],
+    ),
     "QGemm": (
         ["A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?"]
         + ["y_scale?", "y_zero_point?"],

@@ -11,7 +11,10 @@ Declared numbers are not taken for a value whose shape follows data fed at run t
 (``_data_shaped``: an ONNX node inference left unshaped although it knew its inputs' shapes,
 as a Reshape or ConstantOfShape whose shape is an input, or a Loop; and what is computed from
 it): the exporter's one trace fixed them, onnxruntime runs with the actual sizes, and so does
-anychip (the rank and the declared symbols are kept).
+anychip (the rank and the declared symbols are kept). Except where the rank is known otherwise:
+a Reshape's output has as many axes as its shape input has elements, and a declaration of
+another rank (onnxruntime's own ``reshape_fusion_with_graph_inputs.onnx`` declares
+``[10,20,?]`` for a 2-D result) is dropped whole.
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
     """Put the declarations of ``saved`` back into the inferred ``graph``, in place."""
     inferred = {vi.name: vi for vi in (*graph.value_info, *graph.output)}
     guessed = _data_shaped(graph, inferred)
+    ranks = _reshape_ranks(graph, inferred)
     conflicts: list[str] = []
     for name, declared in saved.items():
+        if name in ranks and _rank(declared) not in (None, ranks[name]):
+            conflicts.append(f"{name!r} declared of rank {_rank(declared)}, is {ranks[name]}")
+            continue
         if name in guessed:
             declared = _symbols_only(declared)
         vi = inferred.get(name)
@@ -101,6 +108,27 @@ def _data_shaped(graph: onnx.GraphProto, inferred: dict[str, onnx.ValueInfoProto
         elif node.domain in _ONNX and all(i in known for i in ins):
             tainted.update(o for o in node.output if o and o not in known)
     return tainted
+
+
+def _rank(declared: onnx.TypeProto) -> int | None:
+    if declared.WhichOneof("value") != "tensor_type" or not declared.tensor_type.HasField("shape"):
+        return None
+    return len(declared.tensor_type.shape.dim)
+
+
+def _reshape_ranks(graph: onnx.GraphProto, inferred: dict[str, onnx.ValueInfoProto]) -> dict:
+    """The rank of each ONNX Reshape's output whose shape input has a known length."""
+    lengths = {t.name: list(t.dims) for t in graph.initializer}
+    for name, vi in inferred.items():
+        if _full(vi):
+            lengths[name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    ranks = {}
+    for node in graph.node:
+        if node.op_type == "Reshape" and node.domain in _ONNX and len(node.input) > 1:
+            dims = lengths.get(node.input[1])
+            if dims is not None and len(dims) == 1:
+                ranks[node.output[0]] = dims[0]
+    return ranks
 
 
 def _symbols_only(declared: onnx.TypeProto) -> onnx.TypeProto:

@@ -19,7 +19,13 @@ model's meaning:
   such op; onnxruntime registers its contrib op there, and its optimizer writes it so);
 
 * a ``Constant`` whose ``value`` attribute holds a sparse tensor: read as ``sparse_value``
-  (its output is the dense tensor).
+  (its output is the dense tensor);
+* an ONNX-domain node with no outputs (onnxruntime's test model ``icm-31000000518483`` has an
+  ``If`` with neither inputs nor outputs): dropped, since an ONNX op has no effect but its
+  outputs;
+* an attribute a ``com.microsoft`` op's schema does not define (a misspelt ``epsion`` on
+  LayerNormalization in onnxruntime's own fusion tests): dropped, as onnxruntime's kernels
+  read only the attributes they know (the default stands in for the misspelt one).
 
 Negative ``dim_value`` is repaired earlier by ``_checks.sanitize`` (a symbolic dimension).
 What is unsafe (a cycle, a missing producer, an input without a type, data outside the model's
@@ -29,6 +35,7 @@ folder) is not repaired: the later steps refuse it with a ``ModelError``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import onnx
@@ -38,6 +45,7 @@ from anychip.errors import warn_caller
 __all__ = ["repair", "typed_for_checker"]
 
 _MS = "com.microsoft"
+_ONNX = ("", "ai.onnx", "ai.onnx.ml")  # ops without side effects: outputs are all they do
 
 
 def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
@@ -52,6 +60,8 @@ def repair(proto: onnx.ModelProto, infer: object = None) -> list[str]:
     _fix_domain(proto, done)
     _fix_layer_norm(proto, done)
     _fix_sparse_constant(proto, done)
+    _drop_outputless(proto, done)
+    _drop_unknown_contrib_attributes(proto, done)
     unnamed = []
     for gp, name in _graphs(proto.graph, "graph"):
         if not gp.name:
@@ -144,6 +154,47 @@ def _fix_sparse_constant(proto: onnx.ModelProto, done: list[str]) -> None:
         done.append(
             f"{len(fixed)} Constant node(s) with a sparse tensor in 'value' ({fixed[:3]}; read "
             "as 'sparse_value', a dense output)"
+        )
+
+
+def _drop_outputless(proto: onnx.ModelProto, done: list[str]) -> None:
+    dropped = []
+    for gp, _ in _graphs(proto.graph, "graph"):
+        keep = [n for n in gp.node if any(n.output) or n.domain not in _ONNX]
+        if len(keep) < len(gp.node):
+            dropped += [n.name or n.op_type for n in gp.node if n not in keep]
+            del gp.node[:]
+            gp.node.extend(keep)
+    if dropped:
+        done.append(f"{len(dropped)} node(s) with no outputs ({dropped[:3]}; dropped)")
+
+
+@functools.lru_cache(maxsize=1)
+def _contrib_attributes() -> dict[str, frozenset[str]]:
+    """Each com.microsoft op's attribute names (its schemas take 2 ms to build: once)."""
+    from anychip.opsets.com_microsoft import com_microsoft_schemas
+
+    return {s.name: frozenset(s.attributes) for s in com_microsoft_schemas()}
+
+
+def _drop_unknown_contrib_attributes(proto: onnx.ModelProto, done: list[str]) -> None:
+    contrib = [n for n in _all_nodes(proto) if n.domain == _MS and n.attribute]
+    if not contrib:
+        return
+    known = _contrib_attributes()
+    dropped = []
+    for n in contrib:
+        names = known.get(n.op_type)
+        if names is None or all(a.name in names for a in n.attribute):
+            continue
+        keep = [a for a in n.attribute if a.name in names]
+        dropped += [f"{n.op_type}.{a.name}" for a in n.attribute if a.name not in names]
+        del n.attribute[:]
+        n.attribute.extend(keep)
+    if dropped:
+        done.append(
+            f"{len(dropped)} attribute(s) the com.microsoft schema does not define "
+            f"({sorted(set(dropped))[:3]}; dropped, as onnxruntime's kernels ignore them)"
         )
 
 

@@ -44,6 +44,34 @@ def test_reshape_to_a_shape_fed_at_run_time(where) -> None:
         _same(model, {"x": x, "s": np.array(shape, np.int64)})
 
 
+def test_reshape_whose_declared_rank_is_the_traces() -> None:
+    # onnxruntime's reshape_fusion_with_graph_inputs.onnx: the shape is computed from an
+    # input's shape, the output declared [10, 20, ?] although the result is 2-D
+    x = np.random.default_rng(4).standard_normal((1, 20, 5)).astype(np.float32)
+    nodes = [
+        h.make_node("Shape", ["q"], ["qs"]),
+        h.make_node("Gather", ["qs", "one"], ["n"], axis=0),
+        h.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]),
+        h.make_node("Concat", ["minus1", "n1"], ["s"], axis=0),
+        h.make_node("Reshape", ["x", "s"], ["y"]),
+    ]
+    inits = [
+        nh.from_array(np.array(1, np.int64), "one"),
+        nh.from_array(np.array([-1], np.int64), "minus1"),
+    ]
+    model = _model(
+        nodes,
+        [
+            h.make_tensor_value_info("q", T.FLOAT, [1, 5]),
+            h.make_tensor_value_info("x", T.FLOAT, [1, 20, 5]),
+        ],
+        [h.make_tensor_value_info("y", T.FLOAT, [10, 20, None])],
+        inits,
+        opset=11,
+    )
+    _same(model, {"q": np.zeros((1, 5), np.float32), "x": x})
+
+
 def test_constant_of_shape_from_an_input_with_a_tensor_value() -> None:
     value = nh.from_array(np.array([7], np.int32))
     node = h.make_node("ConstantOfShape", ["s"], ["y"], value=value)

@@ -193,8 +193,14 @@ def ms_layer_normalization(
     epsilon: float = 1e-5,
     stash_type: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """onnxruntime's LayerNormalization before ONNX opset 17: the same op."""
-    return layer_normalization(x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type)
+    """onnxruntime's LayerNormalization before ONNX opset 17: the same op, but Y has the
+    scale's type (onnxruntime's type ``V``: float16 X with float32 scale gives float32 Y)."""
+    if scale.dtype != x.dtype and scale.dtype.itemsize > x.dtype.itemsize:
+        x = x.astype(scale.dtype)
+    y, mean, inv = layer_normalization(
+        x, scale, b, axis=axis, epsilon=epsilon, stash_type=stash_type
+    )
+    return y.astype(scale.dtype, copy=False), mean, inv
 
 
 def _rms_norm(v: np.ndarray, gamma: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +223,8 @@ def simplified_layer_normalization(
     v = x.astype(_work(x)).reshape(*lead, -1)
     y, inv = _rms_norm(v, scale.reshape(-1), epsilon)
     inv_shape = lead + (1,) * (x.ndim - a)
-    return y.reshape(x.shape).astype(x.dtype), inv.reshape(inv_shape).astype(np.float32)
+    # Y has the scale's type (onnxruntime's type V)
+    return y.reshape(x.shape).astype(scale.dtype), inv.reshape(inv_shape).astype(np.float32)
 
 
 def _layer_norm_last(

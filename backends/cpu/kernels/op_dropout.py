@@ -2,7 +2,9 @@
 
 Opsets 1-6 train unless ``is_test=1``; opsets 7-11 always infer; from opset 12 the optional
 ``training_mode`` input decides and ``ratio`` is an input. The mask output is bool from opset
-10 and of the data type before.
+10 and of the data type before. At inference the mask is all ones from opset 12 and all zeros
+in opsets 7-11, as onnxruntime fills it (its opset 7-11 Dropout is its identity kernel, which
+zeroes the mask; onnx's reference evaluator gives ones there: onnxruntime is the reference).
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ _FLOATS = frozenset(
 
 
 def _apply(
-    ctx, x: np.ndarray, ratio: float, training: bool, seed: int | None, mask_dtype
+    ctx,
+    x: np.ndarray,
+    ratio: float,
+    training: bool,
+    seed: int | None,
+    mask_dtype,
+    kept: int = 1,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     if not 0.0 <= ratio < 1.0 and training:
         raise KernelError(f"Dropout: ratio must be in [0, 1) in training mode, got {ratio}")
@@ -44,7 +52,7 @@ def _apply(
         out = x.view()
         if ctx.num_outputs < 2:
             return out
-        return out, _ones(x.shape, np.dtype(mask_dtype))
+        return out, _filled(x.shape, np.dtype(mask_dtype), kept)
     # The legacy RandomState stream, so a seeded node reproduces onnx's reference output.
     rng = np.random.RandomState(seed)
     keep = rng.uniform(0.0, 1.0, x.shape) >= ratio
@@ -55,12 +63,12 @@ def _apply(
 
 
 @lru_cache(maxsize=64)
-def _ones(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """The all-ones mask of ``shape``, read-only, made once per shape and dtype: SqueezeNet's
+def _filled(shape: tuple[int, ...], dtype: np.dtype, value: int) -> np.ndarray:
+    """The mask of ``shape`` all ``value``, read-only, made once per shape and dtype: SqueezeNet's
     Dropout (whose mask nothing reads) spent 33-49 us a run in a session on
     ``np.broadcast_to`` (5 us warm, the rest a cold interpreter after the convolutions), 3 us
     without it."""
-    return np.broadcast_to(np.ones((), dtype), shape)
+    return np.broadcast_to(np.full((), value, dtype), shape)
 
 
 @kernel("Dropout", since=1, dtypes=_FLOATS, context=True, alias=True)
@@ -71,14 +79,14 @@ def dropout_legacy(ctx, data, *, ratio: float = 0.5, is_test: int = 0, consumed_
 
 @kernel("Dropout", since=7, dtypes=_FLOATS, context=True, alias=True)
 def dropout_v7(ctx, data, *, ratio: float = 0.5):
-    """Opsets 7-9: inference (identity); the mask has the data's type."""
-    return _apply(ctx, data, ratio, False, None, data.dtype)
+    """Opsets 7-9: inference (identity); the mask has the data's type (zeros)."""
+    return _apply(ctx, data, ratio, False, None, data.dtype, kept=0)
 
 
 @kernel("Dropout", since=10, dtypes=_FLOATS, context=True, alias=True)
 def dropout_v10(ctx, data, *, ratio: float = 0.5):
-    """Opsets 10-11: inference (identity); the mask is bool."""
-    return _apply(ctx, data, ratio, False, None, np.bool_)
+    """Opsets 10-11: inference (identity); the mask is bool (false)."""
+    return _apply(ctx, data, ratio, False, None, np.bool_, kept=0)
 
 
 @kernel("Dropout", since=12, dtypes=_FLOATS, context=True, alias=True)

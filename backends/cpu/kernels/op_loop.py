@@ -4,7 +4,9 @@ The body takes ``(iteration_num, condition, carried...)`` and returns
 ``(condition, carried..., scan_elements...)``. The trip count ``M`` and the condition input
 are both optional. Without the condition input the body's condition output is ignored (the
 spec's "for loop" form). With neither, the spec's pseudo-code never ends, so such a model is
-reported as a model error up front instead of hanging.
+reported as a model error up front instead of hanging. The iteration number and condition
+go in as scalars, or as one-element 1-D tensors when the body declares them so (as
+onnxruntime makes them: its fp16model_loop.onnx squeezes a ``[1]`` iteration number).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ def _empty_scan_output(ctx: KernelContext, body: Graph, k: int, n_carried: int) 
     return np.zeros((0, *(d if isinstance(d, int) else 0 for d in inner)), dtype=dtype.numpy)
 
 
+def _declared_rank_one(value: Any) -> tuple[int, ...]:
+    return (1,) if value.shape is not None and len(value.shape) == 1 else ()
+
+
 @kernel("Loop", since=1, context=True)
 def loop(ctx: KernelContext, m: Any = None, cond: Any = None, *initial: Any, body: Graph) -> tuple:
     n_carried = len(initial)
@@ -62,8 +68,10 @@ def loop(ctx: KernelContext, m: Any = None, cond: Any = None, *initial: Any, bod
     carried = list(initial)
     scans: list[list[Any]] = [[] for _ in range(n_scan)]
     i = 0
+    i_shape, cond_shape = (_declared_rank_one(v) for v in body.inputs[:2])
     while (trip is None or i < trip) and keep_going:
-        outs = ctx.run_graph(body, [np.array(i, dtype=np.int64), np.array(keep_going), *carried])
+        step = np.full(i_shape, i, dtype=np.int64)
+        outs = ctx.run_graph(body, [step, np.full(cond_shape, keep_going), *carried])
         if cond is not None:
             keep_going = bool(_scalar(outs[0], "the body's condition output"))
         carried = list(outs[1 : 1 + n_carried])

@@ -357,7 +357,9 @@ def tree_ensemble_regressor(ctx: KernelContext, x: np.ndarray, **a: Any) -> np.n
 
 
 def finish_regressor(forest: _Forest, a: dict, res: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The regressor's scores from ``res``, its trees' aggregate (written in place)."""
+    """The regressor's scores from ``res``, its trees' aggregate (written in place): float32
+    whatever the input's type (the schema's ``Y: tensor(float)``; onnxruntime refuses a double
+    output, and sums a double input's scores in double before the cast, as here)."""
     _, agg, transform = forest.settings
     if agg == "AVERAGE":
         res /= len(forest.trees)
@@ -365,7 +367,7 @@ def finish_regressor(forest: _Forest, a: dict, res: np.ndarray, x: np.ndarray) -
     if base is not None:
         res += base
     res = post_transform(res, transform)
-    return res if res.dtype == x.dtype else res.astype(x.dtype)
+    return res if res.dtype == _F32 else res.astype(_F32)
 
 
 @kernel("TreeEnsembleClassifier", domain=ML, since=1, context=True)
