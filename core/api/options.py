@@ -61,8 +61,8 @@ class SessionOptions:
             (None: ``ANYCHIP_BACKGROUND_COMPILE``, else True).
         precision: the CPU's math for float32 Conv/MatMul/Gemm/LSTM/GRU/RNN: ``"fp32"``
             (default, or ``ANYCHIP_PRECISION``) or ``"bf16"``: oneDNN converts their inputs
-            and weights to bfloat16 inside the kernel and accumulates in float32 (AMX or
-            AVX-512 BF16; on a CPU with neither, float32 is kept and the report says so;
+            and weights to bfloat16 inside the kernel and accumulates in float32 (AMX;
+            with AVX-512 BF16 alone, or neither, float32 is kept and the report says so;
             docs/decisions/034-precision-policy.md). Tensors stay float32 in memory.
         max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
     Running:
