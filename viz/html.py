@@ -52,6 +52,9 @@ path.edge{fill:none;stroke:#888;stroke-width:1.2}
 #details{white-space:pre-wrap;font-family:monospace;font-size:12px;background:#fff;
  border:1px solid #ddd;padding:6px;min-height:60px}
 button{font-size:12px;margin:2px}
+#minimap{position:absolute;right:14px;bottom:14px;width:180px;height:240px;background:#fff;
+ border:1px solid #999;box-shadow:0 1px 4px rgba(0,0,0,.25);cursor:crosshair}
+#lens{fill:#1f77b4;fill-opacity:.12;stroke:#1f77b4;stroke-width:2;vector-effect:non-scaling-stroke}
 """
 
 
@@ -162,7 +165,8 @@ def _svg(
     parts = [
         f'<svg {attrs} role="img"><defs><marker id="arrow" viewBox="0 0 10 10" refX="9" '
         'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-        '<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs><g id="viewport">'
+        '<path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>'
+        '<g id="viewport"><g id="content">'
     ]
     by_index = {p.index: p for p in view.partitions}
     for index, (x, y, w, h) in sorted(lay.bands.items()):
@@ -184,7 +188,7 @@ def _svg(
             n = view.nodes[u.members[0]]
             color = colors.get(n.device, IO_COLOR) if n.kind == "node" else IO_COLOR
             parts.append(_node(n, u.x, u.y, color))
-    parts.append("</g></svg>")
+    parts.append("</g></g></svg>")
     return "".join(parts)
 
 
@@ -231,6 +235,18 @@ def _side(view: PlacementView, colors: dict[str, str], folds: int) -> str:
     )
 
 
+def _minimap(lay: Layout) -> str:
+    """The overview: the whole graph drawn again small (an SVG ``use`` of the graph's
+    content, no second copy of the markup), with a lens showing what the main view shows;
+    a click or drag on it moves the view there (``assets/placement.js``)."""
+    w, h = max(lay.width, 1.0), max(lay.height, 1.0)
+    return (
+        f'<svg id="minimap" viewBox="-10 -10 {w + 20:.0f} {h + 20:.0f}" role="img" '
+        'aria-label="overview of the whole graph"><use href="#content"/>'
+        '<rect id="lens" x="0" y="0" width="0" height="0"/></svg>'
+    )
+
+
 def _script() -> str:
     return resources.files("anychip.viz").joinpath("assets/placement.js").read_text("utf-8")
 
@@ -247,7 +263,7 @@ def placement_html(view: PlacementView, fold: bool | None = None) -> str:
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(view.title)}</title><style>{_CSS}</style></head><body>"
         f'<div id="side">{_side(view, colors, folds)}</div>'
-        f'<div id="canvas">{_svg(view, lay, colors)}</div>'
+        f'<div id="canvas">{_svg(view, lay, colors)}{_minimap(lay)}</div>'
         f"<script>{_script()}</script></body></html>"
     )
 

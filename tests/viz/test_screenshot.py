@@ -4,6 +4,7 @@ is absent the test skips and says so."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -97,3 +98,59 @@ def test_a_large_graph_opens_at_full_size_text(tmp_path) -> None:
     )
     assert scale is not None, dom[:500]
     assert float(scale.group(1)) == 1.0, scale.group(0)
+
+
+def _artifacts(tmp_path: Path) -> Path:
+    """Where the screenshots are kept: ``$ANYCHIP_TEST_ARTIFACTS`` (``.ci/run`` sets it and
+    lists the files), else the test's temporary folder."""
+    folder = os.environ.get("ANYCHIP_TEST_ARTIFACTS")
+    out = Path(folder) if folder else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.mark.slow  # starts other processes: the slow tier (pyproject.toml, markers)
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed here")
+@pytest.mark.parametrize("name", ["resnet50", "bert"])
+def test_screenshots_at_the_opening_view_have_readable_text_and_an_overview(
+    name: str, tmp_path: Path
+) -> None:
+    """The issue's pictures: ResNet-50 (npu,cpu) and a Hugging Face BERT (xpu,cpu: fallbacks
+    and copies), screenshots kept as artifacts; at the opening view the node text is at full
+    size (scale 1: 11 px), and the overview shows the whole graph with the lens on the part
+    the main view shows (its top)."""
+    from PIL import Image
+
+    import anychip
+    from anychip.zoo import light_model
+
+    if name == "resnet50":
+        model, devices, opts = light_model("resnet50", seed=0).SerializeToString(), "npu", {}
+    else:
+        model, devices = str(Path(__file__).parents[1] / "data" / "hf_bert_tiny.onnx"), "xpu"
+        opts = {"cost_model": False}
+    with anychip.load(model, devices=[devices, "cpu"], calibration="off", **opts) as sess:
+        page = save_placement(sess, tmp_path / f"placement-{name}.html")
+    png = _artifacts(tmp_path) / f"placement-{name}.png"
+    chromium(page, tmp_path / "profile", f"--screenshot={png}")
+    dom = chromium(page, tmp_path / "profile", "--dump-dom")
+    scale = re.search(
+        r'id="viewport" transform="translate\([-\d.]+,[-\d.]+\) scale\(([\d.]+)\)', dom
+    )
+    assert scale is not None and float(scale.group(1)) == 1.0, dom[:300]
+    lens = re.search(
+        r'id="lens" x="([-\d.e]+)" y="([-\d.e]+)" width="([\d.e]+)" height="([\d.e]+)"', dom
+    )
+    assert lens is not None, "the overview's lens was not placed"
+    x, y, w, h = map(float, lens.groups())
+    box = re.search(r'id="minimap" viewBox="[-\d.]+ [-\d.]+ ([\d.]+) ([\d.]+)"', dom)
+    assert box is not None
+    assert w > 100 and h > 100, "the lens must cover the main view's part of the graph"
+    assert h < float(box.group(2)), "the graph is taller than the window: the lens is a part"
+    assert y < float(box.group(2)) / 4, "the opening view shows the top of the graph"
+    image = Image.open(png).convert("RGB")
+    corner = image.crop(
+        (image.width - 190, image.height - 250, image.width - 14, image.height - 14)
+    )
+    colours = corner.getcolors(maxcolors=1 << 16)
+    assert colours is not None and len(colours) > 10, "the overview is blank"

@@ -1,10 +1,18 @@
 // The placement page's behaviour: zoom (wheel), pan (drag), search by node name (Enter: next
-// match), folds (click to open/close, or the buttons), node details (click). No network.
+// match), folds (click to open/close, or the buttons), node details (click), the overview
+// (bottom right: click or drag to move there). No network.
 (function () {
   const svg = document.getElementById("graph"), vp = document.getElementById("viewport");
   const info = document.getElementById("details");
-  let s = 1, tx = 0, ty = 0, drag = null, hits = [], hit = 0;
-  function apply() { vp.setAttribute("transform", `translate(${tx},${ty}) scale(${s})`); }
+  let s = 1, tx = 0, ty = 0, drag = null, mdrag = false, hits = [], hit = 0;
+  const mini = document.getElementById("minimap"), lens = document.getElementById("lens");
+  function apply() {
+    vp.setAttribute("transform", `translate(${tx},${ty}) scale(${s})`);
+    if (lens) {  // the overview's lens: what the main view shows, in the graph's units
+      lens.setAttribute("x", -tx / s); lens.setAttribute("y", -ty / s);
+      lens.setAttribute("width", svg.clientWidth / s); lens.setAttribute("height", svg.clientHeight / s);
+    }
+  }
   // fit: the whole graph, however small its text gets (the button); opening: the whole graph
   // when its text stays at full size, else full size (11 px text) from the top, centred on
   // the inputs, with the whole graph one click away.
@@ -29,7 +37,17 @@
   window.addEventListener("mousemove", (e) => {
     if (drag) { tx = e.clientX - drag[0]; ty = e.clientY - drag[1]; apply(); }
   });
-  window.addEventListener("mouseup", () => { drag = null; });
+  window.addEventListener("mouseup", () => { drag = null; mdrag = false; });
+  // the overview: a click or drag centres the main view on that point of the graph
+  function look(e) {
+    const p = mini.createSVGPoint(); p.x = e.clientX; p.y = e.clientY;
+    const g = p.matrixTransform(mini.getScreenCTM().inverse());
+    tx = svg.clientWidth / 2 - g.x * s; ty = svg.clientHeight / 2 - g.y * s; apply();
+  }
+  if (mini) {
+    mini.addEventListener("mousedown", (e) => { e.preventDefault(); mdrag = true; look(e); });
+    mini.addEventListener("mousemove", (e) => { if (mdrag) look(e); });
+  }
   function openFold(k, open) {
     const m = document.getElementById("m" + k);
     if (m) m.style.display = (open === undefined ? m.style.display === "none" : open) ? "" : "none";
