@@ -174,6 +174,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the process that prints the summary
         config.pluginmanager.register(_ConformanceSummary(), "anychip-conformance-summary")
+    from tests.cache_watch import register
+
+    register(config)  # the cache's size against its limit (tests/cache_watch.py)
 
 
 @pytest.fixture
