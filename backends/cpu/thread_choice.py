@@ -38,18 +38,19 @@ from collections.abc import Callable
 from typing import Any
 
 from anychip.backends.cpu.native import omp, pool
-from anychip.backends.cpu.replay.run import RECORD_AT
+from anychip.backends.cpu.replay.run import REPLAY_FROM
 
 __all__ = ["ThreadChoice", "on_threads", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
 
 #: Runs of an input signature on the threads given before its first probe.
 START = 20
 #: Untimed runs on one thread after those: the first builds one thread's primitives, the last
-#: records its replay (``cpu/replay/run.RECORD_AT``, a partition's third run at a thread
-#: count), so the probe times one thread's replays against the threads given's. With one
+#: ends its replay's recording (``cpu/replay/run.REPLAY_FROM``: recorded from a partition's
+#: third run at a thread count, one step a run), so the probe times one thread's replays
+#: against the threads given's. With one
 #: warm run, one thread's side was timed on the kernels' path and its recording: SqueezeNet's
 #: four runs on one thread took 9.65, 63.2, 7.21 and 7.82 ms (median 8.7, the replays 7.2-7.8).
-ONE_WARM = RECORD_AT
+ONE_WARM = REPLAY_FROM - 1
 #: Timed runs on each side of a probe (even).
 PROBE = 4
 #: Runs between probes of one input signature.

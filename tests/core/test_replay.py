@@ -22,7 +22,7 @@ from bench.cpu_models import densenet_like, mobilenet_like, shufflenet_like
 
 RUNS = 8  # past replay.RECORD_AT: the later runs replay
 #: Runs within which a trace is kept (timing rules off: ``_no_timing``).
-ENOUGH = replay.RECORD_AT + 2
+ENOUGH = replay.REPLAY_FROM - 1
 
 
 @pytest.fixture(autouse=True)
@@ -296,12 +296,12 @@ def test_the_timing_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replay, "GAIN", 0.0)
     sess = _session(model)
     r = _replay_of(sess)
-    for _ in range(replay.RECORD_AT):
+    for _ in range(replay.REPLAY_FROM - 1):
         sess.run(None, feeds)
     assert not r.traces and "recorded again in 8 runs" in r.info["replay"], r.info
     assert r.info["replay"].startswith("not kept: its replay took"), r.info
     monkeypatch.setattr(replay, "GAIN", float("inf"))
-    for _ in range(replay.RETRY - 1):
+    for _ in range(replay.RETRY + replay.STEPS - 2):  # the wait, then the recording's steps
         sess.run(None, feeds)
     assert not r.traces
     sess.run(None, feeds)
@@ -336,3 +336,34 @@ def test_a_replayed_call_that_raises_drops_the_trace_and_the_kernels_answer() ->
     np.testing.assert_allclose(sess.run(None, feeds)[0], plain.run(None, feeds)[0], rtol=1e-6)
     assert not r.traces
     assert r.info["replay"] == "dropped: a replayed call raised RuntimeError: device lost"
+
+
+def test_no_request_runs_the_partition_more_than_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recording is spread over ``STEPS`` requests: each runs its own inputs once and at
+    most one more run (of the check) besides, where all of it in one request made that run
+    7-20x the steady time (a fresh process's third run)."""
+    model = shufflenet_like(size=32, seed=5)
+    feeds = _inputs(model, np.random.default_rng(6))
+    sess = _session(model, thread_choice=False)
+    r = _replay_of(sess)
+    calls = {"n": 0}
+    program_run, play = r.program.run, replay.Trace.play
+
+    def counted_run(*a: object, **k: object) -> object:
+        calls["n"] += 1
+        return program_run(*a, **k)
+
+    def counted_play(self: replay.Trace, *a: object, **k: object) -> object:
+        calls["n"] += 1
+        return play(self, *a, **k)
+
+    monkeypatch.setattr(r.program, "run", counted_run)
+    monkeypatch.setattr(replay.Trace, "play", counted_play)
+    per_request = []
+    for _ in range(replay.REPLAY_FROM + 2):
+        calls["n"] = 0
+        sess.run(None, feeds)
+        per_request.append(calls["n"])
+    assert r.traces, r.info  # kept at the end of the steps
+    assert max(per_request) == 2 and per_request[-1] == 1, per_request
+    assert sum(n > 1 for n in per_request) == 2, per_request  # the check's two halves

@@ -146,8 +146,10 @@ def test_terminate_at_any_node_leaves_the_replay_and_next_runs_right(at: int) ->
     model = _chain(20, n=8)  # small nodes: a replay is much faster than the kernels' path
     sess = anychip.load(model, devices=["cpu"])
     info = sess.partitions[0].info
-    for i in range(8):
-        if i in (2, 6):  # at the recording, and at a replayed run
+    for i in range(16):
+        # at the recording's first step, at its third (it starts again: 5 steps, one a run,
+        # backends/cpu/replay/run.STEPS), and at a replayed run
+        if i in (2, 4, 12):
             before = info.get("replay")
             opts = _AfterReads(at)
             with pytest.raises(RunTerminatedError, match="counted: terminated"):

@@ -65,7 +65,7 @@ def test_conv_relu_keeps_nan_in_a_replayed_run(monkeypatch: pytest.MonkeyPatch) 
     sess = anychip.load(model, devices=["cpu"])
     (pm,) = sess.compiled.part_memory.values()
     finite = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    for _ in range(replay.RECORD_AT + 3):
+    for _ in range(replay.REPLAY_FROM):
         sess.run(None, {"x": finite})
     assert pm.around is not None and pm.around.__self__.traces, "the partition was not recorded"
     x = nonfinite_input(model, rng)

@@ -6,8 +6,10 @@ Python (the CPU's counterpart of ``backends/cuda/graphs.py``'s CUDA graphs, and 
 Between its kernels a warm run of a small CNN spends a fifth to a quarter of its time in
 Python: the dispatch loop, each kernel's checks of its remembered path, its OpenMP switches
 and cffi's argument conversions (about 9 us a convolution node whose C call takes 5). Once a
-partition has run ``RECORD_AT`` times with the same input shapes and threads, its next run is
-*recorded*, on private copies of the inputs and a private arena:
+partition has run ``RECORD_AT`` times with the same input shapes and threads, its next runs
+*record* it, one step a request (``replay_run.STEPS``, ``replay_run._Recording``; each request is
+answered by a run on its own inputs and runs at most one run of the check besides), on private
+copies of the inputs and a private arena:
 
 1. Two *dry* passes run the kernels as usual while every buffer they ask for through
    ``empty`` is timed: when it was made and when Python dropped it (``weakref.finalize``),
@@ -28,9 +30,10 @@ partition has run ``RECORD_AT`` times with the same input shapes and threads, it
    (and a view kernel that made only views, ``replay_run._views_of``). The other
    instructions are kept as they were called (arguments, planned output, results) to run
    again through their kernels (``replay_run._Rerun``).
-4. The *check*: the trace is replayed on the inputs reversed (the same values elsewhere, so
-   a buffer no call writes again, or bytes shared while still read, show) and must give the
-   kernels' answer on them (``_differs``), in under ``GAIN`` of their time.
+4. The *check*, over two requests: the kernels run on the inputs reversed (the same values
+   elsewhere, so a buffer no call writes again, or bytes shared while still read, show), then
+   the trace is replayed on them and must give the kernels' answer (``_differs``), in under
+   ``GAIN`` of their time; the second request is then answered by the checked replay.
 
 Later runs with the same shapes and threads *replay*: the feeds are copied into the private
 inputs, the steps run in one flat loop (the thread state switched only where it changes), a
@@ -51,7 +54,7 @@ What a replay does not do, and where that matters:
   recorded again ``RETRY`` runs later, doubling up to ``MAX_WAIT``. A replayed call that
   raises drops the trace; the run takes the kernels' path (which names the node if it fails).
 * Kernels' path counters (``onednn.kernels.RUNS``, ``_prim.REORDERS``) do not count replayed
-  calls, and a recording runs the kernels five times.
+  calls, and a recording runs the kernels five times (over its five requests).
 * Profiling (``Session.profile``) and a shape or thread count not recorded take the usual
   path; so does everything with ``ANYCHIP_REPLAY=0`` or ``device_options={"cpu":
   {"replay": False}}``.

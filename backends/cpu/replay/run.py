@@ -6,6 +6,7 @@ runs it (``CpuBackend.runner``), decides per run whether to replay, record or ru
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import threading
@@ -24,11 +25,21 @@ if TYPE_CHECKING:
     from anychip.core.run.kernel_call import Instr
     from anychip.core.run.program import Program
 
-__all__ = ["Replay", "Trace", "RECORD_AT", "SLOW_NODE", "GAIN", "RETRY", "MAX_WAIT", "MAX_BYTES"]
+__all__ = [
+    "Replay", "Trace", "RECORD_AT", "STEPS", "REPLAY_FROM", "SLOW_NODE", "GAIN", "RETRY",
+    "MAX_WAIT", "MAX_BYTES",
+]  # fmt: skip
 
 #: Runs with the same input shapes and threads before the next is recorded (a kernel
 #: remembers its fast path on its first run; ``thread_choice`` warms both thread counts).
 RECORD_AT = 3
+#: Requests a recording takes, one step each (``_Recording``): two dry runs, the recorded
+#: run, the check's two halves. Each request runs its own inputs once and at most one run of
+#: the check besides, so no request costs more than two runs (all seven in one request made
+#: that run 7-20x the steady time: SqueezeNet 122 ms against 13 at run 3, a fresh process).
+STEPS = 5
+#: The first run of a signature that replays (when its recording was kept).
+REPLAY_FROM = RECORD_AT + STEPS
 #: Seconds a node takes on average (the fastest run before recording) from which a partition
 #: is not recorded: a replay saves the few us of Python each node costs, and memory is kept.
 SLOW_NODE = 5e-3
@@ -162,6 +173,8 @@ class Replay:
         #: The planned arena's views and size for a run's inputs (``PartitionMemory``).
         self.arena_for = arena_for
         self.traces: dict[tuple, Trace] = {}
+        #: Recordings under way, one step per request (``_Recording``).
+        self.recording: dict[tuple, _Recording] = {}
         self.seen: dict[tuple, int] = {}
         self.tries: dict[tuple, int] = {}
         self.lock = threading.Lock()
@@ -178,7 +191,7 @@ class Replay:
             return usual(inputs)
         state = self.capture()
         key = (state, *((t.shape, t.dtype) if type(t) is np.ndarray else None for t in inputs))
-        trace = self.traces.get(key)
+        trace = self.traces.get(key) or self.recording.get(key)
         if trace is None:
             count = self.seen.get(key, 0) + 1
             if count > RECORD_AT or None in key or len(self.seen) > 4 * MAX_TRACES:
@@ -200,10 +213,15 @@ class Replay:
             if not self.lock.acquire(blocking=False):
                 return usual(inputs)
             try:
-                return self._record(key, inputs, state)
-            except RunTerminatedError:
-                self.seen[key] = RECORD_AT - 1  # cancelled: the next run records instead
-                raise
+                self.recording[key] = _Recording(self, inputs)
+                return self._step(key, inputs, state, usual)
+            finally:
+                self.lock.release()
+        if type(trace) is _Recording:
+            if not self.lock.acquire(blocking=False):
+                return usual(inputs)
+            try:
+                return self._step(key, inputs, state, usual)
             finally:
                 self.lock.release()
         if not self.lock.acquire(blocking=False):
@@ -225,83 +243,169 @@ class Replay:
         took other paths: both can be the machine's load) recorded again later, after
         ``RETRY`` runs doubling with each try up to ``MAX_WAIT``."""
         self.traces.pop(key, None)
+        self.recording.pop(key, None)
         tries = self.tries[key] = self.tries.get(key, 0) + 1
         wait = min(MAX_WAIT, RETRY << (tries - 1))
         self.seen[key] = RECORD_AT - wait if again else RECORD_AT + 1
         self.info["replay"] = why + (f" (recorded again in {wait} runs)" if again else "")
 
-    def _record(self, key: tuple, inputs: Sequence[Any], state: Any) -> list[Any]:
-        """Runs on private inputs and arena: two dry ones (the second timing the buffers the
-        kernels ask for; the first may leave kernels on other remembered paths than the last
-        usual run, ``decide``), then the recorded one with those buffers placed by
-        ``Recorder.plan``, then the check of ``_differs``."""
-        program = self.program
-        # a copy per pass: kernels may write over a partition's inputs (in place)
-        dry_in = [np.array(t, copy=True, order="C") for t in inputs]
-        own = [np.array(t, copy=True, order="C") for t in inputs]
-        views, nbytes = self.arena_for(inputs)
-        raw = hugepages.empty(nbytes) if views is not None else None
-        arena = views(raw) if views is not None else None
-        for _ in range(2):  # the first may leave kernels other remembered paths (``decide``)
-            dry = Recorder(self.capture)
-            feeds = [t.copy() for t in dry_in]
-            under(dry, lambda: program.run(feeds, arena=arena, hook=_forget(dry)))  # noqa: B023
-        offsets, size = dry.plan()
-        rec = Recorder(self.capture, hugepages.empty(size), offsets)
-        trace = Trace()
-        trace.inputs = own
+    def _step(
+        self,
+        key: tuple,
+        inputs: Sequence[Any],
+        state: Any,
+        usual: Callable[[Sequence[Any]], list[Any]],
+    ) -> list[Any]:
+        """One step of ``key``'s recording on this request; the kept trace at its end."""
+        rec = self.recording[key]
+        collecting = gc.isenabled()  # a collection of the trace's young objects: later
+        if collecting:
+            gc.disable()
+        try:
+            outs, why = rec.step(inputs, state, usual)
+        except RunTerminatedError:
+            self.recording.pop(key, None)
+            self.seen[key] = RECORD_AT - 1  # cancelled: the next run records instead
+            raise
+        except Exception as e:  # the kernels' own error: the usual path says it again
+            self._drop(key, f"not recorded: a run raised {type(e).__name__}")
+            raise
+        finally:
+            if collecting:
+                gc.enable()
+        if why is not None:
+            if why.startswith("off: "):
+                self.off = True  # so for every signature: the partition runs as before
+                self._drop(key, why[5:])
+            else:
+                again = why.startswith(("not recorded: ", "not kept: its replay took"))
+                again = again and not why.startswith("not recorded: outputs")
+                self._drop(key, why, again=again)
+            return outs
+        if rec.done:
+            del self.recording[key]
+            trace = rec.trace
+            if len(self.traces) >= MAX_TRACES:
+                self.traces.pop(next(iter(self.traces)))
+            self.traces[key] = trace
+            self.info["replay"] = (
+                f"{trace.sealed} of {trace.total} nodes replayed as {len(trace.steps)} "
+                f"recorded calls (the others through their kernels); holds "
+                f"{trace.nbytes >> 10} KiB"
+            )
+        return outs
+
+
+class _Recording:
+    """A recording under way, one step per request (``STEPS``), each request answered by a
+    run on its own inputs:
+
+    0, 1. the *dry* runs on private copies of the request's inputs and a private arena (the
+       first may leave kernels on other remembered paths than the last usual run,
+       ``decide``; the second times the buffers the kernels ask for), their outputs copied
+       out as the answer;
+    2. the *recorded* run, its buffers placed by ``Recorder.plan``: the answer;
+    3. the check's first half: the answer by the kernels' path, then the kernels on the check
+       input (the recorded inputs reversed: the same values elsewhere, so a buffer no call
+       writes again, or bytes shared while still read, show);
+    4. the second half: the trace replayed on the check input, which must give the kernels'
+       answer on it, then (checked) replayed on the request's inputs for the answer; kept
+       when the better of these two replays took under ``GAIN`` of the kernels' best (the
+       usual runs before the recording, and step 3's two runs)."""
+
+    __slots__ = ("replay", "n", "views", "raw", "arena", "dry", "trace", "want", "kernels",
+                 "done")  # fmt: skip
+
+    def __init__(self, replay: Replay, inputs: Sequence[Any]) -> None:
+        self.replay = replay
+        self.n = 0
+        self.views, nbytes = replay.arena_for(inputs)
+        self.raw = hugepages.empty(nbytes) if self.views is not None else None
+        self.arena = self.views(self.raw) if self.views is not None else None
+        self.dry: Recorder | None = None
+        self.trace = Trace()
+        self.want: list[Any] = []
+        self.kernels = replay.fastest
+        self.done = False
+
+    def step(
+        self, inputs: Sequence[Any], state: Any, usual: Callable[[Sequence[Any]], list[Any]]
+    ) -> tuple[list[Any], str | None]:
+        """This request's answer, and why the recording ends unkept (None: going on)."""
+        n, self.n = self.n, self.n + 1
+        program = self.replay.program
+        if n < 2:  # a copy per pass: kernels may write over a partition's inputs (in place)
+            self.dry = dry = Recorder(self.replay.capture)
+            feeds = [np.array(t, copy=True, order="C") for t in inputs]
+            outs = under(dry, lambda: program.run(feeds, arena=self.arena, hook=_forget(dry)))
+            return _copies(outs), None
+        if n == 2:
+            return self._record(inputs)
+        trace, replay = self.trace, self.replay
+        check = [np.flip(t).copy() for t in trace.inputs]  # before a replay overwrites them
+        if n == 3:
+            t0 = time.perf_counter()
+            outs = usual(inputs)
+            t1 = time.perf_counter()
+            try:  # reversed token ids or masks are still in range; a model may refuse them
+                self.want = program.run(check)
+            except RunTerminatedError:
+                raise
+            except Exception as e:
+                return outs, f"not kept: the kernels refused the check input ({type(e).__name__})"
+            self.kernels = min(self.kernels, t1 - t0, time.perf_counter() - t1)
+            return outs, None
+        t0 = time.perf_counter()
+        try:
+            got = trace.play(check, state, replay.apply, _copy)
+        except _Stale as e:
+            return usual(inputs), f"not kept: {e}"
+        t1 = time.perf_counter()
+        why = _differs(got, self.want)
+        if why:
+            return usual(inputs), f"not kept: {why}"
+        outs = trace.play(inputs, state, replay.apply, replay.fresh)  # checked: the answer
+        played = min(t1 - t0, time.perf_counter() - t1)
+        if played > self.kernels * GAIN:
+            return outs, (
+                f"not kept: its replay took {played * 1e3:.3f} ms against the kernels' "
+                f"{self.kernels * 1e3:.3f} (the better of two runs each)"
+            )
+        self.done = True
+        return outs, None
+
+    def _record(self, inputs: Sequence[Any]) -> tuple[list[Any], str | None]:
+        """The recorded run on private copies of the inputs, with the buffers the dry run
+        timed placed by ``Recorder.plan``."""
+        program, trace = self.replay.program, self.trace
+        assert self.dry is not None
+        offsets, size = self.dry.plan()
+        self.dry = None
+        rec = Recorder(self.replay.capture, hugepages.empty(size), offsets)
+        trace.inputs = [np.array(t, copy=True, order="C") for t in inputs]
         hook = _Hook(trace, rec)
-        outs = under(rec, lambda: program.run(own, arena=arena, hook=hook))
+        outs = under(rec, lambda: program.run(trace.inputs, arena=self.arena, hook=hook))
         trace.outputs = [o for o in hook.final(program) if type(o) is np.ndarray]
-        trace.keep += [raw, rec.block, rec.held]
+        trace.keep += [self.raw, rec.block, rec.held]
         trace.nbytes = _bytes(trace.keep + trace.inputs + trace.outputs)
         if len(trace.outputs) != len(outs) or rec.broken:
-            why = rec.broken or "outputs that are not arrays"
-            self._drop(key, f"not recorded: {why}", again=rec.broken != "")
-            return outs
+            return _copies(outs), f"not recorded: {rec.broken or 'outputs that are not arrays'}"
         if trace.nbytes > MAX_BYTES or trace.sealed * 2 < trace.total:
-            self.off = True  # so for every signature: the partition runs as before
-            self._drop(key, f"not kept: {trace.sealed} of {trace.total} nodes are recorded calls"
-                       if trace.nbytes <= MAX_BYTES else
-                       f"not kept: the trace would hold {trace.nbytes >> 20} MiB")  # fmt: skip
-            return outs
-        first = [o.copy() for o in trace.outputs]  # the check below replays over them
-        why = _differs(program, trace, state, self.apply)
-        if why:  # slower (measured again later: the machine may have been busy), or wrong
-            self._drop(key, f"not kept: {why}", again=why.startswith("its replay took"))
-            return first
-        if len(self.traces) >= MAX_TRACES:
-            self.traces.pop(next(iter(self.traces)))
-        self.traces[key] = trace
-        self.info["replay"] = (
-            f"{trace.sealed} of {trace.total} nodes replayed as {len(trace.steps)} recorded "
-            f"calls (the others through their kernels); holds {trace.nbytes >> 10} KiB"
-        )
-        return first
+            return [o.copy() for o in trace.outputs], (
+                f"off: not kept: {trace.sealed} of {trace.total} nodes are recorded calls"
+                if trace.nbytes <= MAX_BYTES
+                else f"off: not kept: the trace would hold {trace.nbytes >> 20} MiB"
+            )
+        return [o.copy() for o in trace.outputs], None
 
 
-def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str:
-    """Why the trace may not be kept, '' when it may: its replay on a check input (the
-    inputs reversed: the same values elsewhere, so a buffer not written again, or bytes
-    shared while still read, show) must give the kernels' answer on it, and in less time
-    (the better of two runs each, alternated: ``GAIN``)."""
-    check = [np.flip(t).copy() for t in trace.inputs]
-    best = [math.inf, math.inf]
-    for _ in range(2):
-        t0 = time.perf_counter()
-        try:  # reversed token ids or masks are still in range; a model may refuse them
-            want = program.run([t.copy() for t in check])
-        except RunTerminatedError:
-            raise  # the request was cancelled: recorded again at the next one
-        except Exception as e:
-            return f"the kernels refused the check input ({type(e).__name__})"
-        t1 = time.perf_counter()
-        try:
-            got = trace.play(check, state, apply, _copy)
-        except _Stale as e:
-            return str(e)
-        t2 = time.perf_counter()
-        best = [min(best[0], t1 - t0), min(best[1], t2 - t1)]
+def _copies(outs: Sequence[Any]) -> list[Any]:
+    """A run's outputs copied out of a private arena (the next pass writes over it)."""
+    return [o.copy() if type(o) is np.ndarray else o for o in outs]
+
+
+def _differs(got: Sequence[Any], want: Sequence[Any]) -> str:
+    """Why a replay's outputs on the check input are not the kernels' (``''``: they are)."""
     for g, w in zip(got, want):
         w = np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
@@ -312,11 +416,6 @@ def _differs(program: Program, trace: Trace, state: Any, apply: Callable) -> str
                 return "its replay differed from the kernels' run on a check input"
         elif not np.array_equal(g, w):
             return "its replay differed from the kernels' run on a check input"
-    if best[1] > best[0] * GAIN:
-        return (
-            f"its replay took {best[1] * 1e3:.3f} ms against the kernels' {best[0] * 1e3:.3f}"
-            " (the better of two runs each)"
-        )
     return ""
 
 

@@ -59,7 +59,7 @@ def test_small_mlp_is_replayed_whole(opset) -> None:
     ops = sorted(n.op_type for n in sess.compiled.partitions[0].graph.nodes)
     assert ops == ["FusedGemm", "FusedGemm", "Softmax"], ops
     replayed = 0
-    for _ in range(replay.RECORD_AT + 8):
+    for _ in range(replay.REPLAY_FROM + 6):
         x = rng.standard_normal((3, 16)).astype(np.float32)
         replayed += bool(r.traces)
         (got,) = sess.run(None, {"x": x})

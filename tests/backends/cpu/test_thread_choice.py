@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import anychip
 from anychip.backends.cpu.native import omp
-from anychip.backends.cpu.replay.run import RECORD_AT
+from anychip.backends.cpu.replay.run import REPLAY_FROM
 from anychip.backends.cpu.thread_choice import ONE_WARM, PROBE, SOON, START, ThreadChoice
 from anychip.errors import AnychipError
 
@@ -127,14 +127,14 @@ def test_the_threads_given_are_set_back_after_an_error(two_threads):
 
 def test_one_threads_first_runs_are_not_timed(two_threads):
     """A partition's first runs at a thread count are its slowest (its primitives are built,
-    its replay recorded: ``cpu/replay/run.RECORD_AT``). One thread faster once warm is chosen:
+    its replay recorded: ``cpu/replay/run.REPLAY_FROM``). One thread faster once warm is chosen:
     its first ``ONE_WARM`` runs are not in the probe."""
     seen: list[int] = []
 
     def program(tensors: list) -> list:
         n = omp.max_threads()
         seen.append(n)
-        first = n == 1 and seen.count(1) <= RECORD_AT  # the kernels' path, then the recording
+        first = n == 1 and seen.count(1) < REPLAY_FROM  # the kernels' path, then the recording
         time.sleep(0.03 if first else 0.002 if n >= 2 else 0.0005)
         return tensors
 

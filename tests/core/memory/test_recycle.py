@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import anychip
+from anychip.backends.cpu.replay.run import REPLAY_FROM
 from anychip.core.memory import recycle
 
 SHAPE = (1, 16, 64, 64)  # 256 KiB: over recycle.MIN_BYTES
@@ -58,7 +59,7 @@ def test_dropped_outputs_are_reused_held_ones_never(nodes: int) -> None:
     sess = anychip.load(model.SerializeToString(), devices=["cpu"])
     want = _reference(model)
     rng = np.random.default_rng(nodes)
-    for _ in range(8):  # dropped each run: past the replay's recording
+    for _ in range(REPLAY_FROM + 5):  # dropped each run: past the replay's recording
         x = rng.standard_normal(SHAPE).astype(np.float32)
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want(x), rtol=1e-5, atol=1e-5)
     assert _outputs(sess).reused >= 5
