@@ -156,7 +156,7 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
             "past_sequence_length?",
             "cache_indirection?",
         ],
-        ["output", "present_key?", "present_value?"],
+        ["output", "present_key?", "present_value?", "qk?"],
         [
             ("num_heads", _A.INT),
             ("unidirectional", 0),
