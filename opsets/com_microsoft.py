@@ -5,9 +5,9 @@ same input order, optional inputs and attribute defaults, all at ``since_version
 only version of these ops). They are registered by the CPU plugin through
 ``anychip_register_ops`` like any plugin domain, so the importer accepts the domain and the
 kernel call fills attribute defaults from them. Type constraints are loose (every tensor
-type): the kernels check what they need. GreedySearch runs its decoder subgraph in a loop
-(decision 048); BeamSearch and Sampling are not here (a beam scorer, a random sampler anychip
-does not model), and a model that uses them is refused at load naming the op.
+type): the kernels check what they need. GreedySearch and Sampling run their decoder
+subgraph in a loop (decision 048); BeamSearch is not here (its beam scorer is not modelled),
+and a model that uses it is refused at load naming the op.
 """
 
 from __future__ import annotations
@@ -226,6 +226,16 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
         [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
         + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
         + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)],
+    ),
+    "Sampling": (
+        ["input_ids", "max_length", "min_length?", "repetition_penalty?", "vocab_mask?"]
+        + ["prefix_vocab_mask?", "attention_mask?", "presence_mask?", "seed?"],
+        ["sequences", "filtered_logits?"],
+        [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
+        + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
+        + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)]
+        + [("temperature", 1.0), ("top_p", 0.0), ("filter_value", float("-inf"))]
+        + [("min_tokens_to_keep", 0), ("presence_penalty", 0.0), ("custom", 0)],
     ),
 }
 

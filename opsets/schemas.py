@@ -114,7 +114,6 @@ def resolve(
 _GENERATION_OPS = frozenset(
     {
         "BeamSearch",
-        "Sampling",
         "WhisperBeamSearch",
         "DecoderMaskedMultiHeadAttention",
         "DecoderMaskedSelfAttention",

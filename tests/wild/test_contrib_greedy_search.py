@@ -174,3 +174,85 @@ def test_greedy_search_max_length_must_exceed_the_prompt() -> None:
     sess = anychip.load(_model(rng, feeds, eos_token_id=1, pad_token_id=0), devices=["cpu"])
     with pytest.raises(anychip.AnychipError, match="max_length"):
         sess.run(None, feeds)
+
+
+def _sampling_model(
+    rng: np.random.Generator, feeds: dict[str, np.ndarray], **attrs: Any
+) -> onnx.ModelProto:
+    m = _model(rng, {k: v for k, v in feeds.items() if k not in ("presence_mask", "seed")}, **attrs)
+    node = m.graph.node[0]
+    node.op_type = "Sampling"
+    for name in ("presence_mask", "seed"):
+        if name in feeds:
+            while len(node.input) < (7 if name == "presence_mask" else 8):
+                node.input.append("")
+            node.input.append(name)
+            v = feeds[name]
+            m.graph.input.append(
+                h.make_tensor_value_info(name, nh.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            )
+    return m
+
+
+_SAMPLING: dict[str, dict[str, Any]] = {
+    "top_p": {"attrs": {"top_p": 0.6, "min_tokens_to_keep": 1}},
+    "seeded": {"attrs": {"top_p": 0.9, "min_tokens_to_keep": 1}, "seed": 1234},
+    "temperature": {"attrs": {"top_p": 0.8, "temperature": 1.7, "min_tokens_to_keep": 2}},
+    "custom": {"attrs": {"top_p": 0.7, "custom": 1}, "seed": 7},
+    "presence_mask_unweighted": {"attrs": {"top_p": 0.9}, "presence": True},
+    "repetition_penalty": {
+        "attrs": {"top_p": 0.95, "min_tokens_to_keep": 1},
+        "repetition_penalty": np.array([1.3], np.float32),
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SAMPLING))
+def test_sampling_draws_as_onnxruntime(case) -> None:
+    """Same tokens as onnxruntime: its nucleus filter and its random engine reproduced."""
+    rng = np.random.default_rng(11)
+    spec = _SAMPLING[case]
+    ids = _prompt(rng, b=4, s=3)
+    feeds: dict[str, np.ndarray] = {"input_ids": ids, "max_length": np.array([16], np.int32)}
+    if "repetition_penalty" in spec:
+        feeds["min_length"] = np.array([0], np.int32)
+        feeds["repetition_penalty"] = spec["repetition_penalty"]
+    if spec.get("presence"):
+        feeds["presence_mask"] = (rng.random((4, V)) > 0.5).astype(np.int32)
+    if "seed" in spec:
+        feeds["seed"] = np.array([spec["seed"]], np.int32)
+    attrs = {"eos_token_id": V - 1, "pad_token_id": 0, **spec["attrs"]}
+    model = _sampling_model(rng, feeds, **attrs)
+    want = ort_run(model, feeds)
+    got, _ = anychip_run(model, feeds)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert len(np.unique(want[0][:, 3:])) > 2  # drawn, not a constant
+
+
+def test_sampling_refuses_a_presence_penalty() -> None:
+    """onnxruntime 1.32's CPU kernel applies it to the first score only: refused (048)."""
+    rng = np.random.default_rng(12)
+    ids = _prompt(rng)
+    feeds = {"input_ids": ids, "max_length": np.array([8], np.int32)}
+    feeds["presence_mask"] = np.ones((3, V), np.int32)
+    attrs = {"eos_token_id": V - 1, "pad_token_id": 0, "top_p": 0.9, "presence_penalty": 1.0}
+    sess = anychip.load(_sampling_model(rng, feeds, **attrs), devices=["cpu"])
+    with pytest.raises(anychip.AnychipError, match="presence_penalty"):
+        sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("op", ["GreedySearch", "Sampling"])
+def test_sequences_declared_three_dimensional_is_read_as_two(op) -> None:
+    """onnxruntime's tiny_gpt2_sampling.onnx declares BeamSearch's [batch, n, max_length]
+    for a 2-D result: the declaration is dropped at load, as onnxruntime ignores it."""
+    rng = np.random.default_rng(13)
+    feeds = {"input_ids": _prompt(rng), "max_length": np.array([7], np.int32)}
+    attrs: dict[str, Any] = {"eos_token_id": V - 1, "pad_token_id": 0}
+    if op == "Sampling":
+        attrs.update(top_p=0.9, min_tokens_to_keep=1)
+    model = (_model if op == "GreedySearch" else _sampling_model)(rng, feeds, **attrs)
+    out = model.graph.output[0]
+    out.CopyFrom(h.make_tensor_value_info("sequences", TP.INT32, ["batch", "n", "max_length"]))
+    want = ort_run(model, feeds)
+    got, _ = anychip_run(model, feeds)
+    np.testing.assert_array_equal(got[0], want[0])
