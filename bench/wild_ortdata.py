@@ -3,6 +3,7 @@ anychip and onnxruntime, each in a subprocess with a timeout: a pass-rate table 
 
     python bench/wild_ortdata.py GIT_DIR [--rev HEAD] [--sample N] [--seed 0] [--timeout 60]
                                  [--jobs 2] [--md FILE] [--json FILE] [--only SUBSTR]
+                                 [--class standard|contrib]
     python bench/wild_ortdata.py --rerun ROWS.json [--statuses mismatch,...] [--json FILE]
 
 ``GIT_DIR`` is a bare mirror (the ``fetch`` tool's ``.../repo``): the files are read with
@@ -341,6 +342,16 @@ def _in_subprocess(path: str, seed: int, timeout: float) -> dict[str, Any]:
     return {"status": "crash", "reason": f"exit {proc.returncode}: {tail[:100]}"}
 
 
+def _class_of(path: str) -> str | None:
+    """The domain class of the model at ``path``; None when it is absent or unreadable."""
+    import onnx
+
+    try:
+        return classify(onnx.load(path, load_external_data=False))
+    except Exception:
+        return None
+
+
 def _rates(rows: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     rates = {}
     for cls in ("standard", "contrib"):
@@ -379,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--jobs", type=int, default=1, help="models run at once")
     ap.add_argument("--only", default="", help="models whose path contains this")
+    ap.add_argument(
+        "--class",
+        dest="cls",
+        choices=("standard", "contrib"),
+        help="only the models of this domain class (read in this process first)",
+    )
     ap.add_argument("--scratch", default=os.path.join(tempfile.gettempdir(), "wild-ortdata"))
     ap.add_argument("--md", help="write the table here")
     ap.add_argument("--json", help="write the rows here")
@@ -402,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         paths = extract(args.git_dir, args.rev, args.scratch)
     paths = [p for p in paths if args.only in p]
+    if args.cls:
+        paths = [p for p in paths if _class_of(os.path.join(args.scratch, p)) == args.cls]
     if args.sample:
         paths = sorted(random.Random(args.seed).sample(paths, min(args.sample, len(paths))))
     rows = list(kept)

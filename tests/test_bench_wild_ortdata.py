@@ -75,3 +75,8 @@ def test_corpus_from_a_git_tree(tmp_path) -> None:
     assert rows["relu.onnx"]["status"] == "pass" and rows["relu.onnx"]["class"] == "standard"
     assert rows["sub/gelu.onnx"]["status"] == "pass"
     assert rows["sub/gelu.onnx"]["class"] == "contrib"
+
+    contrib_only = tmp_path / "contrib.json"
+    args = [str(repo / ".git"), "--scratch", str(scratch), "--json", str(contrib_only)]
+    assert wild_ortdata.main([*args, "--class", "contrib"]) == 0
+    assert [r["model"] for r in json.loads(contrib_only.read_text())] == ["sub/gelu.onnx"]
