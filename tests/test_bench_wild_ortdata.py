@@ -80,3 +80,15 @@ def test_corpus_from_a_git_tree(tmp_path) -> None:
     args = [str(repo / ".git"), "--scratch", str(scratch), "--json", str(contrib_only)]
     assert wild_ortdata.main([*args, "--class", "contrib"]) == 0
     assert [r["model"] for r in json.loads(contrib_only.read_text())] == ["sub/gelu.onnx"]
+
+
+def test_speed_phases_and_summary(tmp_path) -> None:
+    from bench import ortdata_speed
+
+    path = tmp_path / "relu.onnx"
+    onnx.save(_model(), str(path))
+    row = ortdata_speed.time_one(str(path), repeat=2)
+    assert set(row["phases"]) == {"load", "first", "2-10", "steady"}
+    assert all(a > 0 and b > 0 for a, b in row["phases"].values())
+    text = ortdata_speed.summary([{"model": "relu.onnx", **row}, {"model": "x", "error": "e"}])
+    assert "1 models timed" in text and "| steady |" in text and "relu.onnx" in text
