@@ -6,8 +6,11 @@
 Each model runs in its own process (a fresh interpreter: the load is a first load's), fed the
 inputs ``wild_ortdata`` scored it with (its first feed onnxruntime accepted). Phases, as in
 ``wild_corpus.py``: ``load`` (``anychip.load`` against an onnxruntime session with its default
-optimizations, both from the file), ``first`` (the first run), ``2-10`` (the median of runs 2
-to 10, the two alternating) and ``steady`` (the best of ``--repeat`` interleaved runs). The
+optimizations, both from the file; anychip's includes the modules its first load imports),
+``first`` (the first run), ``2-10`` (the median of runs 2 to 10, the two alternating),
+``steady`` (the best of ``--repeat`` interleaved runs) and ``reload`` (a second load of the
+model in the same process: the per-model cost without first imports). Run it with Python's
+bytecode cache on (``PYTHONDONTWRITEBYTECODE`` unset), as an installed package has it. The
 table gives each phase's geomean ratio anychip / onnxruntime (below 1: anychip is faster),
 over all models and over those onnxruntime runs in under 1 ms, with the worst models.
 """
@@ -71,6 +74,13 @@ def time_one(path: str, seed: int = 0, repeat: int = 20) -> dict[str, Any]:
     phases = {"load": (t1 - t0, t3 - t2), "first": (t2 - t1, t4 - t3)}
     phases["2-10"] = _early_runs(ours, theirs, 9)
     phases["steady"] = _interleaved(ours, theirs, repeat)
+    t5 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        anychip.load(path, devices=["cpu"])
+    t6 = time.perf_counter()
+    ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    phases["reload"] = (t6 - t5, time.perf_counter() - t6)
     return {"phases": {k: list(v) for k, v in phases.items()}}
 
 
@@ -103,7 +113,7 @@ def summary(rows: list[dict[str, Any]]) -> str:
         "| phase | geomean (all) | geomean (sub-ms) | worst (all) |",
         "|---|---|---|---|",
     ]
-    for phase in PHASES:
+    for phase in (*PHASES, "reload"):
         ratios = [r["phases"][phase][0] / r["phases"][phase][1] for r in timed]
         sub = [r["phases"][phase][0] / r["phases"][phase][1] for r in small]
         worst = max(ratios) if ratios else float("nan")

@@ -88,7 +88,7 @@ def test_speed_phases_and_summary(tmp_path) -> None:
     path = tmp_path / "relu.onnx"
     onnx.save(_model(), str(path))
     row = ortdata_speed.time_one(str(path), repeat=2)
-    assert set(row["phases"]) == {"load", "first", "2-10", "steady"}
+    assert set(row["phases"]) == {"load", "first", "2-10", "steady", "reload"}
     assert all(a > 0 and b > 0 for a, b in row["phases"].values())
     text = ortdata_speed.summary([{"model": "relu.onnx", **row}, {"model": "x", "error": "e"}])
-    assert "1 models timed" in text and "| steady |" in text and "relu.onnx" in text
+    assert "1 models timed" in text and "| reload |" in text and "relu.onnx" in text
