@@ -92,3 +92,21 @@ def test_speed_phases_and_summary(tmp_path) -> None:
     assert all(a > 0 and b > 0 for a, b in row["phases"].values())
     text = ortdata_speed.summary([{"model": "relu.onnx", **row}, {"model": "x", "error": "e"}])
     assert "1 models timed" in text and "| reload |" in text and "relu.onnx" in text
+
+
+def test_random_ops_found_in_subgraphs() -> None:
+    """A model with a random op (here inside an If branch) is run more times before it is
+    called deterministic: two runs of a small Dropout mask agree by luck."""
+    branch = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = _model()
+    model.graph.node.append(
+        helper.make_node("If", ["c"], ["z"], then_branch=branch, else_branch=branch)
+    )
+    ops = wild_ortdata._op_types(model)
+    assert {"Relu", "If", "Dropout"} <= ops and ops & wild_ortdata.RANDOM_OPS
+    assert not wild_ortdata._op_types(_model()) & wild_ortdata.RANDOM_OPS
