@@ -5,9 +5,9 @@ same input order, optional inputs and attribute defaults, all at ``since_version
 only version of these ops). They are registered by the CPU plugin through
 ``anychip_register_ops`` like any plugin domain, so the importer accepts the domain and the
 kernel call fills attribute defaults from them. Type constraints are loose (every tensor
-type): the kernels check what they need. Whole-loop ops (BeamSearch, GreedySearch, Sampling)
-are not here: they run a decoder subgraph in a loop with a search state anychip does not
-model, and a model that uses them is refused at load naming the op.
+type): the kernels check what they need. GreedySearch and Sampling run their decoder
+subgraph in a loop (decision 048); BeamSearch is not here (its beam scorer is not modelled),
+and a model that uses it is refused at load naming the op.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
             "past_sequence_length?",
             "cache_indirection?",
         ],
-        ["output", "present_key?", "present_value?"],
+        ["output", "present_key?", "present_value?", "qk?"],
         [
             ("num_heads", _A.INT),
             ("unidirectional", 0),
@@ -217,6 +217,25 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
         + ["y_scale?", "y_zero_point?"],
         ["Y"],
         [("alpha", 1.0), ("transA", 0), ("transB", 0)],
+    ),
+    # a decoder subgraph run in a loop (backends/cpu/kernels/op_contrib_greedy_search.py)
+    "GreedySearch": (
+        ["input_ids", "max_length", "min_length?", "repetition_penalty?", "vocab_mask?"]
+        + ["prefix_vocab_mask?", "attention_mask?"],
+        ["sequences"],
+        [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
+        + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
+        + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)],
+    ),
+    "Sampling": (
+        ["input_ids", "max_length", "min_length?", "repetition_penalty?", "vocab_mask?"]
+        + ["prefix_vocab_mask?", "attention_mask?", "presence_mask?", "seed?"],
+        ["sequences", "filtered_logits?"],
+        [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
+        + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
+        + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)]
+        + [("temperature", 1.0), ("top_p", 0.0), ("filter_value", float("-inf"))]
+        + [("min_tokens_to_keep", 0), ("presence_penalty", 0.0), ("custom", 0)],
     ),
 }
 

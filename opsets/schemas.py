@@ -114,8 +114,6 @@ def resolve(
 _GENERATION_OPS = frozenset(
     {
         "BeamSearch",
-        "GreedySearch",
-        "Sampling",
         "WhisperBeamSearch",
         "DecoderMaskedMultiHeadAttention",
         "DecoderMaskedSelfAttention",

@@ -75,3 +75,38 @@ def test_corpus_from_a_git_tree(tmp_path) -> None:
     assert rows["relu.onnx"]["status"] == "pass" and rows["relu.onnx"]["class"] == "standard"
     assert rows["sub/gelu.onnx"]["status"] == "pass"
     assert rows["sub/gelu.onnx"]["class"] == "contrib"
+
+    contrib_only = tmp_path / "contrib.json"
+    args = [str(repo / ".git"), "--scratch", str(scratch), "--json", str(contrib_only)]
+    assert wild_ortdata.main([*args, "--class", "contrib"]) == 0
+    assert [r["model"] for r in json.loads(contrib_only.read_text())] == ["sub/gelu.onnx"]
+
+
+def test_speed_phases_and_summary(tmp_path) -> None:
+    from bench import ortdata_speed
+
+    path = tmp_path / "relu.onnx"
+    onnx.save(_model(), str(path))
+    row = ortdata_speed.time_one(str(path), repeat=2)
+    assert set(row["phases"]) == {"load", "first", "2-10", "steady", "reload"}
+    assert all(a > 0 and b > 0 for a, b in row["phases"].values())
+    text = ortdata_speed.summary([{"model": "relu.onnx", **row}, {"model": "x", "error": "e"}])
+    assert "1 models timed" in text and "| reload |" in text and "relu.onnx" in text
+
+
+def test_random_ops_found_in_subgraphs() -> None:
+    """A model with a random op (here inside an If branch) is run more times before it is
+    called deterministic: two runs of a small Dropout mask agree by luck."""
+    branch = helper.make_graph(
+        [helper.make_node("Dropout", ["x"], ["y"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = _model()
+    model.graph.node.append(
+        helper.make_node("If", ["c"], ["z"], then_branch=branch, else_branch=branch)
+    )
+    ops = wild_ortdata._op_types(model)
+    assert {"Relu", "If", "Dropout"} <= ops and ops & wild_ortdata.RANDOM_OPS
+    assert not wild_ortdata._op_types(_model()) & wild_ortdata.RANDOM_OPS

@@ -14,7 +14,9 @@ it): the exporter's one trace fixed them, onnxruntime runs with the actual sizes
 anychip (the rank and the declared symbols are kept). Except where the rank is known otherwise:
 a Reshape's output has as many axes as its shape input has elements, and a declaration of
 another rank (onnxruntime's own ``reshape_fusion_with_graph_inputs.onnx`` declares
-``[10,20,?]`` for a 2-D result) is dropped whole.
+``[10,20,?]`` for a 2-D result) is dropped whole; so is one of GreedySearch's and Sampling's
+``sequences``, ``[batch, max_length]`` in onnxruntime whatever the model declares (its
+``tiny_gpt2_sampling.onnx`` declares BeamSearch's ``[batch, num_return_sequences, max_length]``).
 """
 
 from __future__ import annotations
@@ -128,7 +130,12 @@ def _reshape_ranks(graph: onnx.GraphProto, inferred: dict[str, onnx.ValueInfoPro
             dims = lengths.get(node.input[1])
             if dims is not None and len(dims) == 1:
                 ranks[node.output[0]] = dims[0]
+        elif node.op_type in _SEQUENCES_2D and node.domain == "com.microsoft" and node.output:
+            ranks[node.output[0]] = 2
     return ranks
+
+
+_SEQUENCES_2D = ("GreedySearch", "Sampling")  # com.microsoft ops whose output 0 is 2-D
 
 
 def _symbols_only(declared: onnx.TypeProto) -> onnx.TypeProto:

@@ -303,9 +303,11 @@ def _infer(node: Node) -> None:
     else:
         shape = _broadcast(*(v.shape for v in node.inputs if v is not None))
     embed = node.op_type == "EmbedLayerNormalization"
+    attention = node.op_type in ("Attention", "MultiHeadAttention")  # output 3 is qk, 4-D
+    outs = (0, 2) if embed else (0,) if attention else (0, 3)
     like = _typed_input(node)
     for i, o in enumerate(node.outputs):
-        if o is not None and o.shape is None and i in ((0, 2) if embed else (0, 3)) and shape:
+        if o is not None and o.shape is None and i in outs and shape:
             o.shape = shape
             if not o.dtype:
                 o.dtype = like.dtype

@@ -6,18 +6,24 @@ position gets ``mask_filter_value`` added to its score; ``unidirectional`` masks
 Mask formats: ``[B]`` (valid key length per batch row, right padding), ``[2B]`` (end and
 start), ``[B, T]`` raw 0/1 masks, ``[B, S, T]`` and ``[B, 1, M, M]`` (a larger causal buffer
 cut to the shapes). Packed QKV/KV inputs of MultiHeadAttention are refused, as by
-onnxruntime's CPU kernel. Rotary
-embedding inside Attention (``do_rotary``) and beam-search cache indirection are refused.
+onnxruntime's CPU kernel. Rotary embedding inside Attention (``do_rotary``) is refused.
+
+MultiHeadAttention's decoding inputs follow onnxruntime's CPU kernel (decision 048): with
+``past_key`` and ``past_sequence_length`` the past and present share one buffer of
+``max_sequence_length`` M (the new keys written at ``P = past_sequence_length``, attention
+over the first ``P + L``); with ``cache_indirection`` ``[B / W, W, M]`` as well, a one-token
+step (``S = 1``, ``P > 0``, no mask or a 2-D one) reads past position ``j`` of beam ``b``
+from beam ``cache_indirection[b, j]`` of its batch (beam search's reordered cache); in every
+other case the indirection is not read, as in onnxruntime. Output 3 (``qk``) is the scaled,
+biased and masked ``Q K^T`` before the softmax; positions in the causal future are the
+lowest float there (onnxruntime's fill), padded ones get ``mask_filter_value``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from anychip.backends.cpu.table import kernel
-from anychip.core.plugin.claims import Constraint
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
 
@@ -57,27 +63,26 @@ def _mask_bias(mask: np.ndarray | None, b: int, s: int, t: int, fill: float) -> 
     return np.where(keep, np.float32(0), np.float32(fill))
 
 
-def _attend(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    scale: float,
-    bias: np.ndarray,
-    causal: bool,
-    fill: float,
+def _scores(
+    q: np.ndarray, k: np.ndarray, scale: float, bias: np.ndarray, causal: bool
 ) -> np.ndarray:
-    """``q [B,N,S,H], k [B,N,T,H], v [B,N,T,Hv]`` -> ``[B, S, N*Hv]``."""
+    """``Q K^T * scale + bias`` ``[B, N, S, T]``, the causal future at the lowest float."""
     s, t = q.shape[2], k.shape[2]
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
     scores = scores + bias
-    if causal:
+    if causal and s > 1:
         future = np.arange(t)[None, :] > (np.arange(s)[:, None] + (t - s))
-        scores = scores + np.where(future, np.float32(fill), np.float32(0))
+        scores = np.where(future, np.finfo(np.float32).min, scores).astype(scores.dtype)
+    return scores
+
+
+def _attend(scores: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``softmax(scores) V`` for ``scores [B,N,S,T], v [B,N,T,Hv]`` -> ``[B, S, N*Hv]``."""
     scores = scores - scores.max(axis=-1, keepdims=True)
     e = np.exp(scores)
     probs = e / e.sum(axis=-1, keepdims=True)
     out = np.matmul(probs, v)
-    b, n, _, hv = out.shape
+    b, n, s, hv = out.shape
     return out.transpose(0, 2, 1, 3).reshape(b, s, n * hv)
 
 
@@ -126,8 +131,8 @@ def ms_attention(
     add = _mask_bias(mask_index, b, s, t, mask_filter_value)
     if attention_bias is not None:
         add = add + attention_bias.astype(np.float32)
-    out = _attend(q, k, v, scale or 1.0 / np.sqrt(h), add, bool(unidirectional), mask_filter_value)
-    return out.astype(x.dtype), present
+    scores = _scores(q, k, scale or 1.0 / np.sqrt(h), add, bool(unidirectional))
+    return _attend(scores, v).astype(x.dtype), present
 
 
 def _mha_inputs(
@@ -158,18 +163,58 @@ def _mha_inputs(
     return _heads(q, n), _heads(k, n), _heads(v, n), False
 
 
-def _no_cache_indirection(node: Any) -> bool:
-    return len(node.inputs) < 10 or node.inputs[9] is None
+def _shared_cache(
+    past_key: np.ndarray,
+    past_value: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    past_sequence_length: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """onnxruntime's shared past/present buffer ``[B, N, M, H]``: the presents (the pasts with
+    the new ``L`` keys and values written at ``P``) and ``P``."""
+    m, n_new = past_key.shape[2], k.shape[2]
+    p = int(np.asarray(past_sequence_length).reshape(-1)[0])
+    if not 0 <= p < m or p + n_new > m:
+        raise KernelError(
+            f"MultiHeadAttention: past_sequence_length {p} plus {n_new} new positions does not "
+            f"fit the shared cache of max_sequence_length {m} (past_key's dimension 2); "
+            f"give 0 <= past_sequence_length <= {m - n_new}"
+        )
+    present_k = past_key.astype(k.dtype)  # a copy: the caller's past is never written
+    present_v = past_value.astype(v.dtype)
+    present_k[:, :, p : p + n_new] = k
+    present_v[:, :, p : p + n_new] = v
+    return present_k, present_v, p
 
 
-# beam search's reordered KV cache: onnxruntime's BeamSearch feeds it; refused at load
-_NO_BEAMS = Constraint(
-    "no cache_indirection (beam search's reordered cache: use onnxruntime for generation loops)",
-    _no_cache_indirection,
-)
+def _beam_sources(cache_indirection: np.ndarray, b: int, m: int, p: int) -> np.ndarray:
+    """For batch-beam row ``r`` and past position ``j < p``, the row the past is read from:
+    beam ``cache_indirection[r, j]`` of ``r``'s batch (``[B, p]``)."""
+    ci = np.asarray(cache_indirection)
+    if ci.ndim != 3 or ci.shape[0] * ci.shape[1] != b or ci.shape[2] != m:
+        raise KernelError(
+            f"MultiHeadAttention: cache_indirection of shape {list(ci.shape)}; expected "
+            f"[batch, beams, max_sequence_length] with batch * beams = {b} (query's batch) "
+            f"and max_sequence_length = {m} (past_key's dimension 2)"
+        )
+    w = ci.shape[1]
+    beams = ci.reshape(b, m)[:, :p].astype(np.int64)
+    if beams.size and (beams.min() < 0 or beams.max() >= w):
+        raise KernelError(
+            f"MultiHeadAttention: cache_indirection holds beam {int(beams.max())} or "
+            f"{int(beams.min())}, outside [0, {w}) beams"
+        )
+    return (np.arange(b)[:, None] // w) * w + beams
 
 
-@kernel("MultiHeadAttention", domain=MS_DOMAIN, since=1, constraints=(_NO_BEAMS,))
+def _beam_step(present: np.ndarray, new: np.ndarray, rows: np.ndarray, p: int) -> np.ndarray:
+    """Keys (or values) ``[B, N, p + 1, H]`` of a one-token step: the past through the beam
+    rows, then the new token's."""
+    past = present[rows, :, np.arange(p)[None, :]]  # [B, p, N, H]
+    return np.concatenate([past.transpose(0, 2, 1, 3), new], axis=2)
+
+
+@kernel("MultiHeadAttention", domain=MS_DOMAIN, since=1)
 def multi_head_attention(
     query: np.ndarray,
     key: np.ndarray | None = None,
@@ -186,22 +231,46 @@ def multi_head_attention(
     unidirectional: int = 0,
     mask_filter_value: float = -10000.0,
     scale: float = 0.0,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Attention over separate (or packed) Q, K, V projections, with an optional KV cache."""
-    if cache_indirection is not None:
-        raise KernelError(
-            "MultiHeadAttention: cache_indirection (beam search) is not supported on the CPU"
-        )
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Attention over separate Q, K, V projections, with an optional KV cache (appended, or
+    a shared buffer of ``max_sequence_length`` read through a beam search's indirection)."""
     w = _work(query)
-    q, k, v, _ = _mha_inputs(query, key, value, bias, num_heads, w)
-    if past_key is not None and past_value is not None:
+    q, k, v, cross = _mha_inputs(query, key, value, bias, num_heads, w)
+    b, _, s, h = q.shape
+    has_past = past_key is not None and past_value is not None
+    if has_past and past_sequence_length is not None and not cross:  # one shared buffer
+        present_k, present_v, p = _shared_cache(past_key, past_value, k, v, past_sequence_length)
+        t = p + k.shape[2]
+        mask = None if key_padding_mask is None else np.asarray(key_padding_mask)
+        beams = (
+            cache_indirection is not None
+            and s == 1
+            and p > 0
+            and h == v.shape[-1]
+            and (mask is None or mask.shape == (b, t))
+        )
+        if beams:
+            if attention_bias is not None and attention_bias.shape[0] != 1:
+                raise KernelError(
+                    "MultiHeadAttention: an attention_bias with a batch dimension together "
+                    "with cache_indirection: onnxruntime's CPU kernel reads it per batch, not "
+                    "per beam; give a bias of batch dimension 1, or no cache_indirection"
+                )
+            rows = _beam_sources(cache_indirection, b, present_k.shape[2], p)
+            k, v = _beam_step(present_k, k, rows, p), _beam_step(present_v, v, rows, p)
+        else:
+            k, v = present_k[:, :, :t], present_v[:, :, :t]
+    elif has_past:
         k = np.concatenate([past_key.astype(w), k], axis=2)
         v = np.concatenate([past_value.astype(w), v], axis=2)
-    b, _, s, h = q.shape
+        present_k, present_v = k, v
+    else:
+        present_k, present_v = k, v
     t = k.shape[2]
     add = _mask_bias(key_padding_mask, b, s, t, mask_filter_value)
     if attention_bias is not None:
         add = add + attention_bias.astype(np.float32)
-    out = _attend(q, k, v, scale or 1.0 / np.sqrt(h), add, bool(unidirectional), mask_filter_value)
+    scores = _scores(q, k, scale or 1.0 / np.sqrt(h), add, bool(unidirectional))
     dt = query.dtype
-    return out.astype(dt), k.astype(dt), v.astype(dt)
+    out = _attend(scores, v)
+    return out.astype(dt), present_k.astype(dt), present_v.astype(dt), scores.astype(dt)
