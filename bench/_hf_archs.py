@@ -107,7 +107,8 @@ ARCHS: list[Arch] = [
     _a("layoutlm", "encoder", "LayoutLMConfig", "LayoutLMModel", inputs="text+bbox", **_BERT),
     _a(
         "modernbert", "encoder", "ModernBertConfig", "ModernBertModel",
-        global_attn_every_n_layers=2, local_attention=4, **_BERT,
+        global_attn_every_n_layers=2, local_attention=4, pad_token_id=0, bos_token_id=2,
+        eos_token_id=3, cls_token_id=2, sep_token_id=3, **_BERT,
     ),
     # decoders
     _a(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -60,6 +61,12 @@ SEED = 0
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
+
+
+def _fallen(message: str) -> str:
+    """The ops of a strict placement's refusal, counted (its lines read ``name (Op) -> ...``)."""
+    ops = re.findall(r"^\s+\S+ \((\w+)\) -> ", message, re.M)
+    return " " + ", ".join(f"{op} x{ops.count(op)}" for op in sorted(set(ops))) if ops else ""
 
 
 # --- export (a child process: needs torch and transformers) --------------------------------
@@ -150,7 +157,7 @@ def run_one(path: str, feeds_path: str, devices: str) -> dict[str, Any]:
         by_device = dict(sess.placement().by_device())
         served = [sp.telemetry() for sp in sess.compiled.specialized.values()]
     except AnychipError as e:
-        return {"status": "error", "reason": _first_line(e)}
+        return {"status": "error", "reason": _first_line(e) + _fallen(str(e))}
     except Exception as e:
         return {"status": "crash", "reason": _first_line(e)}
     if any(t["hits"] + t["disk_hits"] == 0 for t in served):

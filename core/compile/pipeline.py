@@ -26,6 +26,7 @@ from typing import Any
 
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
 from anychip.core.compile.specialize import SpecializedPartition, release_executables
+from anychip.core.compile.static_shapes import complete_shapes
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
@@ -269,6 +270,9 @@ def _compile_partitions(
             reference = (
                 _graph_reference(p, registry) if copts.bring_up and backend.graph_mode else None
             )
+            if backend.graph_mode and backend.shape_policy == "static":
+                if all(v.is_static for v in p.graph.inputs):
+                    complete_shapes(p.graph)  # what folding made known: compiled at load
             if backend.graph_mode and _specializes(backend, p.graph, copts):
                 p.program = out.specialized[p.index] = _specialized(
                     out, p, backend, registry, copts, options.strict

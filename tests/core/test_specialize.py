@@ -129,3 +129,43 @@ def test_a_transformer_layer_with_a_symbolic_sequence_runs_on_the_npu():
         np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     t = _sp(sess).telemetry()
     assert (t["compiles"], t["hits"], t["host_runs"]) == (3, 3, 3)
+
+
+def _expand_to_a_computed_shape() -> bytes:
+    """TorchScript's pattern: Expand to ``Where(Equal(c, ones * -1), ones, c)``: static inputs,
+    but onnx's inference (no data propagation through Where) leaves Expand's shape unknown."""
+    c = numpy_helper.from_array(np.array([2, 3], np.int64), "c")
+    two = numpy_helper.from_array(np.array([2], np.int64), "two")
+    minus = numpy_helper.from_array(np.array(-1, np.int64), "minus")
+    nodes = [
+        helper.make_node("ConstantOfShape", ["two"], ["ones"], value=helper.make_tensor(
+            "one", TensorProto.INT64, [1], [1])),
+        helper.make_node("Mul", ["ones", "minus"], ["neg"]),
+        helper.make_node("Equal", ["c", "neg"], ["eq"]),
+        helper.make_node("Where", ["eq", "ones", "c"], ["shape"]),
+        helper.make_node("Expand", ["x", "shape"], ["e"]),
+        helper.make_node("Relu", ["e"], ["y"]),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "expand", [x], [y], [c, two, minus])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_static_inputs_with_shapes_inference_left_unknown_run_on_the_npu():
+    """Compiled at load, the NPU read Expand's unknown output shape and failed (the zoo's
+    TorchScript exports, strict): once the shape is folded, inference on the partition knows
+    it, and the partition is compiled at load."""
+    import onnxruntime as ort
+
+    model = _expand_to_a_computed_shape()
+    sess = anychip.load(
+        model, devices=["npu", "cpu"], strict=True, failover=False, cost_model=False,
+        background_compile=False,
+    )  # fmt: skip
+    x = np.array([[-1.0, 0.5, 2.0]], np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want[0])
+    assert sess.placement().by_device() == {"npu": 2}  # Expand and Relu (the rest folded)
+    assert not sess.compiled.specialized  # compiled at load, no run on the host
