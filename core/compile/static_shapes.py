@@ -20,7 +20,7 @@ import numpy as np
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
 
-__all__ = ["all_static", "complete_shapes"]
+__all__ = ["all_static", "complete_shapes", "steering_inputs"]
 
 #: Constants above this many elements go to inference as typed inputs without their data (it
 #: needs their shapes; the small ones carry the values shapes are computed from).
@@ -86,3 +86,47 @@ def _static(vi: Any) -> Any:
     if not all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
         return None
     return tuple(int(d.dim_value) for d in dims)
+
+
+#: Inputs whose values decide an output's shape (or that a compiler reads as settings), by op.
+_STEERING: dict[str, tuple[int, ...]] = {
+    "Expand": (1,), "Reshape": (1,), "Tile": (1,), "ConstantOfShape": (0,),
+    "Range": (0, 1, 2), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (1, 2, 3),
+    "Upsample": (1,), "TopK": (1,), "OneHot": (1,), "Squeeze": (1,), "Unsqueeze": (1,),
+    "Split": (1,), "CumSum": (1,), "NonZero": (0,), "Compress": (1,), "CenterCropPad": (1,),
+    "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
+    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
+    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Unique": (0,),
+    "NonMaxSuppression": (0, 1, 2, 3, 4),
+}  # fmt: skip
+#: Ops whose output depends on their input's shape only, not its values.
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
+
+
+def steering_inputs(graph: Graph) -> list[int]:
+    """Indices of ``graph``'s inputs whose *values* reach an input of ``_STEERING`` (other than
+    through Shape or Size): a compile for one input signature fits those values only, so a
+    run's key must hold them (an Expand to a shape fed as an input: a signature compiled for
+    ``[3, 3]`` answered ``[1, 1]`` with a 3x3 result)."""
+    producer = {id(o): n for n in graph.nodes for o in n.outputs if o is not None}
+    index = {id(v): i for i, v in enumerate(graph.inputs)}
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = [
+        n.inputs[i]
+        for n in graph.nodes
+        if n.domain in ("", "ai.onnx")
+        for i in _STEERING.get(n.op_type, ())
+        if i < len(n.inputs) and n.inputs[i] is not None
+    ]
+    while stack:
+        v = stack.pop()
+        if v is None or id(v) in seen or v.const is not None:
+            continue
+        seen.add(id(v))
+        if id(v) in index:
+            found.add(index[id(v)])
+        n = producer.get(id(v))
+        if n is not None and n.op_type not in _SHAPE_ONLY:
+            stack.extend(n.inputs)
+    return sorted(found)

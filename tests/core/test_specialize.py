@@ -169,3 +169,44 @@ def test_static_inputs_with_shapes_inference_left_unknown_run_on_the_npu():
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want[0])
     assert sess.placement().by_device() == {"npu": 2}  # Expand and Relu (the rest folded)
     assert not sess.compiled.specialized  # compiled at load, no run on the host
+
+
+def test_an_expand_to_a_shape_fed_as_an_input_compiles_per_value():
+    """Expand's shape an input: one input signature, outputs of the shape its values say. A
+    signature traced with ``[3, 3]`` answered ``[1, 1]`` with a 3x3 result (the default,
+    background compile); the values of such an input are now part of the key."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "e", [x, s], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, background_compile=True)
+    assert sess.placement().by_device() == {"npu": 1}
+    xv = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+    for shape in ([3, 3], [3, 3], [1, 1], [1, 1], [3, 3]):
+        got = sess.run(None, {"x": xv, "s": np.array(shape, np.int64)})[0]
+        np.testing.assert_array_equal(got, xv * np.ones([1, *shape], np.float32))
+        _sp(sess).wait()
+    t = _sp(sess).telemetry()
+    assert (t["compiles"] + t["disk_hits"], t["hits"], t["host_runs"]) == (2, 3, 2), t
+
+
+def test_only_inputs_whose_values_steer_shapes_are_keyed():
+    from anychip.core.compile.static_shapes import steering_inputs
+    from anychip.ir.onnx import import_model
+
+    nodes = [
+        helper.make_node("Shape", ["a"], ["sa"]),
+        helper.make_node("Expand", ["x", "sa"], ["e"]),  # a's shape only: not keyed
+        helper.make_node("Add", ["k", "k"], ["k2"]),
+        helper.make_node("Reshape", ["e", "k2"], ["y"]),  # k's values, through Add: keyed
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [2]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "g", inputs, [y])
+    model = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert steering_inputs(model.graph) == [2]
