@@ -200,7 +200,8 @@ ARCHS: list[Arch] = [
         part="encoder", vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=1,
         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
         decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
-        max_target_positions=16,
+        max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        decoder_start_token_id=1,
     ),
     _a(
         "wav2vec2", "audio", "Wav2Vec2Config", "Wav2Vec2Model", inputs="audio-wave",

@@ -273,9 +273,15 @@ def run_all(
         return n, e, s, r
 
     results: dict[str, Any] = {}
+    path = os.path.join(out, "results.json")
+    if os.path.exists(path):  # an --only run updates its rows
+        with open(path) as f:
+            results = json.load(f)
+    for n in names:
+        results.pop(n, None)
     for n, e, s, r in _map(jobs, one, items):
         results.setdefault(n, {}).setdefault(e, {})[s] = r
-    with open(os.path.join(out, "results.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     return results
 

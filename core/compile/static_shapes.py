@@ -6,9 +6,11 @@ through (Where, Equal): the Expand's output stays unknown, though the model's in
 Constant folding then makes that shape an initializer, and a second inference on the partition
 as placed knows it. A static-shape device compiles a partition with static inputs at load
 (``core/compile/pipeline``) and reads every value's shape: ``complete_shapes`` gives it those
-inference can now compute. A shape that depends on the inputs' values (an Expand to a shape fed
-as an input) stays unknown, and such a partition is refused by the device as before (a trace of
-one run would fit the executable to that run's values only).
+inference can now compute. A shape inference still cannot tell (a chain through an op it does
+not propagate, or one that depends on the inputs' values: an Expand to a shape fed as an
+input) is traced by the partition's first run instead (``core/compile/specialize.py``); the
+values of inputs that steer shapes (``steering_inputs``) are then part of the compile's key, so
+an executable never serves values it was not traced with.
 """
 
 from __future__ import annotations

@@ -210,3 +210,24 @@ def test_only_inputs_whose_values_steer_shapes_are_keyed():
     g = helper.make_graph(nodes, "g", inputs, [y])
     model = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
     assert steering_inputs(model.graph) == [2]
+
+
+def test_static_inputs_whose_shapes_only_a_run_tells_are_traced_strictly_on_the_npu():
+    """Expand's shape an input, the compile at load (background off): inference cannot know
+    the output's shape, so the compile failed and strict refused the model. The first run of
+    each value traces it; the values are in the key."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "e", [x, s], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = anychip.load(
+        model, devices=["npu", "cpu"], strict=True, failover=False, cost_model=False,
+        background_compile=False,
+    )  # fmt: skip
+    xv = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+    for shape in ([3, 3], [1, 1], [3, 3], [1, 1]):
+        got = sess.run(None, {"x": xv, "s": np.array(shape, np.int64)})[0]
+        np.testing.assert_array_equal(got, xv * np.ones([1, *shape], np.float32))
+    t = _sp(sess).telemetry()
+    assert (t["compiles"] + t["disk_hits"], t["hits"], t["host_runs"]) == (2, 2, 2), t
