@@ -59,7 +59,7 @@ SEED = 0
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()  # no terminal colours
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
 
