@@ -26,6 +26,7 @@ from typing import Any
 
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
 from anychip.core.compile.specialize import SpecializedPartition, release_executables
+from anychip.core.compile.static_shapes import all_static, complete_shapes
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
@@ -269,7 +270,11 @@ def _compile_partitions(
             reference = (
                 _graph_reference(p, registry) if copts.bring_up and backend.graph_mode else None
             )
-            if backend.graph_mode and _specializes(backend, p.graph, copts):
+            traced = False  # shapes only a run tells: traced on the first run, then compiled
+            if backend.graph_mode and backend.shape_policy == "static":
+                if all(v.is_static for v in p.graph.inputs):
+                    traced = not complete_shapes(p.graph)  # what folding made known
+            if backend.graph_mode and (traced or _specializes(backend, p.graph, copts)):
                 p.program = out.specialized[p.index] = _specialized(
                     out, p, backend, registry, copts, options.strict
                 )
@@ -423,7 +428,7 @@ def _specialized(
     p.info["shapes"] = "compiled per input signature"
     # With the background compile a static partition is compiled after its first run (which
     # the host serves at full speed: a compile beside it would slow it down); without, now.
-    if all(v.is_static for v in p.graph.inputs) and not copts.background_compile:
+    if all_static(p.graph) and not copts.background_compile:
         sp.compile(_static_key(p.graph), None)
     return sp
 

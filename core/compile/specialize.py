@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.core.compile.static_shapes import steering_inputs
 from anychip.errors import DeviceError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
@@ -126,6 +127,8 @@ class SpecializedPartition:
         }
         self.compile_seconds = 0.0
         self.bucketing = self._bucket_plan(backend.buckets)
+        #: Inputs whose values decide shapes (``static_shapes.steering_inputs``): in the key.
+        self.steering = steering_inputs(graph)
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._deferred: list[threading.Thread] = []
@@ -184,6 +187,11 @@ class SpecializedPartition:
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
         key = signature(inputs)
+        if self.steering:  # their values decide shapes: each value is its own compile
+            key += tuple(
+                ("value", i, np.asarray(self.backend.to_host(inputs[i])).tobytes())
+                for i in self.steering
+            )
         if self._evicted:  # runs are serialised: none of them is running now
             with self._lock:
                 evicted, self._evicted[:] = list(self._evicted), []

@@ -129,3 +129,105 @@ def test_a_transformer_layer_with_a_symbolic_sequence_runs_on_the_npu():
         np.testing.assert_allclose(got, ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
     t = _sp(sess).telemetry()
     assert (t["compiles"], t["hits"], t["host_runs"]) == (3, 3, 3)
+
+
+def _expand_to_a_computed_shape() -> bytes:
+    """TorchScript's pattern: Expand to ``Where(Equal(c, ones * -1), ones, c)``: static inputs,
+    but onnx's inference (no data propagation through Where) leaves Expand's shape unknown."""
+    c = numpy_helper.from_array(np.array([2, 3], np.int64), "c")
+    two = numpy_helper.from_array(np.array([2], np.int64), "two")
+    minus = numpy_helper.from_array(np.array(-1, np.int64), "minus")
+    nodes = [
+        helper.make_node("ConstantOfShape", ["two"], ["ones"], value=helper.make_tensor(
+            "one", TensorProto.INT64, [1], [1])),
+        helper.make_node("Mul", ["ones", "minus"], ["neg"]),
+        helper.make_node("Equal", ["c", "neg"], ["eq"]),
+        helper.make_node("Where", ["eq", "ones", "c"], ["shape"]),
+        helper.make_node("Expand", ["x", "shape"], ["e"]),
+        helper.make_node("Relu", ["e"], ["y"]),
+    ]  # fmt: skip
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "expand", [x], [y], [c, two, minus])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_static_inputs_with_shapes_inference_left_unknown_run_on_the_npu():
+    """Compiled at load, the NPU read Expand's unknown output shape and failed (the zoo's
+    TorchScript exports, strict): once the shape is folded, inference on the partition knows
+    it, and the partition is compiled at load."""
+    import onnxruntime as ort
+
+    model = _expand_to_a_computed_shape()
+    sess = anychip.load(
+        model, devices=["npu", "cpu"], strict=True, failover=False, cost_model=False,
+        background_compile=False,
+    )  # fmt: skip
+    x = np.array([[-1.0, 0.5, 2.0]], np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for _ in range(2):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want[0])
+    assert sess.placement().by_device() == {"npu": 2}  # Expand and Relu (the rest folded)
+    assert not sess.compiled.specialized  # compiled at load, no run on the host
+
+
+def test_an_expand_to_a_shape_fed_as_an_input_compiles_per_value():
+    """Expand's shape an input: one input signature, outputs of the shape its values say. A
+    signature traced with ``[3, 3]`` answered ``[1, 1]`` with a 3x3 result (the default,
+    background compile); the values of such an input are now part of the key."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "e", [x, s], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = anychip.load(model, devices=["npu", "cpu"], cost_model=False, background_compile=True)
+    assert sess.placement().by_device() == {"npu": 1}
+    xv = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+    for shape in ([3, 3], [3, 3], [1, 1], [1, 1], [3, 3]):
+        got = sess.run(None, {"x": xv, "s": np.array(shape, np.int64)})[0]
+        np.testing.assert_array_equal(got, xv * np.ones([1, *shape], np.float32))
+        _sp(sess).wait()
+    t = _sp(sess).telemetry()
+    assert (t["compiles"] + t["disk_hits"], t["hits"], t["host_runs"]) == (2, 3, 2), t
+
+
+def test_only_inputs_whose_values_steer_shapes_are_keyed():
+    from anychip.core.compile.static_shapes import steering_inputs
+    from anychip.ir.onnx import import_model
+
+    nodes = [
+        helper.make_node("Shape", ["a"], ["sa"]),
+        helper.make_node("Expand", ["x", "sa"], ["e"]),  # a's shape only: not keyed
+        helper.make_node("Add", ["k", "k"], ["k2"]),
+        helper.make_node("Reshape", ["e", "k2"], ["y"]),  # k's values, through Add: keyed
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4]),
+        helper.make_tensor_value_info("k", TensorProto.INT64, [2]),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph(nodes, "g", inputs, [y])
+    model = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert steering_inputs(model.graph) == [2]
+
+
+def test_static_inputs_whose_shapes_only_a_run_tells_are_traced_strictly_on_the_npu():
+    """Expand's shape an input, the compile at load (background off): inference cannot know
+    the output's shape, so the compile failed and strict refused the model. The first run of
+    each value traces it; the values are in the key."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1])
+    s = helper.make_tensor_value_info("s", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "e", [x, s], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = anychip.load(
+        model, devices=["npu", "cpu"], strict=True, failover=False, cost_model=False,
+        background_compile=False,
+    )  # fmt: skip
+    xv = np.arange(3, dtype=np.float32).reshape(1, 3, 1)
+    for shape in ([3, 3], [1, 1], [3, 3], [1, 1]):
+        got = sess.run(None, {"x": xv, "s": np.array(shape, np.int64)})[0]
+        np.testing.assert_array_equal(got, xv * np.ones([1, *shape], np.float32))
+    t = _sp(sess).telemetry()
+    assert (t["compiles"] + t["disk_hits"], t["hits"], t["host_runs"]) == (2, 2, 2), t

@@ -1,7 +1,7 @@
-"""What transformer exports need beside MatMul and Softmax: Sub, Div, Sqrt, Tanh, Erf, Gelu
-and LayerNormalization (Y only; its Mean and InvStdDev outputs are refused in
-``check_node``). Float32 throughout; LayerNormalization's statistics in float32, as
-onnxruntime computes them for float inputs (``stash_type`` 1)."""
+"""What transformer exports need beside MatMul and Softmax: Sub, Div (also over integers, the
+shape arithmetic), Sqrt, Reciprocal, Tanh, Erf, Gelu and LayerNormalization (Y only; its Mean
+and InvStdDev outputs are refused in ``check_node``). Float32 throughout; LayerNormalization's
+statistics in float32, as onnxruntime computes them for float inputs (``stash_type`` 1)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,16 @@ def _elementwise(fn: Any) -> Any:
     return lambda node, ctx: lambda xs: fn(*xs)
 
 
-for _op, _fn in {"Sub": np.subtract, "Div": np.divide, "Sqrt": np.sqrt, "Tanh": np.tanh}.items():
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ONNX's Div: integers truncate toward zero (C's division, as onnxruntime computes it)."""
+    if np.issubdtype(a.dtype, np.integer):
+        q = np.abs(a) // np.abs(b)
+        return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype, copy=False)
+    return np.divide(a, b)
+
+
+_ONE = {"Sub": np.subtract, "Div": _divide, "Sqrt": np.sqrt, "Tanh": np.tanh}
+for _op, _fn in {**_ONE, "Reciprocal": np.reciprocal}.items():
     builder(_op)(_elementwise(_fn))
 
 

@@ -61,6 +61,7 @@ NPU_OPS = frozenset(
             "Equal Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg "
             "ConstantOfShape GatherND CumSum Split Pow"
         ).split(),
+        *"ReduceMean ReduceSum ReduceMax ReduceMin Pad Reciprocal".split(),
     }
 )
 #: Ops that also run on the NPU's index datapath (int64, int32, bool): the shape and mask
@@ -71,14 +72,18 @@ INDEX_OPS = frozenset(
     (
         "Shape Gather GatherElements Unsqueeze Squeeze Expand Cast Where Range And Or Not Equal "
         "Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg ConstantOfShape "
-        "Concat Reshape Flatten Transpose Add Sub Mul GatherND CumSum Split"
+        "Concat Reshape Flatten Transpose Add Sub Mul Div GatherND CumSum Split"
     ).split()
 )
 _INDEX_DTYPES = frozenset({DType.INT64, DType.INT32, DType.BOOL})
 #: Operators of the anychip domain that the NPU's own passes create.
 NPU_CUSTOM_OPS = frozenset({"NpuConv", "NpuPool"})
 #: Inputs read at compile time, by op: they must be constants and may be integers.
-COMPILE_TIME_INPUTS = {"Clip": (1, 2)}
+COMPILE_TIME_INPUTS = {
+    "Clip": (1, 2),
+    **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")},
+    "Pad": (1, 2, 3),
+}
 
 _SPATIAL_2D = {"Conv", "NpuConv", "MaxPool", "AveragePool", "GlobalAveragePool", "NpuPool"}
 
@@ -147,6 +152,10 @@ def _check_attributes(node: Node) -> str | None:
         return f"{op} over bool not supported"
     if op == "GatherND" and node.attr("batch_dims", 0):
         return "GatherND with batch_dims > 0 not supported"
+    if op == "Pad" and node.attr("mode", "constant") not in ("constant", "reflect", "edge", "wrap"):
+        return f"Pad mode {node.attr('mode')!r} not supported"
+    if op == "Pad" and opset_of(node) < 11 and len(node.inputs) > 1:
+        return "Pad with inputs before opset 11 not supported"
     if op == "AveragePool" and node.attr("ceil_mode", 0):
         return "attribute ceil_mode=1 of AveragePool not supported"
     if op == "BatchNormalization":
