@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["IREEBackend", "backends"]
 
 #: The compiled bytes' format and the probes' rules; with IREE's version, the caches' key.
-REVISION = "anychip-iree-7"
+REVISION = "anychip-iree-9"
 _NESTED = (AttrType.GRAPH, AttrType.GRAPHS)
 #: name -> (IREE target backend, HAL driver, priority, flops, bandwidth, launch overhead).
 #: The launch overhead is a call of a partition from Python (IREE's FunctionInvoker, the
