@@ -66,6 +66,9 @@ class IREEBackend(Backend):
     graph_mode = True
     auto_select = False
     shape_policy = "symbolic"  # IREE compiles dynamic dimensions: one executable per partition
+    #: A partition's first compile takes seconds (a minute for ResNet-50): with
+    #: ``background_compile`` (the default) the CPU serves it meanwhile; ``strict``: at load.
+    compiles_in_background = True
 
     def __init__(self, name: str, index: int | None = None) -> None:
         super().__init__()
