@@ -75,6 +75,14 @@ def _models(names: list[str] | None) -> dict[str, tuple[bytes, dict | None]]:
         if names is None or name in names:
             with open(os.path.join(data, f"{name}.onnx"), "rb") as f:
                 out[name] = (f.read(), {"B": 8, "S": 128})
+    # the CNNs built in bench/cpu_models.py (resnet_like...), and its other names, when asked
+    from bench.cpu_models import MODELS as CPU_MODELS
+    from bench.cpu_models import build
+
+    for name in CPU_MODELS:
+        if names is not None and name in names and name not in out:
+            m, feeds = build(name)
+            out[name] = (m.SerializeToString(), {k: list(a.shape) for k, a in feeds.items()})
     return out
 
 

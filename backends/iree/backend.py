@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["IREEBackend", "backends"]
 
 #: The compiled bytes' format and the probes' rules; with IREE's version, the caches' key.
-REVISION = "anychip-iree-7"
+REVISION = "anychip-iree-9"
 _NESTED = (AttrType.GRAPH, AttrType.GRAPHS)
+#: The name of ``core/compile/specialize.py``'s background compile threads.
+_COMPILE_THREAD = "anychip-compile"
 #: name -> (IREE target backend, HAL driver, priority, flops, bandwidth, launch overhead).
 #: The launch overhead is a call of a partition from Python (IREE's FunctionInvoker, the
 #: arrays in and out): about 1 ms here (bench/iree_compare.py); the cost model's calibration
@@ -66,6 +68,9 @@ class IREEBackend(Backend):
     graph_mode = True
     auto_select = False
     shape_policy = "symbolic"  # IREE compiles dynamic dimensions: one executable per partition
+    #: A partition's first compile takes seconds (a minute for ResNet-50): with
+    #: ``background_compile`` (the default) the CPU serves it meanwhile; ``strict``: at load.
+    compiles_in_background = True
 
     def __init__(self, name: str, index: int | None = None) -> None:
         super().__init__()
@@ -295,6 +300,12 @@ class IREEBackend(Backend):
         vmfb = compile_vmfb(graph, self.target, self.flags(), what)
         exe = self._executable(vmfb, [v.dtype.numpy.str for v in graph.outputs], len(graph.nodes))
         seconds = time.perf_counter() - t0
+        if threading.current_thread().name == _COMPILE_THREAD:
+            # A background compile: the CPU's kernels serve the session's runs meanwhile, and
+            # the reference must not run beside them (two threads in oneDNN crashed ResNet-like
+            # here), so the check waits for the partition's first run, in the run's thread.
+            extra = {"compile_ms": round(seconds * 1e3, 1), "checked": "at its first run"}
+            return self._as_compiled(exe, extra, graph=graph, what=what, check_first=True)
         verdict = check_partition(self, graph, exe, what)
         extra = {"compile_ms": round(seconds * 1e3, 1), "checked": verdict}
         return self._as_compiled(exe, extra, graph=graph, what=what)
@@ -329,7 +340,12 @@ class IREEBackend(Backend):
             raise DeviceError(f"{self.tag}: the device did not load the module: {e}") from e
 
     def _as_compiled(
-        self, exe: Any, extra: dict[str, Any], graph: Graph | None = None, what: str = ""
+        self,
+        exe: Any,
+        extra: dict[str, Any],
+        graph: Graph | None = None,
+        what: str = "",
+        check_first: bool = False,
     ) -> CompiledGraph:
         info = {
             "iree": runtime.compiler_version(),
@@ -340,18 +356,23 @@ class IREEBackend(Backend):
         }
         run = exe.run
         if graph is not None:  # compiled here: its first run is checked against the CPU too
-            from anychip.backends.iree.check import check_first_run
+            from anychip.backends.iree.check import check_first_run, check_partition
 
             pending = [True]
 
             def run(inputs: Any) -> list[Any]:
+                if pending[0] and check_first:  # compiled in the background: checked here
+                    info["checked"] = check_partition(self, graph, exe, what)
                 outputs = exe.run(inputs)
                 if pending[0]:
                     pending[0] = False
                     check_first_run(self, graph, list(inputs), outputs, what)
                 return outputs
 
-        compiled = CompiledGraph(run, info=info, serialize=exe.to_bytes)
+        # Compiled in the background, not yet checked: not stored (a later process would load
+        # it unchecked); the compile at load stores what it has checked.
+        serialize = (lambda: None) if check_first else exe.to_bytes
+        compiled = CompiledGraph(run, info=info, serialize=serialize)
         compiled.executable = exe  # type: ignore[attr-defined]
         return compiled
 

@@ -4,7 +4,10 @@ Top to bottom:
 
 * ``to_onnx``: the partition as an ONNX model (``anychip.ir.onnx.export_model`` at its nodes'
   opset versions). Symbolic dimensions stay symbolic: IREE compiles them as dynamic
-  dimensions, so one executable serves every shape of a dynamic partition.
+  dimensions, so one executable serves every shape of a dynamic partition. A Reshape whose
+  target is computed gets its ``-1`` resolved in the graph (``resolve_reshape_targets``):
+  IREE 3.13 reads a runtime ``-1`` as a size (BERT's ``view(B, S, -1, 16)`` failed with
+  OUT_OF_RANGE, a length of 2^64 - ...).
 * ``to_mlir``: IREE's ONNX importer (``iree.compiler.extras.onnx_importer``, in process)
   after onnx's shape inference, as MLIR text.
 * ``compile_vmfb``: ``iree.compiler.compile_str`` for a target (``llvm-cpu``,
@@ -32,7 +35,15 @@ from anychip.ir.graph import Model
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
 
-__all__ = ["Executable", "compile_vmfb", "from_bytes", "short_error", "to_mlir", "to_onnx"]
+__all__ = [
+    "Executable",
+    "compile_vmfb",
+    "from_bytes",
+    "resolve_reshape_targets",
+    "short_error",
+    "to_mlir",
+    "to_onnx",
+]
 
 MAGIC = b"ANYCHIP-IREE"
 FORMAT = 1
@@ -68,7 +79,53 @@ def to_onnx(graph: Graph, name: str = "main") -> Any:
         )
     proto = export_model(Model(graph, opsets or {"": 21}))
     proto.graph.name = name
+    resolve_reshape_targets(proto)
     return proto
+
+
+def resolve_reshape_targets(proto: Any) -> int:
+    """Each Reshape of ``proto`` whose target shape is computed (not a constant) gets the
+    target with its ``-1`` replaced by the size it stands for, computed in the graph:
+    ``Where(s == -1, numel(x) / max(prod(Where(s == -1, 1, s)), 1), s)``. In place; returns
+    the number rewritten (0 below opset 11, where Equal takes no int64)."""
+    from onnx import helper, numpy_helper
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 11:
+        return 0
+    g = proto.graph
+    consts = {t.name for t in g.initializer}
+    consts |= {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    nodes, done = [], 0
+    for k, node in enumerate(g.node):
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] not in consts:
+            if not done:
+                g.initializer.extend(
+                    [
+                        numpy_helper.from_array(np.array(-1, np.int64), "_anychip_minus_one"),
+                        numpy_helper.from_array(np.array(1, np.int64), "_anychip_one"),
+                    ]
+                )
+            x, target, p = node.input[0], node.input[1], f"_anychip_reshape{k}_"
+            steps = [
+                ("Equal", [target, "_anychip_minus_one"], "infer"),
+                ("Where", [p + "infer", "_anychip_one", target], "known"),
+                ("ReduceProd", [p + "known"], "rest"),
+                ("Max", [p + "rest", "_anychip_one"], "divisor"),
+                ("Shape", [x], "shape"),
+                ("ReduceProd", [p + "shape"], "numel"),
+                ("Div", [p + "numel", p + "divisor"], "fill"),
+                ("Where", [p + "infer", p + "fill", target], "target"),
+            ]
+            for op, ins, out in steps:
+                nodes.append(helper.make_node(op, ins, [p + out], name=p + out))
+            node.input[1] = p + "target"
+            done += 1
+        nodes.append(node)
+    if done:
+        del g.node[:]
+        g.node.extend(nodes)
+    return done
 
 
 def to_mlir(proto: Any) -> str:

@@ -18,8 +18,14 @@ folder (``iree/probes-<key>.json``), so a warm process asks nothing.
 
 Inputs: floats normal(0, 1); 8- and 16-bit integers over their range, wider ones in
 [1, 3) (valid indices and counts for most ops); bool
-at random; symbolic and unknown dimensions at 3. A node whose CPU reference raises on such
-inputs, or whose signature cannot be built (unknown rank), is refused saying so.
+at random; symbolic and unknown dimensions at 3. Two kinds of node get the values their own
+model computes instead (``model_values``: the graph run once on the CPU, its inputs random,
+symbolic dimensions at 3): a node with an integer input computed from ``Shape`` or ``Size``
+(the target of a Reshape or Expand, a Slice's bounds: random integers are no valid shape, and
+IREE's Expand to a shape with a 0 differs from ONNX), and a node whose CPU reference raises
+on random inputs (a MatMul whose operand's last dimension comes from a computed Reshape). A
+node that neither way measures, or whose signature cannot be built (unknown rank), is
+refused saying so.
 """
 
 from __future__ import annotations
@@ -41,11 +47,21 @@ if TYPE_CHECKING:
     from anychip.ir.node import Node
     from anychip.ir.value import Value
 
-__all__ = ["Prober", "compare", "measured", "node_key", "random_inputs", "reference"]
+__all__ = [
+    "Prober",
+    "compare",
+    "measured",
+    "model_values",
+    "node_key",
+    "random_inputs",
+    "reference",
+]
 
 SMALL_CONST = 1 << 16
 SYMBOL_SIZE = 3
 _BATCH = 24
+#: Ops whose integer results describe tensors (the start of a computed shape).
+_SHAPE_SOURCES = frozenset({"Shape", "Size"})
 
 
 def _attr_key(a: Attr) -> Any:
@@ -177,6 +193,8 @@ class Prober:
         self._lock = threading.Lock()
         self._answers: dict[str, str | None] = {}
         self._loaded = False
+        #: The last graph run for ``model_values`` and what it computed (None: it did not run).
+        self._values: tuple[Graph, dict[Value, np.ndarray] | None] | None = None
 
     # -- the disk cache -------------------------------------------------------------------------
     @property
@@ -261,14 +279,42 @@ class Prober:
                 seen.append(v)
         graph, _ = extract_graph("piece", [node], seen, outs)
         seed = int(node_key(node)[:8], 16)
+        table, schemas = self.backend.cpu_table(), self.backend.schemas()
+        if any(_computed_shape(v) for v in seen):
+            found = self._model_inputs(node, seen)
+            if found is not None:
+                try:
+                    return graph, found, reference(graph, found, table, schemas)
+                except Exception:  # measured on random inputs below
+                    pass
         try:
-            arrays, want = measured(graph, seed, self.backend.cpu_table(), self.backend.schemas())
+            arrays, want = measured(graph, seed, table, schemas)
         except Exception as e:
+            found = self._model_inputs(node, seen)
+            if found is not None:
+                try:
+                    return graph, found, reference(graph, found, table, schemas)
+                except Exception:  # refused below, with the random inputs' error
+                    pass
             return (
                 f"{describe(node)}: not measurable on random inputs (the CPU raised "
                 f"{type(e).__name__}: {str(e)[:120]})"
             )
         return graph, arrays, want
+
+    def _model_inputs(self, node: Node, inputs: list[Value]) -> list[np.ndarray] | None:
+        """``inputs``' values as ``node``'s own model computes them (``model_values``), or
+        None where the model could not be run that far."""
+        graph = node.graph
+        if graph is None:
+            return None
+        if self._values is None or self._values[0] is not graph:
+            table, schemas = self.backend.cpu_table(), self.backend.schemas()
+            self._values = (graph, model_values(graph, table, schemas))
+        found = self._values[1]
+        if found is None or not all(v in found for v in inputs):
+            return None
+        return [found[v] for v in inputs]
 
     def _batch(self, ready: list[Any], alone: bool) -> dict[str, str | None]:
         if not ready:
@@ -301,6 +347,52 @@ class Prober:
             else:
                 answers[k] = None if why is None else f"{tag}: {describe(n)} {why}"
         return answers
+
+
+def _computed_shape(v: Value) -> bool:
+    """Whether ``v`` is an integer computed from a ``Shape`` or ``Size`` (through integer
+    nodes only): a shape, a bound or an axis, not data."""
+    seen: set[int] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen or x.const is not None or x.dtype is None:
+            continue
+        seen.add(id(x))
+        if x.dtype.numpy.kind not in "iu":
+            continue
+        node = x.producer
+        if node is None:
+            continue
+        if node.op_type in _SHAPE_SOURCES:
+            return True
+        todo.extend(u for u in node.inputs if u is not None)
+    return False
+
+
+def model_values(graph: Graph, table: Any, schemas: Any) -> dict[Value, np.ndarray] | None:
+    """Every value ``graph`` computes on the CPU from seeded random inputs (symbolic
+    dimensions at ``SYMBOL_SIZE``, integers in [0, 3): token ids, masks), as far as it runs;
+    None when not even its inputs can be made."""
+    from anychip.core.run.kernel_call import evaluate_node
+
+    try:
+        arrays = random_inputs(list(graph.inputs), 11, high=3)
+    except Exception:  # an input of unknown rank or type
+        return None
+    env: dict[Value, Any] = dict(zip(graph.inputs, arrays))
+    for v in graph.initializers.values():
+        env[v] = v.const
+    for node in graph.nodes:
+        try:
+            ins = [None if v is None else (env[v] if v in env else v.const) for v in node.inputs]
+            outs = evaluate_node(node, ins, table, schemas)
+        except Exception:  # the nodes after it keep their random inputs
+            break
+        for v, r in zip(node.outputs, outs):
+            if v is not None:
+                env[v] = np.asarray(r)
+    return env
 
 
 def _opsets(graph: Graph) -> tuple:

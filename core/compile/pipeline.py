@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
-from anychip.core.compile.specialize import SpecializedPartition, release_executables
+from anychip.core.compile.specialize import SpecializedPartition, graph_key, release_executables
 from anychip.core.compile.static_shapes import all_static, complete_shapes
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
@@ -274,7 +274,8 @@ def _compile_partitions(
             if backend.graph_mode and backend.shape_policy == "static":
                 if all(v.is_static for v in p.graph.inputs):
                     traced = not complete_shapes(p.graph)  # what folding made known
-            if backend.graph_mode and (traced or _specializes(backend, p.graph, copts)):
+            specializes = _specializes(backend, p.graph, copts, options.strict)
+            if backend.graph_mode and (traced or specializes):
                 p.program = out.specialized[p.index] = _specialized(
                     out, p, backend, registry, copts, options.strict
                 )
@@ -391,12 +392,14 @@ def _compile_kernels(
     return None
 
 
-def _specializes(backend: Any, graph: Any, copts: CompileOptions) -> bool:
+def _specializes(backend: Any, graph: Any, copts: CompileOptions, strict: bool = False) -> bool:
     """Whether a graph-mode partition is compiled per input signature (``specialize.py``):
     the device takes static shapes only and the partition's are symbolic, or it compiles in
-    the background."""
-    if backend.shape_policy != "static":
-        return False
+    the background (a symbolic device only when it asks to, ``compiles_in_background``, and
+    not under ``strict``: nothing of it may run on the host, so it compiles at load)."""
+    if backend.shape_policy != "static":  # one dynamic compile, in the background if asked
+        wants = bool(getattr(backend, "compiles_in_background", False))
+        return copts.background_compile and wants and not strict
     static = all(v.is_static for v in graph.inputs)
     return not static or copts.background_compile
 
@@ -424,8 +427,11 @@ def _specialized(
         info=p.info,
         disk=_disk(copts),
         strict=strict,
+        dynamic=backend.shape_policy != "static",
     )
     p.info["shapes"] = "compiled per input signature"
+    if sp.dynamic:
+        p.info["shapes"] = "dynamic (one compile for every shape, in the background)"
     # With the background compile a static partition is compiled after its first run (which
     # the host serves at full speed: a compile beside it would slow it down); without, now.
     if all_static(p.graph) and not copts.background_compile:
@@ -434,10 +440,9 @@ def _specialized(
 
 
 def _static_key(graph: Any) -> tuple:
-    """The input signature of a partition whose inputs have static shapes."""
-    return tuple(
-        (tuple(v.shape or ()), str(v.dtype.numpy) if v.dtype else "?") for v in graph.inputs
-    )
+    """The input signature of a partition whose inputs have static shapes (symbols as they
+    are, for a symbolic device: ``specialize.graph_key``)."""
+    return graph_key(graph)
 
 
 _DISKS: dict[str, DiskCache] = {}

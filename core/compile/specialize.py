@@ -18,6 +18,13 @@ memory, a pass or the compiler raising) leaves that signature on the host, with 
 the partition's info. Outputs agree with the device's within float32 rounding: the host and
 the device compute the same ops, in different kernels.
 
+A device that compiles dynamic shapes (``shape_policy = "symbolic"``) and asks for
+background compiles (``Backend.compiles_in_background``: IREE's, whose first compile of a
+partition takes seconds) gets a ``dynamic`` partition: every signature has the one key
+``graph_key(graph)`` (the key a compile at load stores its artifact under, so the two share
+the disk cache), compiled once from the symbolic graph in the background while the host
+serves.
+
 Bucketing (``backend.buckets``, e.g. ``device_options={"npu": {"buckets": {"S": "pow2"}}}``):
 when ``core/bucketing.analyse`` proves the partition safe to pad along those symbols, a run's
 inputs are padded with zeros up to the bucket (through the host), the bucket's executable
@@ -42,7 +49,7 @@ from anychip.errors import DeviceError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
 
-__all__ = ["SpecializedPartition", "signature", "concrete_graph"]
+__all__ = ["SpecializedPartition", "graph_key", "signature", "concrete_graph"]
 
 log = logging.getLogger("anychip")
 
@@ -50,6 +57,14 @@ log = logging.getLogger("anychip")
 def signature(tensors: Sequence[Any]) -> tuple:
     """The key of a run: each input's shape and dtype."""
     return tuple((tuple(t.shape), str(np.dtype(t.dtype))) for t in tensors)
+
+
+def graph_key(graph: Graph) -> tuple:
+    """The signature of ``graph``'s declared inputs (symbols as they are): the one key of a
+    ``dynamic`` partition, and of a partition compiled at load (``pipeline._static_key``)."""
+    return tuple(
+        (tuple(v.shape or ()), str(v.dtype.numpy) if v.dtype else "?") for v in graph.inputs
+    )
 
 
 def release_executables(executables: list[tuple[Any, Any]]) -> None:
@@ -101,8 +116,12 @@ class SpecializedPartition:
         info: dict | None = None,
         disk: Any = None,
         strict: bool = False,
+        dynamic: bool = False,
     ) -> None:
         self.graph = graph
+        #: One executable for every signature, compiled from the symbolic graph (``graph_key``).
+        self.dynamic = dynamic
+        self._whole = graph_key(graph) if dynamic else None
         #: A signature whose compile failed raises ``DeviceError`` (``strict=True``) instead
         #: of running on the host for good (issue 47: strict was ignored there).
         self.strict = strict
@@ -186,12 +205,15 @@ class SpecializedPartition:
         return [be.to_device(c) if axes else c for c, axes in zip(cut, plan.outputs)]
 
     def _run(self, inputs: Sequence[Any]) -> list[Any]:
-        key = signature(inputs)
-        if self.steering:  # their values decide shapes: each value is its own compile
-            key += tuple(
-                ("value", i, np.asarray(self.backend.to_host(inputs[i])).tobytes())
-                for i in self.steering
-            )
+        if self._whole is not None:  # one dynamic compile serves every shape and value
+            key = self._whole
+        else:
+            key = signature(inputs)
+            if self.steering:  # their values decide shapes: each value is its own compile
+                key += tuple(
+                    ("value", i, np.asarray(self.backend.to_host(inputs[i])).tobytes())
+                    for i in self.steering
+                )
         if self._evicted:  # runs are serialised: none of them is running now
             with self._lock:
                 evicted, self._evicted[:] = list(self._evicted), []
@@ -235,7 +257,7 @@ class SpecializedPartition:
         compile this signature for the device."""
         be = self.backend
         host_inputs = [be.to_host(t) for t in inputs]
-        record: dict | None = {} if trace else None
+        record: dict | None = {} if trace and not self.dynamic else None
         try:
             outs = self.host_program.run(host_inputs, record=record)
         except BaseException:
@@ -246,9 +268,8 @@ class SpecializedPartition:
         self.stats["host_runs"] += 1
         runs = self.stats["hits"] + self.stats["misses"]
         self.info["runs_on_host"] = f"{self.stats['host_runs']} of {runs}"  # the report's truth
-        if trace:
-            shapes = self._shapes(host_inputs, record)
-            self.compile(key, shapes)
+        if trace:  # a dynamic partition compiles its symbolic graph: no shapes to record
+            self.compile(key, None if record is None else self._shapes(host_inputs, record))
         return [be.to_device(np.asarray(o)) for o in outs]
 
     def _shapes(self, host_inputs: list[Any], record: dict) -> dict[str, tuple[int, ...]]:

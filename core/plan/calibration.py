@@ -31,7 +31,14 @@ The element-wise ops and LayerNormalization differ too much within a class (nump
 power is a hundred Adds), so each is also measured on its own (``op:<type>`` points), and a
 masked attention chain has its class beside the unmasked one (``attention_mask``).
 
-Complete and fixed (format 6): every probe a placement could read is measured up front, in
+Graph-mode devices (IREE's, the NPU's) run a partition per call, and a call has a cost of
+its own beside its nodes' work (IREE's ``FunctionInvoker``, the arrays in and out: tens of
+microseconds to a millisecond): ``launch`` is measured as the time of a one-element Add on the
+device beyond the host's time for the same one-node model (``calibration_probes.
+measure_launch``), so every class point of such a device holds one launch, which the cost
+model takes out of each node and charges once per partition call (``cost_search.Costs``).
+
+Complete and fixed (format 7): every probe a placement could read is measured up front, in
 one calibration; pricing a placement never measures, and nothing rewrites the file but
 ``anychip calibrate`` (which numbers each calibration, ``version``). So the same model on the
 same machine gets the same placement every time.
@@ -77,8 +84,8 @@ __all__ = [
 ]
 
 # 3: attention class; 4: static-shape devices on their executables; 5: robust probes; 6:
-# complete up front (per-op and masked-attention points), spreads, versions
-FORMAT = 6
+# complete up front (per-op and masked-attention points), spreads, versions; 7: launch
+FORMAT = 7
 _CLASSES = (
     "elementwise",
     "matmul",
@@ -174,6 +181,9 @@ class Calibration:
     spread: dict[str, float] = field(default_factory=dict)
     #: 1 for a device's first calibration here, one more for each ``anychip calibrate``.
     version: int = 1
+    #: Seconds one call of a graph-mode device's partition costs beyond the host's run of the
+    #: same one-node model (None: a kernel-mode device, or not measured).
+    launch: float | None = None
 
     def uncertainty(self, key: str) -> float:
         """Relative uncertainty of a time read from ``key``'s points: the sweeps' spread, at
@@ -212,6 +222,7 @@ class Calibration:
             "when": self.when,
             "spread": self.spread,
             "version": self.version,
+            "launch": self.launch,
         }
 
     @classmethod
@@ -235,6 +246,10 @@ class Calibration:
         spread = {str(k): float(v) for k, v in data.get("spread", {}).items()}
         if any(not (v >= 0) for v in spread.values()):
             raise ValueError("bad spreads")
+        launch = data.get("launch")
+        launch_f = None if launch is None else float(launch)
+        if launch_f is not None and not (0 <= launch_f < 10):
+            raise ValueError("bad launch figure")
         return cls(
             str(data["device"]),
             str(data["key"]),
@@ -245,6 +260,7 @@ class Calibration:
             when,
             spread,
             int(data.get("version", 1)),
+            launch_f,
         )
 
 
@@ -446,7 +462,7 @@ def calibrate(
     ``save`` is False) and return the figures. ``since``: the calibration this one replaces
     (``anychip calibrate``): the new one's ``version`` is one more. ``progress``: probes an
     earlier, interrupted calibration measured (taken as they are) and where this one's go."""
-    from anychip.core.plan.calibration_probes import measure_class, measure_link
+    from anychip.core.plan.calibration_probes import measure_class, measure_launch, measure_link
 
     t0 = time.perf_counter()
     cal = Calibration(backend.name, cache_key(backend), load=_load_average(), when=time.time())
@@ -470,6 +486,8 @@ def calibrate(
                     sweeps.setdefault(k, []).append(pts)
                 advance(1)
     cal.spread = {k: _spread(v) for k, v in sweeps.items() if len(v) > 1}
+    if getattr(backend, "graph_mode", False):
+        cal.launch = measure_launch(backend, repeat)
     if not backend.host_memory:
         cal.link = measure_link(backend, repeat)
     cal.seconds = time.perf_counter() - t0

@@ -19,6 +19,7 @@ from anychip.errors import AnychipError
 
 __all__ = [
     "measure_class",
+    "measure_launch",
     "measure_link",
     "PROBES",
     "OP_PROBES",
@@ -197,23 +198,31 @@ def measure_link(backend: Any, repeat: int) -> tuple[float, float]:
 
 
 def _probe_time(
-    backend: Any, model: bytes, work: float, link: tuple | None, repeat: int, positive: bool
+    backend: Any,
+    model: bytes,
+    work: float,
+    link: tuple | None,
+    repeat: int,
+    positive: bool,
+    device: str | None = None,
 ) -> float | None:
-    """Seconds of one probe model on ``backend`` alone, less its copies over ``link`` (but at
-    least a fifth of the whole run: a noisy subtraction must not make a device free); None
-    when the device cannot run it. ``positive``: inputs in [0.5, 2) instead of normal (no
-    NaN from Log or Sqrt, no division by zero)."""
+    """Seconds of one probe model on ``backend`` alone (on ``device``, when given: the host
+    in ``measure_launch``), less its copies over ``link`` (but at least a fifth of the whole
+    run: a noisy subtraction must not make a device free); None when the device cannot run
+    it. ``positive``: inputs in [0.5, 2) instead of normal (no NaN from Log or Sqrt, no
+    division by zero)."""
     from anychip.core.plan.calibration import best_of
 
+    name = device or backend.name
     if open_probe is None:  # the session layer, imported through the package root, installs it
         from anychip import load  # noqa: F401
     try:
         with quiet_fallbacks():
-            sess = open_probe(model, backend.name)
+            sess = open_probe(model, name)
     except AnychipError as e:
-        log.info("calibration of %s: not measured: %s", backend.name, e)
+        log.info("calibration of %s: not measured: %s", name, e)
         return None
-    if set(sess.placement().by_device()) != {backend.name}:
+    if set(sess.placement().by_device()) != {name}:
         return None
     rng = np.random.default_rng(int(work) % (1 << 31))
     feeds = {
@@ -228,6 +237,30 @@ def _probe_time(
         nbytes.append(int(np.prod(sess.outputs[0].shape)) * 4)
         t -= sum(link[0] + b / link[1] for b in nbytes)
     return max(t, raw / 5, 1e-7)
+
+
+#: The host every device's launch is measured against (``measure_launch``).
+HOST = "cpu"
+
+
+def measure_launch(backend: Any, repeat: int) -> float | None:
+    """Seconds one call of ``backend``'s compiled partition costs beyond the host's run of
+    the same one-node model (a one-element Add), or None when either cannot run it.
+
+    Both sides pay the session's own per-run cost, which is in every class point of every
+    device alike; the difference is what a graph-mode device adds per partition call (IREE's
+    invoker and its arrays in and out), which the cost model charges once per call
+    (``cost_search.Costs.launch``). Timed alternately, two rounds each, the fastest kept."""
+    model = _model("Add", [[1], [1]], [1])
+    link = None if backend.host_memory else measure_link(backend, 1)
+    here, host = float("inf"), float("inf")
+    for _ in range(2):
+        t = _probe_time(backend, model, 1.0, link, repeat, positive=True)
+        h = _probe_time(backend, model, 1.0, None, repeat, positive=True, device=HOST)
+        if t is None or h is None:
+            return None
+        here, host = min(here, t), min(host, h)
+    return max(here - host, 0.0)
 
 
 def measure_class(backend: Any, cls: str, repeat: int) -> list[tuple[float, float]]:

@@ -8,7 +8,9 @@ partitions in the session's first runs; 1.0 until then); the nodes of an attenti
 the chain's measured time (``core/plan/cost_patterns.py``), as the backends run it as one kernel.
 ``estimate`` sums a placement: every node on its device, every per-run copy (a value read on
 another device than the one it lives on; graph inputs and outputs live on the host), and one
-launch per partition of a graph-mode device. ``prefer_single_device`` compares the placement
+launch per partition of a graph-mode device (``Costs.launch``: measured where the device's
+calibration has it, and then taken out of each of its nodes' measured times, which were
+measured one node per call; decisions/046). ``prefer_single_device`` compares the placement
 priority, the island rule and the moves produced with each device that can run the whole
 graph alone, and moves every node to the fastest when that is estimated faster by more than
 ``MARGIN``: adding a device to the list then never makes a model slower, as far as the
@@ -28,10 +30,13 @@ if TYPE_CHECKING:
     from anychip.ir.graph import Graph
     from anychip.ir.node import Node
 
-__all__ = ["Costs", "Estimate", "estimate", "prefer_single_device", "MARGIN"]
+__all__ = ["Costs", "Estimate", "estimate", "prefer_single_device", "LAUNCH_FLOOR", "MARGIN"]
 
 #: A single device must be estimated this much faster (relative) to replace a placement.
 MARGIN = 0.05
+#: A graph-mode node's measured time less its device's launch is at least this share of it
+#: (the two are measured apart: a noisy difference must not make a node free).
+LAUNCH_FLOOR = 0.1
 
 
 class Costs:
@@ -68,8 +73,37 @@ class Costs:
             t = self._chain_share(node, b, cal)
             if t is None:
                 t = node_time(node, b.device, cal)
+                launch = self.measured_launch(device)
+                if t is not None and launch is not None and measured_key(node, cal) is not None:
+                    t = max(t - launch, t * LAUNCH_FLOOR)  # charged per call (``launch``)
             self._memo[key] = None if t is None else t * self.factors.get(device, 1.0)
         return self._memo[key]
+
+    def measured_launch(self, device: str) -> float | None:
+        """The measured launch of a graph-mode ``device`` (its calibration's), else None."""
+        b = self.by_name[device]
+        cal = self.cals.get(device)
+        if not b.graph_mode or cal is None:
+            return None
+        return getattr(cal, "launch", None)
+
+    def launch(self, device: str) -> float:
+        """Seconds one call of a partition costs on ``device`` beyond its nodes: measured
+        (``Calibration.launch``), else the declared ``launch_overhead``. (The feedback's
+        factor, measured over whole partitions, corrects the nodes' times, not this.)"""
+        measured = self.measured_launch(device)
+        return self.by_name[device].device.launch_overhead if measured is None else measured
+
+    def island_launches(self, device: str, nodes: int) -> float:
+        """Seconds saved by running ``nodes`` nodes of ``device`` as one partition call rather
+        than as the nodes' times say: with a measured launch the nodes' times hold none and the
+        call costs one (a negative saving); with declared figures each node's time holds one
+        and the call saves all but one; 0 for a kernel-mode device."""
+        if not self.by_name[device].graph_mode:
+            return 0.0
+        if self.measured_launch(device) is not None:
+            return -self.launch(device)
+        return self.by_name[device].device.launch_overhead * (nodes - 1)
 
     def _chain_key(self, node: Node, cal: Any) -> tuple[str, float, int] | None:
         """``node``'s attention chain's key (``attention_mask`` for a masked chain, where
@@ -96,7 +130,12 @@ class Costs:
             return None
         key, work, length = found
         t = cal.time(key, work)
-        return None if t is None else t / length
+        if t is None:
+            return None
+        launch = self.measured_launch(backend.name)
+        if launch is not None:  # the chain was measured as one call
+            t = max(t - launch, t * LAUNCH_FLOOR)
+        return t / length
 
     def uncertainty(self, node: Node, device: str) -> float:
         """Relative uncertainty of ``node``'s time on ``device``: its calibration's for the key
@@ -187,7 +226,7 @@ def _graph_mode_launches(graph: Graph, device_of: dict[Node, str], costs: Costs)
         dev = device_of[n]
         b = costs.by_name[dev]
         if dev != last and b.graph_mode:
-            seconds += b.device.launch_overhead
+            seconds += costs.launch(dev)
         last = dev
     return seconds
 

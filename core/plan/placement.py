@@ -333,7 +333,7 @@ def avoid_costly_islands(
         if target is None:
             continue
         # A graph-mode device launches the compiled partition once, not once per node.
-        gain = dev.device.launch_overhead * (len(island) - 1) if dev.graph_mode else 0.0
+        gain = costs.island_launches(dev.name, len(island))
         for n in island:
             t_dev, t_alt = costs.node(n, dev.name), costs.node(n, target.name)
             if t_dev is None or t_alt is None:

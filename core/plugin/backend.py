@@ -163,6 +163,10 @@ class Backend:
     #: for concrete shapes only, so the runtime specializes each partition per input
     #: signature and caches the executables (graph-mode devices; ``core/compile/specialize.py``).
     shape_policy: str = "symbolic"
+    #: A graph-mode "symbolic" device whose compiles are slow (IREE's): True has each partition
+    #: compiled once in the background while the host serves it (with ``background_compile``,
+    #: never under ``strict``; ``core/compile/specialize.py``'s dynamic partitions).
+    compiles_in_background: bool = False
     #: False: used only when named, never in a session with no device list (an alias of
     #: another device, or a device sharing the host's cores; ``core/plan/devices.py``).
     auto_select: bool = True

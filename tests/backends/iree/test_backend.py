@@ -174,8 +174,7 @@ def test_a_miscompiled_node_is_refused_as_declared(monkeypatch, tmp_path):
 def test_hf_exports_three_lengths_one_compile(name, which):
     """The tiny Hugging Face BERT (symbolic batch and sequence) and GPT-2 exports, at three
     sequence lengths, on the device with the CPU behind it, matching onnxruntime; most nodes
-    on the device (a few Reshape/Expand with computed shapes are refused by the probes; on
-    vulkan, int64 tensors stay on the CPU)."""
+    on the device (on iree-cpu all but one; on vulkan, int64 tensors stay on the CPU)."""
     import os
 
     backend_or_skip(name)
@@ -200,8 +199,14 @@ def test_hf_exports_three_lengths_one_compile(name, which):
         return
     assert len([p for p in report.partitions if p.device == name]) == len(parts)
     by = report.by_device()
+    if name == "iree-cpu":
+        # every node (computed Reshape targets probed with the model's values, their -1
+        # resolved: decision 046) but BERT's token-type Expand of a [1, S] to [B, S], which
+        # IREE broadcasts only from a static 1
+        assert by.get("cpu", 0) <= (1 if which == "bert" else 0), by
+        return
     # the GPU targets take no int64 (decision 029): the shape arithmetic stays on the cpu
-    assert by[name] > (5 if name == "iree-cpu" else 1.0) * by.get("cpu", 0), by
+    assert by[name] > by.get("cpu", 0), by
 
 
 def test_bring_up_answers_are_kept_on_disk(tmp_path, monkeypatch):
