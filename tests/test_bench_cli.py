@@ -196,12 +196,14 @@ def test_the_default_warmup_outlasts_anychips_thread_choice():
 
 
 def test_a_rows_thread_choice_is_reported(tmp_path, capsys):
+    from anychip.cli.bench import WARMUP
+
     path = tmp_path / "chain.onnx"
     path.write_bytes(chain_model(30).SerializeToString())
     out = tmp_path / "r.json"
     argv = ["bench", str(path), "--runs", "1", "--threads", "2", "--quiet", "--json", str(out)]
     assert main(argv) == 0
-    assert "warm-up: 40 runs each" in capsys.readouterr().out
+    assert f"warm-up: {WARMUP} runs each" in capsys.readouterr().out
     (note,) = json.loads(out.read_text())["models"][0]["anychip_threads"]
     assert note.split(" for inputs ")[0] in ("1 of 2", "2 of 2") and "measured median" in note
 
