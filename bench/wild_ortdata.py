@@ -91,12 +91,14 @@ def extract(git_dir: str, rev: str, dest: str) -> list[str]:
     return sorted(p for _, p in blobs if p.endswith(".onnx"))
 
 
-def _domains(model: Any) -> set[str]:
+def _node_fields(model: Any, field: str) -> set[str]:
+    """``field`` (``domain``, ``op_type``) of ``model``'s nodes, subgraphs and local
+    functions included."""
     found: set[str] = set()
 
     def walk(nodes: Any) -> None:
         for node in nodes:
-            found.add(node.domain)
+            found.add(getattr(node, field))
             for attr in node.attribute:
                 if attr.HasField("g"):
                     walk(attr.g.node)
@@ -107,6 +109,10 @@ def _domains(model: Any) -> set[str]:
     for f in model.functions:
         walk(f.node)
     return found
+
+
+def _domains(model: Any) -> set[str]:
+    return _node_fields(model, "domain")
 
 
 #: ops whose results onnxruntime draws at random: a model with one is run 6 times before it
@@ -119,21 +125,7 @@ RANDOM_OPS = frozenset(
 
 def _op_types(model: Any) -> set[str]:
     """The op types of ``model``'s nodes, subgraphs and local functions included."""
-    found: set[str] = set()
-
-    def walk(nodes: Any) -> None:
-        for node in nodes:
-            found.add(node.op_type)
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    walk(attr.g.node)
-                for g in attr.graphs:
-                    walk(g.node)
-
-    walk(model.graph.node)
-    for f in model.functions:
-        walk(f.node)
-    return found
+    return _node_fields(model, "op_type")
 
 
 def classify(model: Any) -> str:
