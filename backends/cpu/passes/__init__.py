@@ -84,6 +84,7 @@ def cpu_passes() -> list[Pass]:
         FuseTreeStackPass(),
         FuseTreeGroupPass(),
         LowerBatchNormPass(),
+        MemoShapesPass(values=True),  # after the fusions that match shape nodes as written
         patterns.get("elementwise"),
     ]
     for p in passes:

@@ -12,6 +12,15 @@ shapes are its key; its outputs are the values read outside it) and the kernel
 (``kernels/op_shape_memo.py``) runs the body on a shape it has not seen, and returns the kept
 results after. Nothing is folded from a guess: a new shape runs the body again.
 
+``MemoShapesPass(values=True)`` runs again after the fusions (which match the shape nodes as
+exports write them) and takes ``Shape``/``Size`` of any value, not only of the partition's
+inputs: an export's attention heads are split by ``Reshape(x, Concat(Unsqueeze(Gather(
+Shape(x), i)), ..))`` of each layer's intermediate ``x``, five such groups of ten nodes in
+onnxruntime's ``gpt2_one_layer``. Each connected group becomes its own memo node, which takes
+the arrays it reads the shapes of as inputs (its key is still their shapes), placed after
+them and before the first node that reads its results; a group that cannot be so placed (a
+source computed after one of its results is read) is left as it is.
+
 Left alone: graphs with nested graphs (their captured reads are not in the use lists), random
 and non-tensor ops, closures under ``MIN_NODES`` nodes.
 """
@@ -42,9 +51,9 @@ _RANDOM = frozenset(
 )
 
 
-def _closure(graph: Graph) -> list[Node]:
-    """The nodes whose outputs depend on the partition inputs' shapes and constants only, in
-    graph order."""
+def _closure(graph: Graph, values: bool = False) -> list[Node]:
+    """The nodes whose outputs depend on the partition inputs' shapes (any value's shape with
+    ``values``) and constants only, in graph order."""
     inputs = {id(v) for v in graph.inputs}
     members: set[int] = set()
     order: list[Node] = []
@@ -56,7 +65,9 @@ def _closure(graph: Graph) -> list[Node]:
         if n.op_type in ("Shape", "Size"):
             x = n.inputs[0] if n.inputs else None
             ok = x is not None and (
-                id(x) in inputs or x.producer is not None and id(x.producer) in members
+                id(x) in inputs
+                or (x.producer is not None and id(x.producer) in members)
+                or (values and not x.is_const and x.is_tensor)
             )
         else:
             ok = all(
@@ -69,58 +80,110 @@ def _closure(graph: Graph) -> list[Node]:
     return order
 
 
+def _groups(group: list[Node]) -> list[list[Node]]:
+    """``group`` split into its connected parts (by the values its members pass each other),
+    each in graph order."""
+    inside = {id(n): n for n in group}
+    parent = {id(n): id(n) for n in group}
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for n in group:
+        for v in n.inputs:
+            if v is not None and v.producer is not None and id(v.producer) in inside:
+                parent[root(id(n))] = root(id(v.producer))
+    parts: dict[int, list[Node]] = {}
+    for n in group:
+        parts.setdefault(root(id(n)), []).append(n)
+    return list(parts.values())
+
+
+def _memoize(graph: Graph, group: list[Node], names: Names, name: str) -> bool:
+    """``group`` (shape-only, in graph order) as one ShapeMemo node; False when it has no
+    result read outside it or cannot be placed after its sources and before its readers."""
+    inside = set(map(id, group))
+    shapes_of = [n for n in group if n.op_type in ("Shape", "Size")]
+    sources: list[Value] = []
+    for n in shapes_of:
+        x = n.inputs[0]
+        if (x.producer is None or id(x.producer) not in inside) and x not in sources:
+            sources.append(x)
+    results = [
+        v
+        for n in group
+        for v in n.outputs
+        if v is not None and (v in graph.outputs or any(id(u) not in inside for u, _ in v.uses))
+    ]
+    if not results:
+        return False
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    after = max((position[id(s.producer)] for s in sources if s.producer is not None), default=-1)
+    readers = [position[id(u)] for v in results for u, _ in v.uses if id(u) not in inside]
+    before = min(readers, default=len(graph.nodes))
+    if after >= before:
+        return False
+    formals = [Value(names.fresh(f"{s.name}_shape_of"), s.dtype, s.shape) for s in sources]
+    for n in shapes_of:
+        if n.inputs[0] in sources:
+            n.replace_input(0, formals[sources.index(n.inputs[0])])
+    outer, inner = [], []
+    for n in group:
+        for i, v in enumerate(n.outputs):
+            if v is None or not any(v is r for r in results):
+                continue
+            w = Value(names.fresh(f"{v.name}_memo"), v.dtype, v.shape)
+            for u, k in list(v.uses):
+                if id(u) in inside:
+                    u.replace_input(k, w)
+            n.outputs[i], w.producer, w.index = w, n, i
+            outer.append(v)
+            inner.append(w)
+    first_reader = graph.nodes[before] if before < len(graph.nodes) else None
+    for n in group:
+        graph.nodes.remove(n)
+    at = len(graph.nodes) if first_reader is None else graph.nodes.index(first_reader)
+    # Not before the sources (a result read only by graph outputs: the end).
+    body = Graph(f"{group[0].name or 'shapes'}_memo", formals, inner, group)
+    memo = fused_node(
+        group[0],
+        "ShapeMemo",
+        sources,
+        outer,
+        {"body": Attr("body", AttrType.GRAPH, body)},
+        domain="anychip",
+        version=1,
+        name=f"{group[0].name}+memo{len(group)}" if group[0].name else "",
+    )
+    graph.insert(at, memo)
+    record(graph, name, len(group))
+    return True
+
+
 class MemoShapesPass(Pass):
-    """Shape-only subgraphs of a CPU partition → one ``anychip::ShapeMemo`` node."""
+    """Shape-only subgraphs of a CPU partition → ``anychip::ShapeMemo`` nodes: one for the
+    partition inputs' shapes; with ``values``, one per connected group over any values'."""
 
     name = "memo_shapes"
 
+    def __init__(self, values: bool = False) -> None:
+        self.values = values
+        if values:
+            self.name = "memo_value_shapes"
+
     def call(self, graph: Graph) -> PassResult:
-        if any(n.subgraphs() for n in graph.nodes):
-            return PassResult(graph, False)
-        group = _closure(graph)
+        if any(n.subgraphs() and n.op_type != "ShapeMemo" for n in graph.nodes):
+            return PassResult(graph, False)  # a memo's body reads only its own inputs
+        group = _closure(graph, self.values)
         if len(group) < MIN_NODES:
             return PassResult(graph, False)
-        inside = set(map(id, group))
         names = Names(graph)
-        shapes_of = [n for n in group if n.op_type in ("Shape", "Size")]
-        sources: list[Value] = []
-        for n in shapes_of:
-            if n.inputs[0] in graph.inputs and n.inputs[0] not in sources:
-                sources.append(n.inputs[0])
-        formals = [Value(names.fresh(f"{s.name}_shape_of"), s.dtype, s.shape) for s in sources]
-        for n in shapes_of:
-            if n.inputs[0] in sources:
-                n.replace_input(0, formals[sources.index(n.inputs[0])])
-        outer, inner = [], []
-        for n in group:
-            for i, v in enumerate(n.outputs):
-                if v is None or not (
-                    v in graph.outputs or any(id(u) not in inside for u, _ in v.uses)
-                ):
-                    continue
-                w = Value(names.fresh(f"{v.name}_memo"), v.dtype, v.shape)
-                for u, k in list(v.uses):
-                    if id(u) in inside:
-                        u.replace_input(k, w)
-                n.outputs[i], w.producer, w.index = w, n, i
-                outer.append(v)
-                inner.append(w)
-        if not outer:
-            return PassResult(graph, False)
-        at = graph.nodes.index(group[0])
-        for n in group:
-            graph.nodes.remove(n)
-        body = Graph(f"{group[0].name or 'shapes'}_memo", formals, inner, group)
-        memo = fused_node(
-            group[0],
-            "ShapeMemo",
-            sources,
-            outer,
-            {"body": Attr("body", AttrType.GRAPH, body)},
-            domain="anychip",
-            version=1,
-            name=f"{group[0].name}+memo{len(group)}" if group[0].name else "",
-        )
-        graph.insert(at, memo)
-        record(graph, self.name, len(group))
-        return PassResult(graph, True)
+        parts = _groups(group) if self.values else [group]
+        changed = False
+        for part in parts:
+            if len(part) >= MIN_NODES:
+                changed = _memoize(graph, part, names, self.name) or changed
+        return PassResult(graph, changed)

@@ -104,3 +104,79 @@ def test_nothing_memoized_without_a_shape_read() -> None:
     m.graph.node.extend([N("Relu", ["x"], ["y"])])
     s = anychip.load(m.SerializeToString(), "cpu")
     assert "memo_shapes" not in s.partitions[0].info.get("fusions", {})
+
+
+def _heads_model() -> onnx.ModelProto:
+    """An export's head split of an intermediate ``h = x @ w``: ``Reshape(h, Concat(
+    Unsqueeze(Gather(Shape(h), 0)), Unsqueeze(Gather(Shape(h), 1)), [2, -1]))``, then a
+    transpose and the heads' sum."""
+    rng = np.random.default_rng(11)
+    inits = {
+        "w": rng.standard_normal((8, 8)).astype(np.float32),
+        "i0": np.array(0, np.int64),
+        "i1": np.array(1, np.int64),
+        "ax0": np.array([0], np.int64),
+        "tail": np.array([2, -1], np.int64),
+    }
+    nodes = [
+        N("MatMul", ["x", "w"], ["h"]),
+        N("Shape", ["h"], ["sh"]),
+        N("Gather", ["sh", "i0"], ["b"], axis=0),
+        N("Shape", ["h"], ["sh2"]),
+        N("Gather", ["sh2", "i1"], ["s"], axis=0),
+        N("Unsqueeze", ["b", "ax0"], ["b1"]),
+        N("Unsqueeze", ["s", "ax0"], ["s1"]),
+        N("Concat", ["b1", "s1", "tail"], ["target"], axis=0),
+        N("Reshape", ["h", "target"], ["heads"]),
+        N("Transpose", ["heads"], ["t"], perm=[0, 2, 1, 3]),
+        N("ReduceSum", ["t", "ax0"], ["y"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "heads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_shapes_of_intermediate_values_memoized() -> None:
+    rng = np.random.default_rng(2)
+    memo = _check(
+        _heads_model(),
+        lambda s: {"x": rng.standard_normal((1 + s % 3, s, 8)).astype(np.float32)},
+    )
+    assert memo.partitions[0].info["fusions"]["memo_value_shapes"] == 7
+    (node,) = [n for n in memo.partitions[0].graph.nodes if n.op_type == "ShapeMemo"]
+    assert [v.name for v in node.inputs] == ["h"]  # keyed on the intermediate's own shape
+    assert len(node.meta["shape_memo"]) == 3
+
+
+def test_shape_group_read_before_its_source_is_left_alone() -> None:
+    """A group that joins a shape read before an intermediate with that intermediate's shape
+    cannot be one node placed after both: it stays as written, and the answers are right."""
+    rng = np.random.default_rng(3)
+    inits = {"i1": np.array(1, np.int64), "ax0": np.array([0], np.int64)}
+    nodes = [
+        N("Shape", ["x"], ["sx"]),
+        N("Gather", ["sx", "i1"], ["s"], axis=0),
+        N("Unsqueeze", ["s", "ax0"], ["s1"]),
+        N("Cast", ["s1"], ["sf"], to=TensorProto.FLOAT),
+        N("Add", ["x", "sf"], ["h"]),  # reads the group, and is the source of its second half
+        N("Shape", ["h"], ["sh"]),
+        N("Gather", ["sh", "i1"], ["t"], axis=0),
+        N("Unsqueeze", ["t", "ax0"], ["t1"]),
+        N("Concat", ["s1", "t1"], ["both"], axis=0),
+        N("Reshape", ["h", "both"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "late",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["S", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    memo = _check(m, lambda s: {"x": rng.standard_normal((s, s)).astype(np.float32)})
+    assert "memo_value_shapes" not in memo.partitions[0].info.get("fusions", {})
