@@ -367,13 +367,19 @@ class IREEBackend(Backend):
                 if pending[0]:
                     pending[0] = False
                     check_first_run(self, graph, list(inputs), outputs, what)
+                    if check_first:
+                        checked[0] = True
+                        compiled.checked()  # now the disk cache may keep it
                 return outputs
 
-        # Compiled in the background, not yet checked: not stored (a later process would load
-        # it unchecked); the compile at load stores what it has checked.
-        serialize = (lambda: None) if check_first else exe.to_bytes
+        # Compiled in the background: its bytes are given only once its first run was checked
+        # (``CompiledGraph.checked``: the disk cache stores it then); a later process never
+        # loads it unchecked. The compile at load stores what it has checked.
+        checked = [not check_first]
+        serialize = lambda: exe.to_bytes() if checked[0] else None  # noqa: E731
         compiled = CompiledGraph(run, info=info, serialize=serialize)
         compiled.executable = exe  # type: ignore[attr-defined]
+        compiled.checked_later = check_first  # type: ignore[attr-defined]
         return compiled
 
     def release_compiled(self, compiled: CompiledGraph) -> None:

@@ -224,14 +224,28 @@ def compile_and_store(backend: Any, graph: Any, disk: DiskCache | None, key: str
         PassManager(backend.passes, max_iterations=1)(graph)
     compiled = backend.compile(graph)
     if disk is not None and key is not None:
-        try:
-            data = compiled.serialize()
-        except Exception as e:
-            log.warning("anychip: %s: could not serialize a partition: %s", backend.name, e)
-            data = None
+        data = _serialized(backend, compiled)
         if data is not None:
             disk.store(key, data)
+        elif getattr(compiled, "checked_later", False):
+            # Checked at its first run (a background compile): stored once that check passed,
+            # so a later process never loads an executable nobody checked.
+            compiled.when_checked.append(lambda: _store_checked(backend, compiled, disk, key))
     return compiled
+
+
+def _serialized(backend: Any, compiled: Any) -> bytes | None:
+    try:
+        return compiled.serialize()
+    except Exception as e:
+        log.warning("anychip: %s: could not serialize a partition: %s", backend.name, e)
+        return None
+
+
+def _store_checked(backend: Any, compiled: Any, disk: DiskCache, key: str) -> None:
+    data = _serialized(backend, compiled)
+    if data is not None:
+        disk.store(key, data)
 
 
 def compile_graph_cached(

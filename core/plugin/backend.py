@@ -140,6 +140,17 @@ class CompiledGraph:
         self.run = run
         self.info = dict(info or {})
         self._serialize = serialize
+        #: Called (no arguments) once a compile checked only at its first run has passed
+        #: that check: ``compile_and_store`` puts the store of its bytes here when
+        #: ``serialize`` gave none at compile time (``checked()``).
+        self.when_checked: list[Callable[[], None]] = []
+
+    def checked(self) -> None:
+        """The backend's check of this executable passed: run what waited for it (the disk
+        cache's store of a background compile)."""
+        waiting, self.when_checked = self.when_checked, []
+        for fn in waiting:
+            fn()
 
     def serialize(self) -> bytes | None:
         """The executable as bytes for ``Backend.load_compiled``, or None when it cannot be
