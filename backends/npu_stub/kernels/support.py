@@ -3,7 +3,8 @@
 The NPU is a static-shape float32 machine (shape policy ``"static"``: the runtime compiles each
 partition per concrete input signature, so symbolic dimensions are fine, an unknown rank is
 not); every tensor it touches must be float32; inputs that only steer the compiler
-(Reshape's shape, Clip's bounds) must be constants. Convolutions and pools are 2-D. A node
+(Reshape's shape, Clip's bounds) must be constants. Pools are 2-D; convolutions are 2-D or
+1-D (the ``lower_conv1d`` pass makes the latter 2-D over a unit height). A node
 that breaks a rule gets a one-line reason, shown in the placement report next to the device
 that took the node instead.
 """
@@ -56,6 +57,7 @@ NPU_OPS = frozenset(
         "Erf",
         "Gelu",
         "LayerNormalization",
+        "InstanceNormalization",
         *(
             "Shape Gather GatherElements Unsqueeze Squeeze Expand Cast Where Range And Or Not "
             "Equal Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg "
@@ -136,8 +138,12 @@ def _check_tensor(v, where: str, op: str) -> str | None:
 
 def _check_attributes(node: Node) -> str | None:
     op = node.op_type
-    if op in _SPATIAL_2D and len(node.inputs[0].shape) != 4:
-        return f"only 2-D {op} runs on the NPU; input 0 is {node.inputs[0].type_str()}"
+    rank = len(node.inputs[0].shape) if node.inputs and node.inputs[0] is not None else 0
+    if op in _SPATIAL_2D and rank != 4 and not (op == "Conv" and rank == 3):
+        what = "1-D or 2-D" if op == "Conv" else "2-D"
+        return f"only {what} {op} runs on the NPU; input 0 is {node.inputs[0].type_str()}"
+    if op == "InstanceNormalization" and rank < 3:
+        return f"InstanceNormalization needs rank >= 3, input 0 is {node.inputs[0].type_str()}"
     if node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID", "SAME_UPPER"):
         return f"attribute auto_pad={node.attr('auto_pad')} not supported"
     if op == "MaxPool":
