@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from anychip.backends.npu_stub.kernels.einsum_plan import plan_einsum
 from anychip.ir.dtypes import DType
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
@@ -64,6 +65,7 @@ NPU_OPS = frozenset(
             "ConstantOfShape GatherND CumSum Split Pow"
         ).split(),
         *"ReduceMean ReduceSum ReduceMax ReduceMin Pad Reciprocal".split(),
+        *"Einsum ScatterND".split(),
     }
 )
 #: Ops that also run on the NPU's index datapath (int64, int32, bool): the shape and mask
@@ -74,7 +76,7 @@ INDEX_OPS = frozenset(
     (
         "Shape Gather GatherElements Unsqueeze Squeeze Expand Cast Where Range And Or Not Equal "
         "Less Greater LessOrEqual GreaterOrEqual Max Min Slice Identity Neg ConstantOfShape "
-        "Concat Reshape Flatten Transpose Add Sub Mul Div GatherND CumSum Split"
+        "Concat Reshape Flatten Transpose Add Sub Mul Div GatherND CumSum Split ScatterND"
     ).split()
 )
 _INDEX_DTYPES = frozenset({DType.INT64, DType.INT32, DType.BOOL})
@@ -87,6 +89,9 @@ COMPILE_TIME_INPUTS = {
     "Pad": (1, 2, 3),
 }
 
+#: max and min are refused: onnxruntime's NaN handling there is its own (a NaN in the data
+#: gives way to the update), not numpy's.
+_SCATTER_REDUCTIONS = ("none", "add", "mul")
 _SPATIAL_2D = {"Conv", "NpuConv", "MaxPool", "AveragePool", "GlobalAveragePool", "NpuPool"}
 
 
@@ -156,14 +161,17 @@ def _check_attributes(node: Node) -> str | None:
             return "LayerNormalization with stash_type other than 1 (float32) not supported"
     if op in ("Add", "Sub", "Mul", "Neg") and node.outputs[0].dtype == DType.BOOL:
         return f"{op} over bool not supported"
+    if op == "Einsum":
+        plan = plan_einsum(str(node.attr("equation", "")), len(node.inputs))
+        return plan if isinstance(plan, str) else None
+    if op == "ScatterND" and node.attr("reduction", "none") not in _SCATTER_REDUCTIONS:
+        return f"ScatterND reduction {node.attr('reduction')!r} not supported"
     if op == "GatherND" and node.attr("batch_dims", 0):
         return "GatherND with batch_dims > 0 not supported"
     if op == "Pad" and node.attr("mode", "constant") not in ("constant", "reflect", "edge", "wrap"):
         return f"Pad mode {node.attr('mode')!r} not supported"
     if op == "Pad" and opset_of(node) < 11 and len(node.inputs) > 1:
         return "Pad with inputs before opset 11 not supported"
-    if op == "AveragePool" and node.attr("ceil_mode", 0):
-        return "attribute ceil_mode=1 of AveragePool not supported"
     if op == "BatchNormalization":
         if node.attr("training_mode", 0) or len([v for v in node.outputs if v is not None]) > 1:
             return "BatchNormalization in training mode not supported"

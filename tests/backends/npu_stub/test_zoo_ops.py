@@ -123,3 +123,99 @@ def test_instance_norm_nan_and_inf_as_onnxruntime():
     scale, bias = rand(4), rand(4)
     model, feeds = single_op("InstanceNormalization", [x, scale, bias], consts={1: scale, 2: bias})
     check_against_ort(model, feeds)
+
+
+# -- Einsum --------------------------------------------------------------------------------
+EINSUM = {  # equation: operand shapes (Funnel's five, then the usual forms)
+    "bind,bjnd->bnij": [(2, 8, 2, 16), (2, 8, 2, 16)],
+    "td,dnh->tnh": [(16, 32), (32, 2, 16)],
+    "binh,tnh->bnit": [(2, 4, 2, 16), (16, 2, 16)],
+    "bind,snd->bnis": [(2, 8, 2, 16), (2, 2, 16)],
+    "bnij,bjnd->bind": [(2, 2, 4, 8), (2, 8, 2, 16)],
+    "bij,bjk->bik": [(3, 4, 5), (3, 5, 6)],
+    "ij,jk": [(4, 5), (5, 3)],
+    "ij,kj->ik": [(4, 5), (3, 5)],
+    "bhqd,bhkd->bhqk": [(1, 2, 3, 4), (1, 2, 5, 4)],
+    "i,j->ij": [(3,), (4,)],
+    "ij,ij->": [(3, 4), (3, 4)],
+    "ij->ji": [(3, 4)],
+    "abcd->cadb": [(2, 3, 4, 5)],
+}
+
+
+@pytest.mark.parametrize("equation", sorted(EINSUM))
+def test_einsum_runs_on_the_npu(equation):
+    inputs = [rand(*s) for s in EINSUM[equation]]
+    model, feeds = single_op("Einsum", inputs, equation=equation)
+    check_against_ort(model, feeds, atol=1e-4)
+
+
+def test_einsum_nan_and_inf_as_onnxruntime():
+    a, b = with_specials(rand(2, 3, 4)), rand(2, 4, 5)
+    model, feeds = single_op("Einsum", [a, b], equation="bij,bjk->bik")
+    check_against_ort(model, feeds)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, reason",
+    [
+        ("ii->i", [(3, 3)], "repeated index"),
+        ("ij->i", [(3, 4)], "sum over one operand"),
+        ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)], "ellipsis"),
+        ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], "3 operands"),
+        ("ij,j->", [(2, 3), (3,)], "summed over one operand only"),
+    ],
+)
+def test_einsum_other_equations_are_refused_with_a_reason(equation, shapes, reason):
+    model, _ = single_op("Einsum", [rand(*s) for s in shapes], equation=equation)
+    refused(model, reason)
+
+
+# -- ScatterND -----------------------------------------------------------------------------
+def _scatter(data, idx, updates, **attributes):
+    model, feeds = single_op(
+        "ScatterND", [data, idx, updates], consts={1: idx}, opset=18, **attributes
+    )
+    return model, feeds
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul"])
+def test_scatter_nd_runs_on_the_npu(reduction):
+    # Funnel's form: whole slices along the first axis, indices [8, 1]; negative ones too.
+    idx = np.array([[3], [0], [-1], [7], [5], [1], [-6], [12]], np.int64)
+    data, updates = with_specials(rand(15, 2, 8, 2)), rand(8, 2, 8, 2)
+    check_against_ort(*_scatter(data, idx, updates, reduction=reduction))
+
+
+def test_scatter_nd_max_is_refused_with_a_reason():
+    idx = np.array([[1], [0]], np.int64)
+    model, _ = _scatter(rand(3, 4), idx, rand(2, 4), reduction="max")
+    refused(model, "ScatterND reduction 'max' not supported")
+
+
+def test_scatter_nd_elements():
+    idx = np.array([[0, 1, 2], [1, 0, 3], [1, 2, 0]], np.int64)
+    check_against_ort(*_scatter(rand(2, 3, 4), idx, rand(3)))
+
+
+# -- AveragePool with ceil_mode ------------------------------------------------------------
+POOLS = {
+    "funnel": ((2, 1, 8, 32), {"kernel_shape": [2, 1], "strides": [2, 1], "count_include_pad": 1}),
+    "overhang": ((1, 3, 7, 9), {"kernel_shape": [3, 3], "strides": [2, 2]}),
+    "overhang_pads_counted": (
+        (1, 3, 7, 9),
+        {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1], "count_include_pad": 1},
+    ),
+    "overhang_pads": (
+        (2, 2, 10, 5),
+        {"kernel_shape": [2, 2], "strides": [3, 2], "pads": [1, 1, 0, 0]},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(POOLS))
+def test_average_pool_ceil_mode_runs_on_the_npu(name):
+    shape, attributes = POOLS[name]
+    x = with_specials(rand(*shape)) if name == "overhang" else rand(*shape)
+    model, feeds = single_op("AveragePool", [x], ceil_mode=1, **attributes)
+    check_against_ort(model, feeds)
