@@ -65,7 +65,7 @@ NPU_OPS = frozenset(
             "ConstantOfShape GatherND CumSum Split Pow"
         ).split(),
         *"ReduceMean ReduceSum ReduceMax ReduceMin Pad Reciprocal".split(),
-        *"Einsum ScatterND".split(),
+        *"Einsum ScatterND Resize".split(),
     }
 )
 #: Ops that also run on the NPU's index datapath (int64, int32, bool): the shape and mask
@@ -92,6 +92,8 @@ COMPILE_TIME_INPUTS = {
 #: max and min are refused: onnxruntime's NaN handling there is its own (a NaN in the data
 #: gives way to the update), not numpy's.
 _SCATTER_REDUCTIONS = ("none", "add", "mul")
+#: Inputs that steer the kernel and may have any dtype: Resize's roi, scales, sizes.
+_STEERING = {("Resize", 1), ("Resize", 2), ("Resize", 3)}
 _SPATIAL_2D = {"Conv", "NpuConv", "MaxPool", "AveragePool", "GlobalAveragePool", "NpuPool"}
 
 
@@ -111,6 +113,8 @@ def check_node(node: Node) -> str | None:
     for i, v in enumerate(node.inputs):
         if v is None:
             continue
+        if (node.op_type, i) in _STEERING:
+            continue  # Resize's roi, scales and sizes: any dtype (read as numbers, if at all)
         if i in fixed:
             if v.const is None:
                 return f"{node.op_type} input {i} ({v.name}) must be a constant on the NPU"
@@ -166,6 +170,8 @@ def _check_attributes(node: Node) -> str | None:
         return plan if isinstance(plan, str) else None
     if op == "ScatterND" and node.attr("reduction", "none") not in _SCATTER_REDUCTIONS:
         return f"ScatterND reduction {node.attr('reduction')!r} not supported"
+    if op == "Resize":
+        return _check_resize(node)
     if op == "GatherND" and node.attr("batch_dims", 0):
         return "GatherND with batch_dims > 0 not supported"
     if op == "Pad" and node.attr("mode", "constant") not in ("constant", "reflect", "edge", "wrap"):
@@ -179,4 +185,28 @@ def _check_attributes(node: Node) -> str | None:
             return "attribute spatial=0 of BatchNormalization not supported"
         if len(node.inputs[0].shape) < 2:
             return f"BatchNormalization needs rank >= 2, input 0 is {node.inputs[0].type_str()}"
+    return None
+
+
+def _check_resize(node: Node) -> str | None:
+    from anychip.backends.npu_stub.kernels.op_resize import (
+        RESIZE_COORDINATES,
+        RESIZE_MODES,
+        RESIZE_NEAREST,
+    )
+
+    if opset_of(node) < 11:
+        return "Resize before opset 11 not supported"
+    checks = (
+        ("mode", "nearest", RESIZE_MODES),
+        ("coordinate_transformation_mode", "half_pixel", RESIZE_COORDINATES),
+        ("nearest_mode", "round_prefer_floor", RESIZE_NEAREST),
+        ("keep_aspect_ratio_policy", "stretch", ("stretch",)),
+    )
+    for name, default, allowed in checks:
+        value = node.attr(name, default)
+        if value not in allowed:
+            return f"Resize {name}={value!r} not supported (the NPU has {', '.join(allowed)})"
+    if node.attr("antialias", 0):
+        return "Resize with antialias=1 not supported"
     return None

@@ -219,3 +219,120 @@ def test_average_pool_ceil_mode_runs_on_the_npu(name):
     x = with_specials(rand(*shape)) if name == "overhang" else rand(*shape)
     model, feeds = single_op("AveragePool", [x], ceil_mode=1, **attributes)
     check_against_ort(model, feeds)
+
+
+# -- Resize --------------------------------------------------------------------------------
+def _resize(x, *, scales=None, sizes=None, opset=18, **attributes):
+    """A Resize model with constant scales or sizes (roi empty)."""
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    inits, names = [], ["x", ""]
+    for name, value, dtype in (("scales", scales, np.float32), ("sizes", sizes, np.int64)):
+        if value is None:
+            names.append("")
+            continue
+        inits.append(nh.from_array(np.asarray(value, dtype), name))
+        names.append(name)
+    node = h.make_node("Resize", names, ["y"], **attributes)
+    graph = h.make_graph(
+        [node],
+        "resize",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    import onnx
+
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True), {"x": x}
+
+
+RESIZES = {  # name: (input shape, scales, sizes, attributes)
+    "mobilevit_up": ((1, 32, 1, 1), None, [1, 32, 2, 2], {"mode": "linear"}),
+    "mobilevit_down": ((1, 32, 2, 2), None, [1, 32, 1, 1], {"mode": "linear"}),
+    "linear_up_scales": ((2, 3, 5, 7), [1, 1, 2, 1.5], None, {"mode": "linear"}),
+    "linear_down_odd": ((1, 2, 9, 7), None, [1, 2, 4, 3], {"mode": "linear"}),
+    "linear_align_corners": (
+        (1, 2, 4, 5),
+        None,
+        [1, 2, 7, 9],
+        {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+    ),
+    "linear_pytorch_half_pixel": (
+        (1, 2, 4, 5),
+        None,
+        [1, 2, 1, 9],
+        {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+    ),
+    "linear_asymmetric_3d": (
+        (2, 4, 6),
+        [1, 1, 2.5],
+        None,
+        {"mode": "linear", "coordinate_transformation_mode": "asymmetric"},
+    ),
+    "nearest_up": ((1, 3, 4, 4), [1, 1, 2, 2], None, {"mode": "nearest"}),
+    "nearest_asymmetric_floor": (
+        (1, 3, 5, 6),
+        [1, 1, 1.7, 0.6],
+        None,
+        {
+            "mode": "nearest",
+            "coordinate_transformation_mode": "asymmetric",
+            "nearest_mode": "floor",
+        },
+    ),
+    "nearest_round_prefer_ceil": (
+        (1, 2, 5, 7),
+        None,
+        [1, 2, 8, 3],
+        {"mode": "nearest", "nearest_mode": "round_prefer_ceil"},
+    ),
+    "nearest_ceil_tf": (
+        (1, 2, 5, 7),
+        None,
+        [1, 2, 9, 4],
+        {
+            "mode": "nearest",
+            "nearest_mode": "ceil",
+            "coordinate_transformation_mode": "tf_half_pixel_for_nn",
+        },
+    ),
+    "nearest_half_pixel_symmetric": (
+        (1, 2, 5, 7),
+        [1, 1, 1.6, 0.5],
+        None,
+        {"mode": "nearest", "coordinate_transformation_mode": "half_pixel_symmetric"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RESIZES))
+def test_resize_runs_on_the_npu(name):
+    shape, scales, sizes, attributes = RESIZES[name]
+    model, feeds = _resize(rand(*shape), scales=scales, sizes=sizes, **attributes)
+    check_against_ort(model, feeds)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_resize_nan_and_inf_as_onnxruntime(mode):
+    x = with_specials(rand(1, 2, 4, 5))
+    model, feeds = _resize(x, sizes=[1, 2, 7, 5], mode=mode)
+    check_against_ort(model, feeds)
+
+
+@pytest.mark.parametrize(
+    "attributes, reason",
+    [
+        ({"mode": "cubic"}, "Resize mode='cubic' not supported"),
+        (
+            {"coordinate_transformation_mode": "tf_crop_and_resize"},
+            "coordinate_transformation_mode='tf_crop_and_resize' not supported",
+        ),
+        ({"antialias": 1, "mode": "linear"}, "antialias=1"),
+    ],
+)
+def test_resize_other_forms_are_refused_with_a_reason(attributes, reason):
+    model, _ = _resize(rand(1, 2, 4, 4), scales=[1, 1, 2, 2], **attributes)
+    refused(model, reason)
