@@ -7,12 +7,17 @@ refuses give a placement reason, so a non-strict session keeps them on the CPU."
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 import anychip
+from anychip.backends.npu_stub.passes import npu_passes
 from anychip.errors import PlacementError
-from tests.backends.npu_stub.conftest import single_op
+from tests.backends.npu_stub.conftest import ir_graph, run_on_npu, single_op
 
 R = np.random.default_rng(47)
 
@@ -224,10 +229,6 @@ def test_average_pool_ceil_mode_runs_on_the_npu(name):
 # -- Resize --------------------------------------------------------------------------------
 def _resize(x, *, scales=None, sizes=None, opset=18, **attributes):
     """A Resize model with constant scales or sizes (roi empty)."""
-    from onnx import TensorProto
-    from onnx import helper as h
-    from onnx import numpy_helper as nh
-
     inits, names = [], ["x", ""]
     for name, value, dtype in (("scales", scales, np.float32), ("sizes", sizes, np.int64)):
         if value is None:
@@ -243,8 +244,6 @@ def _resize(x, *, scales=None, sizes=None, opset=18, **attributes):
         [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         inits,
     )
-    import onnx
-
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
     return onnx.shape_inference.infer_shapes(model, strict_mode=True), {"x": x}
 
@@ -363,9 +362,6 @@ def _artifact_cases():
 def test_new_ops_survive_the_compiled_bytes(name):
     """After the NPU's passes, compiled, written as bytes and loaded back bit for bit
     (``run_on_npu``), and equal to onnxruntime."""
-    from anychip.backends.npu_stub.passes import npu_passes
-    from tests.backends.npu_stub.conftest import ir_graph, run_on_npu
-
     model, feeds = _artifact_cases()[name]
     graph = ir_graph(model)
     for p in npu_passes():
@@ -374,3 +370,27 @@ def test_new_ops_survive_the_compiled_bytes(name):
     ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for g, w in zip(got, ref.run(None, feeds), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_resize_with_axes_and_computed_sizes():
+    """Sizes computed from the input's shape (TorchScript's form) on the index datapath, and
+    scales over ``axes`` only (opset 18)."""
+    nodes = [
+        h.make_node("Shape", ["x"], ["s"]),
+        h.make_node("Mul", ["s", "two"], ["sizes"]),
+        h.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear"),
+        h.make_node("Resize", ["x", "", "scales"], ["z"], mode="nearest", axes=[3, 2]),
+    ]
+    inits = [
+        nh.from_array(np.array([1, 1, 2, 3], np.int64), "two"),
+        nh.from_array(np.array([0.5, 3.0], np.float32), "scales"),
+    ]
+    graph = h.make_graph(
+        nodes,
+        "resize_computed",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 4])],
+        [h.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    check_against_ort(model, {"x": rand(1, 2, 3, 4)})
