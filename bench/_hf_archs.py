@@ -145,11 +145,20 @@ ARCHS: list[Arch] = [
     _a("llama", "decoder", "LlamaConfig", "LlamaModel", num_key_value_heads=1, **_DECODER),
     _a("mistral", "decoder", "MistralConfig", "MistralModel", num_key_value_heads=1, **_DECODER),
     _a("qwen2", "decoder", "Qwen2Config", "Qwen2Model", num_key_value_heads=1, **_DECODER),
-    _a("qwen3", "decoder", "Qwen3Config", "Qwen3Model", head_dim=16, **_DECODER),
+    _a(
+        "qwen3", "decoder", "Qwen3Config", "Qwen3Model", head_dim=16, num_key_value_heads=1,
+        **_DECODER,
+    ),
     _a("phi", "decoder", "PhiConfig", "PhiModel", **_DECODER),
     _a("phi3", "decoder", "Phi3Config", "Phi3Model", pad_token_id=0, **_DECODER),
-    _a("gemma", "decoder", "GemmaConfig", "GemmaModel", head_dim=16, **_DECODER),
-    _a("stablelm", "decoder", "StableLmConfig", "StableLmModel", **_DECODER),
+    _a(
+        "gemma", "decoder", "GemmaConfig", "GemmaModel", head_dim=16, num_key_value_heads=1,
+        **_DECODER,
+    ),
+    _a(
+        "stablelm", "decoder", "StableLmConfig", "StableLmModel", num_key_value_heads=1,
+        **_DECODER,
+    ),
     _a("olmo", "decoder", "OlmoConfig", "OlmoModel", **_DECODER),
     _a("starcoder2", "decoder", "Starcoder2Config", "Starcoder2Model", **_DECODER),
     _a(
@@ -175,7 +184,7 @@ ARCHS: list[Arch] = [
     _a("beit", "vision", "BeitConfig", "BeitModel", inputs="image", vocab_size=VOCAB, **_VIT),
     _a(
         "convnext", "vision", "ConvNextConfig", "ConvNextModel", inputs="image",
-        hidden_sizes=[8, 16], depths=[1, 1], image_size=32,
+        hidden_sizes=[8, 16], depths=[1, 1], image_size=32, num_stages=2,
     ),
     _a(
         "resnet", "vision", "ResNetConfig", "ResNetModel", inputs="image",

@@ -14,6 +14,7 @@ import numpy as np
 
 from anychip.backends.npu_stub.kernels import Run, builder, round_fp16
 from anychip.backends.npu_stub.kernels.geometry import explicit_pads, output_size, windows_nhwc
+from anychip.errors import UnsupportedOpError
 
 __all__ = ["conv_attributes", "pack_conv_weights", "conv2d_nhwc", "activation_fn"]
 
@@ -85,6 +86,11 @@ def conv2d_nhwc(
 @builder("NpuConv", domain="anychip")
 def build_conv(node: Any, ctx: Any) -> Run:
     x, w = node.inputs[0], node.inputs[1]
+    if len(x.shape) != 4:  # a 1-D Conv reaches the compiler lowered (passes/lower_conv1d.py)
+        raise UnsupportedOpError(
+            f"npu: Conv {node.name!r} over {x.type_str()} was not lowered to 2-D: run the "
+            "NPU's passes (npu_passes()) before compiling"
+        )
     b = node.inputs[2] if len(node.inputs) > 2 else None
     nhwc = node.attr("layout", "NCHW") == "NHWC"
     in_hw = tuple(x.shape[1:3]) if nhwc else tuple(x.shape[2:4])

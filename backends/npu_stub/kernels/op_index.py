@@ -1,6 +1,6 @@
 """The index datapath: the shape and mask arithmetic of transformer exports (Shape, Gather,
 Unsqueeze, Squeeze, Expand, Cast, Where, Range, comparisons and logic, Max/Min, Slice,
-ConstantOfShape) over int64, int32, bool and float32 tensors.
+ConstantOfShape, GatherND, ScatterND) over int64, int32, bool and float32 tensors.
 
 The NPU compiles for concrete shapes only (shape policy ``"static"``), so every output shape is
 known when a kernel is built: shape-only ops (Unsqueeze, Squeeze, Expand, Reshape) read it from
@@ -184,3 +184,27 @@ def build_split(node: Any, ctx: Any) -> Run:
 @builder("Pow")
 def build_pow(node: Any, ctx: Any) -> Run:
     return lambda xs: np.power(xs[0], xs[1]).astype(xs[0].dtype, copy=False)
+
+
+_SCATTER = {"add": np.add, "mul": np.multiply}  # max and min: refused in check_node
+
+
+@builder("ScatterND")
+def build_scatter_nd(node: Any, ctx: Any) -> Run:
+    reduce = _SCATTER.get(node.attr("reduction", "none"))  # None: replace
+
+    def run(xs: list) -> np.ndarray:
+        data, idx, updates = xs[0], xs[1].astype(np.int64), xs[2]
+        k = idx.shape[-1]
+        dims = np.array(data.shape[:k], np.int64)
+        if idx.size and ((idx < -dims).any() or (idx >= dims).any()):
+            raise IndexError(f"ScatterND index out of range for dimensions {dims.tolist()}")
+        where = tuple(np.moveaxis(np.where(idx < 0, idx + dims, idx), -1, 0))
+        out = data.copy()
+        if reduce is None:
+            out[where] = updates
+        else:
+            reduce.at(out, where, updates)
+        return out
+
+    return run

@@ -50,11 +50,17 @@ def pool2d_nhwc(x: np.ndarray, geo: dict) -> np.ndarray:
     if mode == "max":
         return windows_nhwc(x, *args, fill=-np.inf).max(axis=(4, 5))
     total = windows_nhwc(x, *args).sum(axis=(4, 5), dtype=np.float32)
+    # Divide by the elements under each window: the real ones, and with count_include_pad
+    # the explicit padding too, never the cells a ceil_mode window runs past the padding
+    # (onnxruntime's divisor). Without ceil_mode overhang this is the kernel's area.
+    pt, pl, pb, pr = geo["pads"]
     if geo["count_include_pad"]:
-        return total / np.float32(geo["kernel"][0] * geo["kernel"][1])
-    # Divide by the number of real (unpadded) elements under each window.
-    ones = np.ones((1, x.shape[1], x.shape[2], 1), np.float32)
-    count = windows_nhwc(ones, *args).sum(axis=(4, 5), dtype=np.float32)
+        ones = np.ones((1, x.shape[1] + pt + pb, x.shape[2] + pl + pr, 1), np.float32)
+        count_args = (*args[:3], [0, 0, 0, 0], args[4])
+    else:
+        ones = np.ones((1, x.shape[1], x.shape[2], 1), np.float32)
+        count_args = args
+    count = windows_nhwc(ones, *count_args).sum(axis=(4, 5), dtype=np.float32)
     return total / count
 
 

@@ -1,7 +1,8 @@
 """What transformer exports need beside MatMul and Softmax: Sub, Div (also over integers, the
-shape arithmetic), Sqrt, Reciprocal, Tanh, Erf, Gelu and LayerNormalization (Y only; its Mean
-and InvStdDev outputs are refused in ``check_node``). Float32 throughout; LayerNormalization's
-statistics in float32, as onnxruntime computes them for float inputs (``stash_type`` 1)."""
+shape arithmetic), Sqrt, Reciprocal, Tanh, Erf, Gelu, LayerNormalization (Y only; its Mean
+and InvStdDev outputs are refused in ``check_node``) and InstanceNormalization (wav2vec2's
+front end). Float32 throughout; the normalizations' statistics in float32, as onnxruntime
+computes them for float inputs (``stash_type`` 1)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,25 @@ def build_layer_norm(node: Any, ctx: Any) -> Run:
         y *= xs[1]
         if has_bias:
             y += xs[2]
+        return y
+
+    return run
+
+
+@builder("InstanceNormalization")
+def build_instance_norm(node: Any, ctx: Any) -> Run:
+    rank = len(node.inputs[0].shape)
+    axes = tuple(range(2, rank))  # per (sample, channel), over the spatial axes
+    eps = np.float32(node.attr("epsilon", 1e-5))
+    per_channel = (-1,) + (1,) * (rank - 2)
+
+    def run(xs: list) -> np.ndarray:
+        x = xs[0]
+        centred = x - x.mean(axis=axes, keepdims=True, dtype=np.float32)
+        var = np.mean(np.square(centred), axis=axes, keepdims=True, dtype=np.float32)
+        y = centred / np.sqrt(var + eps)
+        y *= xs[1].reshape(per_channel)
+        y += xs[2].reshape(per_channel)
         return y
 
     return run

@@ -1,5 +1,6 @@
 """Graph passes the NPU registers for its own partitions (``add_pass(..., backend="npu")``),
-run in this order: fold BatchNormalization into Conv, fuse Conv + activation, go NHWC.
+run in this order: lower 1-D Conv to 2-D, fold BatchNormalization into Conv, fuse Conv +
+activation, go NHWC.
 
 Each pass is an ``ir.passes.Pass``: ``call(graph)`` rewrites the partition graph in place and
 returns ``PassResult(graph, modified)``; calling the pass verifies the graph and records its
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from anychip.backends.npu_stub.passes.convert_to_nhwc import ConvertToNhwcPass
 from anychip.backends.npu_stub.passes.fuse_conv_activation import FuseConvActivationPass
+from anychip.backends.npu_stub.passes.lower_conv1d import LowerConv1dPass
 from anychip.ir.passes import Pass
 from anychip.ir.passes.fold_batch_norm import FoldBatchNormPass
 
@@ -18,6 +20,7 @@ __all__ = [
     "FoldBatchNormPass",
     "FuseConvActivationPass",
     "ConvertToNhwcPass",
+    "LowerConv1dPass",
     "npu_fold_batch_norm",
     "npu_passes",
 ]
@@ -35,4 +38,9 @@ def npu_fold_batch_norm() -> FoldBatchNormPass:
 
 def npu_passes() -> list[Pass]:
     """The NPU's passes, in the order they must run."""
-    return [npu_fold_batch_norm(), FuseConvActivationPass(), ConvertToNhwcPass()]
+    return [
+        LowerConv1dPass(),
+        npu_fold_batch_norm(),
+        FuseConvActivationPass(),
+        ConvertToNhwcPass(),
+    ]

@@ -134,8 +134,11 @@ def test_check_node_reasons():
     why = _reason("Conv", [f, w], consts={1: w}, auto_pad="SAME_LOWER")
     assert why == "attribute auto_pad=SAME_LOWER not supported"
     assert _reason("Conv", [f, w], consts={1: w}, auto_pad="SAME_UPPER") is None
-    conv1d = _reason("Conv", [f[0], w[0]], consts={1: w[0]})
-    assert conv1d.startswith("only 2-D Conv runs on the NPU")
+    assert _reason("Conv", [f[0], w[0]], consts={1: w[0]}) is None  # 1-D: lower_conv1d
+    conv3d = _reason("Conv", [f[None], w[..., None]], consts={1: w[..., None]})
+    assert conv3d.startswith("only 1-D or 2-D Conv runs on the NPU")
+    pool1d = _reason("MaxPool", [f[0]], kernel_shape=[2])
+    assert pool1d.startswith("only 2-D MaxPool runs on the NPU")
     shape = np.array([1, 32], np.int64)
     assert _reason("Reshape", [f, shape], consts={1: shape}) is None
     i64 = h.make_graph(
