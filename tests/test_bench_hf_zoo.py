@@ -67,6 +67,10 @@ def test_the_run_step_compares_each_set_with_onnxruntime(tmp_path) -> None:
     assert hf_zoo.run_one(path + ".missing", str(tmp_path / "m.npz"), "cpu")["status"] == (
         "ort failed"
     )
+    # A constant reference output (all inputs negative: Relu gives zeros) proves nothing.
+    np.savez(tmp_path / "neg.npz", x=-np.abs(x) - 1)
+    flat = hf_zoo.run_one(path, str(tmp_path / "neg.npz"), "cpu")
+    assert flat["status"] == "degenerate" and "constant" in flat["reason"], flat
 
 
 def _has(*names: str) -> bool:
