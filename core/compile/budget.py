@@ -255,7 +255,11 @@ def within(deadline: Deadline, fn: Callable[[], T], late: Callable[[T], None] | 
 
 def run_tool(command: Sequence[str], stdin: bytes) -> subprocess.CompletedProcess:
     """``command`` as a child process fed ``stdin``, killed when this thread's deadline is
-    spent (then ``CompileTimeout``); its completed process otherwise, whatever its code."""
+    spent, or, outside a compile (IREE's capability probes), after ``default_timeout()``;
+    then ``CompileTimeout``. Its completed process otherwise, whatever its exit code."""
+    deadline = current()
+    limit = default_timeout() if deadline is None else None
+    tool = os.path.basename(str(command[0]))
     proc = subprocess.Popen(
         list(command),
         stdin=subprocess.PIPE,
@@ -263,17 +267,21 @@ def run_tool(command: Sequence[str], stdin: bytes) -> subprocess.CompletedProces
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group: killed with its children
     )
-    deadline = current()
     if deadline is not None:
         deadline.track(proc)
     try:
-        out, err = proc.communicate(stdin)
+        out, err = proc.communicate(stdin, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise CompileTimeout(
+            f"{tool} killed after its {_seconds(limit or 0)} s budget; {_WHAT_TO_DO}",
+            seconds=limit,
+        ) from None
     finally:
         if deadline is not None:
             deadline.untrack(proc)
-        if proc.poll() is None:  # interrupted: never leave the tool running
+        if proc.poll() is None:  # interrupted or past its limit: never leave the tool running
             _kill(proc)
             proc.wait()
     if deadline is not None and deadline.reason is not None and proc.returncode != 0:
-        raise deadline.error(os.path.basename(str(command[0])))
+        raise deadline.error(tool)
     return subprocess.CompletedProcess(list(command), proc.returncode, out, err)

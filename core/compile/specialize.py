@@ -60,7 +60,7 @@ log = logging.getLogger("anychip")
 
 #: Seconds ``close()`` gives a stopped compile to end (a cooperative one ends at its next
 #: checkpoint, within milliseconds; one deaf to its deadline is left to finish alone).
-CLOSE_GRACE = 5.0
+CLOSE_GRACE = 1.0
 
 
 def signature(tensors: Sequence[Any]) -> tuple:

@@ -20,7 +20,7 @@ import pytest
 import anychip
 from anychip.backends.npu_stub.backend import NpuBackend
 from anychip.backends.npu_stub.passes.convert_to_nhwc import ConvertToNhwcPass
-from anychip.core.compile.budget import Deadline, default_timeout, run_tool, within
+from anychip.core.compile.budget import Deadline, current, default_timeout, run_tool, within
 from tests.reliability.test_termination import _layer_norm_scale
 
 pytestmark = pytest.mark.usefixtures("no_compile_cache")  # they watch the compile itself
@@ -165,6 +165,50 @@ def test_a_child_process_is_killed_at_the_deadline() -> None:
     while _workers() and time.monotonic() < end:  # the worker saw its tool killed and ended
         time.sleep(0.05)
     assert not _workers() and not done
+
+
+def test_iree_compile_is_a_child_process_killed_at_the_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IREE's compiler stands in as a tool that never ends (``sleep``): at the deadline it is
+    killed, its thread ends, and the partition runs on the CPU."""
+    from iree.compiler.tools import core as iree_tools
+
+    from tests.backends.iree.conftest import backend_or_skip
+
+    backend_or_skip("iree-cpu")
+    marker = f"{time.time_ns() % 10**9 / 1000:.3f}"  # the stand-in's own argument, to find it
+    real = iree_tools.build_compile_command_line
+
+    def command(*args: object) -> list[str]:  # the partition's compile, not the op probes'
+        return ["sleep", f"{3600 + float(marker)}"] if current() else real(*args)
+
+    monkeypatch.setattr(iree_tools, "build_compile_command_line", command)
+    model = _layer_norm_scale(False)
+    sess = anychip.load(
+        model, devices=["iree-cpu", "cpu"], cost_model=False, background_compile=False,
+        compile_timeout=2,
+    )  # fmt: skip
+    assert sess.placement().by_device() == {"cpu": 4}
+    assert "on iree-cpu abandoned after its 2.0 s budget" in str(sess.placement())
+    np.testing.assert_allclose(sess.run(None, {"x": _x()})[0], _on_cpu(model), rtol=1e-5)
+    end = time.monotonic() + 5
+    while _workers() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _workers()
+    left = subprocess.run(["pgrep", "-f", f"sleep {3600 + float(marker)}"], capture_output=True)
+    assert left.returncode == 1, left.stdout  # no process matched: the tool was killed
+
+
+def test_a_tool_outside_any_compile_has_the_default_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANYCHIP_COMPILE_TIMEOUT", "0.3")
+    t0 = time.monotonic()
+    with pytest.raises(anychip.CompileTimeout, match="sleep killed after its 0.3 s budget"):
+        run_tool(["sleep", "30"], b"")
+    assert time.monotonic() - t0 < 5
+    assert run_tool(["cat"], b"vmfb").stdout == b"vmfb"
 
 
 def test_within_returns_and_raises_what_the_compile_does() -> None:
