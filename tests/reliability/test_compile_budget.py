@@ -118,7 +118,7 @@ def test_a_looping_pass_stops_at_its_checkpoint(monkeypatch: pytest.MonkeyPatch)
     bound): the compile thread itself stops at the deadline, not only the wait for it."""
 
     def spin(graph: object) -> bool:
-        time.sleep(0.2)
+        time.sleep(1.0)
         return True
 
     monkeypatch.setattr(ConvertToNhwcPass, "_cancel", staticmethod(spin))
