@@ -200,6 +200,43 @@ def test_iree_compile_is_a_child_process_killed_at_the_deadline(
     assert left.returncode == 1, left.stdout  # no process matched: the tool was killed
 
 
+def test_a_probe_past_its_budget_refuses_for_this_process_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """IREE's capability probes compile outside any partition's deadline: their tool has the
+    default budget; one killed refuses the nodes still unasked, and nothing of it is cached
+    on disk (the next process asks again)."""
+    from iree.compiler.tools import core as iree_tools
+    from onnx import TensorProto, helper
+
+    from tests.backends.iree.conftest import backend_or_skip
+
+    backend = backend_or_skip("iree-cpu")
+    monkeypatch.setattr(backend.prober, "_timed_out", None)  # put back after the test
+    monkeypatch.setattr(iree_tools, "build_compile_command_line", lambda *a: ["sleep", "3600"])
+    monkeypatch.setenv("ANYCHIP_COMPILE_TIMEOUT", "1")
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path))
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Sin", ["x"], ["s"]), helper.make_node("Cos", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "probe",
+        [helper.make_tensor_value_info("x", f, [3, 29])],
+        [helper.make_tensor_value_info("y", f, [3, 29])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    t0 = time.monotonic()
+    sess = anychip.load(model, devices=["iree-cpu", "cpu"], cost_model=False, compile_timeout=1)
+    assert time.monotonic() - t0 < 30
+    assert sess.placement().by_device() == {"cpu": 2}
+    assert "sleep killed after its 1.0 s budget" in str(sess.placement())
+    x = np.random.default_rng(8).standard_normal((3, 29)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.cos(np.sin(x)), rtol=1e-5)
+    assert not list(tmp_path.rglob("probes-*.json")) or "sleep" not in "".join(
+        p.read_text() for p in tmp_path.rglob("probes-*.json")
+    )
+
+
 def test_a_tool_outside_any_compile_has_the_default_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
