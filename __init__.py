@@ -21,6 +21,7 @@ from anychip.core.report.render import set_provider as _set_views_provider
 from anychip.errors import (
     AnychipError,
     BringUpError,
+    CompileTimeout,
     DeviceError,
     GraphError,
     InputError,
@@ -121,6 +122,7 @@ __all__ = [
     "AnychipError",
     "BringUpError",
     "DeviceError",
+    "CompileTimeout",
     "GraphError",
     "InputError",
     "KernelError",

@@ -25,6 +25,7 @@ __all__ = [
     "DeviceError",
     "OutOfMemoryError",
     "RunTerminatedError",
+    "CompileTimeout",
 ]
 
 
@@ -82,6 +83,16 @@ class DeviceError(AnychipError):
 class RunTerminatedError(AnychipError):
     """A request cancelled by its ``RunOptions.terminate`` (set before it or while it ran,
     from another thread); it returned nothing and the session stays usable."""
+
+
+class CompileTimeout(DeviceError):
+    """A graph compile ran past its ``compile_timeout`` (or its session closed) and was
+    abandoned: its partition runs elsewhere, or, with ``strict``, this is raised
+    (``core/compile/budget.py``)."""
+
+    def __init__(self, message: str, *, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class OutOfMemoryError(DeviceError, MemoryError):

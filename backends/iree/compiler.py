@@ -10,8 +10,9 @@ Top to bottom:
   OUT_OF_RANGE, a length of 2^64 - ...).
 * ``to_mlir``: IREE's ONNX importer (``iree.compiler.extras.onnx_importer``, in process)
   after onnx's shape inference, as MLIR text.
-* ``compile_vmfb``: ``iree.compiler.compile_str`` for a target (``llvm-cpu``,
-  ``vulkan-spirv``...) with the device's flags; the result is a vmfb (bytes).
+* ``compile_vmfb``: ``iree-compile`` for a target (``llvm-cpu``, ``vulkan-spirv``...) with the
+  device's flags, the command line ``iree.compiler.compile_str`` builds, run as a child process
+  the compile's deadline kills (``core/compile/budget.run_tool``); the result is a vmfb.
 * ``Executable``: the vmfb as a module on the device's shared instance; ``run`` takes and
   returns IREE ``DeviceArray``s (tensors stay on the device between partitions).
 * ``to_bytes`` / ``from_bytes``: the vmfb behind a small header (magic, JSON: IREE's version,
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anychip.backends.iree import runtime
-from anychip.errors import DeviceError
+from anychip.errors import CompileTimeout, DeviceError
 from anychip.ir.graph import Model
 
 if TYPE_CHECKING:
@@ -149,8 +150,6 @@ def compile_vmfb(graph: Any, target: str, flags: Sequence[str], what: str) -> by
     Raises:
         DeviceError: the importer or the compiler refused it (IREE's first error lines).
     """
-    import iree.compiler as ic
-
     try:
         text = to_mlir(graph if hasattr(graph, "opset_import") else to_onnx(graph))
     except DeviceError:
@@ -159,12 +158,30 @@ def compile_vmfb(graph: Any, target: str, flags: Sequence[str], what: str) -> by
         raise DeviceError(f"{what}: IREE's ONNX importer refused it: {short_error(e)}") from e
     try:
         with _compile_lock:
-            data = ic.compile_str(
-                text, target_backends=[target], input_type="onnx", extra_args=list(flags)
-            )
+            data = _iree_compile(text, target, flags)
+    except CompileTimeout:
+        raise
     except Exception as e:
         raise DeviceError(f"{what}: IREE cannot compile it for {target}: {short_error(e)}") from e
     return bytes(data)
+
+
+def _iree_compile(text: str, target: str, flags: Sequence[str]) -> bytes:
+    """``iree.compiler.compile_str(text, ...)``'s command, as a child process that this
+    compile's deadline kills (``budget.run_tool``; compile_str's cannot be stopped)."""
+    from iree.compiler.tools.binaries import CompilerToolError
+    from iree.compiler.tools.core import CompilerOptions, build_compile_command_line
+    from iree.compiler.tools.debugging import TempFileSaver
+
+    from anychip.core.compile.budget import run_tool
+
+    options = CompilerOptions(target_backends=[target], input_type="onnx", extra_args=list(flags))
+    with TempFileSaver.implicit() as tfs:  # IREE_SAVE_TEMPS keeps a reproducer, as there
+        command = build_compile_command_line("-", tfs, options)
+        done = run_tool(command, text.encode("utf-8"))
+    if done.returncode != 0:
+        raise CompilerToolError(done)
+    return bytes(done.stdout)
 
 
 class Executable:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from anychip.backends.iree.compiler import Executable, compile_vmfb, short_error
+from anychip.errors import CompileTimeout
 from anychip.ir.clone import extract_graph
 from anychip.ir.graph import Graph
 from anychip.ir.node import Attr, AttrType
@@ -195,6 +196,10 @@ class Prober:
         self._loaded = False
         #: The last graph run for ``model_values`` and what it computed (None: it did not run).
         self._values: tuple[Graph, dict[Value, np.ndarray] | None] | None = None
+        #: Set when a probe's compile ran past its budget (``core/compile/budget.run_tool``):
+        #: every unasked signature is refused with it for the rest of the process, and none of
+        #: it is kept on disk (a slow machine today is no answer for tomorrow).
+        self._timed_out: str | None = None
 
     # -- the disk cache -------------------------------------------------------------------------
     @property
@@ -238,6 +243,8 @@ class Prober:
             self._load()
             if key in self._answers:
                 return self._answers[key]
+            if self._timed_out is not None:
+                return self._timed_out
             graph = node.graph
             pending: dict[str, Node] = {key: node}
             if graph is not None and eligible is not None:
@@ -329,6 +336,9 @@ class Prober:
             feeds = [self.backend.to_device(a) for p in ready for a in p[2][1]]
             got = [self.backend.to_host(t) for t in exe.run(feeds)]
             exe.close()
+        except CompileTimeout as e:  # not a refusal to keep: this process asks no more
+            self._timed_out = f"{tag}: not asked: a probe's compile was stopped: {e}"[:400]
+            raise
         except Exception as e:
             if len(ready) > 1:
                 half = len(ready) // 2

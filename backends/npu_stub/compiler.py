@@ -48,6 +48,7 @@ from anychip.errors import (
     OutOfMemoryError,
     UnsupportedOpError,
 )
+from anychip.ir.passes.base import checkpoint
 
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
@@ -86,6 +87,7 @@ def build_program(graph: Graph, fp16: bool) -> Program:
     inputs = [new_slot(v) for v in graph.inputs]
     ops: list[Op] = []
     for node in graph.nodes:
+        checkpoint("the npu compiler")  # a spent compile budget stops here (budget.py)
         why = check_node(node)
         if why is not None:
             raise UnsupportedOpError(

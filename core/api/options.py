@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from anychip.core.compile.budget import check_timeout, default_timeout
 from anychip.errors import AnychipError
 
 __all__ = ["PRECISIONS", "SessionOptions", "resolve_precision"]
@@ -65,6 +66,11 @@ class SessionOptions:
             with AVX-512 BF16 alone, or neither, float32 is kept and the report says so;
             docs/decisions/034-precision-policy.md). Tensors stay float32 in memory.
         max_load_bytes: refuse a model whose tensors declare more (``ANYCHIP_MAX_LOAD_BYTES``).
+        compile_timeout: seconds one graph compile (NPU, IREE, OpenVINO, a plugin's) may
+            take; past it the compile is abandoned and its partition runs on the next device
+            (in the background: on the host), with the reason in ``placement()``; with
+            ``strict`` a ``CompileTimeout`` naming the partition. Default
+            ``ANYCHIP_COMPILE_TIMEOUT``, else 300; None: no limit (``core/compile/budget.py``).
     Running:
         check_kernels: check each kernel's outputs against the declared dtype and shape
             inference; a mismatch is a ``KernelError`` naming the kernel.
@@ -104,6 +110,7 @@ class SessionOptions:
     background_compile: bool | None = None
     precision: str | None = None
     max_load_bytes: int | None = None
+    compile_timeout: float | None = field(default_factory=default_timeout)
     check_kernels: bool = True
     failover: bool = True
     bring_up: bool = False
@@ -135,6 +142,7 @@ class SessionOptions:
                 f"SessionOptions.explore_budget must be a number >= 0 (a share of the run "
                 f"time, 0.05 for 5%), got {budget!r}"
             )
+        self.compile_timeout = check_timeout(self.compile_timeout, "SessionOptions.compile_timeout")
         for name in ("max_copies", "max_copy_bytes", "max_load_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 0):

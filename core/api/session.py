@@ -281,6 +281,7 @@ def load(
         opt.compile_cache_size,
         False if opt.bring_up else opt.background_compile,  # the device runs from the start
         bring_up=opt.bring_up,
+        compile_timeout=opt.compile_timeout,
     )
     with gc_paused(), task("loading the model"):  # gcpause: a load's objects all live on
         if not isinstance(model, Model):

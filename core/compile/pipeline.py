@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from anychip.core.compile.budget import Deadline, check_timeout, default_timeout, within
 from anychip.core.compile.cache import DiskCache, compile_graph_cached
 from anychip.core.compile.specialize import SpecializedPartition, graph_key, release_executables
 from anychip.core.compile.static_shapes import all_static, complete_shapes
@@ -36,7 +37,13 @@ from anychip.core.run.feedback import explain_partitions, predicted_time
 from anychip.core.run.memory import PartitionMemory, default_pool
 from anychip.core.run.program import Program, evaluate_node
 from anychip.core.run.steps import StepProgram, build_steps
-from anychip.errors import AnychipError, DeviceError, OutOfMemoryError, PlacementError
+from anychip.errors import (
+    AnychipError,
+    CompileTimeout,
+    DeviceError,
+    OutOfMemoryError,
+    PlacementError,
+)
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Model
 from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassManager
@@ -59,7 +66,8 @@ class CompileOptions:
     checked against inference; ``compile_cache_size``: executables kept per partition of a
     static-shape device (one per input signature, LRU); ``background_compile``: such devices
     compile in a background thread while runs go to the host (``core/compile/specialize.py``; None:
-    ``ANYCHIP_BACKGROUND_COMPILE``, default on).
+    ``ANYCHIP_BACKGROUND_COMPILE``, default on); ``compile_timeout``: seconds one graph
+    compile may take before it is abandoned (``core/compile/budget.py``; None: no limit).
     """
 
     plan_cache_size: int = 8
@@ -75,12 +83,14 @@ class CompileOptions:
     disk_cache: bool = field(
         default_factory=lambda: os.environ.get("ANYCHIP_COMPILE_CACHE", "1") != "0"
     )
+    compile_timeout: float | None = field(default_factory=default_timeout)
 
     def __post_init__(self) -> None:
         if self.background_compile is None:
             env = os.environ.get("ANYCHIP_BACKGROUND_COMPILE", "1")
             self.background_compile = env != "0"
         self.background_compile = bool(self.background_compile)
+        self.compile_timeout = check_timeout(self.compile_timeout)
         for name in ("plan_cache_size", "compile_cache_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -319,9 +329,19 @@ def _compile_graph(
     p: Any, backend: Any, registry: Any, copts: CompileOptions, must_fit: bool, held: list
 ) -> str | None:
     """A graph-mode partition through the backend's compiler (and the disk cache); the reason
-    it does not fit its device, or None once ``p.program`` is set."""
+    it does not fit its device, or None once ``p.program`` is set. The compile has
+    ``compile_timeout`` seconds (``budget.py``); one that ends late is given back."""
+    deadline = Deadline(copts.compile_timeout, f"compile of partition {p.index} on {p.device}")
     try:
-        compiled, _ = compile_graph_cached(backend, p.graph, _static_key(p.graph), _disk(copts))
+        compiled, _ = within(
+            deadline,
+            lambda: compile_graph_cached(backend, p.graph, _static_key(p.graph), _disk(copts)),
+            late=lambda done: release_executables([(backend, done[0])]),
+        )
+    except CompileTimeout:
+        if must_fit:
+            raise
+        return f"{deadline.what} abandoned {deadline.reason}"
     except OutOfMemoryError as e:
         if must_fit:
             raise
@@ -428,6 +448,8 @@ def _specialized(
         disk=_disk(copts),
         strict=strict,
         dynamic=backend.shape_policy != "static",
+        timeout=copts.compile_timeout,
+        what=f"compile of partition {p.index} on {p.device}",
     )
     p.info["shapes"] = "compiled per input signature"
     if sp.dynamic:

@@ -30,6 +30,10 @@ when ``core/bucketing.analyse`` proves the partition safe to pad along those sym
 inputs are padded with zeros up to the bucket (through the host), the bucket's executable
 runs, and its outputs are sliced back; one compile per bucket instead of per length. A graph
 not proven safe runs per exact signature, with the reason in its info (``bucketing``).
+
+Every compile has ``timeout`` seconds (``compile_timeout``; ``budget.py``): one that runs past
+it is abandoned and its signature stays on the host (``strict``: its runs raise), with the
+reason in the info; ``close()`` stops the compiles still running instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -44,14 +48,19 @@ from typing import Any
 
 import numpy as np
 
+from anychip.core.compile.budget import Deadline, within
 from anychip.core.compile.static_shapes import steering_inputs
-from anychip.errors import DeviceError
+from anychip.errors import CompileTimeout, DeviceError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model
 
 __all__ = ["SpecializedPartition", "graph_key", "signature", "concrete_graph"]
 
 log = logging.getLogger("anychip")
+
+#: Seconds ``close()`` gives a stopped compile to end (a cooperative one ends at its next
+#: checkpoint, within milliseconds; one deaf to its deadline is left to finish alone).
+CLOSE_GRACE = 1.0
 
 
 def signature(tensors: Sequence[Any]) -> tuple:
@@ -117,8 +126,15 @@ class SpecializedPartition:
         disk: Any = None,
         strict: bool = False,
         dynamic: bool = False,
+        timeout: float | None = None,
+        what: str = "",
     ) -> None:
         self.graph = graph
+        #: Each compile's budget in seconds (None: no limit), and the compiles running now.
+        self.timeout = timeout
+        self.what = what or f"compile on {backend.name}"
+        self._deadlines: set[Deadline] = set()
+        self._closed = False
         #: One executable for every signature, compiled from the symbolic graph (``graph_key``).
         self.dynamic = dynamic
         self._whole = graph_key(graph) if dynamic else None
@@ -313,40 +329,64 @@ class SpecializedPartition:
         from anychip.core.compile.cache import cache_key, compile_and_store, load_cached
 
         t0 = time.perf_counter()
-        try:
+
+        def build() -> tuple[Any, bool]:
             disk_key = None
             if self.disk is not None and getattr(self.backend, "loads_compiled", False):
                 disk_key = cache_key(self.backend, self.disk, self._digest(), key)
             compiled = load_cached(self.backend, self.disk, disk_key)
-            from_disk = compiled is not None
-            if compiled is None:
-                if disk_only:
-                    return  # not on disk: the host run that follows traces and compiles it
-                g = concrete_graph(self.graph, shapes or {})  # the passes rewrite it
-                compiled = compile_and_store(self.backend, g, self.disk, disk_key)
+            if compiled is not None or disk_only:  # not on disk: the host run that follows
+                return compiled, True  # traces and compiles it
+            g = concrete_graph(self.graph, shapes or {})  # the passes rewrite it
+            return compile_and_store(self.backend, g, self.disk, disk_key), False
+
+        deadline = Deadline(self.timeout, self.what)
+        with self._lock:
+            self._deadlines.add(deadline)
+            if self._closed:
+                deadline.stop("because its session closed")
+        try:
+            compiled, from_disk = within(deadline, build, late=self._give_back)
         except Exception as e:
-            why = f"{type(e).__name__}: {e}"
+            why = full = f"{type(e).__name__}: {e}"
+            if isinstance(e, CompileTimeout):  # the report's words: what ran where, and why
+                why, full = f"{deadline.what} abandoned {deadline.reason}; ran on the host", str(e)
             with self._lock:
                 self.pending.discard(key)
-                self.failed[key] = why
+                self.failed[key] = full  # strict: the error of the runs, with what to do
             self.info["host_only"] = f"{len(self.failed)} signature(s): {why}"[:300]
             log.warning("anychip: %s: compiling for %s failed: %s", self.backend.name, key, why)
             return
+        finally:
+            with self._lock:
+                self._deadlines.discard(deadline)
+        if compiled is None:
+            with self._lock:
+                self.pending.discard(key)
+            return
         elapsed = time.perf_counter() - t0
         with self._lock:
-            self.pending.discard(key)
-            self.cache[key] = compiled.run
-            self.executables[key] = compiled
-            self.cache.move_to_end(key)
-            self.stats["disk_hits" if from_disk else "compiles"] += 1
-            self.compile_seconds += elapsed
-            while len(self.cache) > self.cache_size:
-                old, _ = self.cache.popitem(last=False)
-                if old in self.executables:
-                    self._evicted.append((self.backend, self.executables.pop(old)))
-                self.stats["evictions"] += 1
-            self.info.update(compiled.info)
-            self.info["compiles"] = self.stats["compiles"]
+            closed = self._closed  # finished as the session closed: nothing will run it
+            if not closed:
+                self._keep(key, compiled, from_disk, elapsed)
+        if closed:
+            self._give_back(compiled)
+
+    def _keep(self, key: tuple, compiled: Any, from_disk: bool, elapsed: float) -> None:
+        """Cache ``key``'s executable (under the lock), evicting the least recently used."""
+        self.pending.discard(key)
+        self.cache[key] = compiled.run
+        self.executables[key] = compiled
+        self.cache.move_to_end(key)
+        self.stats["disk_hits" if from_disk else "compiles"] += 1
+        self.compile_seconds += elapsed
+        while len(self.cache) > self.cache_size:
+            old, _ = self.cache.popitem(last=False)
+            if old in self.executables:
+                self._evicted.append((self.backend, self.executables.pop(old)))
+            self.stats["evictions"] += 1
+        self.info.update(compiled.info)
+        self.info["compiles"] = self.stats["compiles"]
 
     def compiling(self) -> bool:
         """Whether a compile asked for has not finished (its runs go to the host meanwhile)."""
@@ -359,10 +399,20 @@ class SpecializedPartition:
             t.join(timeout)
         return not any(t.is_alive() for t in self._threads)
 
+    def _give_back(self, compiled: Any) -> None:
+        """An executable nothing will run (a compile abandoned, or done after ``close``)."""
+        release_executables([(self.backend, compiled)])
+
     def close(self, timeout: float | None = 60) -> None:
-        """Start no more compiles, wait for the running ones, drop every executable (their
-        device memory goes back with them)."""
+        """Start no more compiles, stop the running ones (a compile that does not stop is
+        abandoned, ``budget.py``), drop every executable (their device memory goes back with
+        them)."""
         self._deferred.clear()
+        with self._lock:
+            self._closed = True
+            running = list(self._deadlines)
+        for d in running:  # a compile that stops gives its executable back; a hung one is
+            d.stop_and_wait("because its session closed", grace=CLOSE_GRACE)  # left behind
         for t in list(self._threads):
             if t.ident is not None:
                 t.join(timeout)

@@ -9,11 +9,13 @@ graph it was given; this is checked too. ``PassManager`` repeats its passes unti
 modifies the graph (or ``max_iterations``). A pass that repeats a rewrite of its own until
 nothing changes does it through ``fixed_point``, whose bound turns a pass that never settles
 (a rewrite that undoes or re-makes itself) into a ``PassLoopError`` naming the pass, instead
-of a load that never returns.
+of a load that never returns. Both call ``checkpoint`` between rounds: a compile whose time
+budget is spent (``core/compile/budget.py`` installs the check in its thread) stops there.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,31 @@ from anychip.errors import GraphError, PassLoopError
 if TYPE_CHECKING:
     from anychip.ir.graph import Graph
 
-__all__ = ["Pass", "PassResult", "PassManager", "fixed_point", "round_limit"]
+__all__ = [
+    "Pass",
+    "PassResult",
+    "PassManager",
+    "checkpoint",
+    "fixed_point",
+    "install_checkpoint",
+    "round_limit",
+]
+
+_local = threading.local()
+
+
+def install_checkpoint(check: Callable[[str], None] | None) -> None:
+    """Make ``check(where)`` this thread's checkpoint (None: none); it raises to stop a
+    compile (``core/compile/budget.py``: the compile's deadline; ir imports no core)."""
+    _local.check = check
+
+
+def checkpoint(where: str) -> None:
+    """Raise if this thread's compile must stop (its budget spent, its session closed);
+    called between passes, fixed-point rounds and a compiler's ops. Free when none is set."""
+    check = getattr(_local, "check", None)
+    if check is not None:
+        check(where)
 
 
 class PassResult:
@@ -93,6 +119,7 @@ class PassManager(Pass):
         for _ in range(self.max_iterations):
             changed = False
             for p in self.passes:
+                checkpoint(p.name)
                 result = p(graph)
                 graph = result.graph
                 changed = changed or result.modified
@@ -113,6 +140,7 @@ def fixed_point(name: str, step: Callable[[], bool], limit: int) -> int:
     """Call ``step`` until it returns False, at most ``limit`` times; returns the rounds that
     changed something. Raises ``PassLoopError`` naming the pass ``name`` past the bound."""
     for rounds in range(limit):
+        checkpoint(name)
         if not step():
             return rounds
     raise PassLoopError(
