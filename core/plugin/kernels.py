@@ -286,10 +286,10 @@ class KernelTable:
 
     def _adopt(self, key: Key, d: _Deferred) -> None:
         assert d.source is not None
-        have = {id(k) for k in self._by_op.get(key, ())}
         with d.source._lock:
             theirs = [(k, d.source._rank_of(k)) for k in d.source._by_op.get(key, ())]
-        with self._lock:
+        with self._lock:  # two threads adopting the same key: the second finds the kernels in
+            have = {id(k) for k in self._by_op.get(key, ())}
             for k, rank in theirs:
                 if id(k) not in have:
                     self._insert(k, (d.rank, rank))

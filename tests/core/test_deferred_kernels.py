@@ -144,3 +144,26 @@ def test_an_imported_or_already_deferred_module_is_not_deferred_again(package) -
     assert set(table._deferred) == {("", "A"), ("", "B")}
     assert len(table._deferred[("", "B")]) == 2  # op_a and op_b, once each
     assert table.lookup("", "B", 1, DType.FLOAT)
+
+
+def test_threads_looking_up_one_deferred_op_together_find_it_once(package) -> None:
+    import threading
+
+    table = importlib.import_module(f"{package}.table").TABLE
+    for module, keys in _index(package).items():
+        table.defer_import(module, keys)
+    merged = KernelTable("cpu")
+    merged.merge(table)
+    start, found = threading.Barrier(8), []
+
+    def look() -> None:
+        start.wait()
+        found.append(merged.lookup("", "B", 9).kernel)
+
+    threads = [threading.Thread(target=look) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(found) == 8 and all(k is not None and k.since == 7 for k in found)
+    assert [k.since for k in merged._by_op[("", "B")]] == [1, 7]
