@@ -38,10 +38,10 @@ def anychip_register_passes(registry: Registry) -> None:
 
 @hookimpl
 def anychip_register_kernels(registry: Registry) -> None:
-    from anychip.backends.cpu.kernels import load_all
+    from anychip.backends.cpu.kernel_index import install
     from anychip.backends.cpu.table import CPU_KERNELS
 
-    load_all()
+    install(CPU_KERNELS)  # each op_*.py imported at its first lookup (kernel_index.py)
     registry.add_kernels(CPU_KERNELS)
     # oneDNN's Conv, pooling, LSTM and GRU (backends/cpu/onednn) after the numpy kernels, so
     # they win; each falls back to the numpy kernel per node. Loading waits for the first call.

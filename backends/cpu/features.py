@@ -14,7 +14,7 @@ FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_in
 
 @functools.cache
 def _cpuinfo() -> tuple[str, frozenset[str]]:
-    model, flags = platform.processor() or platform.machine(), frozenset()
+    model, flags = "", frozenset()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -26,7 +26,8 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
                     flags = frozenset(value.split())
     except OSError:
         pass
-    return model, flags
+    # platform.processor() runs `uname -p` in a subprocess on Linux: only when /proc says nothing
+    return model or platform.processor() or platform.machine(), flags
 
 
 def cpu_model() -> str:

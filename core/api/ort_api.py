@@ -27,9 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +36,9 @@ from anychip.core.api import device_values
 from anychip.core.api.device_values import DeviceValue
 from anychip.core.run.cancel import watching
 from anychip.errors import AnychipError, InputError, RunTerminatedError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["RunOptions", "RunTerminatedError", "ModelMetadata", "IOBinding", "AsyncRunner"]
 
@@ -237,6 +239,8 @@ class AsyncRunner:
         user_data: Any = None,
         run_options: Any = None,
     ) -> Future:
+        from concurrent.futures import ThreadPoolExecutor  # with the first run_async only
+
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="anychip-run")

@@ -19,16 +19,26 @@ are registered with ``context=True`` and receive a ``KernelContext`` as first ar
 ``core/run/kernel_call.py``). ``reference=True`` marks a kernel that wraps onnx's reference
 evaluator; the placement report names such nodes. ``inplace=True`` and ``alias=True`` declare
 what the memory planner may assume about the output (see ``KernelTable.register``).
+
+A table may hold kernels it has not imported yet: ``defer_import(module, keys)`` says that
+importing ``module`` registers the kernels of ``keys``, and the first ``lookup`` of one of them
+imports it (the CPU's index of its ``op_*.py`` modules, ``backends/cpu/kernel_index.py``).
+Iterating a table, its length and ``ops()`` import everything deferred first.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from anychip.ir.dtypes import DType
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from anychip.ir.node import Node
 
 __all__ = ["Kernel", "KernelTable", "KernelMatch", "find_kernel", "input_dtypes"]
@@ -53,6 +63,7 @@ class Kernel:
         "inplace",
         "alias",
         "constraints",
+        "module",
     )
 
     def __init__(
@@ -71,6 +82,7 @@ class Kernel:
         inplace: bool = False,
         alias: bool = False,
         constraints: tuple[Any, ...] = (),
+        module: str | None = None,
     ) -> None:
         self.op_type = op_type
         self.domain = domain
@@ -91,6 +103,9 @@ class Kernel:
         #: Conditions the device needs beyond op, version and dtype (``claims.Constraint``:
         #: "Softmax on the last axis only"), carried into the claims derived from the table.
         self.constraints = tuple(constraints)
+        #: The module whose top-level code registered the kernel (None when added directly):
+        #: importing it registers the kernel again in a fresh process (the CPU's index).
+        self.module = module
 
     @property
     def name(self) -> str:
@@ -123,12 +138,40 @@ class KernelMatch:
         return self.kernel is not None
 
 
+Key = tuple[str, str]
+
+
+class _Deferred:
+    """Kernels of one key that are not in the table yet: a module to import (whose kernels
+    arrive through ``add``), or another table's deferred kernels merged into this one (taken
+    from it, in that table's order, at ``rank``)."""
+
+    __slots__ = ("rank", "module", "source")
+
+    def __init__(self, rank: int, module: str | None, source: KernelTable | None) -> None:
+        self.rank = rank
+        self.module = module
+        self.source = source
+
+
 class KernelTable:
-    """The kernels of one backend, keyed by (domain, op type)."""
+    """The kernels of one backend, keyed by (domain, op type).
+
+    Invariants: each key's list is sorted by ``since``, then by registration order (a
+    kernel merged from another table keeps its place among that table's kernels, even when it
+    arrives later from a deferred import); a list is replaced, never changed in place, so a
+    lookup in another thread reads a whole one.
+    """
 
     def __init__(self, backend: str) -> None:
         self.backend = backend
-        self._by_op: dict[tuple[str, str], list[Kernel]] = {}
+        self._by_op: dict[Key, list[Kernel]] = {}
+        self._deferred: dict[Key, list[_Deferred]] = {}
+        self._deferred_modules: set[str] = set()
+        #: Registration order per kernel (by id): (batch, place in the batch's source table).
+        self._rank: dict[int, tuple[Any, ...]] = {}
+        self._next = 0
+        self._lock = threading.RLock()
 
     def register(
         self,
@@ -156,6 +199,7 @@ class KernelTable:
         """
         names = [op_type] if isinstance(op_type, str) else list(op_type)
         dts = frozenset(dtypes) if dtypes is not None else None
+        module = _registering_module()
 
         def deco(fn: F) -> F:
             for name in names:
@@ -174,6 +218,7 @@ class KernelTable:
                         inplace=inplace,
                         alias=alias,
                         constraints=tuple(constraints),
+                        module=module,
                     )
                 )
             return fn
@@ -181,15 +226,84 @@ class KernelTable:
         return deco
 
     def add(self, k: Kernel) -> None:
+        with self._lock:
+            self._insert(k, (self._next, 0))
+            self._next += 1
+
+    def _insert(self, k: Kernel, rank: tuple[Any, ...]) -> None:
         k.backend = self.backend
-        lst = self._by_op.setdefault((k.domain, k.op_type), [])
-        lst.append(k)
-        lst.sort(key=lambda x: x.since)
+        self._rank[id(k)] = rank
+        key = (k.domain, k.op_type)
+        rank_of = self._rank
+        self._by_op[key] = sorted(
+            [*self._by_op.get(key, ()), k], key=lambda x: (x.since, rank_of[id(x)])
+        )
 
     def merge(self, other: KernelTable) -> None:
-        """Add every kernel of ``other`` (a plugin adding kernels to an existing backend)."""
-        for k in other:
-            self.add(k)
+        """Add every kernel of ``other`` (a plugin adding kernels to an existing backend);
+        what ``other`` defers stays deferred here, and comes from ``other`` when looked up."""
+        with self._lock:
+            batch = self._next
+            self._next += 1
+            for k in other._loaded():
+                self._insert(k, (batch, other._rank_of(k)))
+            for key in other._deferred_keys():
+                self._deferred.setdefault(key, []).append(_Deferred(batch, None, other))
+
+    def defer_import(self, module: str, keys: Iterable[Key]) -> None:
+        """Importing ``module`` registers (through ``add``) the kernels of ``keys``: import it
+        the first time one of them is looked up, not now. A module already imported, or
+        already deferred, is left as it is."""
+        with self._lock:
+            if module in sys.modules or module in self._deferred_modules:
+                return
+            self._deferred_modules.add(module)
+            for key in keys:
+                self._deferred.setdefault(key, []).append(_Deferred(self._next, module, None))
+
+    def load_deferred(self) -> None:
+        """Import every deferred kernel now (what iterating the table does)."""
+        for key in list(self._deferred):
+            self._resolve(key)
+
+    def _resolve(self, key: Key) -> None:
+        # Imports run outside the lock (a module's import takes the import lock and calls add);
+        # a key stays deferred until its kernels are in, so another thread looking it up
+        # meanwhile waits for the same import instead of finding nothing.
+        pending = list(self._deferred.get(key, ()))
+        for d in pending:
+            if d.module is not None:
+                importlib.import_module(d.module)
+            elif d.source is not None:
+                d.source._resolve(key)
+                self._adopt(key, d)
+        with self._lock:
+            left = [d for d in self._deferred.get(key, ()) if d not in pending]
+            if left:
+                self._deferred[key] = left
+            else:
+                self._deferred.pop(key, None)
+
+    def _adopt(self, key: Key, d: _Deferred) -> None:
+        assert d.source is not None
+        with d.source._lock:
+            theirs = [(k, d.source._rank_of(k)) for k in d.source._by_op.get(key, ())]
+        with self._lock:  # two threads adopting the same key: the second finds the kernels in
+            have = {id(k) for k in self._by_op.get(key, ())}
+            for k, rank in theirs:
+                if id(k) not in have:
+                    self._insert(k, (d.rank, rank))
+
+    def _rank_of(self, k: Kernel) -> tuple[Any, ...]:
+        return self._rank.get(id(k), (self._next, 0))
+
+    def _loaded(self) -> list[Kernel]:
+        with self._lock:
+            return [k for lst in self._by_op.values() for k in lst]
+
+    def _deferred_keys(self) -> list[Key]:
+        with self._lock:
+            return list(self._deferred)
 
     def lookup(
         self,
@@ -204,6 +318,8 @@ class KernelTable:
         every input's element type (each kernel then checks its own ``dtype_input``).
         """
         domain = "" if domain == "ai.onnx" else domain
+        if self._deferred and (domain, op_type) in self._deferred:
+            self._resolve((domain, op_type))
         cands = self._by_op.get((domain, op_type))
         opname = f"{domain}::{op_type}" if domain else op_type
         if not cands:
@@ -230,23 +346,40 @@ class KernelTable:
             f"(supports {', '.join(types)})",
         )
 
-    def ops(self) -> set[tuple[str, str]]:
+    def ops(self) -> set[Key]:
+        self.load_deferred()
         return set(self._by_op)
 
-    def snapshot(self) -> dict[tuple[str, str], list[Kernel]]:
-        """The kernels as they are now; ``restore`` goes back to them."""
-        return {key: list(ks) for key, ks in self._by_op.items()}
+    def snapshot(self) -> tuple[dict[Key, list[Kernel]], dict[Key, list[_Deferred]]]:
+        """The kernels as they are now (deferred ones still deferred); ``restore`` goes back
+        to them."""
+        with self._lock:
+            return dict(self._by_op), {key: list(ds) for key, ds in self._deferred.items()}
 
-    def restore(self, snapshot: dict[tuple[str, str], list[Kernel]]) -> None:
+    def restore(self, snapshot: tuple[dict[Key, list[Kernel]], dict[Key, list[_Deferred]]]) -> None:
         """Back to ``snapshot``, in this same table: kernels added since are dropped."""
-        self._by_op = {key: list(ks) for key, ks in snapshot.items()}
+        by_op, deferred = snapshot
+        with self._lock:
+            self._by_op = dict(by_op)
+            self._deferred = {key: list(ds) for key, ds in deferred.items()}
 
     def __iter__(self) -> Iterator[Kernel]:
-        for lst in self._by_op.values():
-            yield from lst
+        self.load_deferred()
+        yield from self._loaded()
 
     def __len__(self) -> int:
+        self.load_deferred()
         return sum(len(v) for v in self._by_op.values())
+
+
+def _registering_module() -> str | None:
+    """The module whose top-level code is registering a kernel (through helpers or not)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return frame.f_globals.get("__name__")
+        frame = frame.f_back
+    return None
 
 
 def _dtype_for(k: Kernel, dtype: DType | Sequence[DType | None] | None) -> DType | None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -351,8 +350,8 @@ class Feedback:
         if verdict[0] == "lose" and low <= 1 - MARGIN:  # MAX_PAIRS, not a measured loss
             self.undecided = True
         self.decision += (
-            f"; {label}, tried, took {_ms(statistics.median(tried))} against "
-            f"{_ms(statistics.median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
+            f"; {label}, tried, took {_ms(_median(tried))} against "
+            f"{_ms(_median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
             f"95% bounds {low:.2f}-{high:.2f}x)"
         )
         self._end_trial(compiled)
@@ -362,7 +361,7 @@ class Feedback:
             # session on the slower placement for hundreds of runs: 5% budget).
             self.best, self.adopted = (1.0, label, trial), label
             self.best_recipe = self.trial_recipe
-            self.ref, self.placed_on = statistics.median(tried), trial
+            self.ref, self.placed_on = _median(tried), trial
             trial.replaced = f"re-placed to {label}: {self.decision}"
             log.info("anychip: %s", trial.replaced)
             return self._finish(outs, trial)
@@ -405,7 +404,7 @@ class Feedback:
         # The whole run, not the sum of its steps' minima: that leaves out what lies between
         # the steps and flatters a placement of many small partitions.
         self.measured = min(self.totals)
-        self.ref = statistics.median(self.totals)
+        self.ref = _median(self.totals)
         self.first_cost = max(self.first_cost, self._first_run - self.ref)
         self.decision = f"measured {_ms(self.measured)} per run"
         # Partitions and partition steps are in the same order.
@@ -475,8 +474,8 @@ def _verdict(tried: list[float], placed: list[float]) -> tuple[str, float, float
     logs = [math.log(t / p) for t, p in zip(tried, placed) if t > 0 and p > 0]
     if len(logs) < n:
         return ("lose", 1.0, 0.0, math.inf)  # a clock that did not move: nothing to trust
-    mean = statistics.fmean(logs)
-    half = _T95[min(n - 2, len(_T95) - 1)] * statistics.stdev(logs) / math.sqrt(n)
+    mean = _fmean(logs)
+    half = _T95[min(n - 2, len(_T95) - 1)] * _stdev(logs) / math.sqrt(n)
     ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
     bound = 1 - MARGIN
     if n >= TIMED_RUNS and high < bound:
@@ -520,3 +519,22 @@ def predicted_time(compiled: CompiledModel) -> float | None:
     return estimate(
         graph, {n: n.meta["device"] for n in graph.nodes}, costs, compiled.backends[-1].name
     ).seconds
+
+
+# statistics (with fractions and decimal) is imported by the first session that measures.
+def _median(xs: Any) -> float:
+    import statistics
+
+    return statistics.median(xs)
+
+
+def _fmean(xs: Any) -> float:
+    import statistics
+
+    return statistics.fmean(xs)
+
+
+def _stdev(xs: Any) -> float:
+    import statistics
+
+    return statistics.stdev(xs)

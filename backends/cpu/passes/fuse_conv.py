@@ -132,6 +132,8 @@ class FuseConvPass(Pass):
 
     def call(self, graph: Graph) -> PassResult:
         """Rewrite ``graph`` in place."""
+        if not any(n.op_type == "Conv" and not n.domain for n in graph.nodes):
+            return PassResult(graph, False)  # before asking oneDNN (its library's load)
         if self.require_fast_kernel and not fast_fused_conv():
             return PassResult(graph, False)
         fired = 0

@@ -1,0 +1,159 @@
+"""A fresh process's first load against onnxruntime's, imports included.
+
+    python bench/cold_start.py [--rounds 5] [--models squeezenet resnet50 hf_bert_tiny tiny]
+                               [--tree LABEL=PYTHONPATH ...]
+
+Each measurement is a new interpreter that imports numpy, then times ``import anychip`` +
+``anychip.load(path, ["cpu"])`` (or ``import onnxruntime`` + an ``InferenceSession``, default
+options, one thread each way as the runtimes choose), the first run, and the mean of runs
+2-10. The runs alternate: per round, per model, every ``--tree`` (an anychip checkout given as
+the folder that holds its ``anychip`` package, so two revisions compare in one sitting) and
+onnxruntime, one after the other. Printed: the median over rounds of each phase, and anychip's
+ratio to onnxruntime. Run it with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE``
+unset), as an installed package has it, after one warm-up round (the index of the CPU's
+kernels and the calibration are written by the first process: ``--warmup 1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = ["main"]
+
+MODELS = ("squeezenet", "resnet50", "hf_bert_tiny", "tiny")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _one(runtime: str, path: str) -> dict[str, float]:
+    """In a fresh process: the phases of ``runtime`` on the model at ``path``."""
+    import numpy as np
+
+    with np.load(path + ".npz") as z:
+        feeds = {k: z[k] for k in z.files}
+    t0 = time.perf_counter()
+    if runtime == "ort":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        run = lambda: sess.run(None, feeds)  # noqa: E731
+    else:
+        import anychip
+
+        asess = anychip.load(path, ["cpu"])
+        run = lambda: asess.run(None, feeds)  # noqa: E731
+    t1 = time.perf_counter()
+    run()
+    t2 = time.perf_counter()
+    for _ in range(9):
+        run()
+    t3 = time.perf_counter()
+    return {"load": t1 - t0, "first": t2 - t1, "2-10": (t3 - t2) / 9}
+
+
+def _write_models(folder: str, names: list[str]) -> dict[str, str]:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    paths = {}
+    for name in names:
+        path = os.path.join(folder, f"{name}.onnx")
+        paths[name] = path
+        if name == "tiny":
+            x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+            y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
+            nodes = [
+                helper.make_node("Add", ["x", "x"], ["s"]),
+                helper.make_node("Relu", ["s"], ["y"]),
+            ]
+            model = helper.make_model(
+                helper.make_graph(nodes, "tiny", [x], [y]),
+                opset_imports=[helper.make_opsetid("", 17)],
+            )
+        elif name.startswith("hf_"):
+            model = onnx.load(os.path.join(_HERE, "..", "tests", "data", f"{name}.onnx"))
+        else:
+            from anychip.zoo import light_model
+
+            model = light_model(name, seed=0)
+        onnx.save(model, path)
+        rng = np.random.default_rng(0)
+        inits = {i.name for i in model.graph.initializer}
+        feeds = {}
+        for inp in model.graph.input:
+            if inp.name in inits:
+                continue
+            t = inp.type.tensor_type
+            shape = [d.dim_value if d.dim_value > 0 else 8 for d in t.shape.dim]
+            if t.elem_type == TensorProto.FLOAT:
+                feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+            else:
+                dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+                feeds[inp.name] = rng.integers(0, 2, shape).astype(dtype)
+        np.savez(path + ".npz", **feeds)
+    return paths
+
+
+def _spawn(runtime: str, path: str, pythonpath: str) -> dict[str, float]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", runtime, path]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    raise RuntimeError(f"{runtime} {path}: {out.stderr.strip()[-400:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--tree", action="append", default=[], help="LABEL=PYTHONPATH")
+    ap.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "anychip-cold"))
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(_one(*args.one)))
+        return 0
+    trees = [t.split("=", 1) for t in args.tree] or [["anychip", os.environ.get("PYTHONPATH", "")]]
+    os.makedirs(args.folder, exist_ok=True)
+    paths = _write_models(args.folder, args.models)
+    runners = [(label, label, pp) for label, pp in trees] + [("ort", "ort", "")]
+    got: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for r in range(args.warmup + args.rounds):
+        for name, path in paths.items():
+            for label, runtime, pp in runners:
+                phases = _spawn("ort" if runtime == "ort" else "anychip", path, pp)
+                if r >= args.warmup:
+                    got.setdefault((name, label), []).append(phases)
+    print("| model | runtime | load+import ms | first ms | runs 2-10 ms | load+first vs ort |")
+    print("|---|---|---|---|---|---|")
+    for name in paths:
+        med = {}
+        for label, _, _ in runners:
+            rows = got[(name, label)]
+            med[label] = {p: statistics.median(x[p] for x in rows) for p in rows[0]}
+        ort_lf = med["ort"]["load"] + med["ort"]["first"]
+        for label, _, _ in runners:
+            m = med[label]
+            ratio = (m["load"] + m["first"]) / ort_lf
+            print(
+                f"| {name} | {label} | {1e3 * m['load']:.1f} | {1e3 * m['first']:.2f} | "
+                f"{1e3 * m['2-10']:.3f} | {ratio:.2f}x |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
