@@ -25,9 +25,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anychip.core.compile.budget import Deadline, check_timeout, default_timeout, within
-from anychip.core.compile.cache import DiskCache, compile_graph_cached
-from anychip.core.compile.specialize import SpecializedPartition, graph_key, release_executables
-from anychip.core.compile.static_shapes import all_static, complete_shapes
+from anychip.core.compile.cache import compile_graph_cached
+from anychip.core.compile.per_signature import (
+    disk_for,
+    process_disk,
+    specialized,
+    specializes,
+    static_key,
+)
+from anychip.core.compile.specialize import SpecializedPartition, release_executables
+from anychip.core.compile.static_shapes import complete_shapes
 from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
@@ -50,7 +57,6 @@ from anychip.ir.passes import EliminateDeadCodePass, FoldConstantsPass, PassMana
 from anychip.ir.passes.decompose_com_microsoft import decompose_for_devices, recompose_unmoved
 from anychip.ir.passes.fold_batch_norm import fold_batch_norm
 from anychip.opsets.schemas import resolve
-from anychip.paths import cache_root
 
 __all__ = ["CompiledModel", "CompileOptions", "compile_model", "disk_for"]
 
@@ -284,9 +290,9 @@ def _compile_partitions(
             if backend.graph_mode and backend.shape_policy == "static":
                 if all(v.is_static for v in p.graph.inputs):
                     traced = not complete_shapes(p.graph)  # what folding made known
-            specializes = _specializes(backend, p.graph, copts, options.strict)
-            if backend.graph_mode and (traced or specializes):
-                p.program = out.specialized[p.index] = _specialized(
+            per_signature = specializes(backend, p.graph, copts, options.strict)
+            if backend.graph_mode and (traced or per_signature):
+                p.program = out.specialized[p.index] = specialized(
                     out, p, backend, registry, copts, options.strict
                 )
                 p.program = _checked(p, backend, reference)
@@ -335,7 +341,9 @@ def _compile_graph(
     try:
         compiled, _ = within(
             deadline,
-            lambda: compile_graph_cached(backend, p.graph, _static_key(p.graph), _disk(copts)),
+            lambda: compile_graph_cached(
+                backend, p.graph, static_key(p.graph), process_disk(copts)
+            ),
             late=lambda done: release_executables([(backend, done[0])]),
         )
     except CompileTimeout:
@@ -410,80 +418,6 @@ def _compile_kernels(
         out.bring_up[p.index] = ref
     p.program = backend.runner(p, pm)
     return None
-
-
-def _specializes(backend: Any, graph: Any, copts: CompileOptions, strict: bool = False) -> bool:
-    """Whether a graph-mode partition is compiled per input signature (``specialize.py``):
-    the device takes static shapes only and the partition's are symbolic, or it compiles in
-    the background (a symbolic device only when it asks to, ``compiles_in_background``, and
-    not under ``strict``: nothing of it may run on the host, so it compiles at load)."""
-    if backend.shape_policy != "static":  # one dynamic compile, in the background if asked
-        wants = bool(getattr(backend, "compiles_in_background", False))
-        return copts.background_compile and wants and not strict
-    static = all(v.is_static for v in graph.inputs)
-    return not static or copts.background_compile
-
-
-def _specialized(
-    out: CompiledModel,
-    p: Partition,
-    backend: Any,
-    registry: Any,
-    copts: CompileOptions,
-    strict: bool = False,
-) -> SpecializedPartition:
-    """The partition as a ``SpecializedPartition`` over its host program (the CPU kernels);
-    ``strict``: a signature whose compile failed raises instead of running on the host."""
-    host = registry.backends[HOST]
-    program = Program(
-        p.graph, host, registry.kernel_table(HOST), registry.schemas, check_kernels=False
-    )
-    sp = SpecializedPartition(
-        p.graph,
-        backend,
-        program,
-        cache_size=copts.compile_cache_size,
-        background=copts.background_compile,
-        info=p.info,
-        disk=_disk(copts),
-        strict=strict,
-        dynamic=backend.shape_policy != "static",
-        timeout=copts.compile_timeout,
-        what=f"compile of partition {p.index} on {p.device}",
-    )
-    p.info["shapes"] = "compiled per input signature"
-    if sp.dynamic:
-        p.info["shapes"] = "dynamic (one compile for every shape, in the background)"
-    # With the background compile a static partition is compiled after its first run (which
-    # the host serves at full speed: a compile beside it would slow it down); without, now.
-    if all_static(p.graph) and not copts.background_compile:
-        sp.compile(_static_key(p.graph), None)
-    return sp
-
-
-def _static_key(graph: Any) -> tuple:
-    """The input signature of a partition whose inputs have static shapes (symbols as they
-    are, for a symbolic device: ``specialize.graph_key``)."""
-    return graph_key(graph)
-
-
-_DISKS: dict[str, DiskCache] = {}
-
-
-def disk_for(copts: CompileOptions) -> DiskCache | None:
-    """The disk cache of compiled artifacts ``copts`` uses (None: off)."""
-    return _disk(copts)
-
-
-def _disk(copts: CompileOptions) -> DiskCache | None:
-    """The process's disk cache of compiled artifacts (one per cache folder), or None."""
-    if not copts.disk_cache:
-        return None
-    root = str(cache_root())
-    disk = _DISKS.get(root)
-    if disk is None:  # setdefault: one per folder, whatever the threads
-        disk = _DISKS.setdefault(root, DiskCache())
-    return disk
 
 
 def _pool_for(out: CompiledModel, backend: Any, factory: Callable | None) -> Any:

@@ -70,7 +70,7 @@ def signature(tensors: Sequence[Any]) -> tuple:
 
 def graph_key(graph: Graph) -> tuple:
     """The signature of ``graph``'s declared inputs (symbols as they are): the one key of a
-    ``dynamic`` partition, and of a partition compiled at load (``pipeline._static_key``)."""
+    ``dynamic`` partition, and of a partition compiled at load (``per_signature.static_key``)."""
     return tuple(
         (tuple(v.shape or ()), str(v.dtype.numpy) if v.dtype else "?") for v in graph.inputs
     )
