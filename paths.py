@@ -367,15 +367,19 @@ class Reservation:
         deadline = time.monotonic() + _WAIT_S
         name = f"{os.getpid()}-{threading.get_ident()}-{next(_ids)}"
         while True:
-            with _FolderLock(self.root):
-                if self._fits(limit):
-                    folder = self.root / _RESERVED
-                    folder.mkdir(exist_ok=True)
-                    tmp = folder / f".{name}"  # named once whole: readers never parse half
-                    tmp.write_text(f"{self.nbytes}\n{self.tmp or ''}")
-                    self._file = folder / name
-                    os.replace(tmp, self._file)
-                    return True
+            try:
+                with _FolderLock(self.root):
+                    if self._fits(limit):
+                        folder = self.root / _RESERVED
+                        folder.mkdir(exist_ok=True)
+                        tmp = folder / f".{name}"  # named once whole: never parsed half
+                        tmp.write_text(f"{self.nbytes}\n{self.tmp or ''}")
+                        self._file = folder / name
+                        os.replace(tmp, self._file)
+                        return True
+            except OSError as e:  # a read-only or full folder: the write would fail too
+                log.info("anychip: cache folder %s not writable (%s): not stored", self.root, e)
+                return False
             if time.monotonic() > deadline:
                 log.info(
                     "anychip: no room in the cache for %.1f MiB after %.0f s (other processes' "

@@ -209,3 +209,11 @@ def test_processes_writing_at_once_never_pass_the_limit(tmp_path, monkeypatch, l
     assert largest[0] <= limit, (largest[0], limit)
     assert _disk(root) <= limit
     assert len(list((root / "compiled").iterdir())) > 0
+
+
+def test_a_folder_that_cannot_be_written_stores_nothing_and_raises_nothing(small) -> None:
+    blocker = small / "file"
+    blocker.write_text("")  # a file where the cache folder would be: no lock, no folder
+    assert not paths.write_atomic(blocker / "c" / "a.bin", b"a", root=blocker)
+    with paths.reserve(10, blocker) as room:
+        assert not room
