@@ -1,5 +1,5 @@
 """Where anychip keeps what it writes, and the bound on it (ground floor: imports nothing of
-anychip).
+anychip but ``folder_lock``).
 
 One folder per user (``cache_root``): ``$ANYCHIP_CACHE_DIR``, else the platform's cache
 folder from ``platformdirs`` (``~/.cache/anychip`` or ``$XDG_CACHE_HOME/anychip`` on Linux,
@@ -17,12 +17,14 @@ Several processes (pytest-xdist's workers, a user's parallel jobs) write into on
 knowing only its own writes; counting after the fact let three of them writing IREE's 100 MB
 artifacts at once take a 256 MiB folder to 720 MiB. So a writer first reserves (``reserve``)
 what it is about to write: under a lock file shared by every process (``.lock`` in the
-folder: ``fcntl.flock``, ``msvcrt.locking`` on Windows, else a file created exclusively), the
-reservation looks at the folder afresh (temporary files under way included), adds the other
-processes' reservations not yet on disk, and evicts least recently used files until
-size + reservations + its own bytes fit under the limit; it then records itself in
-``.reserved/`` until the write is renamed into place. When the others' writes under way leave
-no room it waits for them (``_WAIT_S``), then gives up: the entry is not stored. An entry
+folder, ``folder_lock.py``: ``fcntl.flock``, ``msvcrt.locking`` on Windows, else a file
+created exclusively), the reservation looks at the folder afresh (temporary files under way
+included), adds the other processes' reservations not yet on disk, and evicts least recently
+used files until size + reservations + its own bytes fit under the limit; it then records
+itself in ``.reserved/`` until the write is renamed into place. The look is a walk at most
+every ten seconds: in between, a ledger (``.size``) that every reservation adds to and every
+eviction takes from, trusted while it has room. When the others' writes under way leave no
+room it waits for them (``_WAIT_S``), then gives up: the entry is not stored. An entry
 larger than the limit itself is never stored (warned once a process). A process that dies
 leaves a reservation its successors drop (its process id is gone, or it is older than an
 hour). Folders linked into the cache (a test session's links to the user's built code,
@@ -39,6 +41,7 @@ reservation: docs/decisions/051-cache-reservations.md).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -46,6 +49,9 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
+
+from anychip.folder_lock import LOCK_NAME
+from anychip.folder_lock import FolderLock as _FolderLock
 
 __all__ = [
     "cache_root",
@@ -70,14 +76,16 @@ _TMP_GRACE_S = 3600
 #: How long a reservation waits for other processes' writes under way to leave it room.
 _WAIT_S = 120.0
 #: The store's own bookkeeping in the cache folder: never counted, never evicted.
-_LOCK_NAME, _RESERVED = ".lock", ".reserved"
+_LOCK_NAME, _RESERVED, _LEDGER = LOCK_NAME, ".reserved", ".size"
+_BOOKKEEPING = frozenset({_LOCK_NAME, f"{_LOCK_NAME}.excl", _LEDGER})
+#: A reservation trusts the ledger (the folder's bytes as the last walk found them, plus
+#: every reservation since) for this long; then, or when it says there is no room, it walks.
+_WALK_EVERY_S = 10.0
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _lock = threading.Lock()
 #: Per cache folder: (bytes written since the last look, or -1 before the first; the
 #: folder's bytes as that look left them plus what was written since).
 _written: dict[str, tuple[int, int]] = {}
-#: Serializes this process's threads before they take the folder's lock file.
-_folder_lock = threading.Lock()
 _ids = itertools.count()
 _warned: set[str] = set()
 log = logging.getLogger("anychip")
@@ -184,7 +192,7 @@ def _scan(root: Path) -> tuple[list[tuple[float, int, Path]], dict[str, int]]:
         if top and _RESERVED in dirnames:
             dirnames.remove(_RESERVED)
         for name in names:
-            if top and name == _LOCK_NAME:
+            if top and name in _BOOKKEEPING:
                 continue
             p = Path(dirpath) / name
             try:
@@ -202,84 +210,6 @@ def _files(root: Path) -> list[tuple[float, int, Path]]:
     """(mtime, size, path) of every file under ``root``, temporary files under way left out;
     linked folders followed, each real folder walked once."""
     return _scan(root)[0]
-
-
-class _FolderLock:
-    """The cache folder's lock, exclusive across processes and this process's threads: an
-    ``flock`` (POSIX) or ``msvcrt.locking`` (Windows) on ``<root>/.lock``; where neither
-    works (some network file systems), ``<root>/.lock.excl`` created exclusively, taken over
-    when older than a minute (its holder died)."""
-
-    #: "flock", "msvcrt" or "excl"; tests force "excl" to run the fallback.
-    method = "flock" if os.name == "posix" else "msvcrt" if os.name == "nt" else "excl"
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._fd = -1
-        self._how = ""
-
-    def __enter__(self) -> _FolderLock:
-        _folder_lock.acquire()
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self._how = self._acquire()
-        except BaseException:
-            _folder_lock.release()
-            raise
-        return self
-
-    def _acquire(self) -> str:
-        if self.method != "excl":
-            fd = os.open(self.root / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                if self.method == "flock":
-                    import fcntl
-
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                else:
-                    import msvcrt
-
-                    while True:  # LK_LOCK gives up after 10 s: try again
-                        try:
-                            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # type: ignore[attr-defined]
-                            break
-                        except OSError:
-                            continue
-                self._fd = fd
-                return self.method
-            except OSError:  # no locks on this file system: the exclusive file below
-                os.close(fd)
-        excl = self.root / f"{_LOCK_NAME}.excl"
-        while True:
-            try:
-                os.close(os.open(excl, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-                return "excl"
-            except FileExistsError:
-                try:
-                    if time.time() - excl.stat().st_mtime > 60:
-                        excl.unlink(missing_ok=True)  # its holder died
-                except OSError:
-                    pass
-                time.sleep(0.01)
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self._how == "excl":
-                (self.root / f"{_LOCK_NAME}.excl").unlink(missing_ok=True)
-            elif self._fd >= 0:
-                if self._how == "flock":
-                    import fcntl
-
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-                else:
-                    import msvcrt
-
-                    os.lseek(self._fd, 0, os.SEEK_SET)
-                    msvcrt.locking(self._fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]
-                os.close(self._fd)
-                self._fd = -1
-        finally:
-            _folder_lock.release()
 
 
 def _alive(pid: int) -> bool:
@@ -393,7 +323,18 @@ class Reservation:
     def _fits(self, limit: int) -> bool:
         """Evict least recently used files until the folder, the others' reservations and
         this write fit under ``limit`` (down to 90% of it once eviction starts); whether they
-        fit. Under the folder's lock."""
+        fit. Under the folder's lock.
+
+        The walk (200 ms over 6,600 files) is skipped while the ledger is younger than
+        ``_WALK_EVERY_S`` and has room: every reservation adds its bytes to it (all of them,
+        a write that fails or is smaller is counted until the next walk), every eviction takes
+        its bytes off. What is written without a reservation (pyopencl's binaries) is seen at
+        the next walk."""
+        ledger = _read_ledger(self.root)
+        if ledger is not None and time.time() - ledger[1] < _WALK_EVERY_S:
+            if ledger[0] + self.nbytes <= limit:
+                _write_ledger(self.root, ledger[0] + self.nbytes, ledger[1])
+                return True
         # The reservations before the folder: their writes go on meanwhile (without the lock),
         # and a temporary file that grows (or is renamed) between the two looks is then
         # counted twice, never missed: read after the walk, the walk's empty file and the
@@ -413,11 +354,30 @@ class Reservation:
                     continue
                 need -= size
                 total -= size
-        if need > limit:
-            return False
-        with _lock:  # ``stored``'s running count starts from this look
-            _written[str(self.root)] = (0, total)
-        return True
+        fits = need <= limit
+        _write_ledger(self.root, need if fits else need - max(0, self.nbytes - mine), time.time())
+        if fits:
+            with _lock:  # ``stored``'s running count starts from this look
+                _written[str(self.root)] = (0, total)
+        return fits
+
+
+def _read_ledger(root: Path) -> tuple[int, float] | None:
+    """(bytes, when walked) from ``root/.size``, or None (none, or unreadable: walk)."""
+    try:
+        nbytes, walked = (root / _LEDGER).read_text().split()
+        return int(nbytes), float(walked)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_ledger(root: Path, nbytes: int, walked: float) -> None:
+    """Under the folder's lock (a reader never sees it half written but after a crash:
+    then it does not parse, and the next reservation walks)."""
+    try:
+        (root / _LEDGER).write_text(f"{max(0, nbytes)} {walked!r}")
+    except OSError:
+        pass
 
 
 def reserve(nbytes: int, root: Path | None = None, tmp: Path | None = None) -> Reservation:
@@ -461,6 +421,9 @@ def _evict(root: Path, limit: int) -> tuple[int, int, int]:
             except OSError:
                 continue
             removed, freed = removed + 1, freed + size
+        ledger = _read_ledger(root)
+        if ledger is not None and freed:
+            _write_ledger(root, ledger[0] - freed, ledger[1])
         return removed, freed, total - freed
 
 
@@ -478,4 +441,8 @@ def cache_info(root: Path | None = None) -> dict[str, tuple[int, int]]:
 
 def clear_cache(root: Path | None = None) -> tuple[int, int]:
     """Remove every file of the cache (``anychip cache clear``); returns (files, bytes)."""
-    return evict(root or cache_root(), limit=-1)
+    root = root or cache_root()
+    removed = evict(root, limit=-1)
+    with _FolderLock(root) if root.exists() else contextlib.nullcontext():
+        (root / _LEDGER).unlink(missing_ok=True)  # the next reservation walks
+    return removed

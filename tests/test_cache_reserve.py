@@ -217,3 +217,37 @@ def test_a_folder_that_cannot_be_written_stores_nothing_and_raises_nothing(small
     assert not paths.write_atomic(blocker / "c" / "a.bin", b"a", root=blocker)
     with paths.reserve(10, blocker) as room:
         assert not room
+
+
+def test_the_ledger_spares_the_walk_while_it_has_room(small, monkeypatch) -> None:
+    walks = []
+    scan = paths._scan
+    monkeypatch.setattr(paths, "_scan", lambda root: walks.append(root) or scan(root))
+    # ``stored``'s own look (each twentieth of the limit written: 50 bytes here) is not this
+    monkeypatch.setattr(paths, "stored", lambda nbytes, root=None: None)
+    assert paths.write_atomic(small / "a.bin", b"a" * 100)  # no ledger yet: a walk
+    assert len(walks) == 1
+    assert paths.write_atomic(small / "b.bin", b"b" * 100)  # room in the ledger: none
+    assert len(walks) == 1 and paths._read_ledger(small)[0] == 200
+    _old(small / "by-hand.bin", 700, time.time())  # written without a reservation
+    assert paths.write_atomic(small / "c.bin", b"c" * 150)  # unseen until the next walk
+    assert len(walks) == 1 and paths._read_ledger(small)[0] == 350
+    assert paths.write_atomic(small / "d.bin", b"d" * 700)  # no room by the ledger: a walk
+    assert len(walks) == 2
+    # 1,750 bytes with d: a, b, then the one written by hand evicted, down to 90%
+    assert sorted(p.name for p in small.glob("*.bin")) == ["c.bin", "d.bin"]
+    assert paths._read_ledger(small)[0] == 850
+    monkeypatch.setattr(paths, "_WALK_EVERY_S", 0.0)  # an old ledger: walked again
+    assert paths.write_atomic(small / "e.bin", b"e" * 10)
+    assert len(walks) == 3 and paths._read_ledger(small)[0] == 860
+
+
+def test_an_eviction_takes_its_bytes_off_the_ledger(small) -> None:
+    assert paths.write_atomic(small / "a.bin", b"a" * 600)
+    os.utime(small / "a.bin", (1, 1))
+    assert paths.write_atomic(small / "b.bin", b"b" * 300)
+    assert paths._read_ledger(small)[0] == 900
+    assert paths.evict(small, limit=500) == (1, 600)
+    assert paths._read_ledger(small)[0] == 300
+    paths.clear_cache(small)
+    assert paths._read_ledger(small) is None  # the next reservation walks
