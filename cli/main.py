@@ -251,6 +251,7 @@ def _calibrate_missing(devices: str | None) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     import anychip
+    from anychip.core.report.why_one_device import why_one_device
     from anychip.zoo import light_model
 
     # Seeded random weights: the shipped model's constant fills make every output the same.
@@ -313,6 +314,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
         if rep.decision:
             print(f"  {'':<10} cost model: {rep.decision}")
+        # every node on one device: why no split pays, from what placement priced
+        for sentence in why_one_device(rep):
+            print(f"  {'':<10} not on {sentence}")
     return 0
 
 

@@ -132,6 +132,20 @@ def _key(source: str, cc: tuple[str, str], flags: tuple[str, ...]) -> str:
     return hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:40]
 
 
+def _place(tmp: Path, path: Path) -> None:
+    """Rename the built ``tmp`` to ``path``, room reserved for it first when ``path`` is in
+    the bounded store (``paths.reserve``: the others' writes under way counted). The library
+    is placed even without room (this process loads it; eviction takes it later)."""
+    from anychip.paths import cache_root, reserve
+
+    root = cache_root()
+    if root not in path.parents:
+        os.replace(tmp, path)
+        return
+    with reserve(tmp.stat().st_size, root, tmp):
+        os.replace(tmp, path)
+
+
 def _build(path: Path, source: str, cc: tuple[str, str], flags: tuple[str, ...]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".build-", dir=path.parent)
@@ -146,7 +160,7 @@ def _build(path: Path, source: str, cc: tuple[str, str], flags: tuple[str, ...])
         if proc.returncode != 0:
             raise RuntimeError(f"{cc[0]} failed: {proc.stderr.strip()[:800]}")
         builds.append((path.stem, time.perf_counter() - t0))
-        os.replace(tmp, path)
+        _place(Path(tmp), path)
         _count(path)
     finally:
         for p in (tmp, src):

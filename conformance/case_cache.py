@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnx.backend.test.loader as loader
 
-from anychip.paths import cache_root, stored
+from anychip.paths import cache_root, write_atomic
 
 __all__ = ["generated_node_cases", "cache_file"]
 
@@ -89,18 +89,10 @@ def _read(path: Path, key: str) -> list[Any] | None:
 def _write(path: Path, key: str, cases: list[Any]) -> None:
     payload = pickle.dumps(cases, protocol=pickle.HIGHEST_PROTOCOL)
     blob = MAGIC + bytes([FORMAT]) + key.encode() + hashlib.sha256(payload).digest() + payload
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-        stored(len(blob))
+    try:  # atomic, room reserved in the bounded store (paths.py)
+        write_atomic(path, blob)
     except OSError as e:  # a read-only or full cache: the cases are still returned
         log.info("anychip: conformance case cache not written (%s)", e)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
 
 
 def generated_node_cases() -> list[Any]:

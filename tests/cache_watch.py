@@ -5,8 +5,9 @@ The controller process samples the size of anychip's cache folder (``paths.cache
 links followed, as ``paths.evict`` counts it) every few seconds while the tests run, and
 prints the largest size seen against ``paths.cache_limit()``. With
 ``ANYCHIP_TEST_CACHE_BOUND=1`` the run fails when the folder went past the limit by more than
-the one-write slack several processes writing at once may leave (a twentieth of the limit:
-each process evicts before its own next write passes it), or ends above the limit. ``.ci/run``
+a slack of a twentieth of the limit for what is counted only after it is written (pyopencl's
+own program cache, a C library while its compiler writes it; every other write reserves its
+room first: ``paths.reserve``), or ends above the limit. ``.ci/run``
 runs the default and the slow tier on one cache folder with a small limit, so the second
 reuses and evicts what the first stored.
 """
@@ -25,15 +26,20 @@ EVERY_S = 2.0
 
 
 def folder_bytes(root: Path) -> int:
-    """Bytes of the files under ``root`` as the eviction counts them, but for ``pycache``:
-    the test run's own byte code, which ``tests/conftest.py`` puts there when Python may not
-    write it beside the sources (Python writes it, not anychip's store)."""
-    from anychip.paths import _files
+    """Bytes of the files under ``root`` as a reservation counts them (``paths.reserve``:
+    temporary files under way included), but for ``pycache``: the test run's own byte code,
+    which ``tests/conftest.py`` puts there when Python may not write it beside the sources
+    (Python writes it, not anychip's store). Taken under the folder's lock, so that no file
+    is evicted and another stored while the walk is between folders (counted together)."""
+    from anychip.paths import _FolderLock, _scan
 
     if not root.exists():
         return 0
     test_bytecode = str(root / "pycache")
-    return sum(size for _, size, p in _files(root) if not str(p).startswith(test_bytecode))
+    with _FolderLock(root):
+        files, busy = _scan(root)
+    sizes = [(str(p), size) for _, size, p in files] + list(busy.items())
+    return sum(size for p, size in sizes if not p.startswith(test_bytecode))
 
 
 class CacheWatch:

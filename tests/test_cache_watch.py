@@ -48,3 +48,12 @@ def test_the_test_runs_byte_code_is_not_anychips_store(tmp_path: Path) -> None:
     (tmp_path / "pycache" / "m.pyc").write_bytes(b"x" * 5000)
     (tmp_path / "calibration.json").write_bytes(b"x" * 100)
     assert _watch(tmp_path, 1000).sample() == 100
+
+
+def test_writes_under_way_count_the_stores_bookkeeping_does_not(tmp_path: Path) -> None:
+    (tmp_path / "compiled").mkdir()
+    (tmp_path / "compiled" / "k.123.456.tmp").write_bytes(b"x" * 700)  # a write not yet renamed
+    (tmp_path / "a.bin").write_bytes(b"x" * 100)
+    (tmp_path / ".reserved").mkdir()
+    (tmp_path / ".reserved" / "1-2-3").write_text("900\n")
+    assert _watch(tmp_path, 1000).sample() == 800

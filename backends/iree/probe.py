@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -221,19 +220,13 @@ class Prober:
             pass
 
     def _save(self) -> None:
-        path = self.path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            body = {"identity": self.backend.identity(), "answers": self._answers}
-            text = json.dumps(body)
-            tmp.write_text(text)
-            os.replace(tmp, path)
+        from anychip.paths import write_atomic
+
+        body = {"identity": self.backend.identity(), "answers": self._answers}
+        try:  # atomic, in the bounded store (paths.py)
+            write_atomic(self.path, json.dumps(body).encode())
         except OSError:  # a read-only cache folder: the answers stay in this process
             return
-        from anychip.paths import stored
-
-        stored(len(text))  # the bounded store (paths.py)
 
     # -- questions ---------------------------------------------------------------------------
     def reason(self, node: Node, eligible: Any = None) -> str | None:

@@ -26,7 +26,6 @@ import hashlib
 import json
 import logging
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ def load_decision(key: str) -> dict[str, Any] | None:
 def save_decision(key: str, label: str, recipe: Any, decision: str) -> None:
     """Record a feedback's decision: ``recipe`` is how the winning placement was compiled,
     ``(factors, devices, policy)``, or None when the first placement was kept."""
-    from anychip.paths import stored
+    from anychip.paths import write_atomic
 
     data = {
         "format": FORMAT,
@@ -101,14 +100,8 @@ def save_decision(key: str, label: str, recipe: Any, decision: str) -> None:
         "when": time.time(),
         "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
-    path = _path(key)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        text = json.dumps(data)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)  # atomic: a reader sees the old record or the new one
-        stored(len(text))
+    try:  # atomic (a reader sees the old record or the new one), in the bounded store
+        write_atomic(_path(key), json.dumps(data).encode("utf-8"))
     except (OSError, TypeError, ValueError) as e:  # a decision not kept is only slower later
         log.info("anychip: the measured placement was not recorded (%s)", e)
 

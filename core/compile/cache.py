@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.paths import cache_root, stored, used
+from anychip.paths import cache_root, reserve, stored, used
 
 __all__ = [
     "DiskCache",
@@ -153,16 +153,20 @@ class DiskCache:
         path = self._path(key)
         digest = hashlib.sha256(payload).hexdigest().encode()
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:  # in pieces: the payload is not copied into a blob
-                f.write(MAGIC + bytes([FORMAT]) + key.encode() + digest)
-                f.write(payload)
-            os.replace(tmp, path)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            log.warning("anychip: could not store the compiled artifact %s: %s", path, e)
-            return
+        # room first, under the folder's bound shared with other processes (paths.py)
+        with reserve(_HEAD + len(payload), self.root.parent, tmp) as room:
+            if not room:
+                return
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(tmp, "wb") as f:  # in pieces: the payload is not copied into a blob
+                    f.write(MAGIC + bytes([FORMAT]) + key.encode() + digest)
+                    f.write(payload)
+                os.replace(tmp, path)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                log.warning("anychip: could not store the compiled artifact %s: %s", path, e)
+                return
         with self._lock:
             self.stats["stores"] += 1
             self.touched.append(key)
@@ -174,12 +178,17 @@ class DiskCache:
 
     def adopt(self, key: str, data: bytes) -> None:
         """Put a whole artifact file (``file(key)``'s bytes from another machine or folder) in
-        place, atomically; ``load`` checks its header and digest as for any other."""
+        place, atomically; ``load`` checks its header and digest as for any other (one the
+        store has no room for is left out: compiled again when used)."""
         path = self._path(key)
         tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        with reserve(len(data), self.root.parent, tmp) as room:
+            if not room:
+                return
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        stored(len(data), self.root.parent)
 
 
 def cache_key(backend: Any, disk: DiskCache | None, graph: Any, signature: tuple) -> str | None:

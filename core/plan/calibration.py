@@ -68,7 +68,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from anychip.core.progress import task
-from anychip.paths import cache_root, stored
+from anychip.paths import cache_root, write_atomic
 
 __all__ = [
     "Calibration",
@@ -317,15 +317,10 @@ def load_calibration(backend: Any) -> Calibration | None:
 
 
 def _save(backend: Any, cal: Calibration) -> None:
-    path = _path(backend)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # One temporary name per process and thread: ``calibrate`` may be called from threads
-    # directly (``calibration_for`` serializes its own callers with ``_lock``).
-    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    text = json.dumps(cal.to_json())
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one
-    stored(len(text))  # the bounded store (paths.py)
+    # Atomic (a reader sees the old file or the new one), one temporary name per process and
+    # thread (``calibrate`` may be called from threads directly), room reserved in the bounded
+    # store first (paths.py).
+    write_atomic(_path(backend), json.dumps(cal.to_json()).encode("utf-8"))
 
 
 def clear_calibrations(device: str | None = None) -> int:

@@ -269,6 +269,7 @@ def _prefer_single_device(
             for n in graph.nodes:
                 if n.meta["device"] != safe[0].name:
                     _assign(n, safe[0], tables, safe[1])
+                    n.meta["priced"] = safe[2]
         return
     found = prefer_single_device(graph, backends, capable, costs, by_copies)
     if found is None:
@@ -364,8 +365,19 @@ def avoid_costly_islands(
                 f"longer on {dev.name} than on {target.name}, and its {len(crossing)} "
                 f"copies {cost * 1e6:.1f} us more"
             )
+            # The alternative priced, as data (``core/report/why_one_device.py`` sums them)
+            priced = {
+                "rule": "island",
+                "group": island[0].name,
+                "device": dev.name,
+                "nodes": len(island),
+                "saves_s": gain,
+                "copies": len(crossing),
+                "copy_s": cost,
+            }
             for n in island:
                 _assign(n, target, tables, why)
+                n.meta["priced"] = priced
 
 
 def _place_pinned(node: Node, b: Backend, tables: dict[str, KernelTable]) -> None:
@@ -410,6 +422,7 @@ def _place_by_priority(
 
 def _assign(node: Node, backend: Backend, tables: dict[str, KernelTable], reason: str) -> None:
     node.meta["device"] = backend.name
+    node.meta.pop("priced", None)  # what a cost rule priced: set by it after the move
     node.meta["placement_reason"] = reason
     if not backend.graph_mode:
         kernel, _ = find_kernel(tables.get(backend.name), node)

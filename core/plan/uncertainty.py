@@ -27,6 +27,7 @@ placement (issue 40: three lone Transposes parked on a new device took 60 runs t
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from anychip.core.plan.cost_search import MARGIN, Estimate, estimate
@@ -94,9 +95,11 @@ def _pays(ref: Estimate, cand: Estimate, uncertainty: float) -> bool:
 
 def prefer_safe_device(
     graph: Graph, backends: list[Backend], capable: Any, costs: Costs
-) -> tuple[Backend, str] | None:
-    """The device every node should move to, with the reason, or None to keep the placement
-    (see the module docstring). ``capable(backend, node)`` as placement answers it."""
+) -> tuple[Backend, str, dict[str, Any]] | None:
+    """The device every node should move to, with the reason and the comparison as data
+    (``rule`` "whole": the placement so far on ``devices``, ``mixed_s``, against ``alone_s``
+    on the target, with ``uncertainty_s``), or None to keep the placement (see the module
+    docstring). ``capable(backend, node)`` as placement answers it."""
     host = backends[-1].name
     current = {n: n.meta["device"] for n in graph.nodes}
     if any(n.meta["placement_reason"] == "pinned" for n in graph.nodes):
@@ -143,7 +146,16 @@ def prefer_safe_device(
             unc += '"auto" that lives long enough, or now by '
             unc += " ".join(["anychip calibrate"] + [f"--device {d}" for d in new])
         why += f" (its gain is within the estimate's uncertainty, {unc})"
-    return target, why
+    priced = {
+        "rule": "whole",
+        "device": target.name,
+        "devices": dict(Counter(current.values())),
+        "alone_s": alone.seconds,
+        "mixed_s": mixed.seconds,
+        "mixed_copies": mixed.copies,
+        "uncertainty_s": u,
+    }
+    return target, why, priced
 
 
 def no_lone_cheap_ops(graph: Graph, backends: list[Backend], capable: Any, costs: Costs) -> list:

@@ -15,6 +15,7 @@ from typing import Any
 from anychip.core.logsetup import quiet_fallbacks
 from anychip.core.plan.partition import CopyInfo
 from anychip.core.report.render import Rendered
+from anychip.core.report.why_one_device import why_one_device
 from anychip.core.run.lifecycle import check_open
 
 __all__ = [
@@ -29,16 +30,26 @@ __all__ = [
 
 
 class NodeRecord:
-    """Where one node runs: ``name``, ``op_type``, ``device``, ``reason``."""
+    """Where one node runs: ``name``, ``op_type``, ``device``, ``reason``; ``priced``: what the
+    cost rule that placed it compared, as data, or None (``core/report/why_one_device.py``)."""
 
-    __slots__ = ("name", "op_type", "device", "reason", "partition")
+    __slots__ = ("name", "op_type", "device", "reason", "partition", "priced")
 
-    def __init__(self, name: str, op_type: str, device: str, reason: str, partition: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        op_type: str,
+        device: str,
+        reason: str,
+        partition: int,
+        priced: dict[str, Any] | None = None,
+    ) -> None:
         self.name = name
         self.op_type = op_type
         self.device = device
         self.reason = reason
         self.partition = partition
+        self.priced = priced
 
     def __repr__(self) -> str:
         return f"NodeRecord({self.name!r}, {self.op_type}, {self.device}, {self.reason!r})"
@@ -131,6 +142,7 @@ class PlacementReport(Rendered):
                     "device": n.device,
                     "partition": n.partition,
                     "reason": n.reason,
+                    "priced": n.priced,
                 }
                 for n in self.nodes
             ],
@@ -153,6 +165,7 @@ class PlacementReport(Rendered):
             "copy_count": self.copy_count,
             "copy_bytes": self.copy_bytes,
             "decision": self.decision,
+            "why_one_device": why_one_device(self),
             "unhealthy": dict(self.unhealthy),
             "failed_over": {d: list(n) for d, n in self.failed_over.items()},
             "rerouted": {d: list(v) for d, v in self.rerouted.items()},
@@ -216,7 +229,14 @@ def placement_report(session: Any) -> PlacementReport:
     c = session.compiled
     part_of = {n: p.index for p in c.partitions for n in p.nodes}
     nodes = [
-        NodeRecord(n.name, n.op_type, n.meta["device"], n.meta["placement_reason"], part_of[n])
+        NodeRecord(
+            n.name,
+            n.op_type,
+            n.meta["device"],
+            n.meta["placement_reason"],
+            part_of[n],
+            n.meta.get("priced"),
+        )
         for n in c.model.graph.nodes
     ]
     parts = [

@@ -87,7 +87,12 @@ def _build() -> Path | None:
         if done.returncode != 0:
             os.unlink(tmp)
             return None
-        os.replace(tmp, target)  # atomic: other processes see no file or the whole file
+        from anychip.paths import reserve
+
+        # Room in the bounded store first (paths.py; placed even without: this process loads
+        # it), then atomic: other processes see no file or the whole file.
+        with reserve(os.path.getsize(tmp), None, Path(tmp)):
+            os.replace(tmp, target)
     except (OSError, subprocess.TimeoutExpired):
         return None
     from anychip.paths import stored

@@ -154,10 +154,13 @@ def build_library() -> Path:
             f"{result.returncode}.\ncommand: {shlex.join(command)}\ncompiler output (tail):\n"
             f"{tail}\nFix: {_FIX}"
         )
-    os.replace(tmp, target)  # atomic: other processes see no file or the whole file
-    from anychip.paths import stored
+    from anychip.paths import reserve, stored
 
-    stored(target.stat().st_size)  # the bounded store (paths.py)
+    # Room in the bounded store first (paths.py; placed even without: this process loads it),
+    # then atomic: other processes see no file or the whole file.
+    with reserve(tmp.stat().st_size, None, tmp):
+        os.replace(tmp, target)
+    stored(target.stat().st_size)
     return target
 
 
