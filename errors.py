@@ -88,7 +88,7 @@ class RunTerminatedError(AnychipError):
 class CompileTimeout(DeviceError):
     """A graph compile ran past its ``compile_timeout`` (or its session closed) and was
     abandoned: its partition runs elsewhere, or, with ``strict``, this is raised
-    (``core/compile/budget.py``)."""
+    (``core/plugin/budget.py``)."""
 
     def __init__(self, message: str, *, seconds: float | None = None) -> None:
         super().__init__(message)

@@ -12,7 +12,7 @@ Top to bottom:
   after onnx's shape inference, as MLIR text.
 * ``compile_vmfb``: ``iree-compile`` for a target (``llvm-cpu``, ``vulkan-spirv``...) with the
   device's flags, the command line ``iree.compiler.compile_str`` builds, run as a child process
-  the compile's deadline kills (``core/compile/budget.run_tool``); the result is a vmfb.
+  the compile's deadline kills (``core/plugin/budget.run_tool``); the result is a vmfb.
 * ``Executable``: the vmfb as a module on the device's shared instance; ``run`` takes and
   returns IREE ``DeviceArray``s (tensors stay on the device between partitions).
 * ``to_bytes`` / ``from_bytes``: the vmfb behind a small header (magic, JSON: IREE's version,
@@ -173,7 +173,7 @@ def _iree_compile(text: str, target: str, flags: Sequence[str]) -> bytes:
     from iree.compiler.tools.core import CompilerOptions, build_compile_command_line
     from iree.compiler.tools.debugging import TempFileSaver
 
-    from anychip.core.compile.budget import run_tool
+    from anychip.core.plugin.budget import run_tool
 
     options = CompilerOptions(target_backends=[target], input_type="onnx", extra_args=list(flags))
     with TempFileSaver.implicit() as tfs:  # IREE_SAVE_TEMPS keeps a reproducer, as there

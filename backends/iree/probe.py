@@ -195,7 +195,7 @@ class Prober:
         self._loaded = False
         #: The last graph run for ``model_values`` and what it computed (None: it did not run).
         self._values: tuple[Graph, dict[Value, np.ndarray] | None] | None = None
-        #: Set when a probe's compile ran past its budget (``core/compile/budget.run_tool``):
+        #: Set when a probe's compile ran past its budget (``core/plugin/budget.run_tool``):
         #: every unasked signature is refused with it for the rest of the process, and none of
         #: it is kept on disk (a slow machine today is no answer for tomorrow).
         self._timed_out: str | None = None

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from anychip.core.compile.budget import check_timeout, default_timeout
+from anychip.core.plugin.budget import check_timeout, default_timeout
 from anychip.errors import AnychipError
 
 __all__ = ["PRECISIONS", "SessionOptions", "resolve_precision"]
@@ -70,7 +70,7 @@ class SessionOptions:
             take; past it the compile is abandoned and its partition runs on the next device
             (in the background: on the host), with the reason in ``placement()``; with
             ``strict`` a ``CompileTimeout`` naming the partition. Default
-            ``ANYCHIP_COMPILE_TIMEOUT``, else 300; None: no limit (``core/compile/budget.py``).
+            ``ANYCHIP_COMPILE_TIMEOUT``, else 300; None: no limit (``core/plugin/budget.py``).
     Running:
         check_kernels: check each kernel's outputs against the declared dtype and shape
             inference; a mismatch is a ``KernelError`` naming the kernel.

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from anychip.core.compile.budget import Deadline, check_timeout, default_timeout, within
 from anychip.core.compile.cache import compile_graph_cached
 from anychip.core.compile.per_signature import (
     disk_for,
@@ -39,6 +38,7 @@ from anychip.core.plan.calibration import calibrations
 from anychip.core.plan.cost_search import Costs
 from anychip.core.plan.partition import HOST, CopyInfo, CopyRecord, Partition, partition_graph
 from anychip.core.plan.placement import PlacementOptions, place
+from anychip.core.plugin.budget import Deadline, check_timeout, default_timeout, within
 from anychip.core.progress import task
 from anychip.core.run.feedback import explain_partitions, predicted_time
 from anychip.core.run.memory import PartitionMemory, default_pool
@@ -73,7 +73,7 @@ class CompileOptions:
     static-shape device (one per input signature, LRU); ``background_compile``: such devices
     compile in a background thread while runs go to the host (``core/compile/specialize.py``; None:
     ``ANYCHIP_BACKGROUND_COMPILE``, default on); ``compile_timeout``: seconds one graph
-    compile may take before it is abandoned (``core/compile/budget.py``; None: no limit).
+    compile may take before it is abandoned (``core/plugin/budget.py``; None: no limit).
     """
 
     plan_cache_size: int = 8

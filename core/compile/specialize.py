@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from anychip.core.compile.budget import Deadline, within
 from anychip.core.compile.static_shapes import steering_inputs
+from anychip.core.plugin.budget import Deadline, within
 from anychip.errors import CompileTimeout, DeviceError
 from anychip.ir.clone import copy_model
 from anychip.ir.graph import Graph, Model

@@ -10,7 +10,7 @@ modifies the graph (or ``max_iterations``). A pass that repeats a rewrite of its
 nothing changes does it through ``fixed_point``, whose bound turns a pass that never settles
 (a rewrite that undoes or re-makes itself) into a ``PassLoopError`` naming the pass, instead
 of a load that never returns. Both call ``checkpoint`` between rounds: a compile whose time
-budget is spent (``core/compile/budget.py`` installs the check in its thread) stops there.
+budget is spent (``core/plugin/budget.py`` installs the check in its thread) stops there.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _local = threading.local()
 
 def install_checkpoint(check: Callable[[str], None] | None) -> None:
     """Make ``check(where)`` this thread's checkpoint (None: none); it raises to stop a
-    compile (``core/compile/budget.py``: the compile's deadline; ir imports no core)."""
+    compile (``core/plugin/budget.py``: the compile's deadline; ir imports no core)."""
     _local.check = check
 
 

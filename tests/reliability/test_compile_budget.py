@@ -20,7 +20,7 @@ import pytest
 import anychip
 from anychip.backends.npu_stub.backend import NpuBackend
 from anychip.backends.npu_stub.passes.convert_to_nhwc import ConvertToNhwcPass
-from anychip.core.compile.budget import Deadline, current, default_timeout, run_tool, within
+from anychip.core.plugin.budget import Deadline, current, default_timeout, run_tool, within
 from tests.reliability.test_termination import _layer_norm_scale
 
 pytestmark = pytest.mark.usefixtures("no_compile_cache")  # they watch the compile itself

@@ -125,7 +125,7 @@ class Deadline:
     def spent(self) -> bool:
         """Whether the compile must stop (the budget is spent, or ``stop`` was called)."""
         if self.reason is None and self.end is not None and time.monotonic() >= self.end:
-            self.stop(f"after its {_seconds(self.seconds)} s budget")
+            self.stop(f"after its {_seconds(self.seconds or 0.0)} s budget")
         return self.reason is not None
 
     def check(self, where: str = "") -> None:
