@@ -368,18 +368,14 @@ class IREEBackend(Backend):
                     pending[0] = False
                     check_first_run(self, graph, list(inputs), outputs, what)
                     if check_first:
-                        checked[0] = True
                         compiled.checked()  # now the disk cache may keep it
                 return outputs
 
         # Compiled in the background: its bytes are given only once its first run was checked
-        # (``CompiledGraph.checked``: the disk cache stores it then); a later process never
-        # loads it unchecked. The compile at load stores what it has checked.
-        checked = [not check_first]
-        serialize = lambda: exe.to_bytes() if checked[0] else None  # noqa: E731
-        compiled = CompiledGraph(run, info=info, serialize=serialize)
+        # (``CompiledGraph.checked_later``); a later process never loads it unchecked. The
+        # compile at load stores what it has checked.
+        compiled = CompiledGraph(run, info=info, serialize=exe.to_bytes, checked_later=check_first)
         compiled.executable = exe  # type: ignore[attr-defined]
-        compiled.checked_later = check_first  # type: ignore[attr-defined]
         return compiled
 
     def release_compiled(self, compiled: CompiledGraph) -> None:

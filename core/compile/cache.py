@@ -236,7 +236,7 @@ def compile_and_store(backend: Any, graph: Any, disk: DiskCache | None, key: str
         data = _serialized(backend, compiled)
         if data is not None:
             disk.store(key, data)
-        elif getattr(compiled, "checked_later", False):
+        elif compiled.checked_later:
             # Checked at its first run (a background compile): stored once that check passed,
             # so a later process never loads an executable nobody checked.
             compiled.when_checked.append(lambda: _store_checked(backend, compiled, disk, key))

@@ -136,26 +136,32 @@ class CompiledGraph:
         *,
         info: dict[str, Any] | None = None,
         serialize: Callable[[], bytes | None] | None = None,
+        checked_later: bool = False,
     ) -> None:
         self.run = run
         self.info = dict(info or {})
         self._serialize = serialize
-        #: Called (no arguments) once a compile checked only at its first run has passed
-        #: that check: ``compile_and_store`` puts the store of its bytes here when
-        #: ``serialize`` gave none at compile time (``checked()``).
+        #: The backend checks this executable at its first run, not at compile time (IREE's
+        #: background compiles): ``serialize`` gives nothing until ``checked()``, so no disk
+        #: cache keeps an unchecked executable.
+        self.checked_later = checked_later
+        #: Called (no arguments) by ``checked()``: ``compile_and_store`` puts the store of
+        #: the bytes here for an executable checked later.
         self.when_checked: list[Callable[[], None]] = []
 
     def checked(self) -> None:
-        """The backend's check of this executable passed: run what waited for it (the disk
-        cache's store of a background compile)."""
+        """The backend's check of this executable passed: its bytes may be written now, and
+        what waited for that runs (the disk cache's store of a background compile)."""
+        self.checked_later = False
         waiting, self.when_checked = self.when_checked, []
         for fn in waiting:
             fn()
 
     def serialize(self) -> bytes | None:
         """The executable as bytes for ``Backend.load_compiled``, or None when it cannot be
-        written (no serializer given, or the backend declines for this partition)."""
-        if self._serialize is None:
+        written (no serializer given, the backend declines for this partition, or its check
+        is still to come)."""
+        if self._serialize is None or self.checked_later:
             return None
         data = self._serialize()
         return None if data is None else bytes(data)

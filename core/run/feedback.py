@@ -350,8 +350,8 @@ class Feedback:
         if verdict[0] == "lose" and low <= 1 - MARGIN:  # MAX_PAIRS, not a measured loss
             self.undecided = True
         self.decision += (
-            f"; {label}, tried, took {_ms(_median(tried))} against "
-            f"{_ms(_median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
+            f"; {label}, tried, took {_ms(_stats().median(tried))} against "
+            f"{_ms(_stats().median(placed))} ({len(placed)} pairs: {ratio:.2f}x, "
             f"95% bounds {low:.2f}-{high:.2f}x)"
         )
         self._end_trial(compiled)
@@ -361,7 +361,7 @@ class Feedback:
             # session on the slower placement for hundreds of runs: 5% budget).
             self.best, self.adopted = (1.0, label, trial), label
             self.best_recipe = self.trial_recipe
-            self.ref, self.placed_on = _median(tried), trial
+            self.ref, self.placed_on = _stats().median(tried), trial
             trial.replaced = f"re-placed to {label}: {self.decision}"
             log.info("anychip: %s", trial.replaced)
             return self._finish(outs, trial)
@@ -404,7 +404,7 @@ class Feedback:
         # The whole run, not the sum of its steps' minima: that leaves out what lies between
         # the steps and flatters a placement of many small partitions.
         self.measured = min(self.totals)
-        self.ref = _median(self.totals)
+        self.ref = _stats().median(self.totals)
         self.first_cost = max(self.first_cost, self._first_run - self.ref)
         self.decision = f"measured {_ms(self.measured)} per run"
         # Partitions and partition steps are in the same order.
@@ -474,8 +474,8 @@ def _verdict(tried: list[float], placed: list[float]) -> tuple[str, float, float
     logs = [math.log(t / p) for t, p in zip(tried, placed) if t > 0 and p > 0]
     if len(logs) < n:
         return ("lose", 1.0, 0.0, math.inf)  # a clock that did not move: nothing to trust
-    mean = _fmean(logs)
-    half = _T95[min(n - 2, len(_T95) - 1)] * _stdev(logs) / math.sqrt(n)
+    mean = _stats().fmean(logs)
+    half = _T95[min(n - 2, len(_T95) - 1)] * _stats().stdev(logs) / math.sqrt(n)
     ratio, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
     bound = 1 - MARGIN
     if n >= TIMED_RUNS and high < bound:
@@ -521,20 +521,9 @@ def predicted_time(compiled: CompiledModel) -> float | None:
     ).seconds
 
 
-# statistics (with fractions and decimal) is imported by the first session that measures.
-def _median(xs: Any) -> float:
+def _stats() -> Any:
+    """``statistics`` (which imports fractions and decimal), imported by the first session
+    that measures placements, not by every load."""
     import statistics
 
-    return statistics.median(xs)
-
-
-def _fmean(xs: Any) -> float:
-    import statistics
-
-    return statistics.fmean(xs)
-
-
-def _stdev(xs: Any) -> float:
-    import statistics
-
-    return statistics.stdev(xs)
+    return statistics

@@ -130,10 +130,11 @@ def _memoize(graph: Graph, group: list[Node], names: Names, name: str) -> bool:
     for n in shapes_of:
         if n.inputs[0] in sources:
             n.replace_input(0, formals[sources.index(n.inputs[0])])
+    read_outside = set(map(id, results))
     outer, inner = [], []
     for n in group:
         for i, v in enumerate(n.outputs):
-            if v is None or not any(v is r for r in results):
+            if v is None or id(v) not in read_outside:
                 continue
             w = Value(names.fresh(f"{v.name}_memo"), v.dtype, v.shape)
             for u, k in list(v.uses):
