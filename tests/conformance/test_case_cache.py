@@ -76,3 +76,15 @@ def test_the_cached_cases_are_onnx_s_own():
     # onnx's generator registers every case in this list once its modules are imported.
     if node_cases._NodeTestCases:
         assert names == {c.name for c in node_cases._NodeTestCases}
+
+
+def test_another_ml_dtypes_is_another_file(cache, monkeypatch):
+    """The expected outputs of onnx's 4-bit and float8 cases come from ml_dtypes: cases made
+    with one version are not read under another (0.6.0 and 0.7.0 cast to int4 differently)."""
+    calls, fresh_process = cache
+    first = case_cache.cache_file()
+    fresh_process()
+    monkeypatch.setattr(case_cache.ml_dtypes, "__version__", "0.0.0-other")
+    assert case_cache.cache_file() != first
+    fresh_process()
+    assert calls == [1, 1]
