@@ -216,25 +216,38 @@ def _fresh(
             return None  # a device alone that cannot run the whole model
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def child(model: str, devs: list[str], alone: bool) -> dict | None:
-        """``repeat`` fresh processes: per run index and for the steady time, the median (one
-        fresh process's runs 1-10 vary 1.5x and more between identical placements)."""
-        got = [g for g in (one(model, devs, alone) for _ in range(repeat)) if g is not None]
-        if not got:
-            return None
+    def median_of(got: list[dict]) -> dict:
+        """Per run index and for the steady time, the median over the processes (one fresh
+        process's runs 1-10 vary 1.5x and more between identical placements)."""
         out = dict(got[len(got) // 2])
         out["first"] = [statistics.median(col) for col in zip(*(g["first"] for g in got))]
         out["steady"] = statistics.median(g["steady"] for g in got)
+        out["spread"] = max(g["steady"] for g in got) / min(g["steady"] for g in got)
         return out
 
     print(
         f"{'model':<14} {'devices':<14} {'run 1':>8} {'2-10':>8} {'1-10':>8} {'x best':>7} "
         f"{'steady':>8} {'x best':>7} {'explored':>8}  nodes"
     )
+    rng = random.Random(0)
     for mname in _models(names):
-        alone = {d: child(mname, [d], True) for d in devices}
+        # The processes of all rows of a model interleaved, in a new (seeded) order each
+        # repeat: taken row after row, a drift of the machine (another tenant, the page
+        # cache) fell on whole rows and read as the device set's doing.
+        configs = [((d,), True) for d in devices] + [
+            (tuple(s), False) for s in sets if s != ["cpu"]
+        ]
+        runs_of: dict = {c: [] for c in configs}
+        for _ in range(repeat):
+            rng.shuffle(configs)
+            for devs, alone_ in configs:
+                got = one(mname, list(devs), alone_)
+                if got is not None:
+                    runs_of[(devs, alone_)].append(got)
+        rows = {c: median_of(g) for c, g in runs_of.items() if g}
+        alone = {d: rows.get(((d,), True)) for d in devices}
         for devs in sets:
-            got = alone[devs[0]] if devs == ["cpu"] else child(mname, devs, False)
+            got = alone[devs[0]] if devs == ["cpu"] else rows.get((tuple(devs), False))
             if got is None:
                 continue
             singles = [alone[d] for d in devs if alone.get(d)]
@@ -250,6 +263,11 @@ def _fresh(
                 f"{mean * 1e3:8.2f} {mean / best_early:7.2f} {got['steady'] * 1e3:8.2f} "
                 f"{got['steady'] / best_steady:7.2f} {share:>8}  {got['nodes']}"
                 + ("" if got["done"] else " (still exploring)")
+            )
+        if alone.get("cpu") and repeat > 1:
+            print(
+                f"{mname:<14} (the cpu alone's steady time varied {alone['cpu']['spread']:.2f}x "
+                f"over its {repeat} processes)"
             )
 
 
