@@ -256,7 +256,9 @@ def _fresh(
             f = got["first"]
             early, mean = statistics.fmean(f[1:]), statistics.fmean(f)
             share = (
-                f"{got['explored'] / got['session']:.1%}" if got["explored"] is not None else "-"
+                f"{got['explored'] / got['session']:.1%}"
+                if got["explored"] is not None and got["session"]
+                else "-"  # no feedback, or one that stopped before its first run
             )
             print(
                 f"{mname:<14} {','.join(devs):<14} {f[0] * 1e3:8.2f} {early * 1e3:8.2f} "
