@@ -29,7 +29,15 @@ _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-__all__ = ["MODELS", "build", "mobilenet_like", "resnet_like", "shufflenet_like", "densenet_like"]
+__all__ = [
+    "MODELS",
+    "build",
+    "conv_transformer",
+    "densenet_like",
+    "mobilenet_like",
+    "resnet_like",
+    "shufflenet_like",
+]
 
 Feeds = dict[str, np.ndarray]
 
@@ -197,6 +205,61 @@ def densenet_like(size: int = 224, seed: int = 0, growth: int = 32) -> onnx.Mode
     return n.model("densenet_like", n.head(n.relu(n.bn(x, c)), c), (1, 3, size, size))
 
 
+def _encoder_layer(n: _Net, x: str, seq: int, hidden: int, heads: int, ffn: int) -> str:
+    """One BERT-style encoder layer on ``x`` ([1, seq, hidden]): attention, LayerNorm, GELU."""
+
+    def w(*shape: int) -> str:
+        return n.const((n.rng.standard_normal(shape) * 0.05).astype(np.float32), "w")
+
+    def c(value: object, dtype: type = np.float32) -> str:
+        return n.const(np.array(value, dtype))
+
+    head = hidden // heads
+    split, merge = c([1, seq, heads, head], np.int64), c([1, seq, hidden], np.int64)
+    q, k, v = (n.op("Reshape", [n.op("MatMul", [x, w(hidden, hidden)]), split]) for _ in "qkv")
+    qt = n.op("Transpose", [q], perm=[0, 2, 1, 3])
+    kt = n.op("Transpose", [k], perm=[0, 2, 3, 1])
+    vt = n.op("Transpose", [v], perm=[0, 2, 1, 3])
+    s = n.op("Div", [n.op("MatMul", [qt, kt]), c(np.sqrt(head))])
+    ctx = n.op("MatMul", [n.op("Softmax", [s], axis=-1), vt])
+    merged = n.op("Reshape", [n.op("Transpose", [ctx], perm=[0, 2, 1, 3]), merge])
+    r1 = n.op("Add", [n.op("MatMul", [merged, w(hidden, hidden)]), x])
+    ones, zeros = c(np.ones(hidden)), c(np.zeros(hidden))
+    h = n.op("LayerNormalization", [r1, ones, zeros], axis=-1)
+    f1 = n.op("MatMul", [h, w(hidden, ffn)])
+    erf = n.op("Erf", [n.op("Div", [f1, c(np.sqrt(2.0))])])
+    gelu = n.op("Mul", [n.op("Mul", [f1, n.op("Add", [erf, c(1.0)])]), c(0.5)])
+    r2 = n.op("Add", [n.op("MatMul", [gelu, w(ffn, hidden)]), h])
+    return n.op("LayerNormalization", [r2, ones, zeros], axis=-1)
+
+
+def conv_transformer(size: int = 224, seed: int = 0, layers: int = 4) -> onnx.ModelProto:
+    """A hybrid (as ViT-hybrid, CoAtNet): ``mobilenet_like``'s convolutions to a 7 x 7 map, a
+    1x1 projection to 256 channels, its 49 positions as tokens through ``layers`` encoder
+    layers (d 256, 4 heads), mean-pooled to 1000 logits. Its halves run fastest on different
+    engines on some machines (the convolutions on ``cpu``, the small matrix products on
+    onnxruntime), so a placement may split it (issue 42)."""
+    n = _Net(seed)
+    x = n.relu6(n.bn(n.conv("x", 3, 32, 3, 2), 32))
+    c = 32
+    plan = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
+    plan += [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
+    for cout, stride in plan:
+        x = n.relu6(n.bn(n.conv(x, c, c, 3, stride, group=c), c))
+        x = n.relu6(n.bn(n.conv(x, c, cout, 1), cout))
+        c = cout
+    side = size // 32
+    tokens = n.op("Reshape", [n.conv(x, c, 256, 1), n.const(np.array([1, 256, side * side]))])
+    t = n.op("Transpose", [tokens], perm=[0, 2, 1])
+    for _ in range(layers):
+        t = _encoder_layer(n, t, side * side, 256, 4, 1024)
+    pooled = n.op("ReduceMean", [t], axes=[1], keepdims=0)  # opset 17: axes an attribute
+    w = (n.rng.standard_normal((256, 1000)) * np.sqrt(1.0 / 256)).astype(np.float32)
+    b = (n.rng.standard_normal(1000) * 0.01).astype(np.float32)
+    n.op("Gemm", [pooled, n.const(w), n.const(b)])
+    return n.model("conv_transformer", "", (1, 3, size, size))
+
+
 def _image(model: onnx.ModelProto, seed: int = 0) -> Feeds:
     """A seeded standard-normal input of the model's (static) input shape."""
     (inp,) = [
@@ -264,6 +327,7 @@ MODELS: dict[str, Callable[[], tuple[onnx.ModelProto, Feeds]]] = {
     "resnet_like": _built(resnet_like),
     "shufflenet_like": _built(shufflenet_like),
     "densenet_like": _built(densenet_like),
+    "conv_transformer": _built(conv_transformer),
 }
 
 
