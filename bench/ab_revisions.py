@@ -6,6 +6,11 @@ median over the rounds and the ratio new/old, with their geometric mean.
     python bench/ab_revisions.py --old /tmp/old [--new .] [--threads 2] [--rounds 3]
         [--models squeezenet,resnet50]
 
+``--old-python`` / ``--new-python`` run a side with another interpreter: one checkout in two
+environments, e.g. a plain ``pip install anychip`` (the base dependencies) against the full one
+(issue 43: the default install within 5% of the full install's times). ``--threads 0`` leaves
+the threads as the environment gives them (no ``threadpoolctl``, which the base install lacks).
+
 Each process imports one checkout as ``anychip`` (a temporary directory holding an
 ``anychip`` link to it, first on ``PYTHONPATH``) and times every model in turn (15-200 runs
 after 5 warm-up runs, about two seconds a model); old and new alternate round by round, so a
@@ -44,7 +49,7 @@ def time_models(names: list[str], threads: int) -> dict[str, float]:
     out = {}
     for name in names:
         model, feeds = build(name)
-        with _thread_limit(threads):
+        with _thread_limit(threads or None):
             sess = anychip.load(model, devices=["cpu"])
             t0 = time.perf_counter()
             sess.run(None, feeds)
@@ -60,7 +65,9 @@ def time_models(names: list[str], threads: int) -> dict[str, float]:
     return out
 
 
-def _child(checkout: str, names: list[str], threads: int) -> dict[str, float]:
+def _child(
+    checkout: str, names: list[str], threads: int, python: str = sys.executable
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         os.symlink(os.path.abspath(checkout), os.path.join(tmp, "anychip"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")]))
@@ -70,7 +77,7 @@ def _child(checkout: str, names: list[str], threads: int) -> dict[str, float]:
             f"import ab_revisions as m; print(json.dumps(m.time_models({names!r}, {threads})))"
         )
         done = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+            [python, "-c", code], env=env, capture_output=True, text=True, check=True
         )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -82,7 +89,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", required=True, help="the other checkout's root (the package)")
     ap.add_argument("--new", default=os.path.dirname(_HERE))
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--old-python", default=sys.executable, help="the old side's interpreter")
+    ap.add_argument("--new-python", default=sys.executable, help="the new side's interpreter")
+    ap.add_argument("--threads", type=int, default=2, help="0: as the environment gives")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
     args = ap.parse_args(argv)
@@ -96,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     got: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for r in range(args.rounds):
         for tag in ("old", "new"):
-            got[tag].append(_child(getattr(args, tag), names, args.threads))
+            python = getattr(args, f"{tag}_python")
+            got[tag].append(_child(getattr(args, tag), names, args.threads, python))
             print(f"round {r + 1}/{args.rounds} {tag} done", file=sys.stderr, flush=True)
     ratios = []
     print(f"{'model':16s} {'old ms (rounds)':>26s} {'new ms (rounds)':>26s} {'new/old':>8s}")
