@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from anychip.core.api import device_values, dlpack
-from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
+from anychip.core.api.feeds import Feeds, IOInfo, detach, plain, random_feeds
 from anychip.core.api.options import SessionOptions, resolve_precision
 from anychip.core.api.ort_api import (
     AsyncRunner,
@@ -157,21 +157,26 @@ class Session(Closable):
         """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
-        if device_values.involved(feeds):  # DeviceValue feeds stay on their device
-            return guarded_run(
-                lambda: device_values.run_values(self, output_names, feeds, {}), run_options
-            )
-        if dlpack.involved(feeds, output_device):
-            return guarded_run(
-                lambda: dlpack.run(self, output_names, feeds, output_device), run_options
-            )
+        if not plain(feeds, output_device):
+            if device_values.involved(feeds):  # DeviceValue feeds stay on their device
+                return guarded_run(
+                    lambda: device_values.run_values(self, output_names, feeds, {}), run_options
+                )
+            if dlpack.involved(feeds, output_device):
+                return guarded_run(
+                    lambda: dlpack.run(self, output_names, feeds, output_device), run_options
+                )
         arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
-
-        def request() -> list[Any]:
+        if run_options is None:  # guarded_run's own first test, without building a closure
             with self._lock:
-                return run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+                outs = run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+        else:
 
-        outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
+            def request() -> list[Any]:
+                with self._lock:
+                    return run_request(self, arrays)
+
+            outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
         if self.profiling is not None:
             self._last_feeds = dict(feeds)
         return [detach(outs[i], feeds) for i in wanted]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
-from anychip.core.api.feeds import Feeds, check_feed, detach
+from anychip.core.api.feeds import Feeds, check_feed, detach, plain
 from anychip.errors import InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value
@@ -66,3 +68,42 @@ def test_detach_copies_views_and_feeds_only() -> None:
     assert detach(view, {}).flags.owndata
     own = np.ones(2)
     assert detach(own, {"x": feed}) is own
+
+
+def _static_feeds() -> Feeds:
+    x = Value("x", DType.FLOAT, [2, 3])
+    z = Value("z", DType.INT64, ["n"])
+    return Feeds([x, z], [Value("y", DType.FLOAT, [2, 3])])
+
+
+@pytest.mark.parametrize(
+    ("feeds", "match"),
+    [
+        # as many feeds as inputs: the one-pass check must still find each of these
+        ({"x": np.zeros((2, 3), np.float32), "X": np.zeros(4, np.int64)}, "unknown input 'X'"),
+        ({"x": np.zeros((2, 3), np.float64), "z": np.zeros(4, np.int64)}, "expects dtype"),
+        ({"x": np.zeros((3, 2), np.float32), "z": np.zeros(4, np.int64)}, "dimension 0 is 3"),
+        ({"x": np.zeros((2, 3), np.float32), "z": np.zeros((4, 1), np.int64)}, "rank 1"),
+        ({"x": np.zeros((2, 3), np.float32), "z": [1.5]}, "expects dtype int64"),
+    ],
+)
+def test_the_one_pass_check_refuses_what_the_full_check_does(feeds, match) -> None:
+    with pytest.raises(InputError, match=match):
+        _static_feeds().check(feeds)
+
+
+def test_the_one_pass_check_returns_the_feeds_themselves_in_input_order() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    z = rng.integers(0, 9, 5)
+    got = _static_feeds().check({"z": z, "x": x})
+    assert got[0] is x and got[1] is z
+    assert _static_feeds().check({"z": [1, 2], "x": x})[1].dtype == np.int64  # full path
+
+
+def test_plain_runs_are_dicts_of_numpy_arrays_with_host_outputs() -> None:
+    a = np.zeros(2, np.float32)
+    assert plain({"x": a}, None)
+    assert not plain({"x": a}, "cuda:0")
+    assert not plain({"x": [1.0]}, None)
+    assert not plain(types.MappingProxyType({"x": a}), None)
