@@ -111,7 +111,8 @@ class ThreadChoice:
     """``program`` run on the threads given or on one, as measured (module docstring). Holds
     the generated code's pool awake (``pool.held``) through a run on two or more threads once
     a run of the program has asked the pool for threads (a program of small kernels never
-    does, and its runs leave the other core alone)."""
+    does, and its runs leave the other core alone); a signature whose last ``QUIET`` runs on
+    the threads given did not ask stops asking until its next probe."""
 
     def __init__(self, program: Program, info: dict | None = None, choose: bool = True) -> None:
         self.wrapped = program
