@@ -17,7 +17,7 @@ from anychip.errors import AnychipError, InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value, format_shape
 
-__all__ = ["IOInfo", "Feeds", "check_feed", "detach", "plain", "random_feeds"]
+__all__ = ["IOInfo", "Feeds", "check_feed", "detach", "random_feeds"]
 
 
 class IOInfo:
@@ -84,6 +84,13 @@ class Feeds:
 
     def check(self, feeds: Mapping[str, Any]) -> list[Any]:
         """The arrays to run with, in graph input order; raises ``InputError`` on bad feeds."""
+        out = self.quick(feeds)
+        return self._check(feeds) if out is None else out
+
+    def quick(self, feeds: Any) -> list[Any] | None:
+        """``check``'s answer for the common request, a dict feeding each input once with a
+        numpy array of its declared dtype and shape (then no ``DeviceValue`` or device array
+        either); None for anything else, which ``check`` looks at in full."""
         quick = self._quick
         if quick is not None and type(feeds) is dict and len(feeds) == len(quick):
             # As many feeds as inputs, each found: no unknown name among them either.
@@ -101,7 +108,7 @@ class Feeds:
                 out.append(x)
             else:
                 return out
-        return self._check(feeds)
+        return None
 
     def _check(self, feeds: Mapping[str, Any]) -> list[Any]:
         """``check``'s full path: every refusal with its message."""
@@ -161,18 +168,6 @@ def _static(v: Value) -> tuple[int, ...] | None:
     if shape is None or not all(isinstance(d, int) for d in shape):
         return None
     return tuple(shape)
-
-
-def plain(feeds: Any, output_device: str | None) -> bool:
-    """Whether a run is the plain kind: a dict of numpy arrays, host outputs (no
-    ``DeviceValue`` or DLPack device array among the feeds: ``Session.run`` then skips their
-    modules' own checks)."""
-    if output_device is not None or type(feeds) is not dict:
-        return False
-    for f in feeds.values():
-        if type(f) is not np.ndarray:
-            return False
-    return True
 
 
 def check_feed(v: Value, x: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from anychip.core.api import device_values, dlpack
-from anychip.core.api.feeds import Feeds, IOInfo, detach, plain, random_feeds
+from anychip.core.api.feeds import Feeds, IOInfo, detach, random_feeds
 from anychip.core.api.options import SessionOptions, resolve_precision
 from anychip.core.api.ort_api import (
     AsyncRunner,
@@ -157,7 +157,9 @@ class Session(Closable):
         """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
-        if not plain(feeds, output_device):
+        # a dict of numpy arrays as declared, host outputs: checked in one pass (feeds.py)
+        arrays = self._feeds.quick(feeds) if output_device is None else None
+        if arrays is None:
             if device_values.involved(feeds):  # DeviceValue feeds stay on their device
                 return guarded_run(
                     lambda: device_values.run_values(self, output_names, feeds, {}), run_options
@@ -166,7 +168,8 @@ class Session(Closable):
                 return guarded_run(
                     lambda: dlpack.run(self, output_names, feeds, output_device), run_options
                 )
-        arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
+            arrays = self._feeds.check(feeds)
+        wanted = self._feeds.select(output_names)
         if run_options is None:  # guarded_run's own first test, without building a closure
             with self._lock:
                 outs = run_request(self, arrays)  # feedback, failover (core/run/failover.py)

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from anychip.core.api.feeds import Feeds, check_feed, detach, plain
+from anychip.core.api.feeds import Feeds, check_feed, detach
 from anychip.errors import InputError
 from anychip.ir.dtypes import DType
 from anychip.ir.value import Value
@@ -101,9 +101,13 @@ def test_the_one_pass_check_returns_the_feeds_themselves_in_input_order() -> Non
     assert _static_feeds().check({"z": [1, 2], "x": x})[1].dtype == np.int64  # full path
 
 
-def test_plain_runs_are_dicts_of_numpy_arrays_with_host_outputs() -> None:
-    a = np.zeros(2, np.float32)
-    assert plain({"x": a}, None)
-    assert not plain({"x": a}, "cuda:0")
-    assert not plain({"x": [1.0]}, None)
-    assert not plain(types.MappingProxyType({"x": a}), None)
+def test_the_one_pass_takes_dicts_of_numpy_arrays_only() -> None:
+    """``quick`` answers for a dict of arrays as declared; ``Session.run`` sends anything
+    else (a ``DeviceValue``, a device array, a mapping) to the modules that check them."""
+    x, z = np.zeros((2, 3), np.float32), np.zeros(4, np.int64)
+    f = _static_feeds()
+    assert f.quick({"x": x, "z": z}) == [x, z]
+    assert f.quick({"x": x, "z": [1]}) is None
+    assert f.quick(types.MappingProxyType({"x": x, "z": z})) is None
+    assert f.quick({"x": x}) is None
+    assert f.check(types.MappingProxyType({"x": x, "z": z}))[0] is x
