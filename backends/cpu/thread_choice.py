@@ -40,7 +40,17 @@ from typing import Any
 from anychip.backends.cpu.native import omp, pool
 from anychip.backends.cpu.replay.run import REPLAY_FROM
 
-__all__ = ["ThreadChoice", "on_threads", "START", "ONE_WARM", "PROBE", "RECHECK", "SOON", "MARGIN"]
+__all__ = [
+    "ThreadChoice",
+    "on_threads",
+    "START",
+    "ONE_WARM",
+    "PROBE",
+    "RECHECK",
+    "SOON",
+    "MARGIN",
+    "QUIET",
+]
 
 #: Runs of an input signature on the threads given before its first probe.
 START = 20
@@ -61,6 +71,10 @@ SOON = 25
 MARGIN = 0.05
 #: Input signatures remembered per partition; others run on the threads given.
 SIGNATURES = 16
+#: Runs in a row on the threads given that never asked the generated code's pool for threads,
+#: after which a signature's runs stop asking whether they did (two calls, 0.5 us a run of a
+#: model of a few us) until its next probe.
+QUIET = 8
 
 Program = Callable[[list[Any]], list[Any]]
 
@@ -70,7 +84,7 @@ class _Probe:
     the threads chosen (0 while probing), runs since, runs until the next probe, and how many
     probes in a row one thread has won."""
 
-    __slots__ = ("warm", "order", "times", "chosen", "runs", "recheck", "wins")
+    __slots__ = ("warm", "order", "times", "chosen", "runs", "recheck", "wins", "quiet")
 
     def __init__(self, given: int, warm: bool, wins: int = 0) -> None:
         #: Untimed runs first (popped from the end): ``START`` on the threads given, then
@@ -83,6 +97,8 @@ class _Probe:
         self.runs = 0
         self.recheck = RECHECK
         self.wins = wins
+        #: Runs in a row on the threads given that did not ask the pool for threads.
+        self.quiet = 0
 
 
 def _median(xs: list[float]) -> float:
@@ -95,7 +111,8 @@ class ThreadChoice:
     """``program`` run on the threads given or on one, as measured (module docstring). Holds
     the generated code's pool awake (``pool.held``) through a run on two or more threads once
     a run of the program has asked the pool for threads (a program of small kernels never
-    does, and its runs leave the other core alone)."""
+    does, and its runs leave the other core alone); a signature whose last ``QUIET`` runs on
+    the threads given did not ask stops asking until its next probe."""
 
     def __init__(self, program: Program, info: dict | None = None, choose: bool = True) -> None:
         self.wrapped = program
@@ -113,7 +130,7 @@ class ThreadChoice:
             return self._run(tensors)
         if given != self.given:
             self.given, self.probes = given, {}
-        key = tuple(getattr(t, "shape", None) for t in tensors)
+        key = tuple([getattr(t, "shape", None) for t in tensors])  # a list: no generator frame
         probe = self.probes.get(key)
         if probe is None:
             if len(self.probes) >= SIGNATURES:
@@ -123,6 +140,10 @@ class ThreadChoice:
             probe.runs += 1
             if probe.runs >= probe.recheck:
                 self.probes[key] = _Probe(given, warm=False, wins=probe.wins)
+            if probe.chosen == given:
+                if probe.quiet >= QUIET and not self.uses:
+                    return self.wrapped(tensors)  # no pool to hold (class docstring)
+                return self._run(tensors, probe)
             return self._on(probe.chosen, given, tensors)
         if probe.warm:
             return self._on(probe.warm.pop(), given, tensors)
@@ -145,8 +166,9 @@ class ThreadChoice:
         finally:
             omp.set_threads(given)
 
-    def _run(self, tensors: list[Any]) -> list[Any]:
-        """A run on the threads given, the pool held once the program has asked for it."""
+    def _run(self, tensors: list[Any], probe: _Probe | None = None) -> list[Any]:
+        """A run on the threads given, the pool held once the program has asked for it
+        (``probe``: the signature's, counting the runs that did not)."""
         if self.uses:
             with pool.held():
                 return self.wrapped(tensors)
@@ -155,6 +177,8 @@ class ThreadChoice:
             return self.wrapped(tensors)
         finally:
             self.uses = pool.wanted() != before
+            if probe is not None:
+                probe.quiet = 0 if self.uses else probe.quiet + 1
 
     def _decide(self, probe: _Probe, given: int, key: tuple) -> None:
         if not probe.times[1] or not probe.times[given]:  # runs that raised: measure again

@@ -54,6 +54,15 @@ class Feeds:
         self.output_names = [v.name for v in outputs]
         self._all = tuple(range(len(self.output_names)))
         self._fast = [(v, _accepts(v)) for v in self._inputs]
+        #: Per input ``(name, dtype, shape or None, rank, static dims)`` when every input has
+        #: a declared tensor type: a dict feeding each input once with an array of its dtype
+        #: and shape is checked by one pass over it (a full static shape is one comparison);
+        #: anything else takes ``check``'s full path and its messages.
+        self._quick: tuple[tuple[str, np.dtype, tuple | None, int, tuple], ...] | None = None
+        if all(a is not None for _, a in self._fast):
+            self._quick = tuple(
+                (v.name, a[0], _static(v), a[1], a[2]) for v, a in self._fast if a is not None
+            )
 
     def select(self, output_names: Sequence[str] | None) -> list[int]:
         """The indices of the requested outputs (all for None)."""
@@ -75,6 +84,34 @@ class Feeds:
 
     def check(self, feeds: Mapping[str, Any]) -> list[Any]:
         """The arrays to run with, in graph input order; raises ``InputError`` on bad feeds."""
+        out = self.quick(feeds)
+        return self._check(feeds) if out is None else out
+
+    def quick(self, feeds: Any) -> list[Any] | None:
+        """``check``'s answer for the common request, a dict feeding each input once with a
+        numpy array of its declared dtype and shape (then no ``DeviceValue`` or device array
+        either); None for anything else, which ``check`` looks at in full."""
+        quick = self._quick
+        if quick is not None and type(feeds) is dict and len(feeds) == len(quick):
+            # As many feeds as inputs, each found: no unknown name among them either.
+            out = []
+            get = feeds.get
+            for name, want, static, rank, dims in quick:
+                x = get(name)
+                if type(x) is not np.ndarray or not (x.dtype is want or x.dtype == want):
+                    break
+                shape = x.shape
+                if shape != static and (
+                    static is not None or len(shape) != rank or any(shape[i] != d for i, d in dims)
+                ):
+                    break
+                out.append(x)
+            else:
+                return out
+        return None
+
+    def _check(self, feeds: Mapping[str, Any]) -> list[Any]:
+        """``check``'s full path: every refusal with its message."""
         if type(feeds) is not dict and not isinstance(feeds, Mapping):
             raise InputError(
                 f"feeds must be a dict of input name -> array, got {type(feeds).__name__}"
@@ -123,6 +160,14 @@ def _accepts(v: Value) -> tuple[np.dtype, int, tuple[tuple[int, int], ...]] | No
         return None
     dims = tuple((i, d) for i, d in enumerate(v.shape) if isinstance(d, int))
     return want, len(v.shape), dims
+
+
+def _static(v: Value) -> tuple[int, ...] | None:
+    """``v``'s shape as a tuple when every dimension is a number, else None."""
+    shape = v.shape
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
 
 
 def check_feed(v: Value, x: Any) -> Any:

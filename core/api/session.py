@@ -157,21 +157,29 @@ class Session(Closable):
         """Run the model on ``feeds`` (input name -> numpy array, or a device array that stays
         on its device); numpy outputs, or ``output_device``'s arrays (core/api/dlpack.py). Raises
         ``InputError`` for a bad feed, ``KernelError`` naming the node when a kernel fails."""
-        if device_values.involved(feeds):  # DeviceValue feeds stay on their device
-            return guarded_run(
-                lambda: device_values.run_values(self, output_names, feeds, {}), run_options
-            )
-        if dlpack.involved(feeds, output_device):
-            return guarded_run(
-                lambda: dlpack.run(self, output_names, feeds, output_device), run_options
-            )
-        arrays, wanted = self._feeds.check(feeds), self._feeds.select(output_names)
-
-        def request() -> list[Any]:
+        # a dict of numpy arrays as declared, host outputs: checked in one pass (feeds.py)
+        arrays = self._feeds.quick(feeds) if output_device is None else None
+        if arrays is None:
+            if device_values.involved(feeds):  # DeviceValue feeds stay on their device
+                return guarded_run(
+                    lambda: device_values.run_values(self, output_names, feeds, {}), run_options
+                )
+            if dlpack.involved(feeds, output_device):
+                return guarded_run(
+                    lambda: dlpack.run(self, output_names, feeds, output_device), run_options
+                )
+            arrays = self._feeds.check(feeds)
+        wanted = self._feeds.select(output_names)
+        if run_options is None:  # guarded_run's own first test, without building a closure
             with self._lock:
-                return run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+                outs = run_request(self, arrays)  # feedback, failover (core/run/failover.py)
+        else:
 
-        outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
+            def request() -> list[Any]:
+                with self._lock:
+                    return run_request(self, arrays)
+
+            outs = guarded_run(request, run_options)  # terminate, run_tag (core/api/ort_api.py)
         if self.profiling is not None:
             self._last_feeds = dict(feeds)
         return [detach(outs[i], feeds) for i in wanted]

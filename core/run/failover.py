@@ -110,7 +110,9 @@ def _state(session: Any) -> dict[str, dict[str, Any]]:
 
 def _retry_after_backoff(session: Any) -> None:
     """Put back the unhealthy devices whose back-off is over (the model placed again)."""
-    state = getattr(session, "_failover", None)
+    # a session's own attribute, read from its __dict__ (getattr with a default raised and
+    # caught AttributeError on every request of a session that never failed over)
+    state = session.__dict__.get("_failover") if hasattr(session, "__dict__") else None
     if state is None or not state["retry_at"]:
         return
     due = [d for d, at in state["retry_at"].items() if at <= _now() and d in session.unhealthy]

@@ -32,23 +32,27 @@ FORKED_MID_RUN = (
 )
 
 _sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+#: This process's id, set again in a forked child (``os.getpid()`` is a system call, and
+#: ``check_not_forked`` runs on every request).
+_pid = [os.getpid()]
 
 
 def track(session: Any) -> None:
     """Follow ``session`` through forks (its ``_lock``; ``_forked_mid_run`` set in the child)."""
     _sessions.add(session)
-    session._pid = os.getpid()
+    session._pid = _pid[0]
+    session._forked_mid_run = None  # read on every request: an attribute, not a default
 
 
 def check_not_forked(session: Any) -> None:
     """Raise ``DeviceError`` for a session inherited mid-run by a forked child, or placed on a
     device that does not survive fork (``Backend.fork_unsafe_reason``: OpenCL)."""
     why = getattr(session, "_forked_mid_run", None)
-    if not why and getattr(session, "_pid", None) not in (None, os.getpid()):
+    if not why and getattr(session, "_pid", None) not in (None, _pid[0]):
         # first call in a forked child (every fork handler has run by now: their order of
         # registration does not matter)
         why = session._forked_mid_run = _unsafe_devices(session)
-        session._pid = os.getpid()
+        session._pid = _pid[0]
     if why:
         raise DeviceError(why)
 
@@ -68,6 +72,7 @@ def _unsafe_devices(session: Any) -> str | None:
 
 
 def _after_fork_in_child() -> None:
+    _pid[0] = os.getpid()
     for session in list(_sessions):
         lock = getattr(session, "_lock", None)
         if lock is None:

@@ -148,6 +148,11 @@ class Program:
         self.output_slots = [self._read_slot(v, parent) for v in g.outputs]
         self._plan_frees()
         self.nslots: int = len(self.slot_of)
+        #: A run's slots before its inputs: the constants in place (the last slot: omitted
+        #: inputs' None); each run copies it.
+        self._blank: list[Any] = [None] * (self.nslots + 1)
+        for s, t in self.consts:
+            self._blank[s] = t
         for instr in self.instrs:
             instr.seal(self.nslots)
         #: The nodes' contexts, whose frame (the run's slots) is dropped after each run.
@@ -264,9 +269,7 @@ class Program:
 
     def _frame(self, inputs: Sequence[Any], outer: list[Any] | None) -> list[Any]:
         """The slots of one run: constants, captured outer values, then the inputs."""
-        slots: list[Any] = [None] * (self.nslots + 1)  # the last: omitted inputs' None
-        for s, t in self.consts:
-            slots[s] = t
+        slots = self._blank.copy()
         if self.captures:
             assert outer is not None, "a nested graph's program runs in its parent's frame"
             for ps, s in self.captures:

@@ -89,8 +89,9 @@ class StepProgram:
         #: The transfer budget of one run in bytes (``load(max_copy_bytes=...)``), or None.
         self.max_copy_bytes: int | None = None
         #: ``(step, feed order, output order)`` when the run is one host partition reading
-        #: feeds only and giving every output (one-device sessions): no slots to fill.
-        self.direct: tuple[Step, list[int], list[int]] | None = None
+        #: feeds only and giving every output (one-device sessions): no slots to fill. An
+        #: order is None where it is the identity (nothing to pick).
+        self.direct: tuple[Step, list[int] | None, list[int] | None] | None = None
 
     @property
     def copy_steps(self) -> list[Step]:
@@ -103,10 +104,10 @@ class StepProgram:
         if self.direct is not None and times is None:
             step, order, picks = self.direct
             try:
-                outs = step.fn([feeds[i] for i in order])
+                outs = step.fn(list(feeds) if order is None else [feeds[i] for i in order])
             except BaseException as e:
                 self._failed(e, step, None)
-            return [outs[j] for j in picks]
+            return outs if picks is None else [outs[j] for j in picks]
         slots: list[Any] = [None] * self.nslots
         for s, arr in zip(self.feed_slots, feeds):
             slots[s] = arr
@@ -250,7 +251,7 @@ def mark_waits(steps: list[Step]) -> None:
         st.waits = tuple(s for s in st.ins if s in filled_later)
 
 
-def _direct(prog: StepProgram) -> tuple[Step, list[int], list[int]] | None:
+def _direct(prog: StepProgram) -> tuple[Step, list[int] | None, list[int] | None] | None:
     """``StepProgram.direct`` for ``prog``, or None (copies, several partitions, constant or
     fed-through outputs, device tensors)."""
     if len(prog.steps) != 1 or prog.steps[0].is_copy or prog.consts or prog.device_slots:
@@ -260,7 +261,13 @@ def _direct(prog: StepProgram) -> tuple[Step, list[int], list[int]] | None:
     made = {s: j for j, s in enumerate(step.outs)}
     if any(s not in fed for s in step.ins) or any(s not in made for s in prog.output_slots):
         return None
-    return step, [fed[s] for s in step.ins], [made[s] for s in prog.output_slots]
+    order = [fed[s] for s in step.ins]
+    picks = [made[s] for s in prog.output_slots]
+    return (
+        step,
+        None if order == list(range(len(prog.feed_slots))) else order,
+        None if picks == list(range(len(step.outs))) else picks,
+    )
 
 
 def _cancelled(e: BaseException) -> bool:

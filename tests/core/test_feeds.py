@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -66,3 +68,46 @@ def test_detach_copies_views_and_feeds_only() -> None:
     assert detach(view, {}).flags.owndata
     own = np.ones(2)
     assert detach(own, {"x": feed}) is own
+
+
+def _static_feeds() -> Feeds:
+    x = Value("x", DType.FLOAT, [2, 3])
+    z = Value("z", DType.INT64, ["n"])
+    return Feeds([x, z], [Value("y", DType.FLOAT, [2, 3])])
+
+
+@pytest.mark.parametrize(
+    ("feeds", "match"),
+    [
+        # as many feeds as inputs: the one-pass check must still find each of these
+        ({"x": np.zeros((2, 3), np.float32), "X": np.zeros(4, np.int64)}, "unknown input 'X'"),
+        ({"x": np.zeros((2, 3), np.float64), "z": np.zeros(4, np.int64)}, "expects dtype"),
+        ({"x": np.zeros((3, 2), np.float32), "z": np.zeros(4, np.int64)}, "dimension 0 is 3"),
+        ({"x": np.zeros((2, 3), np.float32), "z": np.zeros((4, 1), np.int64)}, "rank 1"),
+        ({"x": np.zeros((2, 3), np.float32), "z": [1.5]}, "expects dtype int64"),
+    ],
+)
+def test_the_one_pass_check_refuses_what_the_full_check_does(feeds, match) -> None:
+    with pytest.raises(InputError, match=match):
+        _static_feeds().check(feeds)
+
+
+def test_the_one_pass_check_returns_the_feeds_themselves_in_input_order() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    z = rng.integers(0, 9, 5)
+    got = _static_feeds().check({"z": z, "x": x})
+    assert got[0] is x and got[1] is z
+    assert _static_feeds().check({"z": [1, 2], "x": x})[1].dtype == np.int64  # full path
+
+
+def test_the_one_pass_takes_dicts_of_numpy_arrays_only() -> None:
+    """``quick`` answers for a dict of arrays as declared; ``Session.run`` sends anything
+    else (a ``DeviceValue``, a device array, a mapping) to the modules that check them."""
+    x, z = np.zeros((2, 3), np.float32), np.zeros(4, np.int64)
+    f = _static_feeds()
+    assert f.quick({"x": x, "z": z}) == [x, z]
+    assert f.quick({"x": x, "z": [1]}) is None
+    assert f.quick(types.MappingProxyType({"x": x, "z": z})) is None
+    assert f.quick({"x": x}) is None
+    assert f.check(types.MappingProxyType({"x": x, "z": z}))[0] is x

@@ -243,3 +243,21 @@ def test_linear_models_read_float32_rows_in_place(name) -> None:
     np.testing.assert_array_equal(x, kept)
     assert not any(np.shares_memory(g, x) for g in got if isinstance(g, np.ndarray))
     assert_same(got, ort_run(model, {"X": x}), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("swapped", [False, True])
+def test_the_direct_run_keeps_input_and_output_order(swapped: bool) -> None:
+    """The direct run passes the feeds and returns the outputs as they are when the partition
+    takes and gives them in the graph's order, and reorders them when it does not."""
+    rng = np.random.default_rng(12)
+    a, b = ("b", "a") if swapped else ("a", "b")
+    nodes = [h.make_node("Sub", [a, b], ["d"]), h.make_node("Neg", [a], ["n"])]
+    vi = [h.make_tensor_value_info(n, T.FLOAT, [2, 3]) for n in "abdn"]
+    outs = [vi[3], vi[2]] if swapped else [vi[2], vi[3]]
+    graph = h.make_graph(nodes, "orders", vi[:2], outs)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    feeds = {n: rng.standard_normal((2, 3)).astype(np.float32) for n in "ab"}
+    sess = anychip.load(model, devices=["cpu"])
+    _, order, picks = sess.compiled.steps.direct
+    assert (order is None and picks is None) is not swapped
+    assert_same(sess.run(None, feeds), ort_run(model, feeds), 0, 0)

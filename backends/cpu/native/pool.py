@@ -431,8 +431,23 @@ def pause(delta: int) -> None:
 def wanted() -> int:
     """Calls that asked the pool for threads so far, run on it or not (0 without the pool):
     a run that changed it has work worth holding the pool for."""
-    lib = _lib()
-    return 0 if lib is None else int(lib.ac_pool_wanted())
+    # asked twice per run of a CPU partition: the library's function kept per ``$CC`` and
+    # library loaded (``_lib()``'s lookups cost 0.3 us a call)
+    key = (cc_key(), len(_keep))
+    fn = _wanted.get(key)
+    if fn is None:
+        lib = _lib()
+        fn = _wanted[key] = _none if lib is None else lib.ac_pool_wanted
+        key = (key[0], len(_keep))  # _lib() may have built the library just now
+        _wanted[key] = fn
+    return int(fn())
+
+
+def _none() -> int:
+    return 0
+
+
+_wanted: dict[tuple[object, int], Any] = {}
 
 
 def pauses() -> int:

@@ -190,7 +190,7 @@ class Replay:
         if self.off or self.suspended:
             return usual(inputs)
         state = self.capture()
-        key = (state, *((t.shape, t.dtype) if type(t) is np.ndarray else None for t in inputs))
+        key = (state, *[(t.shape, t.dtype) if type(t) is np.ndarray else None for t in inputs])
         trace = self.traces.get(key) or self.recording.get(key)
         if trace is None:
             count = self.seen.get(key, 0) + 1

@@ -265,3 +265,46 @@ def test_a_bad_option_is_named():
         anychip.load(_cnn(), "cpu", device_options={"cpu": {"thread_count": 1}})
     with pytest.raises(AnychipError, match="threads is an int >= 1"):
         anychip.load(_cnn(), "cpu", device_options={"cpu": {"threads": "2"}})
+
+
+@pytest.mark.parametrize("asks", [False, True])
+def test_quiet_runs_stop_asking_the_pool_and_asking_ones_hold_it(two_threads, monkeypatch, asks):
+    """After ``QUIET`` runs on the threads given that never asked the generated code's pool
+    for threads, a signature's runs skip the two questions; a program whose runs ask holds
+    the pool from then on."""
+    from contextlib import nullcontext
+
+    from anychip.backends.cpu import thread_choice
+
+    counter = {"wanted": 0, "asked": 0, "held": 0}
+
+    def wanted() -> int:
+        counter["wanted"] += 1
+        return counter["asked"]
+
+    def held():
+        counter["held"] += 1
+        return nullcontext()
+
+    monkeypatch.setattr(thread_choice.pool, "wanted", wanted)
+    monkeypatch.setattr(thread_choice.pool, "held", held)
+    seen: list[int] = []
+    inner = _program(1, seen, delay=0.002)  # one thread slower: the threads given are kept
+
+    def program(tensors: list) -> list:
+        counter["asked"] += asks
+        return inner(tensors)
+
+    run = ThreadChoice(program)
+    x = np.ones((2, 3), np.float32)
+    for _ in range(KEPT):
+        run([x])
+    assert run.chosen([x]) == 2
+    before = dict(counter)
+    for _ in range(thread_choice.QUIET + 10):
+        np.testing.assert_array_equal(run([x])[0], x * 2)
+    if asks:
+        assert run.uses and counter["held"] - before["held"] == thread_choice.QUIET + 10
+    else:
+        assert not run.uses and counter["wanted"] - before["wanted"] <= 2 * thread_choice.QUIET
+        assert seen[-5:] == [2] * 5
