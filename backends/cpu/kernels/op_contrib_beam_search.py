@@ -17,9 +17,10 @@ What onnxruntime's CPU kernel does (decision 056), for T5-style encoder-decoders
 - **GPT-2**: the prompt, its positions and mask repeated ``W`` times, the pasts empty, as in
   GreedySearch (``op_contrib_greedy_search.py``); each step the presents, reordered along
   their batch axis, become the pasts.
-- **A step** (``_Beams.step``): the last position's logits, their float32 log-softmax, the
-  logits processors (``process_logits``: repetition penalty, no-repeat n-grams, vocab mask,
-  prefix mask on the first step, min length), each beam's running score added, then the
+- **A step** (``_Beams.step``): the last position's logits, their float32 log-softmax (MLAS's
+  to the bit on AVX-512 CPUs: ``_mlas_log_softmax.py``), the logits processors
+  (``process_logits``: repetition penalty, no-repeat n-grams, vocab mask, prefix mask on the
+  first step, min length), each beam's running score added, then the
   ``2 W`` best of each batch over ``W * V`` (the first on a tie). The scorer walks them in
   order: an end-of-sequence among the first ``W`` adds the beam (without the eos) to the
   batch's finished hypotheses at ``score / length ** length_penalty``; other tokens fill the
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._mlas_log_softmax import log_softmax
 from anychip.backends.cpu.kernels.op_contrib_greedy_search import (
     _check_decoder,
     _first_feeds,
@@ -59,13 +61,6 @@ from anychip.opsets.com_microsoft import MS_DOMAIN
 __all__ = ["beam_search"]
 
 _OP = "BeamSearch"
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float32)
-    shifted = x - x.max(axis=1, keepdims=True)
-    total = np.log(np.exp(shifted).sum(axis=1, keepdims=True, dtype=np.float32))
-    return (shifted - total).astype(np.float32)
 
 
 class _Hypotheses:
@@ -136,7 +131,7 @@ class _Beams:
         if last.shape[0] != b * w:
             last = np.repeat(last, w, axis=0)
         self.step_no += 1
-        scores = process_logits(_log_softmax(last), self.sequences, self.step_no, **a["rules"])
+        scores = process_logits(log_softmax(last), self.sequences, self.step_no, **a["rules"])
         scores += self.scores[:, None]
         if a["record"]:
             self.recorded.append(scores.copy())
