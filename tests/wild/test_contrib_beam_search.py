@@ -287,13 +287,16 @@ def test_t5_beam_search_finishes_beams_at_eos() -> None:
     assert (want[0] == 1).any()  # some returned sequence was padded after its eos
 
 
-def _gpt_model(rng: np.random.Generator, feeds: dict[str, np.ndarray], **attrs: Any) -> Any:
-    decoder, outer = _gpt_decoder(rng, "decoder")
-    assert not outer
-    return _model({"decoder": decoder}, feeds, 2, **attrs)
+def _gpt_model(
+    rng: np.random.Generator, feeds: dict[str, np.ndarray], init: bool, **attrs: Any
+) -> Any:
+    graphs = {"decoder": _gpt_decoder(rng, "decoder")[0]}
+    if init:
+        graphs["init_decoder"] = _gpt_decoder(rng, "init_decoder")[0]
+    return _model(graphs, feeds, 2, **attrs)
 
 
-@pytest.mark.parametrize("case", ["plain", "padded_prompt", "no_repeat_ngram"])
+@pytest.mark.parametrize("case", ["plain", "padded_prompt", "no_repeat_ngram", "init_decoder"])
 def test_gpt2_beam_search_matches_onnxruntime(case) -> None:
     rng = np.random.default_rng(7)
     ids = rng.integers(1, 16, (2, 4)).astype(np.int32)
@@ -310,7 +313,7 @@ def test_gpt2_beam_search_matches_onnxruntime(case) -> None:
     attrs: dict[str, Any] = {"eos_token_id": 15, "pad_token_id": 0}
     if case == "no_repeat_ngram":
         attrs["no_repeat_ngram_size"] = 2
-    _check(_gpt_model(rng, feeds, **attrs), feeds)
+    _check(_gpt_model(rng, feeds, case == "init_decoder", **attrs), feeds)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ Outputs: ``sequences [B, R, max_length]`` (int32), ``sequences_scores [B, R]``, 
 after an early stop are left unwritten by onnxruntime: zeros here). Refused with what to do:
 decoders with a shared past buffer (``past_sequence_length``), float16 subgraphs,
 ``decoder_input_ids`` (Whisper's input), a ``vocab_size`` other than the logits'.
+``logits_processor`` is read by Whisper only: ignored, as onnxruntime does.
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ class _Beams:
     def __init__(self, batch: int, beams: int, first: np.ndarray, a: dict[str, Any]) -> None:
         self.b, self.w = batch, beams
         self.sequences = first.astype(np.int32)
-        self.scores = np.zeros((batch, beams), np.float32)
-        self.scores[:, 1:] = np.float32(-1e9)  # the first step draws from beam 0 only
-        self.scores = self.scores.reshape(-1)
+        scores = np.zeros((batch, beams), np.float32)
+        scores[:, 1:] = np.float32(-1e9)  # the first step draws from beam 0 only
+        self.scores: np.ndarray = scores.reshape(-1)
         self.hyps = [_Hypotheses(beams, a["length_penalty"]) for _ in range(batch)]
         self.indices = np.arange(batch * beams)
         self.tokens = self.sequences[:, -1]
