@@ -324,6 +324,8 @@ def test_gpt2_beam_search_matches_onnxruntime(case) -> None:
         ({"attrs": {"model_type": 2}}, "model_type 2"),
         ({"attrs": {"decoder_start_token_id": -1}}, "decoder_start_token_id"),
         ({"attrs": {"vocab_size": 7}}, "vocab_size 7"),
+        ({"vocab_mask": np.ones(V - 1, np.int32)}, "vocab_mask must be"),
+        ({"prefix_vocab_mask": np.ones((2, V), np.int32)}, "prefix_vocab_mask must be"),
     ],
 )
 def test_beam_search_refuses_what_it_does_not_do(change, match) -> None:
@@ -338,6 +340,12 @@ def test_beam_search_refuses_what_it_does_not_do(change, match) -> None:
     for k in ("num_return_sequences", "max_length"):
         if k in change:
             feeds[k] = np.array([change[k]], np.int32)
+    for k in ("vocab_mask", "prefix_vocab_mask"):
+        if k in change:
+            model, feeds = _t5_case("vocab_masks")
+            feeds[k] = change[k]
+            declared = next(i for i in model.graph.input if i.name == k)
+            declared.CopyFrom(_vi(k, TP.INT32, list(change[k].shape)))
     sess = anychip.load(model, devices=["cpu"])
     with pytest.raises(anychip.AnychipError, match=match):
         sess.run(None, feeds)

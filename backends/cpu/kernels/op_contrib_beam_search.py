@@ -128,6 +128,8 @@ class _Beams:
                 f"{_OP}: vocab_size {a['vocab_size']} differs from the logits' {v}: drop the "
                 "attribute or make it match the decoder's output"
             )
+        if self.step_no == 0:
+            _check_masks(a["rules"], v)
         last = logits[:, -1, :]
         if last.shape[0] != b * w:
             last = np.repeat(last, w, axis=0)
@@ -195,6 +197,20 @@ class _Beams:
         for t, rec in enumerate(self.recorded[:steps]):
             per_step[t] = rec.reshape(b, w, -1)
         return seqs, best, per_step.astype(np.float32) if want_scores else None
+
+
+def _check_masks(rules: dict[str, Any], v: int) -> None:
+    """onnxruntime's checks of ``vocab_mask [V]`` and ``prefix_vocab_mask [B, V]``."""
+    mask, prefix = rules["vocab_mask"], rules["prefix_vocab_mask"]
+    if mask is not None and np.shape(mask) != (v,):
+        raise KernelError(
+            f"{_OP}: vocab_mask must be [vocab_size] ([{v}]), got {list(np.shape(mask))}"
+        )
+    if prefix is not None and np.shape(prefix)[1] != v:
+        raise KernelError(
+            f"{_OP}: prefix_vocab_mask must be [batch, vocab_size], got "
+            f"{np.shape(prefix)[1]} tokens per row for a vocabulary of {v}"
+        )
 
 
 def _encoder_mask(ids: np.ndarray, mask: np.ndarray | None, pad: int) -> np.ndarray:
@@ -401,6 +417,13 @@ def beam_search(
     if not 1 <= returned <= beams <= 128:
         raise KernelError(
             f"{_OP}: need 1 <= num_return_sequences ({returned}) <= num_beams ({beams}) <= 128"
+        )
+    if prefix_vocab_mask is not None and (
+        np.ndim(prefix_vocab_mask) != 2 or np.shape(prefix_vocab_mask)[0] != ids.shape[0]
+    ):
+        raise KernelError(
+            f"{_OP}: prefix_vocab_mask must be [batch ({ids.shape[0]}), vocab_size], got "
+            f"{list(np.shape(prefix_vocab_mask))}"
         )
     rules = _Rules(
         _OP,
