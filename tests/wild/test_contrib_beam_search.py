@@ -355,7 +355,7 @@ def test_beam_search_refuses_what_it_does_not_do(change, match) -> None:
 def test_log_softmax_is_onnxruntimes(width) -> None:
     """The beam scores' log-softmax: onnxruntime's MLAS kernel to the bit on an AVX-512 CPU
     (a one-ulp difference swapped two hypotheses onnxruntime scores equal), within an ulp
-    elsewhere."""
+    elsewhere; the other kernels' readings within an ulp here."""
     from anychip.backends.cpu.kernels import _mlas_log_softmax as mlas
 
     x = (np.random.default_rng(width).standard_normal((400, width)) * 4).astype(np.float32)
@@ -367,7 +367,11 @@ def test_log_softmax_is_onnxruntimes(width) -> None:
     m.ir_version = 8
     want = ort_run(m, {"x": x})[0]
     got = mlas.log_softmax(x)
-    if mlas._avx512f() and mlas._logf() is not None:
+    if mlas._kernel() == "avx512f" and mlas._logf() is not None:
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
+    shifted = x - x.max(axis=1, keepdims=True)
+    for kernel in ("avx512f", "fma3", "sse2"):
+        total = mlas._sum(mlas._exp(shifted, kernel), kernel)
+        np.testing.assert_allclose(shifted - np.log(total)[:, None], want, rtol=0, atol=4e-6)
