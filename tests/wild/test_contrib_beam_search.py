@@ -216,6 +216,8 @@ _T5_CASES: dict[str, dict[str, Any]] = {
     "sequence_as_input_ids": {"whole": True, "hidden": True},
     "encoder_ids_in_decoder": {"enc_ids": True, "hidden": True},
     "batch_of_one": {"batch": 1},
+    "single_beam": {"beams": 1, "returned": 1},
+    "new_format_max_length_2": {"new_format": True, "max_length": 2},
 }
 
 
@@ -229,7 +231,7 @@ def _t5_case(case: str, eos: int = 2) -> tuple[onnx.ModelProto, dict[str, np.nda
         ids[-1, 3] = 1
     feeds: dict[str, np.ndarray] = {
         "input_ids": ids,
-        "max_length": np.array([9], np.int32),
+        "max_length": np.array([spec.get("max_length", 9)], np.int32),
         "min_length": np.array([spec.get("min_length", 0)], np.int32),  # onnxruntime needs it
         "num_beams": np.array([w], np.int32),
         "num_return_sequences": np.array([spec.get("returned", 2)], np.int32),
@@ -277,12 +279,13 @@ def test_t5_beam_search_matches_onnxruntime(case) -> None:
     assert len({tuple(s) for s in seqs.reshape(-1, seqs.shape[-1])}) > 1  # the beams differ
 
 
-def test_t5_beam_search_finishes_beams_at_eos() -> None:
+@pytest.mark.parametrize("case", ["plain", "early_stopping", "length_penalty_short", "single_beam"])
+def test_t5_beam_search_finishes_beams_at_eos(case) -> None:
     """With an eos the model picks early, hypotheses end (padded) before max_length."""
-    model, feeds = _t5_case("plain")
+    model, feeds = _t5_case(case)
     probe = ort_run(model, feeds)[0]
     eos = int(probe[0, 0, 2])  # the best beam's second generated token
-    model, feeds = _t5_case("plain", eos=eos)
+    model, feeds = _t5_case(case, eos=eos)
     want = _check(model, feeds)
     assert (want[0] == 1).any()  # some returned sequence was padded after its eos
 
