@@ -75,7 +75,7 @@ def _vi(name: str, dtype: int, shape: list[Any]) -> Any:
     return h.make_tensor_value_info(name, dtype, shape)
 
 
-def _encoder(rng: np.random.Generator, new_format: bool) -> Any:
+def _encoder(rng: np.random.Generator, new_format: bool, markov: str | None = None) -> Any:
     """onnxruntime's T5 encoder contract (decision 056), old form (3 inputs) or new (2)."""
     g = _Build(rng, "enc")
     emb = g.weight((V, D))
@@ -110,7 +110,10 @@ def _encoder(rng: np.random.Generator, new_format: bool) -> Any:
             g.heads(g.op("MatMul", [x, g.weight((D, D))]), name)
             selfs.append(_vi(name, TP.FLOAT, ["B", HEADS, 1, HS]))
     ctx = g.op("ReduceMean", [hidden], axes=[1], keepdims=1)
-    g.op("MatMul", [g.op("Tanh", [g.op("Add", [x, ctx])]), g.weight((D, V), 2.0)], "logits")
+    if markov:  # logits read from a table by the token: no arithmetic to round differently
+        g.op("Gather", [g.const(markov, _markov_table()), "decoder_input_ids"], "logits")
+    else:
+        g.op("MatMul", [g.op("Tanh", [g.op("Add", [x, ctx])]), g.weight((D, V), 2.0)], "logits")
     outs = [
         _vi("logits", TP.FLOAT, ["B", 1, V]),
         _vi("encoder_hidden_states", TP.FLOAT, ["B", "S", D]),
@@ -118,7 +121,9 @@ def _encoder(rng: np.random.Generator, new_format: bool) -> Any:
     return h.make_graph(g.nodes, "encoder", ins, outs + selfs + cross, g.inits)
 
 
-def _t5_decoder(rng: np.random.Generator, *, whole: bool, enc_ids: bool, hidden: bool) -> Any:
+def _t5_decoder(
+    rng: np.random.Generator, *, whole: bool, enc_ids: bool, hidden: bool, markov: bool = False
+) -> Any:
     """onnxruntime's T5 decoder contract: (input_ids, [encoder_input_ids],
     encoder_attention_mask, [encoder_hidden_states], past self k/v..., past cross k/v...) ->
     (logits, present self k/v...)."""
@@ -156,8 +161,18 @@ def _t5_decoder(rng: np.random.Generator, *, whole: bool, enc_ids: bool, hidden:
             cross.append(_vi(cname, TP.FLOAT, ["B", HEADS, "S", HS]))
             parts.append(g.pooled(cname))
         x = g.op("Tanh", [g.op("Sum", parts)])
-    g.op("MatMul", [x, g.weight((D, V), 2.0)], "logits")
+    if markov:
+        g.op("Gather", [g.const("dec_table", _markov_table()), "input_ids"], "logits")
+    else:
+        g.op("MatMul", [x, g.weight((D, V), 2.0)], "logits")
     return h.make_graph(g.nodes, "decoder", ins + past + cross, outs, g.inits)
+
+
+def _markov_table() -> np.ndarray:
+    """Next-token logits ``[V, V]`` by the current token alone: two sequences making the same
+    transitions in another order score the same, as in onnxruntime's pointer-generator test
+    model (a tie onnxruntime orders by insertion)."""
+    return (np.random.default_rng(3).standard_normal((V, V)) * 2).astype(np.float32)
 
 
 _INPUTS = [
@@ -218,6 +233,8 @@ _T5_CASES: dict[str, dict[str, Any]] = {
     "batch_of_one": {"batch": 1},
     "single_beam": {"beams": 1, "returned": 1},
     "new_format_max_length_2": {"new_format": True, "max_length": 2},
+    "markov": {"markov": True},
+    "markov_length_penalty": {"markov": True, "length_penalty": 0.7, "beams": 4, "returned": 4},
 }
 
 
@@ -247,17 +264,24 @@ def _t5_case(case: str, eos: int = 2) -> tuple[onnx.ModelProto, dict[str, np.nda
     if spec.get("attention_mask"):
         feeds["attention_mask"] = (rng.random(ids.shape) > 0.2).astype(np.int32)
     graphs = {
-        "encoder": _encoder(rng, spec.get("new_format", False)),
+        "encoder": _encoder(rng, spec.get("new_format", False), spec.get("markov") and "enc_table"),
         "decoder": _t5_decoder(
             rng,
             whole=spec.get("whole", False),
             enc_ids=spec.get("enc_ids", False),
             hidden=spec.get("hidden", False),
+            markov=spec.get("markov", False),
         ),
     }
     attrs = {"eos_token_id": eos, "pad_token_id": 1, "decoder_start_token_id": 0, "model_type": 1}
     attrs.update(spec.get("attrs", {}))
     return _model(graphs, feeds, spec.get("outputs", 2), **attrs), feeds
+
+
+def _bit_exact() -> bool:
+    from anychip.backends.cpu.kernels import _mlas_log_softmax as mlas
+
+    return mlas._kernel() == "avx512f" and mlas._logf() is not None
 
 
 def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[Any]:
@@ -275,6 +299,11 @@ def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[Any]:
 def test_t5_beam_search_matches_onnxruntime(case) -> None:
     model, feeds = _t5_case(case)
     want = _check(model, feeds)
+    if _T5_CASES[case].get("markov") and _bit_exact():
+        # logits with no arithmetic: the scores are onnxruntime's to the bit (log-softmax,
+        # running sums, C's powf for the length penalty), so its ties order the same
+        got, _ = anychip_run(model, feeds)
+        np.testing.assert_array_equal(got[1], want[1])
     seqs = want[0]
     assert len({tuple(s) for s in seqs.reshape(-1, seqs.shape[-1])}) > 1  # the beams differ
 
@@ -370,7 +399,7 @@ def test_log_softmax_is_onnxruntimes(width) -> None:
     m.ir_version = 8
     want = ort_run(m, {"x": x})[0]
     got = mlas.log_softmax(x)
-    if mlas._kernel() == "avx512f" and mlas._logf() is not None:
+    if _bit_exact():
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)

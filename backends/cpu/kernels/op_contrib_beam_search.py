@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._mlas_log_softmax import log_softmax
+from anychip.backends.cpu.kernels._mlas_log_softmax import log_softmax, powf
 from anychip.backends.cpu.kernels.op_contrib_greedy_search import (
     _check_decoder,
     _first_feeds,
@@ -73,7 +73,7 @@ class _Hypotheses:
         self.done = False
 
     def _score(self, total: float, length: int) -> np.float32:
-        return np.float32(np.float32(total) / np.power(np.float32(length), self.penalty))
+        return np.float32(np.float32(total) / powf(float(length), float(self.penalty)))
 
     def add(self, tokens: np.ndarray, total: float) -> None:
         score = self._score(total, len(tokens))
