@@ -14,6 +14,7 @@ from onnx import numpy_helper as nh
 
 import anychip
 from tests.wild._compare import anychip_run, ort_run
+from tests.wild.test_contrib_greedy_search import V as GPT_V
 from tests.wild.test_contrib_greedy_search import _decoder as _gpt_decoder
 
 _MS = "com.microsoft"
@@ -328,13 +329,16 @@ def _gpt_model(
     return _model(graphs, feeds, 2, **attrs)
 
 
-@pytest.mark.parametrize("case", ["plain", "padded_prompt", "no_repeat_ngram", "init_decoder"])
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "padded_prompt", "attention_mask", "no_repeat_ngram", "init_decoder", "masks"],
+)
 def test_gpt2_beam_search_matches_onnxruntime(case) -> None:
     rng = np.random.default_rng(7)
-    ids = rng.integers(1, 16, (2, 4)).astype(np.int32)
-    if case == "padded_prompt":
+    ids = rng.integers(1, GPT_V, (2, 4)).astype(np.int32)
+    if case in ("padded_prompt", "attention_mask"):
         ids[1, :2] = 0
-    feeds = {
+    feeds: dict[str, np.ndarray] = {
         "input_ids": ids,
         "max_length": np.array([11], np.int32),
         "min_length": np.array([0], np.int32),
@@ -342,9 +346,16 @@ def test_gpt2_beam_search_matches_onnxruntime(case) -> None:
         "num_return_sequences": np.array([2], np.int32),
         "length_penalty": np.array([1.2], np.float32),
     }
-    attrs: dict[str, Any] = {"eos_token_id": 15, "pad_token_id": 0}
+    attrs: dict[str, Any] = {"eos_token_id": GPT_V - 1, "pad_token_id": 0}
     if case == "no_repeat_ngram":
         attrs["no_repeat_ngram_size"] = 2
+    if case == "attention_mask":
+        feeds["attention_mask"] = (ids != 0).astype(np.int32)
+    if case == "masks":
+        feeds["repetition_penalty"] = np.array([1.4], np.float32)
+        feeds["vocab_mask"] = (rng.random(GPT_V) > 0.2).astype(np.int32)
+        feeds["prefix_vocab_mask"] = (rng.random((2, GPT_V)) > 0.4).astype(np.int32)
+        feeds["min_length"] = np.array([8], np.int32)
     _check(_gpt_model(rng, feeds, case == "init_decoder", **attrs), feeds)
 
 
