@@ -6,8 +6,8 @@ only version of these ops). They are registered by the CPU plugin through
 ``anychip_register_ops`` like any plugin domain, so the importer accepts the domain and the
 kernel call fills attribute defaults from them. Type constraints are loose (every tensor
 type): the kernels check what they need. GreedySearch and Sampling run their decoder
-subgraph in a loop (decision 048); BeamSearch is not here (its beam scorer is not modelled),
-and a model that uses it is refused at load naming the op.
+subgraph in a loop (decision 048), BeamSearch runs it with onnxruntime's beam scorer (decision
+056).
 """
 
 from __future__ import annotations
@@ -226,6 +226,17 @@ _SPECS: dict[str, tuple[list[str], list[str], list[tuple[str, Any]]]] = {
         [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
         + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
         + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)],
+    ),
+    # backends/cpu/kernels/op_contrib_beam_search.py
+    "BeamSearch": (
+        ["input_ids", "max_length", "min_length?", "num_beams", "num_return_sequences"]
+        + ["length_penalty?", "repetition_penalty?", "vocab_mask?", "prefix_vocab_mask?"]
+        + ["attention_mask?", "decoder_input_ids?", "logits_processor?"],
+        ["sequences", "sequences_scores?", "scores?"],
+        [("decoder", _A.GRAPH), ("encoder", _A.GRAPH), ("init_decoder", _A.GRAPH)]
+        + [("eos_token_id", _A.INT), ("pad_token_id", _A.INT), ("decoder_start_token_id", -1)]
+        + [("model_type", 0), ("no_repeat_ngram_size", 0), ("vocab_size", -1)]
+        + [("early_stopping", 0)],
     ),
     "Sampling": (
         ["input_ids", "max_length", "min_length?", "repetition_penalty?", "vocab_mask?"]

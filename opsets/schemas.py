@@ -113,7 +113,6 @@ def resolve(
 # beam-reordered cache): anychip models neither the loop's state nor the cache indirection.
 _GENERATION_OPS = frozenset(
     {
-        "BeamSearch",
         "WhisperBeamSearch",
         "DecoderMaskedMultiHeadAttention",
         "DecoderMaskedSelfAttention",

@@ -103,7 +103,7 @@ def test_skip_layer_norm_float16_statistics_in_float32(op) -> None:
 
 @pytest.mark.parametrize(
     "op",
-    ["BeamSearch", "DecoderMaskedMultiHeadAttention"],
+    ["WhisperBeamSearch", "DecoderMaskedMultiHeadAttention"],
 )
 def test_generation_ops_refused_naming_the_op(op) -> None:
     x = np.zeros((1, 4), np.int32)
