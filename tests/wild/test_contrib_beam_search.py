@@ -279,12 +279,6 @@ def _t5_case(case: str, eos: int = 2) -> tuple[onnx.ModelProto, dict[str, np.nda
     return _model(graphs, feeds, spec.get("outputs", 2), **attrs), feeds
 
 
-def _bit_exact() -> bool:
-    from anychip.backends.cpu.kernels import _mlas_log_softmax as mlas
-
-    return mlas._kernel() == "avx512f" and mlas._logf() is not None
-
-
 def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[Any]:
     want = ort_run(model, feeds)
     got, _ = anychip_run(model, feeds)
@@ -300,11 +294,6 @@ def _check(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[Any]:
 def test_t5_beam_search_matches_onnxruntime(case) -> None:
     model, feeds = _t5_case(case)
     want = _check(model, feeds)
-    if _T5_CASES[case].get("markov") and _bit_exact():
-        # logits with no arithmetic: the scores are onnxruntime's to the bit (log-softmax,
-        # running sums, C's powf for the length penalty), so its ties order the same
-        got, _ = anychip_run(model, feeds)
-        np.testing.assert_array_equal(got[1], want[1])
     seqs = want[0]
     assert len({tuple(s) for s in seqs.reshape(-1, seqs.shape[-1])}) > 1  # the beams differ
 
@@ -392,29 +381,3 @@ def test_beam_search_refuses_what_it_does_not_do(change, match) -> None:
     sess = anychip.load(model, devices=["cpu"])
     with pytest.raises(anychip.AnychipError, match=match):
         sess.run(None, feeds)
-
-
-@pytest.mark.parametrize("width", [3, 16, 20, 50, 97])
-def test_log_softmax_is_onnxruntimes(width) -> None:
-    """The beam scores' log-softmax: onnxruntime's MLAS kernel to the bit on an AVX-512 CPU
-    (a one-ulp difference swapped two hypotheses onnxruntime scores equal), within an ulp
-    elsewhere; the other kernels' readings within an ulp here."""
-    from anychip.backends.cpu.kernels import _mlas_log_softmax as mlas
-
-    x = (np.random.default_rng(width).standard_normal((400, width)) * 4).astype(np.float32)
-    node = h.make_node("LogSoftmax", ["x"], ["y"], axis=-1)
-    g = h.make_graph(
-        [node], "g", [_vi("x", TP.FLOAT, [None, width])], [_vi("y", TP.FLOAT, [None, width])]
-    )
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    want = ort_run(m, {"x": x})[0]
-    got = mlas.log_softmax(x)
-    if _bit_exact():
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=0, atol=4e-6)
-    shifted = x - x.max(axis=1, keepdims=True)
-    for kernel in ("avx512f", "fma3", "sse2"):
-        total = mlas._sum(mlas._exp(shifted, kernel), kernel)
-        np.testing.assert_allclose(shifted - np.log(total)[:, None], want, rtol=0, atol=4e-6)

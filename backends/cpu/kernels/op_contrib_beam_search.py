@@ -17,8 +17,8 @@ What onnxruntime's CPU kernel does (decision 056), for T5-style encoder-decoders
 - **GPT-2**: the prompt, its positions and mask repeated ``W`` times, the pasts empty, as in
   GreedySearch (``op_contrib_greedy_search.py``); each step the presents, reordered along
   their batch axis, become the pasts.
-- **A step** (``_Beams.step``): the last position's logits, their float32 log-softmax (MLAS's
-  to the bit on AVX-512 CPUs: ``_mlas_log_softmax.py``), the logits processors
+- **A step** (``_Beams.step``): the last position's logits, their float32 log-softmax (the
+  CPU's LogSoftmax kernel, within an ulp of onnxruntime's), the logits processors
   (``process_logits``: repetition penalty, no-repeat n-grams, vocab mask, prefix mask on the
   first step, min length), each beam's running score added, then the
   ``2 W`` best of each batch over ``W * V`` (the first on a tie). The scorer walks them in
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from anychip.backends.cpu.kernels._mlas_log_softmax import log_softmax, powf
+from anychip.backends.cpu.kernels._libm import powf
 from anychip.backends.cpu.kernels.op_contrib_greedy_search import (
     _check_decoder,
     _first_feeds,
@@ -53,6 +53,7 @@ from anychip.backends.cpu.kernels.op_contrib_greedy_search import (
     _scalar,
     process_logits,
 )
+from anychip.backends.cpu.kernels.op_softmax import log_softmax
 from anychip.backends.cpu.table import kernel
 from anychip.core.run.program import KernelContext
 from anychip.errors import KernelError
