@@ -10,11 +10,15 @@ lookup table as onnxruntime's do. QuantizeLinear/DequantizeLinear here are the O
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
 from anychip.backends.cpu.kernels.op_pool import average_pool
 from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize_linear
 from anychip.backends.cpu.kernels.op_softmax import softmax, softmax_2d
+from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.onednn.int8 import int_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
@@ -66,6 +70,9 @@ def ms_dequantize_linear(
 
 
 def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:
+    y = qlinear.qbinary(int(fn is np.multiply), a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp)
+    if y is not None:  # per tensor, in C: the same float32 operations as below
+        return y
     return _q(fn(_deq(a, a_s, a_zp), _deq(b, b_s, b_zp)), c_s, c_zp, a)
 
 
@@ -217,8 +224,34 @@ def qlinear_concat(
     return _q(np.concatenate(parts, axis=axis), y_scale, y_zero_point, inputs[0])
 
 
-@kernel("QGemm", domain=MS_DOMAIN, since=1)
+def _qgemm_product(
+    b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray,
+    c: np.ndarray | None, y_scale: np.ndarray | None, y_zero_point: np.ndarray | None,
+    alpha: float, trans_b: bool,
+) -> qlinear.Product | None:  # fmt: skip
+    """QGemm's ``Product``: ``alpha * sa * sb`` in float32 as ``qgemm`` rounds it, ``C`` as
+    an int32 bias per column, quantized as ``_q`` does; None for other forms."""
+    n = b.shape[0] if trans_b else b.shape[1]
+    if c is not None and (c.size != n or c.dtype != np.int32):
+        return None
+    if np.asarray(a_scale).size != 1 or np.asarray(b_scale).size not in (1, n):
+        return None
+    scale = np.float32(alpha) * a_scale.astype(np.float32) * b_scale.astype(np.float32)
+    bc = qlinear.centered(b, b_zero_point, trans_b)
+    if y_scale is None:
+        return qlinear.Product(bc, n, 1, scale=scale, c=c)
+    if y_zero_point is None:  # quantized to A's type: left to the numpy path
+        return None
+    z = np.asarray(y_zero_point)
+    if np.asarray(y_scale).size != 1 or z.size != 1 or z.dtype.itemsize != 1:
+        return None
+    ys = float(np.asarray(y_scale).astype(np.float32).reshape(()))
+    return qlinear.Product(bc, n, 2, scale=scale, c=c, ys=ys, yzp=z, out_dtype=z.dtype)
+
+
+@kernel("QGemm", domain=MS_DOMAIN, since=1, context=True)
 def qgemm(
+    ctx: Any,
     a: np.ndarray,
     a_scale: np.ndarray,
     a_zero_point: np.ndarray,
@@ -235,6 +268,16 @@ def qgemm(
 ) -> np.ndarray:
     """Integer GEMM: ``alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C)``; B may be
     quantized per output column. A float result without ``y_scale``, else quantized."""
+    if not transA and b.ndim == 2 and b.dtype.itemsize == 1:  # in one C call (_qproduct)
+        arrays = (b, a_scale, b_scale, b_zero_point, c, y_scale, y_zero_point)
+        prod = product_of(
+            ctx, (1, 3, 4, 5, 6, 7, 8), arrays,
+            lambda: _qgemm_product(*arrays, alpha, bool(transB)),
+        )  # fmt: skip
+        zps = (a_zero_point, b, b_zero_point, bool(transB))
+        y = None if prod is None else run_product(prod, a, *zps)
+        if y is not None:
+            return y
     acc = None if transA else int_matmul(a, b, a_zero_point, b_zero_point, bool(transB))
     if acc is None:  # oneDNN's int8 product not exact here (onednn/int8.py): int64 numpy
         ai = a.astype(np.int64) - a_zero_point.astype(np.int64)

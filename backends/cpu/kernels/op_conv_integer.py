@@ -22,7 +22,9 @@ import math
 import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import compiled
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
 from anychip.backends.cpu.kernels.op_conv import conv
+from anychip.backends.cpu.native.qlinear import Product, centered
 from anychip.backends.cpu.onednn import conv as onednn_conv
 from anychip.backends.cpu.onednn import int8 as onednn_int8
 from anychip.backends.cpu.onednn import matmul as onednn_matmul
@@ -164,13 +166,22 @@ def _integer_matmul(
     return _exact_matmul(_matmul_zp(a, a_zp, False), _matmul_zp(b, b_zp, True))
 
 
-@kernel("MatMulInteger", since=10)
+@kernel("MatMulInteger", since=10, context=True)
 def mat_mul_integer(
+    ctx: KernelContext | None,
     a: np.ndarray,
     b: np.ndarray,
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
+    if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole product in one C call (_qproduct)
+        prod = product_of(
+            ctx, (1, 3), (b, b_zero_point),
+            lambda: Product(centered(b, b_zero_point), b.shape[1], 0),
+        )  # fmt: skip
+        y = run_product(prod, a, a_zero_point, b, b_zero_point)
+        if y is not None:
+            return y
     y = _integer_matmul(a, b, a_zero_point, b_zero_point)
     return y if y.dtype == np.int32 else np.rint(y).astype(np.int32)
 
@@ -214,8 +225,29 @@ def qlinear_conv(
     return acc.astype(zp.dtype)
 
 
-@kernel("QLinearMatMul", since=10)
+def _qlinear_product(
+    b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray,
+    y_scale: np.ndarray, y_zero_point: np.ndarray,
+) -> Product | None:  # fmt: skip
+    """QLinearMatMul's ``Product``: the scale per column as ``qlinear_mat_mul`` rounds it
+    (``f32(f64(sa) * f64(sb))``), divided by ``y_scale`` in float64; None for forms the C
+    does not take (per-row ``a_scale``, batched ``b``, an output zero point not 8-bit)."""
+    n = b.shape[1]
+    sb = np.asarray(b_scale).astype(np.float64).reshape(-1)
+    if np.asarray(a_scale).size != 1 or sb.size not in (1, n) or np.asarray(y_scale).size != 1:
+        return None
+    zp = np.asarray(y_zero_point)
+    if zp.size != 1 or zp.dtype.itemsize != 1 or zp.dtype.kind not in "iu":
+        return None
+    sa = float(np.asarray(a_scale).astype(np.float64).reshape(()))
+    ys = float(np.asarray(y_scale).astype(np.float64).reshape(()))
+    scale = (sa * sb).astype(np.float32)
+    return Product(centered(b, b_zero_point), n, 3, scale=scale, ys=ys, yzp=zp, out_dtype=zp.dtype)
+
+
+@kernel("QLinearMatMul", since=10, context=True)
 def qlinear_mat_mul(
+    ctx: KernelContext | None,
     a: np.ndarray,
     a_scale: np.ndarray,
     a_zero_point: np.ndarray,
@@ -225,6 +257,12 @@ def qlinear_mat_mul(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
+    if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole requantization in C (_qproduct)
+        arrays = (b, a_scale, b_scale, b_zero_point, y_scale, y_zero_point)
+        prod = product_of(ctx, (1, 3, 4, 5, 6, 7), arrays, lambda: _qlinear_product(*arrays))
+        y = None if prod is None else run_product(prod, a, a_zero_point, b, b_zero_point)
+        if y is not None:
+            return y
     acc = _integer_matmul(a, b, a_zero_point, b_zero_point).astype(np.float64)
     sa = np.asarray(a_scale).astype(np.float64)
     sb = np.asarray(b_scale).astype(np.float64)
