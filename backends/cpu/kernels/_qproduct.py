@@ -26,8 +26,8 @@ __all__ = ["C_MAX_MACS", "product_of", "run_product"]
 #: Up to this many multiply-adds the C sums the product (one call, no fixed cost); above,
 #: oneDNN's int8 primitive does, then the C requantizes. AMD EPYC (Zen 4, AVX-512 VNNI),
 #: shared machine, best of 200, us, C / oneDNN + corrections + requantization: 16x64x64
-#: 6.9 / 43; 32x128x128 25 / 48; 64x128x128 47 / 54; 64x128x256 90 / 65; 64x256x256 179 / 74.
-C_MAX_MACS = 1 << 20
+#: 4.6 / 42; 32x128x128 11.6 / 47; 64x128x128 26 / 53; 64x128x256 45 / 65; 64x256x256 87 / 74.
+C_MAX_MACS = 1 << 21
 
 
 def product_of(

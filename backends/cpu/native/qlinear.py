@@ -64,37 +64,136 @@ static inline double ac_clamp(double q, double lo, double hi) {
     return q < lo ? lo : (q > hi ? hi : q);
 }
 
-/* acc[0:n] = sum_t (a[t] - za) * bc[t, 0:n], wrapping modulo 2**32. */
+/* The weights' packed layout: blocks of AC_W columns; in each, for every pair of rows
+   (2q, 2q + 1), AC_W pairs (b[2q, j], b[2q + 1, j]); zeros past k and n. One vpmaddwd then
+   sums two products for AC_W columns: exact, (a - za) and (b - zb) being within +-255. */
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+#define AC_W 16
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define AC_W 8
+#else
+#define AC_W 8
+#endif
+
+long ac_qpack_size(long k, long n) {
+    return ((n + AC_W - 1) / AC_W) * ((k + 1) / 2) * AC_W * 2;
+}
+
+void ac_qpack(long k, long n, const int16_t *bc, int16_t *p) {
+    const long kp = (k + 1) / 2, nb = (n + AC_W - 1) / AC_W;
+    for (long jb = 0; jb < nb; jb++)
+        for (long q = 0; q < kp; q++)
+            for (long jj = 0; jj < AC_W; jj++)
+                for (long t = 0; t < 2; t++) {
+                    const long r = 2 * q + t, j = jb * AC_W + jj;
+                    p[((jb * kp + q) * AC_W + jj) * 2 + t] = r < k && j < n ? bc[r * n + j] : 0;
+                }
+}
+
+/* acc[0:n] = sum_t (a[t] - za) * (b - zb)[t, 0:n], wrapping modulo 2**32; ap: (k + 1) / 2
+   scratch values, acc rounded up to whole blocks. */
 static void ac_q_row(const uint8_t *a, int sgn, int32_t za, long k, long n,
-                     const int16_t *bc, uint32_t *acc) {
-    for (long j = 0; j < n; j++) acc[j] = 0;
-    long t = 0;
-    for (; t + 4 <= k; t += 4) {
-        const int32_t a0 = ac_ld(a, t, sgn) - za, a1 = ac_ld(a, t + 1, sgn) - za;
-        const int32_t a2 = ac_ld(a, t + 2, sgn) - za, a3 = ac_ld(a, t + 3, sgn) - za;
-        const int16_t *b0 = bc + t * n, *b1 = b0 + n, *b2 = b1 + n, *b3 = b2 + n;
-        for (long j = 0; j < n; j++)
-            acc[j] += (uint32_t)(a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j]);
+                     const int16_t *p, int32_t *ap, uint32_t *acc) {
+    const long kp = (k + 1) / 2, nb = (n + AC_W - 1) / AC_W, step = kp * AC_W * 2;
+    for (long q = 0; q < kp; q++) {
+        const int32_t v0 = ac_ld(a, 2 * q, sgn) - za;
+        const int32_t v1 = 2 * q + 1 < k ? ac_ld(a, 2 * q + 1, sgn) - za : 0;
+        const uint32_t lo16 = (uint16_t)(int16_t)v0, hi16 = (uint16_t)(int16_t)v1;
+        ap[q] = (int32_t)(lo16 | hi16 << 16);
     }
-    for (; t < k; t++) {
-        const int32_t av = ac_ld(a, t, sgn) - za;
-        const int16_t *br = bc + t * n;
-        for (long j = 0; j < n; j++) acc[j] += (uint32_t)(av * br[j]);
+    long jb = 0;
+#if defined(__AVX512BW__)
+    for (; jb + 4 <= nb; jb += 4) {
+        const int16_t *p0 = p + jb * step;
+        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
+        for (long q = 0; q < kp; q++) {
+            const __m512i va = _mm512_set1_epi32(ap[q]);
+            const int16_t *b = p0 + q * 32;
+            c0 = _mm512_add_epi32(c0, _mm512_madd_epi16(_mm512_loadu_si512(b), va));
+            c1 = _mm512_add_epi32(c1, _mm512_madd_epi16(_mm512_loadu_si512(b + step), va));
+            c2 = _mm512_add_epi32(c2, _mm512_madd_epi16(_mm512_loadu_si512(b + 2 * step), va));
+            c3 = _mm512_add_epi32(c3, _mm512_madd_epi16(_mm512_loadu_si512(b + 3 * step), va));
+        }
+        _mm512_storeu_si512(acc + jb * 16, c0);
+        _mm512_storeu_si512(acc + jb * 16 + 16, c1);
+        _mm512_storeu_si512(acc + jb * 16 + 32, c2);
+        _mm512_storeu_si512(acc + jb * 16 + 48, c3);
+    }
+    for (; jb < nb; jb++) {
+        const int16_t *p0 = p + jb * step;
+        __m512i c0 = _mm512_setzero_si512();
+        for (long q = 0; q < kp; q++)
+            c0 = _mm512_add_epi32(
+                c0, _mm512_madd_epi16(_mm512_loadu_si512(p0 + q * 32), _mm512_set1_epi32(ap[q])));
+        _mm512_storeu_si512(acc + jb * 16, c0);
+    }
+#elif defined(__AVX2__)
+    for (; jb + 4 <= nb; jb += 4) {
+        const int16_t *p0 = p + jb * step;
+        __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+        for (long q = 0; q < kp; q++) {
+            const __m256i va = _mm256_set1_epi32(ap[q]);
+            const int16_t *b = p0 + q * 16;
+            const __m256i b0 = _mm256_loadu_si256((const __m256i *)b);
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + step));
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(b + 2 * step));
+            const __m256i b3 = _mm256_loadu_si256((const __m256i *)(b + 3 * step));
+            c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(b0, va));
+            c1 = _mm256_add_epi32(c1, _mm256_madd_epi16(b1, va));
+            c2 = _mm256_add_epi32(c2, _mm256_madd_epi16(b2, va));
+            c3 = _mm256_add_epi32(c3, _mm256_madd_epi16(b3, va));
+        }
+        _mm256_storeu_si256((__m256i *)(acc + jb * 8), c0);
+        _mm256_storeu_si256((__m256i *)(acc + jb * 8 + 8), c1);
+        _mm256_storeu_si256((__m256i *)(acc + jb * 8 + 16), c2);
+        _mm256_storeu_si256((__m256i *)(acc + jb * 8 + 24), c3);
+    }
+    for (; jb < nb; jb++) {
+        const int16_t *p0 = p + jb * step;
+        __m256i c0 = _mm256_setzero_si256();
+        for (long q = 0; q < kp; q++)
+            c0 = _mm256_add_epi32(c0, _mm256_madd_epi16(
+                _mm256_loadu_si256((const __m256i *)(p0 + q * 16)), _mm256_set1_epi32(ap[q])));
+        _mm256_storeu_si256((__m256i *)(acc + jb * 8), c0);
+    }
+#endif
+    for (; jb < nb; jb++) {
+        const int16_t *p0 = p + jb * step;
+        uint32_t *c = acc + jb * AC_W;
+        for (long jj = 0; jj < AC_W; jj++) c[jj] = 0;
+        for (long q = 0; q < kp; q++) {
+            const int32_t lo = (int16_t)(ap[q] & 0xffff), hi = (int16_t)((uint32_t)ap[q] >> 16);
+            const int16_t *b = p0 + q * AC_W * 2;
+            for (long jj = 0; jj < AC_W; jj++)
+                c[jj] += (uint32_t)(b[2 * jj] * lo + b[2 * jj + 1] * hi);
+        }
     }
 }
 
-int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za,
-           int za_rows, const int16_t *bc, const int32_t *raw, const int32_t *c,
+int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
+           int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c,
            int mode, const float *scale, int scale_cols, const float *bias, double ys,
            double yzp, double lo, double hi, void *out) {
-    uint32_t *acc = raw ? NULL : (uint32_t *)malloc(sizeof(uint32_t) * (n > 0 ? n : 1));
-    if (!raw && !acc) return -1;
+    const long width = ((n + AC_W - 1) / AC_W) * AC_W;
+    uint32_t *acc = NULL;
+    int32_t *ap = NULL;
+    if (!raw) {
+        acc = (uint32_t *)malloc(sizeof(uint32_t) * width);
+        ap = (int32_t *)malloc(sizeof(int32_t) * ((k + 1) / 2 + 1));
+        if (!acc || !ap) {
+            free(acc);
+            free(ap);
+            return -1;
+        }
+    }
     for (long i = 0; i < m; i++) {
         const uint32_t *r;
         if (raw) {
             r = (const uint32_t *)(raw + i * n);
         } else {
-            ac_q_row(a + i * k, a_sgn, za[za_rows ? i : 0], k, n, bc, acc);
+            ac_q_row(a + i * k, a_sgn, za_rows ? za_rows[i] : za, k, n, bp, ap, acc);
             r = acc;
         }
         if (mode == 0) {
@@ -126,6 +225,7 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
         }
     }
     free(acc);
+    free(ap);
     return 0;
 }
 
@@ -190,8 +290,10 @@ void ac_qbin(int op, long n, const uint8_t *a, int a_sgn, float sa, float za, lo
 }
 """
 _CDEF = """
-int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za,
-    int za_rows, const int16_t *bc, const int32_t *raw, const int32_t *c, int mode,
+long ac_qpack_size(long k, long n);
+void ac_qpack(long k, long n, const int16_t *bc, int16_t *p);
+int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
+    int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c, int mode,
     const float *scale, int scale_cols, const float *bias, double ys, double yzp, double lo,
     double hi, void *out);
 int ac_quant(long count, const float *x, float s, float zp, float lo, float hi, uint8_t *y);
@@ -205,22 +307,26 @@ _lib, forget = loader(_SOURCE, _CDEF, "ac_qmm")
 _U8, _S8 = np.dtype(np.uint8), np.dtype(np.int8)
 _F32, _I32 = np.dtype(np.float32), np.dtype(np.int32)
 _RANGE = {_U8: (0.0, 255.0), _S8: (-128.0, 127.0)}
-_ZERO = np.zeros(1, _I32)
+
+
+_ENV_DATA = getattr(os.environ, "_data", None)
+_NATIVE = os.environ.encodekey("ANYCHIP_NATIVE") if _ENV_DATA is not None else None
+_OFF = os.environ.encodevalue("0") if _ENV_DATA is not None else None
 
 
 def _get() -> Any | None:
-    if os.environ.get("ANYCHIP_NATIVE", "1") == "0":
-        return None
-    return _lib()
+    # from the environment mapping's own dict: os.environ.get costs 0.75 us (codegen/build.py)
+    off = (
+        _ENV_DATA.get(_NATIVE) == _OFF
+        if _ENV_DATA is not None
+        else (os.environ.get("ANYCHIP_NATIVE") == "0")
+    )
+    return None if off else _lib()
 
 
 def available() -> bool:
     """Whether the C here is built (a compiler, ``ANYCHIP_NATIVE`` not 0)."""
     return _get() is not None
-
-
-def _one(v: np.ndarray | None) -> bool:
-    return v is None or np.asarray(v).size == 1
 
 
 def _is8(a: np.ndarray) -> bool:
@@ -285,12 +391,18 @@ class Product:
         if not ok:
             self.lib = None
             return
-        ffi = lib[0]
-        self.keep = (bc, sc, c, bias)  # the arrays the pointers below point into
+        ffi, c_lib, _ = lib
+        packed = None
+        if bc is not None:  # the C's packed layout (ac_qpack)
+            packed = np.zeros(max(1, c_lib.ac_qpack_size(bc.shape[0], n)), np.int16)
+            bc = np.ascontiguousarray(bc)
+            dst = _ptr(ffi, packed, "int16_t[]", True)
+            c_lib.ac_qpack(bc.shape[0], n, _ptr(ffi, bc, "int16_t[]"), dst)
+        self.keep = (packed, sc, c, bias)  # the arrays the pointers below point into
         lo, hi = _RANGE.get(self.dtype, (0.0, 0.0))
-        z = 0.0 if yzp is None else float(np.asarray(yzp).reshape(-1)[0])
+        z = 0.0 if yzp is None else float(np.asarray(yzp).item())
         self.args = (
-            ffi.NULL if bc is None else _ptr(ffi, bc, "int16_t[]"),
+            ffi.NULL if packed is None else _ptr(ffi, packed, "int16_t[]"),
             ffi.NULL if c is None else _ptr(ffi, c, "int32_t[]"),
             _ptr(ffi, sc, "float[]"), int(sc.size > 1),
             ffi.NULL if bias is None else _ptr(ffi, bias, "float[]"), float(ys), z, lo, hi,
@@ -309,15 +421,19 @@ class Product:
             return None
         if raw is not None and (raw.dtype != _I32 or raw.shape[-1] != n or raw.size != m * n):
             return None
-        za_arr = _ZERO if za is None else np.asarray(za).astype(_I32).reshape(-1)
-        if za_arr.size not in (1, m):
-            return None
         ffi, c_lib, _ = lib
+        rows, z = ffi.NULL, 0
+        if za is not None:
+            if za.size == 1:
+                z = int(za.item())
+            elif za.size == m and za.dtype.kind in "iu":
+                rows = _ptr(ffi, np.ascontiguousarray(za, _I32), "int32_t[]")
+            else:
+                return None
         bc, c, sc, cols, bias, ys, yzp, lo, hi = self.args
         out = np.empty(a.shape[:-1] + (n,), self.dtype)
         done = c_lib.ac_qmm(
-            m, k, n, _ptr(ffi, np.ascontiguousarray(a)), int(a.dtype == _S8),
-            _ptr(ffi, za_arr, "int32_t[]"), int(za_arr.size > 1),
+            m, k, n, _ptr(ffi, np.ascontiguousarray(a)), int(a.dtype == _S8), rows, z,
             bc if raw is None else ffi.NULL,
             ffi.NULL if raw is None else _ptr(ffi, np.ascontiguousarray(raw), "int32_t[]"),
             c, self.mode, sc, cols, bias, ys, yzp, lo, hi, _ptr(ffi, out, write=True),
@@ -325,45 +441,52 @@ class Product:
         return None if done < 0 else out
 
 
+def _value(v: np.ndarray | None) -> float:
+    """A scale or zero point of one value as a Python float (0 for none)."""
+    return 0.0 if v is None else float(v.item())
+
+
+def _per_tensor(*params: np.ndarray | None) -> bool:
+    return all(p is None or (isinstance(p, np.ndarray) and p.size == 1) for p in params)
+
+
 def quantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
     """``QuantizeLinear`` of float32 ``x`` per tensor (one float32 scale, an 8-bit zero point
     or none: uint8); None elsewhere or where ``x`` holds a NaN."""
     lib = _get()
-    if lib is None or x.dtype is not _F32 or np.asarray(s).dtype != _F32 or not _one(s):
+    if lib is None or x.dtype != _F32 or not _per_tensor(s, zp) or s.dtype != _F32:
         return None
-    dt = _U8 if zp is None else np.asarray(zp).dtype
-    if dt not in _RANGE or not _one(zp):
+    dt = _U8 if zp is None else zp.dtype
+    if dt not in _RANGE:
         return None
     ffi, c_lib, _ = lib
     xc = np.ascontiguousarray(x)
     out = np.empty(x.shape, dt)
     lo, hi = _RANGE[dt]
-    z = 0.0 if zp is None else float(np.asarray(zp).reshape(-1)[0])
-    s1 = float(np.asarray(s).reshape(-1)[0])
-    if c_lib.ac_quant(xc.size, _ptr(ffi, xc, "float[]"), s1, z, lo, hi, _ptr(ffi, out, write=True)):
-        return None
-    return out
+    done = c_lib.ac_quant(
+        xc.size, _ptr(ffi, xc, "float[]"), _value(s), _value(zp), lo, hi,
+        _ptr(ffi, out, write=True),
+    )  # fmt: skip
+    return None if done else out
 
 
 def dequantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
     """``DequantizeLinear`` of 8-bit ``x`` per tensor to float32; None for other forms."""
     lib = _get()
-    if lib is None or not _is8(x) or np.asarray(s).dtype != _F32 or not (_one(s) and _one(zp)):
+    if lib is None or x.dtype not in _RANGE or not _per_tensor(s, zp) or s.dtype != _F32:
         return None
     ffi, c_lib, _ = lib
     xc = np.ascontiguousarray(x)
     out = np.empty(x.shape, _F32)
-    z = 0.0 if zp is None else float(np.asarray(zp).reshape(-1)[0])
-    s1 = float(np.asarray(s).reshape(-1)[0])
     y = _ptr(ffi, out, "float[]", True)
-    c_lib.ac_dequant(xc.size, _ptr(ffi, xc), int(x.dtype == _S8), z, s1, y)
+    c_lib.ac_dequant(xc.size, _ptr(ffi, xc), int(x.dtype == _S8), _value(zp), _value(s), y)
     return out
 
 
 def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``DynamicQuantizeLinear`` of float32 ``x``; None elsewhere or where ``x`` holds a NaN."""
     lib = _get()
-    if lib is None or x.dtype is not _F32:
+    if lib is None or x.dtype != _F32:
         return None
     ffi, c_lib, _ = lib
     xc = np.ascontiguousarray(x)
@@ -390,34 +513,29 @@ def qbinary(
     """``QLinearAdd`` (op 0) or ``QLinearMul`` (op 1) per tensor, where one input's shape is
     the other's trailing dimensions (a bias, one value, the same shape); None elsewhere."""
     lib = _get()
-    if lib is None or not (_is8(a) and _is8(b)):
+    if lib is None or a.dtype not in _RANGE or b.dtype not in _RANGE:
         return None
-    if not all(_one(p) for p in (sa, za, sb, zb, sc, zc)):
+    if not _per_tensor(sa, za, sb, zb, sc, zc) or not sa.dtype == sb.dtype == sc.dtype == _F32:
         return None
-    if any(np.asarray(p).dtype != _F32 for p in (sa, sb, sc)):
-        return None
-    dt = a.dtype if zc is None else np.asarray(zc).dtype  # the first input's without one
+    dt = a.dtype if zc is None else zc.dtype  # the first input's type without one
     if dt not in _RANGE:
         return None
     if a.size < b.size:  # the bigger one first: + and * are commutative in IEEE arithmetic
         a, sa, za, b, sb, zb = b, sb, zb, a, sa, za
-    tail = tuple(b.shape[_lead_ones(b.shape) :])
-    if b.size != 1 and (len(tail) > a.ndim or a.shape[a.ndim - len(tail) :] != tail):
-        return None
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    if shape != a.shape or b.size == 0:
+    if a.shape != b.shape and b.size != 1:
+        tail = b.shape[_lead_ones(b.shape) :]
+        if len(tail) > a.ndim or a.shape[a.ndim - len(tail) :] != tail or b.ndim > a.ndim:
+            return None
+    if b.size == 0 or b.ndim > a.ndim:
         return None
     ffi, c_lib, _ = lib
     ac, bc = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    out = np.empty(shape, dt)
+    out = np.empty(a.shape, dt)
     lo, hi = _RANGE[dt]
-
-    def f(v: np.ndarray | None) -> float:
-        return 0.0 if v is None else float(np.asarray(v).reshape(-1)[0])
-
     c_lib.ac_qbin(
-        op, ac.size, _ptr(ffi, ac), int(a.dtype == _S8), f(sa), f(za), bc.size, _ptr(ffi, bc),
-        int(b.dtype == _S8), f(sb), f(zb), f(sc), f(zc), lo, hi, _ptr(ffi, out, write=True),
+        op, ac.size, _ptr(ffi, ac), int(a.dtype == _S8), _value(sa), _value(za), bc.size,
+        _ptr(ffi, bc), int(b.dtype == _S8), _value(sb), _value(zb), _value(sc), _value(zc),
+        lo, hi, _ptr(ffi, out, write=True),
     )  # fmt: skip
     return out
 
