@@ -19,6 +19,12 @@ the CPU plugin's ``anychip_register_ops``:
 * ``MatMulAdd``: ``Y = A @ B + C`` for an activation ``A`` of rank 3 or more, a constant 2-D
   ``B`` and a constant ``C`` of ``B``'s width along the last axis (a transformer's linear
   layer before its heads are split).
+* ``QLinearMatMulAdd``: a quantized linear layer: the 8-bit result of a quantized product
+  (``qdq=0``: ``QLinearMatMul``'s eight inputs; ``qdq=1``: ``DequantMatMul``'s four, then
+  ``QuantizeLinear``'s scale and zero point), dequantized by the next two inputs, plus a bias
+  (``qdq=0``: ``QLinearAdd``'s 8-bit bias with its scale and zero point; ``qdq=1``: a float
+  constant), quantized by the last two: ``QLinearMatMul`` + ``QLinearAdd``, or QDQ's
+  ``MatMul``, ``QuantizeLinear``, ``DequantizeLinear``, ``Add``, ``QuantizeLinear``.
 * ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
@@ -269,6 +275,34 @@ def _dequant_matmul() -> OpSchema:
     )
 
 
+def _qlinear_matmul_add() -> OpSchema:
+    return OpSchema(
+        "QLinearMatMulAdd",
+        ANYCHIP_DOMAIN,
+        1,
+        "A quantized linear layer (QLinearMatMul + QLinearAdd, or QDQ's MatMul, Q, DQ, Add, "
+        "Q), its requantizations in one kernel; the module docstring lists the inputs.",
+        inputs=[
+            OpSchema.FormalParameter(
+                "X",
+                "T",
+                "the inputs of the ops it replaces, in order",
+                param_option=OpSchema.FormalParameterOption.Variadic,
+                is_homogeneous=False,
+            )
+        ],  # fmt: skip
+        outputs=[OpSchema.FormalParameter("Y", "Q", "8-bit [..., N]")],
+        type_constraints=[
+            ("T", ["tensor(float)", "tensor(uint8)", "tensor(int8)"], "8-bit or float"),
+            ("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers"),
+        ],
+        attributes=[
+            OpSchema.Attribute("qdq", helper.make_attribute("qdq", 0), "the form"),
+            OpSchema.Attribute("transB", helper.make_attribute("transB", 0), "B is [N, K]"),
+        ],
+    )
+
+
 def _transpose_view() -> OpSchema:
     return OpSchema(
         "TransposeView",
@@ -308,6 +342,7 @@ def anychip_schemas() -> list[OpSchema]:
         _tree_ensemble_group(),
         _matmul_add(),
         _dequant_matmul(),
+        _qlinear_matmul_add(),
         _transpose_view(),
         _channel_shuffle(),
     ]

@@ -31,22 +31,28 @@ C_MAX_MACS = 1 << 21
 
 
 def product_of(
-    ctx: Any, const_inputs: Sequence[int], arrays: tuple, build: Callable[[], Product | None]
+    ctx: Any,
+    const_inputs: Sequence[int],
+    arrays: tuple,
+    build: Callable[[], Product | None],
+    key: str = "qproduct",
 ) -> Product | None:
     """``build()``, kept for the node while ``arrays`` are the same objects and the node's
-    inputs at ``const_inputs`` are constants of the graph (module docstring)."""
+    inputs at ``const_inputs`` are constants of the graph (module docstring); ``key`` names
+    it among what the node keeps. A kept None (a form the C does not take) is returned too."""
     inputs = getattr(getattr(ctx, "node", None), "inputs", None)
     if inputs is None:  # no IR node (a kernel called by hand): nothing is kept
         return build()
+    cache: dict = compiled(ctx, dict)
+    ids = tuple(map(id, arrays))  # the kept entry holds the arrays: no id is reused meanwhile
+    hit = cache.get(key)
+    if hit is not None and hit[0] == ids:
+        return hit[1]
     for i in const_inputs:
         if i < len(inputs) and inputs[i] is not None and inputs[i].const is None:
             return build()
-    cache: dict = compiled(ctx, dict)
-    hit = cache.get("qproduct")
-    if hit is not None and all(x is y for x, y in zip(hit[0], arrays, strict=True)):
-        return hit[1]
     made = build()
-    cache["qproduct"] = (arrays, made)
+    cache[key] = (ids, made, arrays)
     return made
 
 

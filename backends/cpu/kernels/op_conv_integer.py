@@ -32,7 +32,13 @@ from anychip.backends.cpu.table import kernel
 from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import ModelError
 
-__all__ = ["conv_integer", "mat_mul_integer", "qlinear_conv", "qlinear_mat_mul"]
+__all__ = [
+    "conv_integer",
+    "mat_mul_integer",
+    "qlinear_conv",
+    "qlinear_mat_mul",
+    "qlinear_product",
+]
 
 
 def _centered(
@@ -225,9 +231,9 @@ def qlinear_conv(
     return acc.astype(zp.dtype)
 
 
-def _qlinear_product(
+def qlinear_product(
     b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray,
-    y_scale: np.ndarray, y_zero_point: np.ndarray,
+    y_scale: np.ndarray, y_zero_point: np.ndarray, then_add: tuple | None = None,
 ) -> Product | None:  # fmt: skip
     """QLinearMatMul's ``Product``: the scale per column as ``qlinear_mat_mul`` rounds it
     (``f32(f64(sa) * f64(sb))``), divided by ``y_scale`` in float64; None for forms the C
@@ -242,7 +248,8 @@ def _qlinear_product(
     sa = float(np.asarray(a_scale).astype(np.float64).reshape(()))
     ys = float(np.asarray(y_scale).astype(np.float64).reshape(()))
     scale = (sa * sb).astype(np.float32)
-    return Product(centered(b, b_zero_point), n, 3, scale=scale, ys=ys, yzp=zp, out_dtype=zp.dtype)
+    bc = centered(b, b_zero_point)
+    return Product(bc, n, 3, scale=scale, ys=ys, yzp=zp, out_dtype=zp.dtype, then_add=then_add)
 
 
 @kernel("QLinearMatMul", since=10, context=True)
@@ -259,7 +266,7 @@ def qlinear_mat_mul(
 ) -> np.ndarray:
     if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole requantization in C (_qproduct)
         arrays = (b, a_scale, b_scale, b_zero_point, y_scale, y_zero_point)
-        prod = product_of(ctx, (1, 3, 4, 5, 6, 7), arrays, lambda: _qlinear_product(*arrays))
+        prod = product_of(ctx, (1, 3, 4, 5, 6, 7), arrays, lambda: qlinear_product(*arrays))
         y = None if prod is None else run_product(prod, a, a_zero_point, b, b_zero_point)
         if y is not None:
             return y

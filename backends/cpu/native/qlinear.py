@@ -172,10 +172,18 @@ static void ac_q_row(const uint8_t *a, int sgn, int32_t za, long k, long n,
     }
 }
 
+/* The second step of modes 2 and 3 with a bias: the 8-bit code q dequantized
+   (p2: scale, zero point), plus the bias, quantized again (p2: scale, zero point, range). */
+static inline float ac_then_add(float q, float bias, const float *p2) {
+    const float w = (q - p2[1]) * p2[0] + bias;
+    const float q2 = nearbyintf(w / p2[2]) + p2[3];
+    return q2 < p2[4] ? p2[4] : (q2 > p2[5] ? p2[5] : q2);
+}
+
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
            int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c,
            int mode, const float *scale, int scale_cols, const float *bias, double ys,
-           double yzp, double lo, double hi, void *out) {
+           double yzp, double lo, double hi, const float *bias2, const float *p2, void *out) {
     const long width = ((n + AC_W - 1) / AC_W) * AC_W;
     uint32_t *acc = NULL;
     int32_t *ap = NULL;
@@ -214,13 +222,14 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
                 v = v * scale[scale_cols ? j : 0];
                 float q = nearbyintf(v / fys) + fzp;
                 q = q < (float)lo ? (float)lo : (q > (float)hi ? (float)hi : q);
-                y[j] = (uint8_t)(int32_t)q;
+                y[j] = (uint8_t)(int32_t)(bias2 ? ac_then_add(q, bias2[j], p2) : q);
             }
         } else {
             uint8_t *y = (uint8_t *)out + i * n;
             for (long j = 0; j < n; j++) {
                 double v = (double)(int32_t)r[j] * (double)scale[scale_cols ? j : 0];
-                y[j] = (uint8_t)(int32_t)ac_clamp(nearbyint(v / ys) + yzp, lo, hi);
+                const float q = (float)ac_clamp(nearbyint(v / ys) + yzp, lo, hi);
+                y[j] = (uint8_t)(int32_t)(bias2 ? ac_then_add(q, bias2[j], p2) : q);
             }
         }
     }
@@ -295,7 +304,7 @@ void ac_qpack(long k, long n, const int16_t *bc, int16_t *p);
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
     int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c, int mode,
     const float *scale, int scale_cols, const float *bias, double ys, double yzp, double lo,
-    double hi, void *out);
+    double hi, const float *bias2, const float *p2, void *out);
 int ac_quant(long count, const float *x, float s, float zp, float lo, float hi, uint8_t *y);
 void ac_dequant(long count, const uint8_t *x, int sgn, float zp, float s, float *y);
 int ac_dynq(long count, const float *x, uint8_t *y, float *scale, uint8_t *zp);
@@ -357,6 +366,10 @@ class Product:
     (``centered``), or by a given exact int32 product ``raw [M', N]`` (oneDNN's, for large
     sizes), with the epilogue of ``mode`` (module docstring): ``scale`` float32 ``[N]`` or
     one value, ``c`` int32 ``[N]``, ``bias`` float32 ``[N]``, 8-bit results of ``out_dtype``.
+    ``then_add`` (modes 2 and 3): ``(bias2, ds, dz, s2, z2)``: each 8-bit result ``q``
+    dequantized, ``(q - dz) * ds``, plus ``bias2`` float32 ``[N]``, quantized again,
+    ``clip(rint(w / s2) + z2)`` to ``z2``'s type, all in float32 (``QLinearAdd`` after
+    ``QLinearMatMul``; QDQ's ``DequantizeLinear``, ``Add``, ``QuantizeLinear``).
 
     Made once per node while its constants stay the same (kernels keep it), so a call
     converts nothing but ``a`` and its zero point: about 2 us of Python around the C.
@@ -376,6 +389,7 @@ class Product:
         ys: float = 1.0,
         yzp: np.ndarray | None = None,
         out_dtype: np.dtype | None = None,
+        then_add: tuple | None = None,
     ) -> None:
         self.lib = lib = _get()
         self.n, self.mode, self.k = n, mode, -1 if bc is None else bc.shape[0]
@@ -388,6 +402,14 @@ class Product:
         ok = lib is not None and sc.size in (1, n) and self.dtype in (_I32, _F32, *_RANGE)
         ok = ok and (c is None or c.size == n) and (bias is None or bias.size == n)
         ok = ok and (bc is None or (bc.dtype == np.int16 and bc.shape[1] == n))
+        bias2, p2 = None, None
+        if then_add is not None and ok:
+            bias2 = np.ascontiguousarray(then_add[0], _F32).reshape(-1)
+            z2 = np.asarray(then_add[4])
+            ok = mode in (2, 3) and bias2.size == n and z2.dtype in _RANGE and z2.size == 1
+            if ok:
+                ds, dz, s2 = (float(np.asarray(v).item()) for v in then_add[1:4])
+                p2 = np.array([ds, dz, s2, float(z2.item()), *_RANGE[z2.dtype]], _F32)
         if not ok:
             self.lib = None
             return
@@ -398,14 +420,18 @@ class Product:
             bc = np.ascontiguousarray(bc)
             dst = _ptr(ffi, packed, "int16_t[]", True)
             c_lib.ac_qpack(bc.shape[0], n, _ptr(ffi, bc, "int16_t[]"), dst)
-        self.keep = (packed, sc, c, bias)  # the arrays the pointers below point into
+        self.keep = (packed, sc, c, bias, bias2, p2)  # what the pointers below point into
         lo, hi = _RANGE.get(self.dtype, (0.0, 0.0))
+        if then_add is not None:
+            self.dtype = np.asarray(then_add[4]).dtype
         z = 0.0 if yzp is None else float(np.asarray(yzp).item())
         self.args = (
             ffi.NULL if packed is None else _ptr(ffi, packed, "int16_t[]"),
             ffi.NULL if c is None else _ptr(ffi, c, "int32_t[]"),
             _ptr(ffi, sc, "float[]"), int(sc.size > 1),
             ffi.NULL if bias is None else _ptr(ffi, bias, "float[]"), float(ys), z, lo, hi,
+            ffi.NULL if bias2 is None else _ptr(ffi, bias2, "float[]"),
+            ffi.NULL if p2 is None else _ptr(ffi, p2, "float[]"),
         )  # fmt: skip
 
     def __call__(
@@ -430,13 +456,13 @@ class Product:
                 rows = _ptr(ffi, np.ascontiguousarray(za, _I32), "int32_t[]")
             else:
                 return None
-        bc, c, sc, cols, bias, ys, yzp, lo, hi = self.args
+        bc, c, sc, cols, bias, ys, yzp, lo, hi, bias2, p2 = self.args
         out = np.empty(a.shape[:-1] + (n,), self.dtype)
         done = c_lib.ac_qmm(
             m, k, n, _ptr(ffi, np.ascontiguousarray(a)), int(a.dtype == _S8), rows, z,
             bc if raw is None else ffi.NULL,
             ffi.NULL if raw is None else _ptr(ffi, np.ascontiguousarray(raw), "int32_t[]"),
-            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, _ptr(ffi, out, write=True),
+            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, bias2, p2, _ptr(ffi, out, write=True),
         )  # fmt: skip
         return None if done < 0 else out
 

@@ -26,6 +26,7 @@ from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_qdq_matmul import FuseQdqMatMulPass
+from anychip.backends.cpu.passes.fuse_qlinear_matmul_add import FuseQLinearMatMulAddPass
 from anychip.backends.cpu.passes.fuse_skip_layer_norm import FuseSkipLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
@@ -48,6 +49,7 @@ __all__ = [
     "FuseGemmPass",
     "FuseHeadsPass",
     "FuseQdqMatMulPass",
+    "FuseQLinearMatMulAddPass",
     "FuseLayerNormPass",
     "FuseSkipLayerNormPass",
     "FuseTreeGroupPass",
@@ -66,6 +68,7 @@ def cpu_passes() -> list[Pass]:
     passes = [
         MemoShapesPass(),
         FuseQdqMatMulPass(),
+        FuseQLinearMatMulAddPass(),
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
