@@ -25,6 +25,9 @@ the CPU plugin's ``anychip_register_ops``:
   (``qdq=0``: ``QLinearAdd``'s 8-bit bias with its scale and zero point; ``qdq=1``: a float
   constant), quantized by the last two: ``QLinearMatMul`` + ``QLinearAdd``, or QDQ's
   ``MatMul``, ``QuantizeLinear``, ``DequantizeLinear``, ``Add``, ``QuantizeLinear``.
+* ``DynamicQuantMatMul``: ``DynamicQuantizeLinear(X)``'s codes times constant 8-bit ``B``
+  (``MatMulInteger`` with both zero points), cast to float32, times ``f32(x_scale *
+  B_scale)``, plus an optional float32 bias ``C``: onnxruntime's ``quantize_dynamic`` layer.
 * ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
@@ -303,6 +306,25 @@ def _qlinear_matmul_add() -> OpSchema:
     )
 
 
+def _dynamic_quant_matmul() -> OpSchema:
+    opt = OpSchema.FormalParameterOption.Optional
+    return OpSchema(
+        "DynamicQuantMatMul",
+        ANYCHIP_DOMAIN,
+        1,
+        "Y = f32(MatMulInteger(DynamicQuantizeLinear(X), B)) * (x_scale * B_scale) (+ C).",
+        inputs=[
+            OpSchema.FormalParameter("X", "tensor(float)", "float32 activations [..., K]"),
+            OpSchema.FormalParameter("B", "Q", "8-bit weights [K, N]"),
+            OpSchema.FormalParameter("B_zero_point", "Q", "one or [N]", param_option=opt),
+            OpSchema.FormalParameter("B_scale", "tensor(float)", "one or [N]"),
+            OpSchema.FormalParameter("C", "tensor(float)", "bias [N]", param_option=opt),
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "tensor(float)", "[..., N]")],
+        type_constraints=[("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers")],
+    )
+
+
 def _transpose_view() -> OpSchema:
     return OpSchema(
         "TransposeView",
@@ -343,6 +365,7 @@ def anychip_schemas() -> list[OpSchema]:
         _matmul_add(),
         _dequant_matmul(),
         _qlinear_matmul_add(),
+        _dynamic_quant_matmul(),
         _transpose_view(),
         _channel_shuffle(),
     ]

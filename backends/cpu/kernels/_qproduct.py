@@ -63,14 +63,15 @@ def run_product(
     b: np.ndarray,
     zb: np.ndarray | None,
     trans_b: bool = False,
+    smul: float = 1.0,
 ) -> np.ndarray | None:
     """``prod`` for ``a``: summed in C up to ``C_MAX_MACS``, else oneDNN's exact int32
     product requantized in C; None where neither applies (the caller's numpy path)."""
     if a.ndim < 2 or a.dtype.itemsize != 1:
         return None
     if a.size * prod.n <= C_MAX_MACS:
-        return prod(a, za)
+        return prod(a, za, smul=smul)
     raw = int_matmul(a, b, za, zb, trans_b)
     if raw is None:
         return None
-    return prod(a, None, raw=raw.reshape(-1, prod.n))
+    return prod(a, None, raw=raw.reshape(-1, prod.n), smul=smul)

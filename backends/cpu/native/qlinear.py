@@ -17,8 +17,9 @@ mode: half to even), so a C call and the numpy path give the same bits; the test
 Modes of ``ac_qmm`` (``acc`` the exact integer sum, ``c`` an int32 bias per column):
 
 * 0, int32: ``acc`` (``MatMulInteger``);
-* 1, float32: ``f32(acc + c) * scale[j] (+ bias[j])`` (``QGemm`` without ``y_scale``,
-  ``DequantMatMul``);
+* 1, float32: ``f32(acc + c) * f32(smul * scale[j]) (+ bias[j])`` (``QGemm`` without
+  ``y_scale``, ``DequantMatMul``: ``smul`` 1, which changes no bit; the dynamic product of
+  ``DynamicQuantMatMul``: ``smul`` the activations' scale);
 * 2, 8-bit through float32: ``clip(rint(f32(acc + c) * scale[j] / ys) + yzp)`` (``QGemm``);
 * 3, 8-bit through float64: ``clip(rint(f64(acc) * f64(scale[j]) / ys) + yzp)``
   (``QLinearMatMul``).
@@ -183,7 +184,8 @@ static inline float ac_then_add(float q, float bias, const float *p2) {
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
            int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c,
            int mode, const float *scale, int scale_cols, const float *bias, double ys,
-           double yzp, double lo, double hi, const float *bias2, const float *p2, void *out) {
+           double yzp, double lo, double hi, const float *bias2, const float *p2, float smul,
+           void *out) {
     const long width = ((n + AC_W - 1) / AC_W) * AC_W;
     uint32_t *acc = NULL;
     int32_t *ap = NULL;
@@ -211,7 +213,7 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
             float *y = (float *)out + i * n;
             for (long j = 0; j < n; j++) {
                 float v = (float)(int32_t)(r[j] + (c ? (uint32_t)c[j] : 0u));
-                v = v * scale[scale_cols ? j : 0];
+                v = v * (smul * scale[scale_cols ? j : 0]);
                 y[j] = bias ? v + bias[j] : v;
             }
         } else if (mode == 2) {
@@ -304,7 +306,7 @@ void ac_qpack(long k, long n, const int16_t *bc, int16_t *p);
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
     int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c, int mode,
     const float *scale, int scale_cols, const float *bias, double ys, double yzp, double lo,
-    double hi, const float *bias2, const float *p2, void *out);
+    double hi, const float *bias2, const float *p2, float smul, void *out);
 int ac_quant(long count, const float *x, float s, float zp, float lo, float hi, uint8_t *y);
 void ac_dequant(long count, const uint8_t *x, int sgn, float zp, float s, float *y);
 int ac_dynq(long count, const float *x, uint8_t *y, float *scale, uint8_t *zp);
@@ -435,9 +437,14 @@ class Product:
         )  # fmt: skip
 
     def __call__(
-        self, a: np.ndarray, za: np.ndarray | None, raw: np.ndarray | None = None
+        self,
+        a: np.ndarray,
+        za: np.ndarray | None,
+        raw: np.ndarray | None = None,
+        smul: float = 1.0,
     ) -> np.ndarray | None:
-        """The result for ``a`` (zero point ``za``: one value or one per row), or None."""
+        """The result for ``a`` (zero point ``za``: one value or one per row), or None;
+        mode 1 scales by ``f32(smul * scale[j])`` (a dynamic scale times the weights')."""
         lib = self.lib
         if lib is None or a.dtype not in _RANGE or a.ndim < 2:
             return None
@@ -462,7 +469,8 @@ class Product:
             m, k, n, _ptr(ffi, np.ascontiguousarray(a)), int(a.dtype == _S8), rows, z,
             bc if raw is None else ffi.NULL,
             ffi.NULL if raw is None else _ptr(ffi, np.ascontiguousarray(raw), "int32_t[]"),
-            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, bias2, p2, _ptr(ffi, out, write=True),
+            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, bias2, p2, smul,
+            _ptr(ffi, out, write=True),
         )  # fmt: skip
         return None if done < 0 else out
 

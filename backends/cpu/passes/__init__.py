@@ -22,6 +22,7 @@ from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_channel_shuffle import FuseChannelShufflePass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
+from anychip.backends.cpu.passes.fuse_dynamic_quant_matmul import FuseDynamicQuantMatMulPass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
@@ -46,6 +47,7 @@ __all__ = [
     "FuseSoftmaxPass",
     "FoldPadIntoConvPass",
     "FuseConvPass",
+    "FuseDynamicQuantMatMulPass",
     "FuseGemmPass",
     "FuseHeadsPass",
     "FuseQdqMatMulPass",
@@ -69,6 +71,7 @@ def cpu_passes() -> list[Pass]:
         MemoShapesPass(),
         FuseQdqMatMulPass(),
         FuseQLinearMatMulAddPass(),
+        FuseDynamicQuantMatMulPass(),
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),

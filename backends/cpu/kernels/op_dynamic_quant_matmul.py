@@ -1,0 +1,53 @@
+"""``anychip::DynamicQuantMatMul`` (``passes/fuse_dynamic_quant_matmul.py``): a layer of
+onnxruntime's ``quantize_dynamic``, ``DynamicQuantizeLinear`` -> ``MatMulInteger`` -> ``Cast``
+-> ``Mul`` by ``x_scale * B_scale`` (-> ``Add`` of a constant bias), in two C calls (the
+activations' quantization, then the product with its float32 epilogue,
+``native/qlinear.Product`` mode 1 with ``smul``): the same float operations in the same
+order as the ops it replaces; where the C does not take the form, those ops' kernels run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
+from anychip.backends.cpu.kernels.op_conv_integer import mat_mul_integer
+from anychip.backends.cpu.kernels.op_quantize import dynamic_quantize_linear
+from anychip.backends.cpu.native.qlinear import Product, centered
+from anychip.backends.cpu.table import kernel
+from anychip.opsets.schemas import ANYCHIP_DOMAIN
+
+__all__ = ["dynamic_quant_matmul"]
+
+
+@kernel("DynamicQuantMatMul", domain=ANYCHIP_DOMAIN, since=1, context=True)
+def dynamic_quant_matmul(
+    ctx: Any,
+    x: np.ndarray,
+    b: np.ndarray,
+    b_zero_point: np.ndarray | None,
+    b_scale: np.ndarray,
+    c: np.ndarray | None = None,
+) -> np.ndarray:
+    xq, xs, xz = dynamic_quantize_linear(x)
+    f32 = np.float32
+
+    def build() -> Product | None:
+        n = b.shape[-1]
+        if b.ndim != 2 or b_scale.dtype != f32 or b_scale.size not in (1, n):
+            return None
+        if c is not None and (c.dtype != f32 or c.size != n or c.shape[-1:] != (n,)):
+            return None
+        return Product(centered(b, b_zero_point), n, 1, scale=b_scale, bias=c)
+
+    prod = product_of(ctx, (1, 2, 3, 4), (b, b_zero_point, b_scale, c), build, "dynamic")
+    y = None
+    if prod is not None and xs.dtype == f32:
+        y = run_product(prod, xq, xz, b, b_zero_point, smul=float(xs))
+    if y is not None:
+        return y
+    acc = mat_mul_integer(None, xq, b, xz, b_zero_point).astype(f32)
+    y = acc * (xs * b_scale)
+    return y if c is None else y + c
