@@ -108,12 +108,28 @@ def qlinear_mul(
     )
 
 
-def _unary(fn, x, x_s, x_zp, y_s, y_zp) -> np.ndarray:
-    """``fn`` on dequantized values, through a lookup table for 8-bit inputs."""
+#: 256-entry tables of ``_unary`` by op and quantization parameters (a model has a few).
+_TABLES: dict[tuple, np.ndarray] = {}
+
+
+def _param_key(p: np.ndarray | None) -> tuple | None:
+    return None if p is None else (p.dtype.str, p.shape, p.tobytes())
+
+
+def _unary(fn, x, x_s, x_zp, y_s, y_zp, op: tuple = ()) -> np.ndarray:
+    """``fn`` on dequantized values, through a lookup table for 8-bit inputs, kept per
+    ``op`` (its name and attributes) and parameters when ``op`` is given."""
     if x.dtype.itemsize == 1:
         info = np.iinfo(x.dtype)
-        codes = np.arange(info.min, info.max + 1).astype(x.dtype)
-        table = _q(fn(_deq(codes, x_s, x_zp)), y_s, y_zp, x)
+        key = (op, x.dtype.str, *map(_param_key, (x_s, x_zp, y_s, y_zp))) if op else None
+        table = _TABLES.get(key) if key else None
+        if table is None:
+            codes = np.arange(info.min, info.max + 1).astype(x.dtype)
+            table = _q(fn(_deq(codes, x_s, x_zp)), y_s, y_zp, x)
+            if key:
+                if len(_TABLES) > 256:
+                    _TABLES.clear()
+                _TABLES[key] = table
         return table[x.astype(np.int64) - info.min]
     return _q(fn(_deq(x, x_s, x_zp)), y_s, y_zp, x)
 
@@ -126,7 +142,8 @@ def qlinear_sigmoid(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
-    return _unary(lambda v: 1 / (1 + np.exp(-v)), x, x_scale, x_zero_point, y_scale, y_zero_point)
+    fn = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("sigmoid",))
 
 
 @kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1)
@@ -140,7 +157,7 @@ def qlinear_leaky_relu(
     alpha: float = 0.01,
 ) -> np.ndarray:
     fn = lambda v: np.where(v >= 0, v, v * np.float32(alpha))  # noqa: E731
-    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point)
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("leaky", float(alpha)))
 
 
 @kernel("QLinearSoftmax", domain=MS_DOMAIN, since=1)

@@ -183,3 +183,19 @@ def test_rounding_ties_match_onnxruntime_exactly() -> None:
     acc = (a.astype(np.int64) - 9) @ b.astype(np.int64)
     assert ((acc % 32) == 16).any()  # some exact ties (acc / 32 = x.5)
     np.testing.assert_array_equal(got, want)
+
+
+def test_unary_tables_are_kept_per_parameters() -> None:
+    x = _ints(np.uint8, (4, 50))
+    s1, s2 = np.array(0.05, np.float32), np.array(0.07, np.float32)
+    z = np.array(128, np.uint8)
+    cq._TABLES.clear()
+    first = cq.qlinear_sigmoid(x, s1, z, np.array(1 / 256, np.float32), np.array(0, np.uint8))
+    other = cq.qlinear_sigmoid(x, s2, z, np.array(1 / 256, np.float32), np.array(0, np.uint8))
+    leaky = cq.qlinear_leaky_relu(x, s1, z, s1, z, alpha=0.2)
+    assert len(cq._TABLES) == 3 and not np.array_equal(first, other)
+    again = cq.qlinear_sigmoid(x, s1, z, np.array(1 / 256, np.float32), np.array(0, np.uint8))
+    np.testing.assert_array_equal(again, first)
+    v = (x.astype(np.float32) - 128) * s1
+    want = np.clip(np.rint(np.where(v >= 0, v, v * np.float32(0.2)) / s1) + 128, 0, 255)
+    np.testing.assert_array_equal(leaky, want.astype(np.uint8))
