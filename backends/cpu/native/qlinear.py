@@ -181,23 +181,74 @@ static inline float ac_then_add(float q, float bias, const float *p2) {
     return q2 < p2[4] ? p2[4] : (q2 > p2[5] ? p2[5] : q2);
 }
 
+static inline float ac_clampf(float q, float lo, float hi) {
+    return q < lo ? lo : (q > hi ? hi : q);
+}
+
+/* One row's epilogue (module docstring), in loops without branches inside so that gcc
+   vectorizes them; q: n floats of scratch. */
+static void ac_epilogue(long n, const uint32_t *r, const int32_t *c, int mode,
+                        const float *scale, int cols, const float *bias, double ys, double yzp,
+                        double lo, double hi, const float *bias2, const float *p2, float smul,
+                        float *q, void *out) {
+    if (mode == 0) {
+        int32_t *y = (int32_t *)out;
+        if (c) for (long j = 0; j < n; j++) y[j] = (int32_t)(r[j] + (uint32_t)c[j]);
+        else for (long j = 0; j < n; j++) y[j] = (int32_t)r[j];
+        return;
+    }
+    if (mode == 3) {
+        if (cols) {
+            for (long j = 0; j < n; j++) {
+                const double v = (double)(int32_t)r[j] * (double)scale[j];
+                q[j] = (float)ac_clamp(nearbyint(v / ys) + yzp, lo, hi);
+            }
+        } else {
+            const double s0 = (double)scale[0];
+            for (long j = 0; j < n; j++) {
+                const double v = (double)(int32_t)r[j] * s0;
+                q[j] = (float)ac_clamp(nearbyint(v / ys) + yzp, lo, hi);
+            }
+        }
+    } else {
+        if (c) for (long j = 0; j < n; j++) q[j] = (float)(int32_t)(r[j] + (uint32_t)c[j]);
+        else for (long j = 0; j < n; j++) q[j] = (float)(int32_t)r[j];
+        if (cols) {
+            for (long j = 0; j < n; j++) q[j] = q[j] * (smul * scale[j]);
+        } else {
+            const float s0 = smul * scale[0];
+            for (long j = 0; j < n; j++) q[j] = q[j] * s0;
+        }
+        if (mode == 1) {
+            float *y = (float *)out;
+            if (bias) for (long j = 0; j < n; j++) y[j] = q[j] + bias[j];
+            else for (long j = 0; j < n; j++) y[j] = q[j];
+            return;
+        }
+        const float fys = (float)ys, fzp = (float)yzp, flo = (float)lo, fhi = (float)hi;
+        for (long j = 0; j < n; j++) q[j] = ac_clampf(nearbyintf(q[j] / fys) + fzp, flo, fhi);
+    }
+    if (bias2) for (long j = 0; j < n; j++) q[j] = ac_then_add(q[j], bias2[j], p2);
+    uint8_t *y = (uint8_t *)out;
+    for (long j = 0; j < n; j++) y[j] = (uint8_t)(int32_t)q[j];
+}
+
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
            int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c,
            int mode, const float *scale, int scale_cols, const float *bias, double ys,
            double yzp, double lo, double hi, const float *bias2, const float *p2, float smul,
            void *out) {
     const long width = ((n + AC_W - 1) / AC_W) * AC_W;
-    uint32_t *acc = NULL;
-    int32_t *ap = NULL;
-    if (!raw) {
-        acc = (uint32_t *)malloc(sizeof(uint32_t) * width);
-        ap = (int32_t *)malloc(sizeof(int32_t) * ((k + 1) / 2 + 1));
-        if (!acc || !ap) {
-            free(acc);
-            free(ap);
-            return -1;
-        }
+    uint32_t *acc = (uint32_t *)malloc(sizeof(uint32_t) * width);
+    float *q = (float *)malloc(sizeof(float) * width);
+    int32_t *ap = (int32_t *)malloc(sizeof(int32_t) * ((k + 1) / 2 + 1));
+    if (!acc || !ap || !q) {
+        free(acc);
+        free(ap);
+        free(q);
+        return -1;
     }
+    const long size = mode == 0 ? 4 : (mode == 1 ? 4 : 1);
     for (long i = 0; i < m; i++) {
         const uint32_t *r;
         if (raw) {
@@ -206,37 +257,12 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
             ac_q_row(a + i * k, a_sgn, za_rows ? za_rows[i] : za, k, n, bp, ap, acc);
             r = acc;
         }
-        if (mode == 0) {
-            int32_t *y = (int32_t *)out + i * n;
-            for (long j = 0; j < n; j++) y[j] = (int32_t)(r[j] + (c ? (uint32_t)c[j] : 0u));
-        } else if (mode == 1) {
-            float *y = (float *)out + i * n;
-            for (long j = 0; j < n; j++) {
-                float v = (float)(int32_t)(r[j] + (c ? (uint32_t)c[j] : 0u));
-                v = v * (smul * scale[scale_cols ? j : 0]);
-                y[j] = bias ? v + bias[j] : v;
-            }
-        } else if (mode == 2) {
-            uint8_t *y = (uint8_t *)out + i * n;
-            const float fys = (float)ys, fzp = (float)yzp;
-            for (long j = 0; j < n; j++) {
-                float v = (float)(int32_t)(r[j] + (c ? (uint32_t)c[j] : 0u));
-                v = v * scale[scale_cols ? j : 0];
-                float q = nearbyintf(v / fys) + fzp;
-                q = q < (float)lo ? (float)lo : (q > (float)hi ? (float)hi : q);
-                y[j] = (uint8_t)(int32_t)(bias2 ? ac_then_add(q, bias2[j], p2) : q);
-            }
-        } else {
-            uint8_t *y = (uint8_t *)out + i * n;
-            for (long j = 0; j < n; j++) {
-                double v = (double)(int32_t)r[j] * (double)scale[scale_cols ? j : 0];
-                const float q = (float)ac_clamp(nearbyint(v / ys) + yzp, lo, hi);
-                y[j] = (uint8_t)(int32_t)(bias2 ? ac_then_add(q, bias2[j], p2) : q);
-            }
-        }
+        ac_epilogue(n, r, c, mode, scale, scale_cols, bias, ys, yzp, lo, hi, bias2, p2, smul,
+                    q, (char *)out + i * n * size);
     }
     free(acc);
     free(ap);
+    free(q);
     return 0;
 }
 
