@@ -27,7 +27,8 @@ the CPU plugin's ``anychip_register_ops``:
   ``MatMul``, ``QuantizeLinear``, ``DequantizeLinear``, ``Add``, ``QuantizeLinear``.
 * ``DynamicQuantMatMul``: ``DynamicQuantizeLinear(X)``'s codes times constant 8-bit ``B``
   (``MatMulInteger`` with both zero points), cast to float32, times ``f32(x_scale *
-  B_scale)``, plus an optional float32 bias ``C``: onnxruntime's ``quantize_dynamic`` layer.
+  B_scale)``, plus an optional float32 bias ``C``: onnxruntime's ``quantize_dynamic`` layer;
+  ``X`` already quantized where ``X_scale`` and ``X_zero_point`` are given.
 * ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
@@ -314,14 +315,23 @@ def _dynamic_quant_matmul() -> OpSchema:
         1,
         "Y = f32(MatMulInteger(DynamicQuantizeLinear(X), B)) * (x_scale * B_scale) (+ C).",
         inputs=[
-            OpSchema.FormalParameter("X", "tensor(float)", "float32 activations [..., K]"),
+            OpSchema.FormalParameter("X", "T", "float32 activations [..., K], or their codes"),
             OpSchema.FormalParameter("B", "Q", "8-bit weights [K, N]"),
             OpSchema.FormalParameter("B_zero_point", "Q", "one or [N]", param_option=opt),
             OpSchema.FormalParameter("B_scale", "tensor(float)", "one or [N]"),
             OpSchema.FormalParameter("C", "tensor(float)", "bias [N]", param_option=opt),
+            OpSchema.FormalParameter(
+                "X_scale", "tensor(float)", "X's scale (X quantized)", param_option=opt
+            ),
+            OpSchema.FormalParameter(
+                "X_zero_point", "tensor(uint8)", "X's zero point (X quantized)", param_option=opt
+            ),
         ],
         outputs=[OpSchema.FormalParameter("Y", "tensor(float)", "[..., N]")],
-        type_constraints=[("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers")],
+        type_constraints=[
+            ("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers"),
+            ("T", ["tensor(float)", "tensor(uint8)"], "float32, or DynamicQuantizeLinear's codes"),
+        ],
     )
 
 

@@ -1,7 +1,8 @@
 """``anychip::DynamicQuantMatMul`` (``passes/fuse_dynamic_quant_matmul.py``): a layer of
 onnxruntime's ``quantize_dynamic``, ``DynamicQuantizeLinear`` -> ``MatMulInteger`` -> ``Cast``
 -> ``Mul`` by ``x_scale * B_scale`` (-> ``Add`` of a constant bias), in two C calls (the
-activations' quantization, then the product with its float32 epilogue,
+activations' quantization, unless the graph keeps it for other readers, then the product
+with its float32 epilogue,
 ``native/qlinear.Product`` mode 1 with ``smul``): the same float operations in the same
 order as the ops it replaces; where the C does not take the form, those ops' kernels run.
 """
@@ -30,8 +31,15 @@ def dynamic_quant_matmul(
     b_zero_point: np.ndarray | None,
     b_scale: np.ndarray,
     c: np.ndarray | None = None,
+    x_scale: np.ndarray | None = None,
+    x_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
-    xq, xs, xz = dynamic_quantize_linear(x)
+    """``x`` float32 (quantized here), or already quantized with ``x_scale`` and
+    ``x_zero_point`` (the ``DynamicQuantizeLinear`` kept for its other readers)."""
+    if x_scale is None:
+        xq, xs, xz = dynamic_quantize_linear(x)
+    else:
+        xq, xs, xz = x, x_scale, x_zero_point
     f32 = np.float32
 
     def build() -> Product | None:
@@ -44,8 +52,8 @@ def dynamic_quant_matmul(
 
     prod = product_of(ctx, (1, 2, 3, 4), (b, b_zero_point, b_scale, c), build, "dynamic")
     y = None
-    if prod is not None and xs.dtype == f32:
-        y = run_product(prod, xq, xz, b, b_zero_point, smul=float(xs))
+    if prod is not None and xs.dtype == f32 and xs.size == 1:
+        y = run_product(prod, xq, xz, b, b_zero_point, smul=float(xs.item()))
     if y is not None:
         return y
     acc = mat_mul_integer(None, xq, b, xz, b_zero_point).astype(f32)

@@ -6,7 +6,9 @@ Fires on ``DynamicQuantizeLinear(X) -> (Xq, xs, xz)``, ``Mul(xs, B_scale)`` (eit
 ``MatMulInteger(Xq, B, xz[, B_zero_point]) -> Cast(to=FLOAT) -> Mul`` by that product (either
 order), with ``B`` a constant 2-D 8-bit array and ``B_scale`` a float32 constant of one or
 ``N`` values, each intermediate read only there; an ``Add`` of a float32 constant ``[N]``
-after it is taken in. Only where the C is built here (``native/qlinear.available``).
+after it is taken in. Where ``Xq``, ``xs`` or ``xz`` have other readers (a transformer's q,
+k and v projections of one input), the ``DynamicQuantizeLinear`` stays and the fused node
+reads its three outputs. Only where the C is built here (``native/qlinear.available``).
 """
 
 from __future__ import annotations
@@ -58,35 +60,46 @@ def _fuse(mm: Node, graph: Graph) -> int:
     if dq is None or dq.op_type != "DynamicQuantizeLinear" or dq.domain or dq.graph is not graph:
         return 0
     _, xs, xz = dq.outputs
-    if len(mm.inputs) < 3 or mm.inputs[2] is not xz or not single_use(xz, graph):
+    if len(mm.inputs) < 3 or mm.inputs[2] is not xz:
         return 0
-    if not single_use(xq, graph) or b is None or b.const is None or b.const.ndim != 2:
+    if b is None or b.const is None or b.const.ndim != 2 or b.const.dtype.itemsize != 1:
         return 0
     bz = mm.inputs[3] if len(mm.inputs) > 3 else None
     if bz is not None and bz.const is None:
         return 0
     n = b.const.shape[1]
-    scale_mul = _only_reader(xs, graph, "Mul")
     cast = _only_reader(mm.outputs[0], graph, "Cast")
-    if scale_mul is None or cast is None or cast.attr("to") != DType.FLOAT.value:
+    if cast is None or cast.attr("to") != DType.FLOAT.value:
+        return 0
+    mul = _only_reader(cast.outputs[0], graph, "Mul")
+    sm = None if mul is None else _other(mul, cast.outputs[0])
+    scale_mul = None if sm is None else sm.producer
+    if (
+        scale_mul is None
+        or scale_mul.op_type != "Mul"
+        or scale_mul.domain
+        or not single_use(sm, graph)
+    ):
         return 0
     bs = _other(scale_mul, xs)
     if bs is None or bs.const is None or bs.dtype != DType.FLOAT or bs.const.size not in (1, n):
         return 0
-    mul = _only_reader(cast.outputs[0], graph, "Mul")
-    if mul is None or _other(mul, cast.outputs[0]) is not scale_mul.outputs[0]:
-        return 0
-    if not single_use(scale_mul.outputs[0], graph):
-        return 0
-    chain = [dq, scale_mul, mm, cast, mul]
-    inputs = [dq.inputs[0], b, bz, bs]
+    # the activations' quantization taken in where this product is its only reader; else
+    # (q, k and v projections of one input) it stays, and its three outputs are read
+    whole = single_use(xq, graph) and single_use(xz, graph) and single_use(xs, graph)
+    chain = [dq, scale_mul, mm, cast, mul] if whole else [scale_mul, mm, cast, mul]
+    inputs = [dq.inputs[0] if whole else xq, b, bz, bs, None]
     add = _only_reader(mul.outputs[0], graph, "Add")
     bias = None if add is None else _other(add, mul.outputs[0])
     if bias is not None and bias.const is not None and bias.dtype == DType.FLOAT:
         c = bias.const
         if c.size == n and c.shape[-1:] == (n,) and len(c.shape) <= len(mm.outputs[0].shape or ()):
             chain.append(add)
-            inputs.append(bias)
+            inputs[4] = bias
+    if not whole:
+        inputs += [xs, xz]
+    while inputs[-1] is None:
+        inputs.pop()
     last = chain[-1]
     fused = fused_node(
         last, "DynamicQuantMatMul", inputs, [last.outputs[0]], {},
