@@ -63,15 +63,20 @@ def run_product(
     b: np.ndarray,
     zb: np.ndarray | None,
     trans_b: bool = False,
-    smul: float = 1.0,
+    dyn: tuple[np.ndarray, np.ndarray | None] | None = None,
+    seal: bool = False,
 ) -> np.ndarray | None:
     """``prod`` for ``a``: summed in C up to ``C_MAX_MACS``, else oneDNN's exact int32
-    product requantized in C; None where neither applies (the caller's numpy path)."""
+    product requantized in C; None where neither applies (the caller's numpy path). ``dyn``
+    and ``seal``: ``Product.__call__``'s (a caller that returns the result as it is seals:
+    a replay then runs the noted C call alone)."""
     if a.ndim < 2 or a.dtype.itemsize != 1:
         return None
     if a.size * prod.n <= C_MAX_MACS:
-        return prod(a, za, smul=smul)
+        return prod(a, za, dyn=dyn, seal=seal)
+    if dyn is not None:
+        za = dyn[1]
     raw = int_matmul(a, b, za, zb, trans_b)
     if raw is None:
         return None
-    return prod(a, None, raw=raw.reshape(-1, prod.n), smul=smul)
+    return prod(a, None, raw=raw.reshape(-1, prod.n), dyn=None if dyn is None else (dyn[0], None))

@@ -70,7 +70,8 @@ def ms_dequantize_linear(
 
 
 def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:
-    y = qlinear.qbinary(int(fn is np.multiply), a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp)
+    op = int(fn is np.multiply)
+    y = qlinear.qbinary(op, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, seal=True)
     if y is not None:  # per tensor, in C: the same float32 operations as below
         return y
     return _q(fn(_deq(a, a_s, a_zp), _deq(b, b_s, b_zp)), c_s, c_zp, a)
@@ -292,7 +293,7 @@ def qgemm(
             lambda: _qgemm_product(*arrays, alpha, bool(transB)),
         )  # fmt: skip
         zps = (a_zero_point, b, b_zero_point, bool(transB))
-        y = None if prod is None else run_product(prod, a, *zps)
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
         if y is not None:
             return y
     acc = None if transA else int_matmul(a, b, a_zero_point, b_zero_point, bool(transB))

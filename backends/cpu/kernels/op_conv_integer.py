@@ -185,7 +185,7 @@ def mat_mul_integer(
             ctx, (1, 3), (b, b_zero_point),
             lambda: Product(centered(b, b_zero_point), b.shape[1], 0),
         )  # fmt: skip
-        y = run_product(prod, a, a_zero_point, b, b_zero_point)
+        y = run_product(prod, a, a_zero_point, b, b_zero_point, seal=True)
         if y is not None:
             return y
     y = _integer_matmul(a, b, a_zero_point, b_zero_point)
@@ -267,7 +267,8 @@ def qlinear_mat_mul(
     if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole requantization in C (_qproduct)
         arrays = (b, a_scale, b_scale, b_zero_point, y_scale, y_zero_point)
         prod = product_of(ctx, (1, 3, 4, 5, 6, 7), arrays, lambda: qlinear_product(*arrays))
-        y = None if prod is None else run_product(prod, a, a_zero_point, b, b_zero_point)
+        zps = (a_zero_point, b, b_zero_point)
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
         if y is not None:
             return y
     acc = _integer_matmul(a, b, a_zero_point, b_zero_point).astype(np.float64)

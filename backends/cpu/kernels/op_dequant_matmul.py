@@ -67,7 +67,7 @@ def dequant_matmul(
 
         prod = product_of(ctx, (1, 4), arrays, build)
         zps = (a_zero_point, meta["q"], _zero_point(meta), trans)
-        y = None if prod is None else run_product(prod, a, *zps)
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
         if y is not None:
             return y
     y = int_matmul(a, meta["q"], a_zero_point, _zero_point(meta), trans)

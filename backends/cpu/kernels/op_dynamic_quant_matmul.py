@@ -16,6 +16,7 @@ import numpy as np
 from anychip.backends.cpu.kernels._qproduct import product_of, run_product
 from anychip.backends.cpu.kernels.op_conv_integer import mat_mul_integer
 from anychip.backends.cpu.kernels.op_quantize import dynamic_quantize_linear
+from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.native.qlinear import Product, centered
 from anychip.backends.cpu.table import kernel
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -36,8 +37,8 @@ def dynamic_quant_matmul(
 ) -> np.ndarray:
     """``x`` float32 (quantized here), or already quantized with ``x_scale`` and
     ``x_zero_point`` (the ``DynamicQuantizeLinear`` kept for its other readers)."""
-    if x_scale is None:
-        xq, xs, xz = dynamic_quantize_linear(x)
+    if x_scale is None:  # in C where it can (noted, not sealed: the product follows)
+        xq, xs, xz = qlinear.dynamic_quantize(x) or dynamic_quantize_linear(x)
     else:
         xq, xs, xz = x, x_scale, x_zero_point
     f32 = np.float32
@@ -53,7 +54,7 @@ def dynamic_quant_matmul(
     prod = product_of(ctx, (1, 2, 3, 4), (b, b_zero_point, b_scale, c), build, "dynamic")
     y = None
     if prod is not None and xs.dtype == f32 and xs.size == 1:
-        y = run_product(prod, xq, xz, b, b_zero_point, smul=float(xs.item()))
+        y = run_product(prod, xq, None, b, b_zero_point, dyn=(xs, xz), seal=True)
     if y is not None:
         return y
     acc = mat_mul_integer(None, xq, b, xz, b_zero_point).astype(f32)

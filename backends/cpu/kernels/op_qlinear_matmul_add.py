@@ -49,7 +49,7 @@ def _qoperator(ctx: Any, a, sa, za, b, sb, zb, s1, z1, ds, dz, bias, bs, bz, s2,
         return qlinear_product(b, sa, sb, zb, s1, z1, then_add=then)
 
     prod = product_of(ctx, range(1, 15), arrays, build, _KEY)
-    y = None if prod is None else run_product(prod, a, za, b, zb)
+    y = None if prod is None else run_product(prod, a, za, b, zb, seal=True)
     if y is not None:
         return y
     mid = qlinear_mat_mul(None, a, sa, za, b, sb, zb, s1, z1)
@@ -74,7 +74,8 @@ def _qdq(ctx: Any, trans: bool, a, sa, za, b, s1, z1, ds, dz, bias, s2, z2) -> n
         return Product(bc, n, 2, scale=scale, ys=ys, yzp=z1, out_dtype=z1.dtype, then_add=then)
 
     prod = product_of(ctx, range(1, 11), (meta["q"], sa, s1, z1, ds, dz, bias, s2, z2), build, _KEY)
-    y = None if prod is None else run_product(prod, a, za, meta["q"], _zero_point(meta), trans)
+    zps = (za, meta["q"], _zero_point(meta), trans)
+    y = None if prod is None else run_product(prod, a, *zps, seal=True)
     if y is not None:
         return y
     mid = dequant_matmul(ctx, a, sa, za, b, transB=int(trans))

@@ -93,9 +93,11 @@ def quantize_linear(
     else:
         out = DType.UINT8
     per_tensor = y_scale.size == 1 and not block_size
+    given = np.dtype(np.uint8) if y_zero_point is None else y_zero_point.dtype
     if not precision and (out is DType.UINT8 or out is DType.INT8) and per_tensor:
-        q8 = qlinear.quantize(x, y_scale, y_zero_point)  # per tensor in C, the same steps
-        if q8 is not None and q8.dtype == out.numpy:
+        # per tensor in C, the same steps (noted for a replay: the node's whole effect)
+        q8 = qlinear.quantize(x, y_scale, y_zero_point, seal=True) if given == out.numpy else None
+        if q8 is not None:
             return q8
     scale = _broadcast_param(y_scale, x, axis, block_size, "QuantizeLinear")
     # The division runs in the precision type (default: the scale's type).
@@ -144,7 +146,7 @@ def dequantize_linear(
     if DType.from_numpy(out) is DType.FLOAT8E8M0:
         out = np.dtype(np.float32)
     if out == np.float32 and x_scale.size == 1 and not block_size:
-        v = qlinear.dequantize(x, x_scale, x_zero_point)  # per tensor in C, the same steps
+        v = qlinear.dequantize(x, x_scale, x_zero_point, seal=True)  # per tensor in C
         if v is not None:
             return v
     scale = _broadcast_param(x_scale, x, axis, block_size, "DequantizeLinear")
@@ -162,7 +164,7 @@ def dequantize_linear(
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scale and zero point computed in float32, as the spec's formula, onnx's reference and
     onnxruntime do (in float64 a few elements land one step apart)."""
-    done = qlinear.dynamic_quantize(x)  # in C, the same float32 steps
+    done = qlinear.dynamic_quantize(x, seal=True)  # in C, the same float32 steps
     if done is not None:
         return done
     f32 = np.float32

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from anychip.backends.cpu.native.qlinear_c import CDEF, SOURCE
+from anychip.backends.cpu.replay import record as _replay
 from anychip.codegen.build import loader
 
 __all__ = [
@@ -181,10 +182,15 @@ class Product:
         a: np.ndarray,
         za: np.ndarray | None,
         raw: np.ndarray | None = None,
-        smul: float = 1.0,
+        dyn: tuple[np.ndarray, np.ndarray | None] | None = None,
+        seal: bool = False,
     ) -> np.ndarray | None:
         """The result for ``a`` (zero point ``za``: one value or one per row), or None;
-        mode 1 scales by ``f32(smul * scale[j])`` (a dynamic scale times the weights')."""
+        ``dyn``: ``DynamicQuantizeLinear``'s float32 scale and uint8 zero point of ``a``
+        (mode 1 scales by ``f32(x_scale * scale[j])``), read by the C at each call. The
+        C's call is noted for a replay (``replay/record.py``) where ``raw`` is None and the
+        zero point is one value (read by the C at each call), and with ``seal`` the running
+        instruction sealed (its caller does nothing else)."""
         lib = self.lib
         if lib is None or a.dtype not in _RANGE or a.ndim < 2:
             return None
@@ -195,24 +201,43 @@ class Product:
         if raw is not None and (raw.dtype != _I32 or raw.shape[-1] != n or raw.size != m * n):
             return None
         ffi, c_lib, _ = lib
-        rows, z = ffi.NULL, 0
+        rows = smul_p = za_p = ffi.NULL
+        if dyn is not None:  # DynamicQuantizeLinear's scale and zero point, read by the C
+            if dyn[0].dtype != _F32 or dyn[0].size != 1 or za is not None:
+                return None
+            smul_p, za = _ptr(ffi, np.ascontiguousarray(dyn[0]), "float[]"), dyn[1]
         if za is not None:
-            if za.size == 1:
-                z = int(za.item())
+            if za.size == 1 and za.dtype == a.dtype:  # ONNX: a's type
+                za_p = _ptr(ffi, np.ascontiguousarray(za))
             elif za.size == m and za.dtype.kind in "iu":
                 rows = _ptr(ffi, np.ascontiguousarray(za, _I32), "int32_t[]")
             else:
                 return None
         bc, c, sc, cols, bias, ys, yzp, lo, hi, bias2, p2 = self.args
-        out = np.empty(a.shape[:-1] + (n,), self.dtype)
-        done = c_lib.ac_qmm(
-            m, k, n, _ptr(ffi, np.ascontiguousarray(a)), int(a.dtype == _S8), rows, z,
-            bc if raw is None else ffi.NULL,
-            ffi.NULL if raw is None else _ptr(ffi, np.ascontiguousarray(raw), "int32_t[]"),
-            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, bias2, p2, smul,
+        if raw is None:
+            out = _replay.empty(a.shape[:-1] + (n,), self.dtype)
+            a_p, raw_p = _ptr(ffi, _replay.contiguous(a)), ffi.NULL
+        else:
+            out = np.empty(a.shape[:-1] + (n,), self.dtype)
+            a_p, raw_p = ffi.NULL, _ptr(ffi, np.ascontiguousarray(raw), "int32_t[]")
+        args = (
+            m, k, n, a_p, int(a.dtype == _S8), rows, 0, bc if raw is None else ffi.NULL, raw_p,
+            c, self.mode, sc, cols, bias, ys, yzp, lo, hi, bias2, p2, 1.0, smul_p, za_p,
             _ptr(ffi, out, write=True),
         )  # fmt: skip
-        return None if done < 0 else out
+        if c_lib.ac_qmm(*args) < 0:
+            return None
+        if raw is None and rows == ffi.NULL and _replay.ACTIVE:
+            _replay.note(_checked, (c_lib.ac_qmm, args))
+            if seal:
+                _replay.seal()
+        return out
+
+
+def _checked(fn: Any, args: tuple) -> None:
+    """``fn(*args)`` for a replay, raising where the C declined (a NaN, no memory)."""
+    if fn(*args):
+        raise FloatingPointError(f"{fn} declined its arguments on a replay")
 
 
 def _value(v: np.ndarray | None) -> float:
@@ -224,9 +249,27 @@ def _per_tensor(*params: np.ndarray | None) -> bool:
     return all(p is None or (isinstance(p, np.ndarray) and p.size == 1) for p in params)
 
 
-def quantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
+def _note(fn: Any, args: tuple, seal: bool) -> None:
+    """``fn(*args)`` (just run) noted for a replay; with ``seal`` the instruction sealed."""
+    if _replay.ACTIVE:
+        _replay.note(fn, args)
+        if seal:
+            _replay.seal()
+
+
+def _quant_call(fn: Any, count: int, x: Any, s: np.ndarray, zp: Any, lo: float, hi: float,
+                y: Any) -> None:  # fmt: skip
+    # scale and zero point read from their arrays at each call: a replay's new values
+    if fn(count, x, _value(s), _value(zp), lo, hi, y):
+        raise FloatingPointError("QuantizeLinear: a NaN input (numpy's path says what then)")
+
+
+def quantize(
+    x: np.ndarray, s: np.ndarray, zp: np.ndarray | None, seal: bool = False
+) -> np.ndarray | None:
     """``QuantizeLinear`` of float32 ``x`` per tensor (one float32 scale, an 8-bit zero point
-    or none: uint8); None elsewhere or where ``x`` holds a NaN."""
+    or none: uint8); None elsewhere or where ``x`` holds a NaN. Noted for a replay (and the
+    instruction sealed with ``seal``)."""
     lib = _get()
     if lib is None or x.dtype != _F32 or not _per_tensor(s, zp) or s.dtype != _F32:
         return None
@@ -234,43 +277,74 @@ def quantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None) -> np.ndarray 
     if dt not in _RANGE:
         return None
     ffi, c_lib, _ = lib
-    xc = np.ascontiguousarray(x)
-    out = np.empty(x.shape, dt)
+    out = _replay.empty(x.shape, dt)
     lo, hi = _RANGE[dt]
-    done = c_lib.ac_quant(
-        xc.size, _ptr(ffi, xc, "float[]"), _value(s), _value(zp), lo, hi,
+    xc = _replay.contiguous(x)
+    args = (
+        c_lib.ac_quant,
+        xc.size,
+        _ptr(ffi, xc, "float[]"),
+        s,
+        zp,
+        lo,
+        hi,
         _ptr(ffi, out, write=True),
-    )  # fmt: skip
-    return None if done else out
+    )
+    try:
+        _quant_call(*args)
+    except FloatingPointError:
+        return None
+    _note(_quant_call, args, seal)
+    return out
 
 
-def dequantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
+def _dequant_call(fn: Any, count: int, x: Any, sgn: int, zp: Any, s: np.ndarray, y: Any) -> None:
+    fn(count, x, sgn, _value(zp), _value(s), y)
+
+
+def dequantize(
+    x: np.ndarray, s: np.ndarray, zp: np.ndarray | None, seal: bool = False
+) -> np.ndarray | None:
     """``DequantizeLinear`` of 8-bit ``x`` per tensor to float32; None for other forms."""
     lib = _get()
     if lib is None or x.dtype not in _RANGE or not _per_tensor(s, zp) or s.dtype != _F32:
         return None
     ffi, c_lib, _ = lib
-    xc = np.ascontiguousarray(x)
-    out = np.empty(x.shape, _F32)
+    xc = _replay.contiguous(x)
+    out = _replay.empty(x.shape, _F32)
     y = _ptr(ffi, out, "float[]", True)
-    c_lib.ac_dequant(xc.size, _ptr(ffi, xc), int(x.dtype == _S8), _value(zp), _value(s), y)
+    args = (c_lib.ac_dequant, xc.size, _ptr(ffi, xc), int(x.dtype == _S8), zp, s, y)
+    _dequant_call(*args)
+    _note(_dequant_call, args, seal)
     return out
 
 
-def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def dynamic_quantize(
+    x: np.ndarray, seal: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``DynamicQuantizeLinear`` of float32 ``x``; None elsewhere or where ``x`` holds a NaN."""
     lib = _get()
     if lib is None or x.dtype != _F32:
         return None
     ffi, c_lib, _ = lib
-    xc = np.ascontiguousarray(x)
-    y = np.empty(x.shape, _U8)
-    scale, zp = np.zeros((), _F32), np.zeros((), _U8)
-    done = c_lib.ac_dynq(
+    xc = _replay.contiguous(x)
+    y = _replay.empty(x.shape, _U8)
+    scale, zp = _replay.empty((), _F32), _replay.empty((), _U8)
+    args = (
         xc.size, _ptr(ffi, xc, "float[]"), _ptr(ffi, y, write=True),
         _ptr(ffi, scale, "float[]", True), _ptr(ffi, zp, write=True),
     )  # fmt: skip
-    return None if done else (y, scale, zp)
+    if c_lib.ac_dynq(*args):
+        return None
+    _note(_checked, (c_lib.ac_dynq, args), seal)
+    return y, scale, zp
+
+
+def _qbin_call(fn: Any, op: int, a: tuple, b: tuple, sc: Any, zc: Any, lo: float, hi: float,
+               y: Any) -> None:  # fmt: skip
+    (n, ap, asg, sa, za), (nb, bp, bsg, sb, zb) = a, b
+    v = _value
+    fn(op, n, ap, asg, v(sa), v(za), nb, bp, bsg, v(sb), v(zb), v(sc), v(zc), lo, hi, y)
 
 
 def qbinary(
@@ -283,6 +357,7 @@ def qbinary(
     zb: np.ndarray | None,
     sc: np.ndarray,
     zc: np.ndarray | None,
+    seal: bool = False,
 ) -> np.ndarray | None:
     """``QLinearAdd`` (op 0) or ``QLinearMul`` (op 1) per tensor, where one input's shape is
     the other's trailing dimensions (a bias, one value, the same shape); None elsewhere."""
@@ -303,14 +378,16 @@ def qbinary(
     if b.size == 0 or b.ndim > a.ndim:
         return None
     ffi, c_lib, _ = lib
-    ac, bc = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    out = np.empty(a.shape, dt)
+    ac, bc = _replay.contiguous(a), _replay.contiguous(b)
+    out = _replay.empty(a.shape, dt)
     lo, hi = _RANGE[dt]
-    c_lib.ac_qbin(
-        op, ac.size, _ptr(ffi, ac), int(a.dtype == _S8), _value(sa), _value(za), bc.size,
-        _ptr(ffi, bc), int(b.dtype == _S8), _value(sb), _value(zb), _value(sc), _value(zc),
-        lo, hi, _ptr(ffi, out, write=True),
+    args = (
+        c_lib.ac_qbin, op, (ac.size, _ptr(ffi, ac), int(a.dtype == _S8), sa, za),
+        (bc.size, _ptr(ffi, bc), int(b.dtype == _S8), sb, zb), sc, zc, lo, hi,
+        _ptr(ffi, out, write=True),
     )  # fmt: skip
+    _qbin_call(*args)
+    _note(_qbin_call, args, seal)
     return out
 
 

@@ -193,7 +193,9 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
            int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c,
            int mode, const float *scale, int scale_cols, const float *bias, double ys,
            double yzp, double lo, double hi, const float *bias2, const float *p2, float smul,
-           void *out) {
+           const float *smul_p, const uint8_t *za_p, void *out) {
+    if (smul_p) smul = *smul_p; /* read at the call: a replay's new values */
+    if (za_p) za = a_sgn ? (int32_t)(int8_t)*za_p : (int32_t)*za_p; /* a's type */
     const long width = ((n + AC_W - 1) / AC_W) * AC_W;
     uint32_t *acc = (uint32_t *)malloc(sizeof(uint32_t) * width);
     float *q = (float *)malloc(sizeof(float) * width);
@@ -288,7 +290,8 @@ void ac_qpack(long k, long n, const int16_t *bc, int16_t *p);
 int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *za_rows,
     int32_t za, const int16_t *bp, const int32_t *raw, const int32_t *c, int mode,
     const float *scale, int scale_cols, const float *bias, double ys, double yzp, double lo,
-    double hi, const float *bias2, const float *p2, float smul, void *out);
+    double hi, const float *bias2, const float *p2, float smul, const float *smul_p,
+    const uint8_t *za_p, void *out);
 int ac_quant(long count, const float *x, float s, float zp, float lo, float hi, uint8_t *y);
 void ac_dequant(long count, const uint8_t *x, int sgn, float zp, float s, float *y);
 int ac_dynq(long count, const float *x, uint8_t *y, float *scale, uint8_t *zp);
