@@ -48,6 +48,7 @@ __all__ = [
     "dequantize",
     "dynamic_quantize",
     "qbinary",
+    "lookup",
     "MAX_K",
 ]
 
@@ -388,6 +389,27 @@ def qbinary(
     )  # fmt: skip
     _qbin_call(*args)
     _note(_qbin_call, args, seal)
+    return out
+
+
+def lookup(x: np.ndarray, table: np.ndarray, seal: bool = False) -> np.ndarray | None:
+    """``table[x - min]`` for 8-bit ``x`` and a 256-entry 8-bit ``table`` (the quantized
+    unary ops' tables); None for other forms."""
+    lib = _get()
+    if lib is None or x.dtype not in _RANGE or table.dtype not in _RANGE or table.size != 256:
+        return None
+    ffi, c_lib, _ = lib
+    xc = _replay.contiguous(x)
+    out = _replay.empty(x.shape, table.dtype)
+    args = (
+        xc.size,
+        _ptr(ffi, xc),
+        int(x.dtype == _S8),
+        _ptr(ffi, table),
+        _ptr(ffi, out, write=True),
+    )
+    c_lib.ac_lut(*args)
+    _note(c_lib.ac_lut, args, seal)
     return out
 
 

@@ -271,6 +271,12 @@ int ac_dynq(long count, const float *x, uint8_t *y, float *scale, uint8_t *zp) {
     return 0;
 }
 
+/* A 256-entry table of 8-bit codes applied to 8-bit x (int8 x indexed from -128). */
+void ac_lut(long n, const uint8_t *x, int sgn, const uint8_t *table, uint8_t *y) {
+    const uint8_t flip = sgn ? 0x80 : 0;
+    for (long i = 0; i < n; i++) y[i] = table[x[i] ^ flip];
+}
+
 /* QLinearAdd (op 0) / QLinearMul (op 1): b repeats every nb elements of a (nb divides n). */
 void ac_qbin(int op, long n, const uint8_t *a, int a_sgn, float sa, float za, long nb,
              const uint8_t *b, int b_sgn, float sb, float zb, float sc, float zc, float lo,
@@ -295,6 +301,7 @@ int ac_qmm(long m, long k, long n, const uint8_t *a, int a_sgn, const int32_t *z
 int ac_quant(long count, const float *x, float s, float zp, float lo, float hi, uint8_t *y);
 void ac_dequant(long count, const uint8_t *x, int sgn, float zp, float s, float *y);
 int ac_dynq(long count, const float *x, uint8_t *y, float *scale, uint8_t *zp);
+void ac_lut(long n, const uint8_t *x, int sgn, const uint8_t *table, uint8_t *y);
 void ac_qbin(int op, long n, const uint8_t *a, int a_sgn, float sa, float za, long nb,
     const uint8_t *b, int b_sgn, float sb, float zb, float sc, float zc, float lo, float hi,
     uint8_t *y);

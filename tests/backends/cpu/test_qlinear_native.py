@@ -200,3 +200,12 @@ def test_unary_tables_are_kept_per_parameters() -> None:
     v = (x.astype(np.float32) - 128) * s1
     want = np.clip(np.rint(np.where(v >= 0, v, v * np.float32(0.2)) / s1) + 128, 0, 255)
     np.testing.assert_array_equal(leaky, want.astype(np.uint8))
+
+
+def test_lookup_indexes_int8_from_minus_128() -> None:
+    table = _ints(np.uint8, (256,))
+    for dt in (np.int8, np.uint8):
+        x = _ints(dt, (3, 70))
+        want = table[x.astype(np.int64) - np.iinfo(dt).min]
+        np.testing.assert_array_equal(qlinear.lookup(x, table), want)
+    assert qlinear.lookup(_ints(np.uint8, (4,)), table[:10]) is None
