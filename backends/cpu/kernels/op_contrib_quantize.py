@@ -20,6 +20,7 @@ from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize
 from anychip.backends.cpu.kernels.op_softmax import softmax, softmax_2d
 from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.onednn.int8 import int_matmul
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -177,6 +178,7 @@ def qlinear_softmax(
     ``axis`` on (the old Softmax's 2-D semantics)."""
     v = _deq(x, x_scale, x_zero_point)
     p = softmax_2d(v, axis=axis) if opset < 13 else softmax(v, axis=axis)
+    _replay.unseal()  # softmax sealed its call; the quantization here is not noted
     return _q(p, y_scale, y_zero_point, x)
 
 
@@ -210,6 +212,7 @@ def qlinear_average_pool(
         pads=pads,
         strides=strides,
     )
+    _replay.unseal()  # the pool may have sealed its call; the rest here is not noted
     y = np.moveaxis(y, 1, -1) if channels_last else y
     return _q(y, y_scale, y_zero_point, x)
 

@@ -28,6 +28,7 @@ from anychip.backends.cpu.native.qlinear import Product, centered
 from anychip.backends.cpu.onednn import conv as onednn_conv
 from anychip.backends.cpu.onednn import int8 as onednn_int8
 from anychip.backends.cpu.onednn import matmul as onednn_matmul
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import ModelError
@@ -103,6 +104,7 @@ def _integer_conv(x: np.ndarray, x_zp: np.ndarray | None, wt: _Weights, attrs: d
             y = onednn_conv.conv(xc, wt.f32, None, None, None, attrs)
         if y is None:
             y = conv(xc, wt.f32, None, **attrs)
+        _replay.unseal()  # the convolution may have sealed its call; the callers do more
         return y.astype(np.float64)
     return _conv_f64(_centered(x, x_zp), wt.f64, attrs)
 

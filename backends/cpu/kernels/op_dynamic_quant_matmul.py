@@ -18,6 +18,7 @@ from anychip.backends.cpu.kernels.op_conv_integer import mat_mul_integer
 from anychip.backends.cpu.kernels.op_quantize import dynamic_quantize_linear
 from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.native.qlinear import Product, centered
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
 
@@ -58,5 +59,6 @@ def dynamic_quant_matmul(
     if y is not None:
         return y
     acc = mat_mul_integer(None, xq, b, xz, b_zero_point).astype(f32)
+    _replay.unseal()  # mat_mul_integer seals its C call; the scaling here is not noted
     y = acc * (xs * b_scale)
     return y if c is None else y + c

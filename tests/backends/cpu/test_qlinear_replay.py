@@ -43,8 +43,8 @@ def test_replayed_quantized_mlp_equals_its_kernels(make) -> None:
 
 
 def test_small_quantized_cnn_with_the_replay_on_equals_its_kernels() -> None:
-    """A QOperator CNN: its trace fails the replay's own check today (decision 053; the
-    kernels answer then), so whatever the replay keeps, the answers are the kernels'."""
+    """A QOperator CNN (its convolutions, pools and softmax re-run through their kernels
+    between recorded calls): whatever the replay keeps, the answers are the kernels'."""
     model = _quantize_static(small_cnn(), "qoperator", "u8", False)
     sess = anychip.load(model, ["cpu"])
     plain = anychip.load(model, ["cpu"], device_options={"cpu": {"replay": False}})
@@ -70,3 +70,38 @@ def test_replayed_dynamic_bert_equals_its_kernels() -> None:
         for g, w in zip(sess.run(None, feeds), plain.run(None, feeds), strict=True):
             np.testing.assert_array_equal(g, w)
     assert "replayed" in _replay_info(sess), _replay_info(sess)
+
+
+def test_kernels_that_quantize_after_a_sealing_callee_unseal() -> None:
+    """``QLinearSoftmax`` runs the float softmax (which seals its one C call) and then
+    quantizes in numpy: it must unseal, or its replay would skip the quantization (the
+    replay's check caught that: "its replay differed from the kernels' run")."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        numpy_helper.from_array(np.array(1 / 256, np.float32), "so"),
+        numpy_helper.from_array(np.array(0, np.uint8), "zo"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node(
+            "QLinearSoftmax", ["q", "s", "z", "so", "zo"], ["m"], domain="com.microsoft",
+            axis=-1, opset=13,
+        ),
+        helper.make_node("DequantizeLinear", ["m", "so", "zo"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    sess = anychip.load(model, ["cpu"])
+    plain = anychip.load(model, ["cpu"], device_options={"cpu": {"replay": False}})
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        x = (rng.standard_normal((2, 3, 4, 4)) * 3).astype(np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+    assert "differed" not in _replay_info(sess), _replay_info(sess)
