@@ -9,10 +9,18 @@ import pytest
 
 import anychip
 from anychip.backends.cpu.native import qlinear
+from anychip.backends.cpu.replay import run as replay
 from bench._wild_cases import _quantize_dynamic, _quantize_static
 from bench._wild_models import bert_encoder, bert_feeds, mlp, small_cnn
 
 pytestmark = pytest.mark.skipif(not qlinear.available(), reason="no C compiler here")
+
+
+@pytest.fixture(autouse=True)
+def _no_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay's timing rules off: a busy machine's timings would decide the test."""
+    monkeypatch.setattr(replay, "SLOW_NODE", float("inf"))
+    monkeypatch.setattr(replay, "GAIN", float("inf"))
 
 
 def _replay_info(sess) -> str:
@@ -104,4 +112,4 @@ def test_kernels_that_quantize_after_a_sealing_callee_unseal() -> None:
     for _ in range(10):
         x = (rng.standard_normal((2, 3, 4, 4)) * 3).astype(np.float32)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
-    assert "differed" not in _replay_info(sess), _replay_info(sess)
+    assert "replayed" in _replay_info(sess), _replay_info(sess)
