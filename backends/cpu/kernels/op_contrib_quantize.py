@@ -254,8 +254,8 @@ def _qgemm_product(
     """QGemm's ``Product``: ``alpha * sa * sb`` in float32 as ``qgemm`` rounds it, ``C`` as
     an int32 bias per column, quantized as ``_q`` does; None for other forms."""
     n = b.shape[0] if trans_b else b.shape[1]
-    if c is not None and (c.size != n or c.dtype != np.int32):
-        return None
+    if c is not None and (c.size != n or c.shape[-1:] != (n,) or c.dtype != np.int32):
+        return None  # per column only (a [M, N] or per-row C: the numpy path)
     if np.asarray(a_scale).size != 1 or np.asarray(b_scale).size not in (1, n):
         return None
     scale = np.float32(alpha) * a_scale.astype(np.float32) * b_scale.astype(np.float32)

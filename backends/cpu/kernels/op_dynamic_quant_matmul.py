@@ -38,8 +38,11 @@ def dynamic_quant_matmul(
 ) -> np.ndarray:
     """``x`` float32 (quantized here), or already quantized with ``x_scale`` and
     ``x_zero_point`` (the ``DynamicQuantizeLinear`` kept for its other readers)."""
+    noted = True  # every call so far noted for a replay
     if x_scale is None:  # in C where it can (noted, not sealed: the product follows)
-        xq, xs, xz = qlinear.dynamic_quantize(x) or dynamic_quantize_linear(x)
+        done = qlinear.dynamic_quantize(x)
+        noted = done is not None
+        xq, xs, xz = done if done is not None else dynamic_quantize_linear(x)
     else:
         xq, xs, xz = x, x_scale, x_zero_point
     f32 = np.float32
@@ -55,7 +58,7 @@ def dynamic_quant_matmul(
     prod = product_of(ctx, (1, 2, 3, 4), (b, b_zero_point, b_scale, c), build, "dynamic")
     y = None
     if prod is not None and xs.dtype == f32 and xs.size == 1:
-        y = run_product(prod, xq, None, b, b_zero_point, dyn=(xs, xz), seal=True)
+        y = run_product(prod, xq, None, b, b_zero_point, dyn=(xs, xz), seal=noted)
     if y is not None:
         return y
     acc = mat_mul_integer(None, xq, b, xz, b_zero_point).astype(f32)

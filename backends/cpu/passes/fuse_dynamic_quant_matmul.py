@@ -82,8 +82,10 @@ def _fuse(mm: Node, graph: Graph) -> int:
     ):
         return 0
     bs = _other(scale_mul, xs)
-    if bs is None or bs.const is None or bs.dtype != DType.FLOAT or bs.const.size not in (1, n):
+    if bs is None or bs.const is None or bs.dtype != DType.FLOAT:
         return 0
+    if bs.const.size != 1 and (bs.const.size != n or bs.const.shape[-1:] != (n,)):
+        return 0  # one scale, or one per output column
     # the activations' quantization taken in where this product is its only reader; else
     # (q, k and v projections of one input) it stays, and its three outputs are read
     whole = single_use(xq, graph) and single_use(xz, graph) and single_use(xs, graph)
