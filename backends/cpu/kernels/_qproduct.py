@@ -42,7 +42,7 @@ def product_of(
     it among what the node keeps. A kept None (a form the C does not take) is returned too."""
     inputs = getattr(getattr(ctx, "node", None), "inputs", None)
     if inputs is None:  # no IR node (a kernel called by hand): nothing is kept
-        return build()
+        return _unsealable(build())
     cache: dict = compiled(ctx, dict)
     ids = tuple(map(id, arrays))  # the kept entry holds the arrays: no id is reused meanwhile
     hit = cache.get(key)
@@ -50,10 +50,16 @@ def product_of(
         return hit[1]
     for i in const_inputs:
         if i < len(inputs) and inputs[i] is not None and inputs[i].const is None:
-            return build()
+            return _unsealable(build())  # its values may change: a replay may not skip it
     made = build()
     cache[key] = (ids, made, arrays)
     return made
+
+
+def _unsealable(prod: Product | None) -> Product | None:
+    if prod is not None:
+        prod.sealable = False
+    return prod
 
 
 def run_product(

@@ -118,9 +118,21 @@ def _param_key(p: np.ndarray | None) -> tuple | None:
     return None if p is None else (p.dtype.str, p.shape, p.tobytes())
 
 
-def _unary(fn, x, x_s, x_zp, y_s, y_zp, op: tuple = ()) -> np.ndarray:
+def _constants(ctx: Any, indices: range) -> bool:
+    """Whether the node's inputs at ``indices`` are constants of the graph (or absent)."""
+    inputs = getattr(getattr(ctx, "node", None), "inputs", None)
+    if inputs is None:
+        return False
+    return all(
+        i >= len(inputs) or inputs[i] is None or inputs[i].const is not None for i in indices
+    )
+
+
+def _unary(fn, x, x_s, x_zp, y_s, y_zp, op: tuple = (), constant: bool = False) -> np.ndarray:
     """``fn`` on dequantized values, through a lookup table for 8-bit inputs, kept per
-    ``op`` (its name and attributes) and parameters when ``op`` is given."""
+    ``op`` (its name and attributes) and parameters when ``op`` is given; the table's C call
+    seals the node for a replay only where the parameters are ``constant`` (a replay reuses
+    the table)."""
     if x.dtype.itemsize == 1:
         info = np.iinfo(x.dtype)
         key = (op, x.dtype.str, *map(_param_key, (x_s, x_zp, y_s, y_zp))) if op else None
@@ -132,13 +144,14 @@ def _unary(fn, x, x_s, x_zp, y_s, y_zp, op: tuple = ()) -> np.ndarray:
                 if len(_TABLES) > 256:
                     _TABLES.clear()
                 _TABLES[key] = table
-        y = qlinear.lookup(x, np.ascontiguousarray(table), seal=True)  # C, noted for a replay
+        y = qlinear.lookup(x, np.ascontiguousarray(table), seal=constant)  # C
         return y if y is not None else table[x.astype(np.int64) - info.min]
     return _q(fn(_deq(x, x_s, x_zp)), y_s, y_zp, x)
 
 
-@kernel("QLinearSigmoid", domain=MS_DOMAIN, since=1)
+@kernel("QLinearSigmoid", domain=MS_DOMAIN, since=1, context=True)
 def qlinear_sigmoid(
+    ctx: Any,
     x: np.ndarray,
     x_scale: np.ndarray,
     x_zero_point: np.ndarray | None,
@@ -146,11 +159,13 @@ def qlinear_sigmoid(
     y_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
     fn = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("sigmoid",))
+    const = _constants(ctx, range(1, 5))
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("sigmoid",), const)
 
 
-@kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1)
+@kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1, context=True)
 def qlinear_leaky_relu(
+    ctx: Any,
     x: np.ndarray,
     x_scale: np.ndarray,
     x_zero_point: np.ndarray | None,
@@ -160,7 +175,9 @@ def qlinear_leaky_relu(
     alpha: float = 0.01,
 ) -> np.ndarray:
     fn = lambda v: np.where(v >= 0, v, v * np.float32(alpha))  # noqa: E731
-    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("leaky", float(alpha)))
+    const = _constants(ctx, range(1, 5))
+    key = ("leaky", float(alpha))
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, key, const)
 
 
 @kernel("QLinearSoftmax", domain=MS_DOMAIN, since=1)

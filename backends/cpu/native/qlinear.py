@@ -119,7 +119,7 @@ class Product:
     converts nothing but ``a`` and its zero point: about 2 us of Python around the C.
     """
 
-    __slots__ = ("n", "k", "mode", "dtype", "keep", "args", "lib")
+    __slots__ = ("n", "k", "mode", "dtype", "keep", "args", "lib", "sealable")
 
     def __init__(
         self,
@@ -136,6 +136,9 @@ class Product:
         then_add: tuple | None = None,
     ) -> None:
         self.lib = lib = _get()
+        #: whether a call may seal its node: the values held here came from constants of the
+        #: graph (``kernels/_qproduct.product_of`` says), so a replay's call is right
+        self.sealable = True
         self.n, self.mode, self.k = n, mode, -1 if bc is None else bc.shape[0]
         self.dtype = {0: _I32, 1: _F32}.get(mode, np.dtype(out_dtype or _U8))
         sc = np.ones(1, _F32) if scale is None else np.ascontiguousarray(scale, _F32).reshape(-1)
@@ -230,7 +233,7 @@ class Product:
             return None
         if raw is None and rows == ffi.NULL and _replay.ACTIVE:
             _replay.note(_checked, (c_lib.ac_qmm, args))
-            if seal:
+            if seal and self.sealable:
                 _replay.seal()
         return out
 
