@@ -113,3 +113,44 @@ def test_kernels_that_quantize_after_a_sealing_callee_unseal() -> None:
         x = (rng.standard_normal((2, 3, 4, 4)) * 3).astype(np.float32)
         np.testing.assert_array_equal(sess.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
     assert "replayed" in _replay_info(sess), _replay_info(sess)
+
+
+def test_scales_fed_at_run_time_are_not_replayed_stale() -> None:
+    """A ``QLinearMatMul`` and a ``QLinearSigmoid`` whose output scales are graph inputs:
+    what their nodes keep depends on them, so a replay must run their kernels again."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(12)
+    b = rng.integers(-128, 128, (32, 16), dtype=np.int8)
+    inits = [
+        numpy_helper.from_array(b, "b"),
+        numpy_helper.from_array(np.array(0.02, np.float32), "sa"),
+        numpy_helper.from_array(np.array(120, np.uint8), "za"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "sb"),
+        numpy_helper.from_array(np.array(0, np.int8), "zb"),
+        numpy_helper.from_array(np.array(128, np.uint8), "zy"),
+        numpy_helper.from_array(np.array(0, np.uint8), "zo"),
+        numpy_helper.from_array(np.array(1 / 256, np.float32), "so"),
+    ]
+    nodes = [
+        helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["m"]),
+        helper.make_node(
+            "QLinearSigmoid", ["m", "sy", "zy", "so", "zo"], ["y"], domain="com.microsoft"
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [
+            helper.make_tensor_value_info("a", TensorProto.UINT8, [16, 32]),
+            helper.make_tensor_value_info("sy", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits,
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    sess = anychip.load(model, ["cpu"])
+    plain = anychip.load(model, ["cpu"], device_options={"cpu": {"replay": False}})
+    a = rng.integers(0, 256, (16, 32), dtype=np.uint8)
+    for i in range(12):
+        feeds = {"a": a, "sy": np.array(0.05 * (1 + i % 5), np.float32)}
+        np.testing.assert_array_equal(sess.run(None, feeds)[0], plain.run(None, feeds)[0])
