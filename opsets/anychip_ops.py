@@ -19,6 +19,16 @@ the CPU plugin's ``anychip_register_ops``:
 * ``MatMulAdd``: ``Y = A @ B + C`` for an activation ``A`` of rank 3 or more, a constant 2-D
   ``B`` and a constant ``C`` of ``B``'s width along the last axis (a transformer's linear
   layer before its heads are split).
+* ``QLinearMatMulAdd``: a quantized linear layer: the 8-bit result of a quantized product
+  (``qdq=0``: ``QLinearMatMul``'s eight inputs; ``qdq=1``: ``DequantMatMul``'s four, then
+  ``QuantizeLinear``'s scale and zero point), dequantized by the next two inputs, plus a bias
+  (``qdq=0``: ``QLinearAdd``'s 8-bit bias with its scale and zero point; ``qdq=1``: a float
+  constant), quantized by the last two: ``QLinearMatMul`` + ``QLinearAdd``, or QDQ's
+  ``MatMul``, ``QuantizeLinear``, ``DequantizeLinear``, ``Add``, ``QuantizeLinear``.
+* ``DynamicQuantMatMul``: ``DynamicQuantizeLinear(X)``'s codes times constant 8-bit ``B``
+  (``MatMulInteger`` with both zero points), cast to float32, times ``f32(x_scale *
+  B_scale)``, plus an optional float32 bias ``C``: onnxruntime's ``quantize_dynamic`` layer;
+  ``X`` already quantized where ``X_scale`` and ``X_zero_point`` are given.
 * ``ColumnProducts``: ``Y[:, j]`` is the product of the columns of a 2-D ``X`` that
   ``columns`` lists for output ``j`` (``lengths[j]`` of them, in order; none: 1), as
   ``ReduceProd(ArrayFeatureExtractor(X, cols), axes=[1])`` gives (skl2onnx's
@@ -269,6 +279,62 @@ def _dequant_matmul() -> OpSchema:
     )
 
 
+def _qlinear_matmul_add() -> OpSchema:
+    return OpSchema(
+        "QLinearMatMulAdd",
+        ANYCHIP_DOMAIN,
+        1,
+        "A quantized linear layer (QLinearMatMul + QLinearAdd, or QDQ's MatMul, Q, DQ, Add, "
+        "Q), its requantizations in one kernel; the module docstring lists the inputs.",
+        inputs=[
+            OpSchema.FormalParameter(
+                "X",
+                "T",
+                "the inputs of the ops it replaces, in order",
+                param_option=OpSchema.FormalParameterOption.Variadic,
+                is_homogeneous=False,
+            )
+        ],  # fmt: skip
+        outputs=[OpSchema.FormalParameter("Y", "Q", "8-bit [..., N]")],
+        type_constraints=[
+            ("T", ["tensor(float)", "tensor(uint8)", "tensor(int8)"], "8-bit or float"),
+            ("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers"),
+        ],
+        attributes=[
+            OpSchema.Attribute("qdq", helper.make_attribute("qdq", 0), "the form"),
+            OpSchema.Attribute("transB", helper.make_attribute("transB", 0), "B is [N, K]"),
+        ],
+    )
+
+
+def _dynamic_quant_matmul() -> OpSchema:
+    opt = OpSchema.FormalParameterOption.Optional
+    return OpSchema(
+        "DynamicQuantMatMul",
+        ANYCHIP_DOMAIN,
+        1,
+        "Y = f32(MatMulInteger(DynamicQuantizeLinear(X), B)) * (x_scale * B_scale) (+ C).",
+        inputs=[
+            OpSchema.FormalParameter("X", "T", "float32 activations [..., K], or their codes"),
+            OpSchema.FormalParameter("B", "Q", "8-bit weights [K, N]"),
+            OpSchema.FormalParameter("B_zero_point", "Q", "one or [N]", param_option=opt),
+            OpSchema.FormalParameter("B_scale", "tensor(float)", "one or [N]"),
+            OpSchema.FormalParameter("C", "tensor(float)", "bias [N]", param_option=opt),
+            OpSchema.FormalParameter(
+                "X_scale", "tensor(float)", "X's scale (X quantized)", param_option=opt
+            ),
+            OpSchema.FormalParameter(
+                "X_zero_point", "tensor(uint8)", "X's zero point (X quantized)", param_option=opt
+            ),
+        ],
+        outputs=[OpSchema.FormalParameter("Y", "tensor(float)", "[..., N]")],
+        type_constraints=[
+            ("Q", ["tensor(uint8)", "tensor(int8)"], "8-bit integers"),
+            ("T", ["tensor(float)", "tensor(uint8)"], "float32, or DynamicQuantizeLinear's codes"),
+        ],
+    )
+
+
 def _transpose_view() -> OpSchema:
     return OpSchema(
         "TransposeView",
@@ -308,6 +374,8 @@ def anychip_schemas() -> list[OpSchema]:
         _tree_ensemble_group(),
         _matmul_add(),
         _dequant_matmul(),
+        _qlinear_matmul_add(),
+        _dynamic_quant_matmul(),
         _transpose_view(),
         _channel_shuffle(),
     ]

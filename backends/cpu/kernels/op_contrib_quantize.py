@@ -10,12 +10,17 @@ lookup table as onnxruntime's do. QuantizeLinear/DequantizeLinear here are the O
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
 from anychip.backends.cpu.kernels.op_pool import average_pool
 from anychip.backends.cpu.kernels.op_quantize import dequantize_linear, quantize_linear
 from anychip.backends.cpu.kernels.op_softmax import softmax, softmax_2d
+from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.onednn.int8 import int_matmul
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.errors import KernelError
 from anychip.opsets.com_microsoft import MS_DOMAIN
@@ -66,6 +71,10 @@ def ms_dequantize_linear(
 
 
 def _binary(fn, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp) -> np.ndarray:
+    op = int(fn is np.multiply)
+    y = qlinear.qbinary(op, a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, seal=True)
+    if y is not None:  # per tensor, in C: the same float32 operations as below
+        return y
     return _q(fn(_deq(a, a_s, a_zp), _deq(b, b_s, b_zp)), c_s, c_zp, a)
 
 
@@ -101,29 +110,62 @@ def qlinear_mul(
     )
 
 
-def _unary(fn, x, x_s, x_zp, y_s, y_zp) -> np.ndarray:
-    """``fn`` on dequantized values, through a lookup table for 8-bit inputs."""
+#: 256-entry tables of ``_unary`` by op and quantization parameters (a model has a few).
+_TABLES: dict[tuple, np.ndarray] = {}
+
+
+def _param_key(p: np.ndarray | None) -> tuple | None:
+    return None if p is None else (p.dtype.str, p.shape, p.tobytes())
+
+
+def _constants(ctx: Any, indices: range) -> bool:
+    """Whether the node's inputs at ``indices`` are constants of the graph (or absent)."""
+    inputs = getattr(getattr(ctx, "node", None), "inputs", None)
+    if inputs is None:
+        return False
+    return all(
+        i >= len(inputs) or inputs[i] is None or inputs[i].const is not None for i in indices
+    )
+
+
+def _unary(fn, x, x_s, x_zp, y_s, y_zp, op: tuple = (), constant: bool = False) -> np.ndarray:
+    """``fn`` on dequantized values, through a lookup table for 8-bit inputs, kept per
+    ``op`` (its name and attributes) and parameters when ``op`` is given; the table's C call
+    seals the node for a replay only where the parameters are ``constant`` (a replay reuses
+    the table)."""
     if x.dtype.itemsize == 1:
         info = np.iinfo(x.dtype)
-        codes = np.arange(info.min, info.max + 1).astype(x.dtype)
-        table = _q(fn(_deq(codes, x_s, x_zp)), y_s, y_zp, x)
-        return table[x.astype(np.int64) - info.min]
+        key = (op, x.dtype.str, *map(_param_key, (x_s, x_zp, y_s, y_zp))) if op else None
+        table = _TABLES.get(key) if key else None
+        if table is None:
+            codes = np.arange(info.min, info.max + 1).astype(x.dtype)
+            table = _q(fn(_deq(codes, x_s, x_zp)), y_s, y_zp, x)
+            if key:
+                if len(_TABLES) > 256:
+                    _TABLES.clear()
+                _TABLES[key] = table
+        y = qlinear.lookup(x, np.ascontiguousarray(table), seal=constant)  # C
+        return y if y is not None else table[x.astype(np.int64) - info.min]
     return _q(fn(_deq(x, x_s, x_zp)), y_s, y_zp, x)
 
 
-@kernel("QLinearSigmoid", domain=MS_DOMAIN, since=1)
+@kernel("QLinearSigmoid", domain=MS_DOMAIN, since=1, context=True)
 def qlinear_sigmoid(
+    ctx: Any,
     x: np.ndarray,
     x_scale: np.ndarray,
     x_zero_point: np.ndarray | None,
     y_scale: np.ndarray,
     y_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
-    return _unary(lambda v: 1 / (1 + np.exp(-v)), x, x_scale, x_zero_point, y_scale, y_zero_point)
+    fn = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    const = _constants(ctx, range(1, 5))
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, ("sigmoid",), const)
 
 
-@kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1)
+@kernel("QLinearLeakyRelu", domain=MS_DOMAIN, since=1, context=True)
 def qlinear_leaky_relu(
+    ctx: Any,
     x: np.ndarray,
     x_scale: np.ndarray,
     x_zero_point: np.ndarray | None,
@@ -133,7 +175,9 @@ def qlinear_leaky_relu(
     alpha: float = 0.01,
 ) -> np.ndarray:
     fn = lambda v: np.where(v >= 0, v, v * np.float32(alpha))  # noqa: E731
-    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point)
+    const = _constants(ctx, range(1, 5))
+    key = ("leaky", float(alpha))
+    return _unary(fn, x, x_scale, x_zero_point, y_scale, y_zero_point, key, const)
 
 
 @kernel("QLinearSoftmax", domain=MS_DOMAIN, since=1)
@@ -151,6 +195,7 @@ def qlinear_softmax(
     ``axis`` on (the old Softmax's 2-D semantics)."""
     v = _deq(x, x_scale, x_zero_point)
     p = softmax_2d(v, axis=axis) if opset < 13 else softmax(v, axis=axis)
+    _replay.unseal()  # softmax sealed its call; the quantization here is not noted
     return _q(p, y_scale, y_zero_point, x)
 
 
@@ -184,6 +229,7 @@ def qlinear_average_pool(
         pads=pads,
         strides=strides,
     )
+    _replay.unseal()  # the pool may have sealed its call; the rest here is not noted
     y = np.moveaxis(y, 1, -1) if channels_last else y
     return _q(y, y_scale, y_zero_point, x)
 
@@ -217,8 +263,34 @@ def qlinear_concat(
     return _q(np.concatenate(parts, axis=axis), y_scale, y_zero_point, inputs[0])
 
 
-@kernel("QGemm", domain=MS_DOMAIN, since=1)
+def _qgemm_product(
+    b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray,
+    c: np.ndarray | None, y_scale: np.ndarray | None, y_zero_point: np.ndarray | None,
+    alpha: float, trans_b: bool,
+) -> qlinear.Product | None:  # fmt: skip
+    """QGemm's ``Product``: ``alpha * sa * sb`` in float32 as ``qgemm`` rounds it, ``C`` as
+    an int32 bias per column, quantized as ``_q`` does; None for other forms."""
+    n = b.shape[0] if trans_b else b.shape[1]
+    if c is not None and (c.size != n or c.shape[-1:] != (n,) or c.dtype != np.int32):
+        return None  # per column only (a [M, N] or per-row C: the numpy path)
+    if np.asarray(a_scale).size != 1 or np.asarray(b_scale).size not in (1, n):
+        return None
+    scale = np.float32(alpha) * a_scale.astype(np.float32) * b_scale.astype(np.float32)
+    bc = qlinear.centered(b, b_zero_point, trans_b)
+    if y_scale is None:
+        return qlinear.Product(bc, n, 1, scale=scale, c=c)
+    if y_zero_point is None:  # quantized to A's type: left to the numpy path
+        return None
+    z = np.asarray(y_zero_point)
+    if np.asarray(y_scale).size != 1 or z.size != 1 or z.dtype.itemsize != 1:
+        return None
+    ys = float(np.asarray(y_scale).astype(np.float32).reshape(()))
+    return qlinear.Product(bc, n, 2, scale=scale, c=c, ys=ys, yzp=z, out_dtype=z.dtype)
+
+
+@kernel("QGemm", domain=MS_DOMAIN, since=1, context=True)
 def qgemm(
+    ctx: Any,
     a: np.ndarray,
     a_scale: np.ndarray,
     a_zero_point: np.ndarray,
@@ -235,6 +307,16 @@ def qgemm(
 ) -> np.ndarray:
     """Integer GEMM: ``alpha * a_scale * b_scale * ((A - a_zp) @ (B - b_zp) + C)``; B may be
     quantized per output column. A float result without ``y_scale``, else quantized."""
+    if not transA and b.ndim == 2 and b.dtype.itemsize == 1:  # in one C call (_qproduct)
+        arrays = (b, a_scale, b_scale, b_zero_point, c, y_scale, y_zero_point)
+        prod = product_of(
+            ctx, (1, 3, 4, 5, 6, 7, 8), arrays,
+            lambda: _qgemm_product(*arrays, alpha, bool(transB)),
+        )  # fmt: skip
+        zps = (a_zero_point, b, b_zero_point, bool(transB))
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
+        if y is not None:
+            return y
     acc = None if transA else int_matmul(a, b, a_zero_point, b_zero_point, bool(transB))
     if acc is None:  # oneDNN's int8 product not exact here (onednn/int8.py): int64 numpy
         ai = a.astype(np.int64) - a_zero_point.astype(np.int64)

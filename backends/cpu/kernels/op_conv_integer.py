@@ -22,15 +22,24 @@ import math
 import numpy as np
 
 from anychip.backends.cpu.kernels._ml_common import compiled
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
 from anychip.backends.cpu.kernels.op_conv import conv
+from anychip.backends.cpu.native.qlinear import Product, centered
 from anychip.backends.cpu.onednn import conv as onednn_conv
 from anychip.backends.cpu.onednn import int8 as onednn_int8
 from anychip.backends.cpu.onednn import matmul as onednn_matmul
+from anychip.backends.cpu.replay import record as _replay
 from anychip.backends.cpu.table import kernel
 from anychip.core.run.kernel_call import KernelContext
 from anychip.errors import ModelError
 
-__all__ = ["conv_integer", "mat_mul_integer", "qlinear_conv", "qlinear_mat_mul"]
+__all__ = [
+    "conv_integer",
+    "mat_mul_integer",
+    "qlinear_conv",
+    "qlinear_mat_mul",
+    "qlinear_product",
+]
 
 
 def _centered(
@@ -95,6 +104,7 @@ def _integer_conv(x: np.ndarray, x_zp: np.ndarray | None, wt: _Weights, attrs: d
             y = onednn_conv.conv(xc, wt.f32, None, None, None, attrs)
         if y is None:
             y = conv(xc, wt.f32, None, **attrs)
+        _replay.unseal()  # the convolution may have sealed its call; the callers do more
         return y.astype(np.float64)
     return _conv_f64(_centered(x, x_zp), wt.f64, attrs)
 
@@ -164,13 +174,22 @@ def _integer_matmul(
     return _exact_matmul(_matmul_zp(a, a_zp, False), _matmul_zp(b, b_zp, True))
 
 
-@kernel("MatMulInteger", since=10)
+@kernel("MatMulInteger", since=10, context=True)
 def mat_mul_integer(
+    ctx: KernelContext | None,
     a: np.ndarray,
     b: np.ndarray,
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
 ) -> np.ndarray:
+    if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole product in one C call (_qproduct)
+        prod = product_of(
+            ctx, (1, 3), (b, b_zero_point),
+            lambda: Product(centered(b, b_zero_point), b.shape[1], 0),
+        )  # fmt: skip
+        y = run_product(prod, a, a_zero_point, b, b_zero_point, seal=True)
+        if y is not None:
+            return y
     y = _integer_matmul(a, b, a_zero_point, b_zero_point)
     return y if y.dtype == np.int32 else np.rint(y).astype(np.int32)
 
@@ -214,8 +233,30 @@ def qlinear_conv(
     return acc.astype(zp.dtype)
 
 
-@kernel("QLinearMatMul", since=10)
+def qlinear_product(
+    b: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray,
+    y_scale: np.ndarray, y_zero_point: np.ndarray, then_add: tuple | None = None,
+) -> Product | None:  # fmt: skip
+    """QLinearMatMul's ``Product``: the scale per column as ``qlinear_mat_mul`` rounds it
+    (``f32(f64(sa) * f64(sb))``), divided by ``y_scale`` in float64; None for forms the C
+    does not take (per-row ``a_scale``, batched ``b``, an output zero point not 8-bit)."""
+    n = b.shape[1]
+    sb = np.asarray(b_scale).astype(np.float64).reshape(-1)
+    if np.asarray(a_scale).size != 1 or sb.size not in (1, n) or np.asarray(y_scale).size != 1:
+        return None
+    zp = np.asarray(y_zero_point)
+    if zp.size != 1 or zp.dtype.itemsize != 1 or zp.dtype.kind not in "iu":
+        return None
+    sa = float(np.asarray(a_scale).astype(np.float64).reshape(()))
+    ys = float(np.asarray(y_scale).astype(np.float64).reshape(()))
+    scale = (sa * sb).astype(np.float32)
+    bc = centered(b, b_zero_point)
+    return Product(bc, n, 3, scale=scale, ys=ys, yzp=zp, out_dtype=zp.dtype, then_add=then_add)
+
+
+@kernel("QLinearMatMul", since=10, context=True)
 def qlinear_mat_mul(
+    ctx: KernelContext | None,
     a: np.ndarray,
     a_scale: np.ndarray,
     a_zero_point: np.ndarray,
@@ -225,6 +266,13 @@ def qlinear_mat_mul(
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
 ) -> np.ndarray:
+    if b.ndim == 2 and b.dtype.itemsize == 1:  # the whole requantization in C (_qproduct)
+        arrays = (b, a_scale, b_scale, b_zero_point, y_scale, y_zero_point)
+        prod = product_of(ctx, (1, 3, 4, 5, 6, 7), arrays, lambda: qlinear_product(*arrays))
+        zps = (a_zero_point, b, b_zero_point)
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
+        if y is not None:
+            return y
     acc = _integer_matmul(a, b, a_zero_point, b_zero_point).astype(np.float64)
     sa = np.asarray(a_scale).astype(np.float64)
     sb = np.asarray(b_scale).astype(np.float64)

@@ -3,11 +3,11 @@
 
 The weights' ``DequantizeLinear`` was folded at load; its integers, scale and zero point are in
 ``B``'s ``meta["dequantized"]`` (``ir/passes/fold_constants.py``). The product
-``(A - za) @ (Wq - zw)`` runs exactly in int32 through oneDNN's int8 matmul
-(``onednn/int8.py``, VNNI or AMX), then ``* (sa * sw)`` in float32 (per output column where
-the weights are quantized per channel) and ``+ C``: what onnxruntime's QDQ fusion computes.
-Where oneDNN declines (a product too small to pay its call, or no VNNI/AMX), the unfused
-graph's computation runs: ``A`` dequantized in float32 times the folded float32 ``B``.
+``(A - za) @ (Wq - zw)`` runs exactly in int32, then ``* (sa * sw)`` in float32 (per output
+column where the weights are quantized per channel) and ``+ C``: what onnxruntime's QDQ
+fusion computes, in one C call (``_qproduct.py``: the C's own sums for small products,
+oneDNN's int8 matmul for large ones). Where neither applies, the unfused graph's
+computation runs: ``A`` dequantized in float32 times the folded float32 ``B``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from anychip.backends.cpu.kernels._qproduct import product_of, run_product
+from anychip.backends.cpu.native.qlinear import Product, centered
 from anychip.backends.cpu.onednn.int8 import int_matmul
 from anychip.backends.cpu.table import kernel
 from anychip.opsets.schemas import ANYCHIP_DOMAIN
@@ -55,6 +57,19 @@ def dequant_matmul(
     trans = bool(transB)
     n = b.shape[0] if trans else b.shape[1]
     sw = column_scale(meta, trans, n)
+    if sw is not None and np.asarray(a_scale).size == 1:  # one C call (_qproduct)
+        arrays = (meta["q"], a_scale, c)
+
+        def build() -> Product:
+            scale = np.float32(np.asarray(a_scale, np.float32).reshape(())) * sw
+            bc = centered(meta["q"], _zero_point(meta), trans)
+            return Product(bc, n, 1, scale=scale, bias=c)
+
+        prod = product_of(ctx, (1, 4), arrays, build)
+        zps = (a_zero_point, meta["q"], _zero_point(meta), trans)
+        y = None if prod is None else run_product(prod, a, *zps, seal=True)
+        if y is not None:
+            return y
     y = int_matmul(a, meta["q"], a_zero_point, _zero_point(meta), trans)
     if y is not None and sw is not None:
         scale = np.float32(np.asarray(a_scale, np.float32).reshape(())) * sw

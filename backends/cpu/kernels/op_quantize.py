@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from anychip.backends.cpu.kernels._common import normalize_axis
+from anychip.backends.cpu.native import qlinear
 from anychip.backends.cpu.table import kernel
 from anychip.errors import ModelError
 from anychip.ir.dtypes import DType
@@ -91,6 +92,13 @@ def quantize_linear(
         out = DType.from_numpy(y_zero_point.dtype)
     else:
         out = DType.UINT8
+    per_tensor = y_scale.size == 1 and not block_size
+    given = np.dtype(np.uint8) if y_zero_point is None else y_zero_point.dtype
+    if not precision and (out is DType.UINT8 or out is DType.INT8) and per_tensor:
+        # per tensor in C, the same steps (noted for a replay: the node's whole effect)
+        q8 = qlinear.quantize(x, y_scale, y_zero_point, seal=True) if given == out.numpy else None
+        if q8 is not None:
+            return q8
     scale = _broadcast_param(y_scale, x, axis, block_size, "QuantizeLinear")
     # The division runs in the precision type (default: the scale's type).
     prec = DType(precision).numpy if precision else scale.dtype
@@ -137,6 +145,10 @@ def dequantize_linear(
     out = DType(output_dtype).numpy if output_dtype else x_scale.dtype
     if DType.from_numpy(out) is DType.FLOAT8E8M0:
         out = np.dtype(np.float32)
+    if out == np.float32 and x_scale.size == 1 and not block_size:
+        v = qlinear.dequantize(x, x_scale, x_zero_point, seal=True)  # per tensor in C
+        if v is not None:
+            return v
     scale = _broadcast_param(x_scale, x, axis, block_size, "DequantizeLinear")
     work = np.float64 if x.dtype.kind in "iu" and x.dtype.itemsize >= 4 else np.float32
     v = x.astype(work)  # one new array, the rest in place where the shapes allow
@@ -152,6 +164,9 @@ def dequantize_linear(
 def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scale and zero point computed in float32, as the spec's formula, onnx's reference and
     onnxruntime do (in float64 a few elements land one step apart)."""
+    done = qlinear.dynamic_quantize(x, seal=True)  # in C, the same float32 steps
+    if done is not None:
+        return done
     f32 = np.float32
     xf = x.astype(f32)
     lo = np.minimum(f32(0), xf.min()) if xf.size else f32(0)

@@ -22,10 +22,12 @@ from anychip.backends.cpu.passes.fold_pad import FoldPadIntoConvPass
 from anychip.backends.cpu.passes.fuse_channel_shuffle import FuseChannelShufflePass
 from anychip.backends.cpu.passes.fuse_column_products import FuseColumnProductsPass
 from anychip.backends.cpu.passes.fuse_conv import FuseConvPass
+from anychip.backends.cpu.passes.fuse_dynamic_quant_matmul import FuseDynamicQuantMatMulPass
 from anychip.backends.cpu.passes.fuse_gemm import FuseGemmPass
 from anychip.backends.cpu.passes.fuse_heads import FuseHeadsPass
 from anychip.backends.cpu.passes.fuse_layer_norm import FuseLayerNormPass
 from anychip.backends.cpu.passes.fuse_qdq_matmul import FuseQdqMatMulPass
+from anychip.backends.cpu.passes.fuse_qlinear_matmul_add import FuseQLinearMatMulAddPass
 from anychip.backends.cpu.passes.fuse_skip_layer_norm import FuseSkipLayerNormPass
 from anychip.backends.cpu.passes.fuse_softmax_gelu import FuseGeluPass, FuseSoftmaxPass
 from anychip.backends.cpu.passes.fuse_tree_group import FuseTreeGroupPass
@@ -45,9 +47,11 @@ __all__ = [
     "FuseSoftmaxPass",
     "FoldPadIntoConvPass",
     "FuseConvPass",
+    "FuseDynamicQuantMatMulPass",
     "FuseGemmPass",
     "FuseHeadsPass",
     "FuseQdqMatMulPass",
+    "FuseQLinearMatMulAddPass",
     "FuseLayerNormPass",
     "FuseSkipLayerNormPass",
     "FuseTreeGroupPass",
@@ -66,6 +70,8 @@ def cpu_passes() -> list[Pass]:
     passes = [
         MemoShapesPass(),
         FuseQdqMatMulPass(),
+        FuseQLinearMatMulAddPass(),
+        FuseDynamicQuantMatMulPass(),
         FoldPadIntoConvPass(),
         FoldConvAffinePass(),
         EliminateTransposeReshapePass(),
