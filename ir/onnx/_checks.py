@@ -21,23 +21,30 @@ __all__ = ["check_model", "infer_shapes", "sanitize"]
 _MAX_PROTO = 2**31 - 1
 
 
-def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> None:
+def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> bool:
     """``onnx.checker`` on ``proto``; a failure is a ``ModelError`` unless it only concerns a
-    domain a plugin defines (the checker cannot know those schemas)."""
+    domain a plugin defines (the checker cannot know those schemas).
+
+    Returns:
+        True when the checker ran on ``proto`` itself and passed it with nothing forgiven
+        (the only verdict ``_verdicts`` remembers); False when it was skipped, ran on the
+        file at ``path`` (over 2 GiB) or a complaint was forgiven.
+    """
     where = repr(path) if path else "the model"
     try:
         if _over_proto_limit(proto):
             if path is None:
                 warn_caller("model over 2 GiB given as bytes/proto: onnx.checker skipped")
-                return
+                return False
             onnx.checker.check_model(path, full_check=False)
-        else:
-            onnx.checker.check_model(proto, full_check=False)
+            return False
+        onnx.checker.check_model(proto, full_check=False)
+        return True
     except onnx.checker.ValidationError as e:
         message = str(e).strip()
         complained = set(re.findall(r"domain '([^']*)'", message))
         if complained and complained <= custom_domains:
-            return  # a plugin defines this domain: the checker cannot know its schemas
+            return False  # a plugin defines this domain: the checker cannot know its schemas
         raise ModelError(f"{where} fails onnx.checker: {message}") from None
     except Exception as e:
         raise ModelError(

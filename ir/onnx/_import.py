@@ -42,6 +42,7 @@ from anychip.ir.onnx._external import (
     validate_external_data,
 )
 from anychip.ir.onnx._lenient import repair, typed_for_checker
+from anychip.ir.onnx._verdicts import passed_before, remember_pass, verdict_path
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -88,7 +89,7 @@ def import_model(
         >>> [n.op_type for n in model.graph.nodes]
         ['Relu']
     """
-    proto, path = _parse(source)
+    proto, path, data = _parse(source)
     if base_dir is None and path is not None:
         base_dir = os.path.dirname(os.path.abspath(path))
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
@@ -102,8 +103,12 @@ def import_model(
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
-    with typed_for_checker(proto):
-        check_model(proto, path, custom_domains)
+    # a pass of these very bytes remembered from an earlier process (_verdicts.py)
+    verdict = verdict_path(data, free_dims) if data is not None and not refs else None
+    if not passed_before(verdict):
+        with typed_for_checker(proto):
+            if check_model(proto, path, custom_domains):
+                remember_pass(verdict)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)
@@ -143,13 +148,16 @@ def fix_free_dims(proto: onnx.ModelProto, free_dims: Mapping[str, int]) -> None:
                 d.dim_value = size
 
 
-def _parse(source: Source) -> tuple[onnx.ModelProto, str | None]:
+def _parse(source: Source) -> tuple[onnx.ModelProto, str | None, bytes | None]:
+    """The proto, the absolute path of a file source, and the bytes parsed (None for a
+    proto source)."""
     if isinstance(source, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(source)  # loading external data edits the proto: never the caller's
-        return proto, None
+        return proto, None, None
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _parse_bytes(bytes(source), f"<{len(source)} bytes>"), None
+        data = bytes(source)
+        return _parse_bytes(data, f"<{len(source)} bytes>"), None, data
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
@@ -158,7 +166,7 @@ def _parse(source: Source) -> tuple[onnx.ModelProto, str | None]:
             raise ModelError(f"{path!r} is a folder; pass the path of the .onnx file inside it")
         with open(path, "rb") as f:
             data = f.read()
-        return _parse_bytes(data, path), os.path.abspath(path)
+        return _parse_bytes(data, path), os.path.abspath(path), data
     raise ModelError(
         f"cannot import a {type(source).__name__}: pass a path, bytes or an onnx.ModelProto"
     )

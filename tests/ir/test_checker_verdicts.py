@@ -1,0 +1,108 @@
+"""onnx.checker's passes remembered across processes (``ir/onnx/_verdicts.py``): a pass is
+skipped only for the very bytes that passed, never for an edited file, a failing model, a
+proto, or another onnx."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from anychip.errors import ModelError
+from anychip.ir.onnx import _verdicts, import_model
+
+
+def _model(bad: bool = False, scale: float = 1.0) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.full((4,), scale, np.float32), "w")
+    relu = helper.make_node("Relu", ["s"], ["y"], **({"alpha": 0.5} if bad else {}))
+    nodes = [helper.make_node("Add", ["x", "w"], ["s"]), relu]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """A cache folder of the test's own, and a count of onnx.checker's runs."""
+    monkeypatch.setenv("ANYCHIP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ANYCHIP_CHECKER_CACHE", raising=False)
+    calls: list[int] = []
+    real = onnx.checker.check_model
+
+    def counted(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx.checker, "check_model", counted)
+    return calls
+
+
+def test_a_pass_is_remembered_for_the_same_bytes(checks: list[int], tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    import_model(path)
+    assert len(checks) == 1
+    assert len(list((tmp_path / "cache" / "checked").iterdir())) == 1
+    import_model(path)
+    import_model(path.read_bytes())  # the same bytes given as bytes
+    assert len(checks) == 1
+
+
+def test_an_edited_file_is_checked_again_and_a_bad_one_refused(
+    checks: list[int], tmp_path: Path
+) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    import_model(path)
+    onnx.save(_model(scale=2.0), path)  # other weights: another key
+    import_model(path)
+    assert len(checks) == 2
+    onnx.save(_model(bad=True), path)  # Relu has no alpha: the checker refuses it
+    for _ in range(2):  # a failure is never remembered
+        with pytest.raises(ModelError, match="onnx.checker"):
+            import_model(path)
+    assert len(checks) == 4
+    assert len(list((tmp_path / "cache" / "checked").iterdir())) == 2
+
+
+def test_protos_and_the_switch_check_every_time(
+    checks: list[int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proto = _model()
+    import_model(proto)
+    import_model(proto)
+    assert len(checks) == 2
+    assert not (tmp_path / "cache" / "checked").exists()
+    monkeypatch.setenv("ANYCHIP_CHECKER_CACHE", "0")
+    data = proto.SerializeToString()
+    import_model(data)
+    import_model(data)
+    assert len(checks) == 4
+
+
+def test_the_key_holds_onnx_version_and_free_dims(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _model().SerializeToString()
+    base = _verdicts.verdict_path(data, None)
+    assert base is not None
+    assert _verdicts.verdict_path(data, {"n": 2}) != base
+    assert _verdicts.verdict_path(data + b"\0", None) != base
+    monkeypatch.setattr(onnx, "__version__", onnx.__version__ + ".other")
+    assert _verdicts.verdict_path(data, None) != base
+
+
+def test_a_damaged_record_is_no_pass(checks: list[int], tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path)
+    import_model(path)
+    (record,) = (tmp_path / "cache" / "checked").iterdir()
+    record.write_bytes(b"something else")
+    import_model(path)
+    assert len(checks) == 2
