@@ -88,7 +88,7 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return out
 
 
-def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(proto: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """onnx's shape inference with data propagation, on the model without its large weights.
 
     ``infer_shapes`` serialises the model and parses the result back: with the weights that is
@@ -96,7 +96,9 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     types and shapes, so it runs on a copy whose large top-level initializers keep their dims
     and type but no data; small ones stay, for data propagation (Reshape's shape). The result
     has those initializers empty: ``_Converter`` reads their data from ``proto``. Declared
-    shapes of the main graph's values are checked against inference (``_declared``).
+    shapes of the main graph's values are checked against inference (``_declared``): the
+    warning naming those ignored is appended to ``notes`` when given (the caller issues it),
+    else issued here.
     """
     large = [
         i
@@ -119,7 +121,11 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         )
     except Exception:  # inference is best-effort: types stay unknown where it fails
         return proto
-    _declared.merge(inferred.graph, declared)
+    message = _declared.merge(inferred.graph, declared)
+    if message is not None and notes is not None:
+        notes.append(message)
+    elif message is not None:
+        warn_caller(message)
     return inferred
 
 

@@ -42,7 +42,13 @@ from anychip.ir.onnx._external import (
     validate_external_data,
 )
 from anychip.ir.onnx._lenient import repair, typed_for_checker
-from anychip.ir.onnx._verdicts import passed_before, remember_pass, verdict_path
+from anychip.ir.onnx._verdicts import (
+    inferred_before,
+    passed_before,
+    remember_inferred,
+    remember_pass,
+    verdict_path,
+)
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -116,7 +122,16 @@ def import_model(
             raise ModelError(
                 f"could not inline the model-local functions of {_where(path)}: {e}"
             ) from None
-    inferred = infer_shapes(proto)
+    kept = inferred_before(verdict)
+    if kept is None:
+        notes: list[str] = []
+        inferred = infer_shapes(proto, notes)
+        if inferred is not proto:  # inference gave a result (not the model back)
+            remember_inferred(verdict, inferred, notes)
+    else:
+        inferred, notes = kept
+    for message in notes:
+        warn_caller(message)
     invented = _dim_params(inferred) - _dim_params(proto)
     model = _Converter(inferred, invented, weights=proto.graph.initializer).model()
     model.path = path

@@ -1,6 +1,6 @@
-"""onnx.checker's passes remembered across processes (``ir/onnx/_verdicts.py``): a pass is
-skipped only for the very bytes that passed, never for an edited file, a failing model, a
-proto, or another onnx."""
+"""onnx.checker's passes and shape inference's results remembered across processes
+(``ir/onnx/_verdicts.py``): used only for the very bytes they were made for, never for an
+edited file, a failing model, a proto, or another onnx."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 from anychip.errors import ModelError
 from anychip.ir.onnx import _verdicts, import_model
+from anychip.ir.printer import format_graph
 
 
-def _model(bad: bool = False, scale: float = 1.0) -> onnx.ModelProto:
-    w = numpy_helper.from_array(np.full((4,), scale, np.float32), "w")
+def _model(bad: bool = False, scale: float = 1.0, n: int = 4) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.full((n,), scale, np.float32), "w")
     relu = helper.make_node("Relu", ["s"], ["y"], **({"alpha": 0.5} if bad else {}))
     nodes = [helper.make_node("Add", ["x", "w"], ["s"]), relu]
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [w],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -106,3 +107,63 @@ def test_a_damaged_record_is_no_pass(checks: list[int], tmp_path: Path) -> None:
     record.write_bytes(b"something else")
     import_model(path)
     assert len(checks) == 2
+
+
+@pytest.fixture
+def inferences(monkeypatch: pytest.MonkeyPatch, checks: list[int]) -> list[int]:
+    """A count of shape inference's runs (beside the checker's)."""
+    import onnx.shape_inference
+
+    calls: list[int] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def counted(*args: object, **kwargs: object) -> onnx.ModelProto:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    return calls
+
+
+def _shapes(model: object) -> str:
+    return format_graph(model.graph)  # type: ignore[attr-defined]
+
+
+def test_inferred_shapes_kept_for_the_same_bytes_only(
+    inferences: list[int], tmp_path: Path
+) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(n=4), path)
+    first = _shapes(import_model(path))
+    assert "[4]" in first  # the output's shape came from inference
+    again = _shapes(import_model(path))
+    assert again == first and len(inferences) == 1
+    onnx.save(_model(n=7), path)  # the same graph with other shapes: inferred again
+    other = _shapes(import_model(path))
+    assert "[7]" in other and "[4]" not in other
+    assert len(inferences) == 2
+    verdict = _verdicts.verdict_path(path.read_bytes(), None)
+    assert verdict is not None
+    kept = tmp_path / "cache" / "shapes" / f"{verdict.stem}.pb"
+    kept.write_bytes(kept.read_bytes()[:-3])  # damaged: refused by its digest, inferred again
+    damaged = _shapes(import_model(path))
+    assert damaged == other and len(inferences) == 3
+
+
+def test_inference_warnings_issued_again_from_a_kept_result(
+    inferences: list[int], tmp_path: Path
+) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 1])
+    wrong = helper.make_tensor_value_info("r", TensorProto.FLOAT, [8, 32])
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "axes"], ["r"], keepdims=1),
+        helper.make_node("Relu", ["r"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], [axes], value_info=[wrong])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="'r' declared \\[8,32\\], inferred \\[8,1\\]"):
+            import_model(data.SerializeToString())
+    assert len(inferences) == 1
