@@ -9,9 +9,12 @@ options, one thread each way as the runtimes choose), the first run, and the mea
 2-10. The runs alternate: per round, per model, every ``--tree`` (an anychip checkout given as
 the folder that holds its ``anychip`` package, so two revisions compare in one sitting) and
 onnxruntime, one after the other. Printed: the median over rounds of each phase, and anychip's
-ratio to onnxruntime. Run it with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE``
-unset), as an installed package has it, after one warm-up round (the index of the CPU's
-kernels and the calibration are written by the first process: ``--warmup 1``).
+ratio to onnxruntime; beside the wall times, the process's CPU time of load + first run (all
+its threads: less disturbed by other processes on a shared machine, though not by the cache
+and frequency effects they cause). Run it with Python's bytecode cache on
+(``PYTHONDONTWRITEBYTECODE`` unset), as an installed package has it, after one warm-up round
+(the index of the CPU's kernels, the calibration, the checker's passes and the entry points
+are written by the first process: ``--warmup 1``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def _one(runtime: str, path: str) -> dict[str, float]:
 
     with np.load(path + ".npz") as z:
         feeds = {k: z[k] for k in z.files}
+    c0 = time.process_time()
     t0 = time.perf_counter()
     if runtime == "ort":
         import onnxruntime as ort
@@ -48,13 +52,19 @@ def _one(runtime: str, path: str) -> dict[str, float]:
 
         asess = anychip.load(path, ["cpu"])
         run = lambda: asess.run(None, feeds)  # noqa: E731
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     run()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     for _ in range(9):
         run()
     t3 = time.perf_counter()
-    return {"load": t1 - t0, "first": t2 - t1, "2-10": (t3 - t2) / 9}
+    return {
+        "load": t1 - t0,
+        "first": t2 - t1,
+        "2-10": (t3 - t2) / 9,
+        "cpu load": c1 - c0,
+        "cpu first": c2 - c1,
+    }
 
 
 def _write_models(folder: str, names: list[str]) -> dict[str, str]:
@@ -137,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 phases = _spawn("ort" if runtime == "ort" else "anychip", path, pp)
                 if r >= args.warmup:
                     got.setdefault((name, label), []).append(phases)
-    print("| model | runtime | load+import ms | first ms | runs 2-10 ms | load+first vs ort |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| model | runtime | load+import ms | first ms | runs 2-10 ms | load+first vs ort "
+        "| CPU load+first ms | CPU vs ort |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name in paths:
         med = {}
         for label, _, _ in runners:
@@ -148,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         for label, _, _ in runners:
             m = med[label]
             ratio = (m["load"] + m["first"]) / ort_lf
+            cpu = m["cpu load"] + m["cpu first"]
+            cpu_ratio = cpu / (med["ort"]["cpu load"] + med["ort"]["cpu first"])
             print(
                 f"| {name} | {label} | {1e3 * m['load']:.1f} | {1e3 * m['first']:.2f} | "
-                f"{1e3 * m['2-10']:.3f} | {ratio:.2f}x |"
+                f"{1e3 * m['2-10']:.3f} | {ratio:.2f}x | {1e3 * cpu:.1f} | {cpu_ratio:.2f}x |"
             )
     return 0
 
