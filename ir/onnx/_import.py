@@ -96,6 +96,10 @@ def import_model(
         ['Relu']
     """
     proto, path, data = _parse(source)
+    # what earlier imports of these very bytes answered (_verdicts.py); the bytes themselves
+    # are not kept alive past this line (the proto holds its own copy)
+    verdict = verdict_path(data, free_dims) if data is not None else None
+    del data
     if base_dir is None and path is not None:
         base_dir = os.path.dirname(os.path.abspath(path))
     custom_domains = custom_schemas.domains() if custom_schemas is not None else set()
@@ -109,8 +113,8 @@ def import_model(
     load_external_data(refs)
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
-    # a pass of these very bytes remembered from an earlier process (_verdicts.py)
-    verdict = verdict_path(data, free_dims) if data is not None and not refs else None
+    if refs:
+        verdict = None  # the other files' bytes are not in the key
     if not passed_before(verdict):
         with typed_for_checker(proto):
             if check_model(proto, path, custom_domains):

@@ -157,5 +157,5 @@ def _context(free_dims: Mapping[str, int] | None) -> str:
             parts.append(f"{name} {st.st_size} {st.st_mtime_ns}")
         except OSError:
             parts.append(f"{name} ?")
-    parts.append(f"free_dims {sorted((free_dims or {}).items())!r}")
+    parts.append(f"free_dims {sorted((repr(k), repr(v)) for k, v in (free_dims or {}).items())}")
     return "\n".join(parts)

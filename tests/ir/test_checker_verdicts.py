@@ -167,3 +167,15 @@ def test_inference_warnings_issued_again_from_a_kept_result(
         with pytest.warns(UserWarning, match="'r' declared \\[8,32\\], inferred \\[8,1\\]"):
             import_model(data.SerializeToString())
     assert len(inferences) == 1
+
+
+def test_a_model_with_external_data_is_checked_every_time(
+    inferences: list[int], checks: list[int], tmp_path: Path
+) -> None:
+    model = _model(n=1024)  # 4 KiB of weights, written beside the model
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path, save_as_external_data=True, size_threshold=0, location="w.bin")
+    for _ in range(2):
+        import_model(path)
+    assert len(checks) == 2 and len(inferences) == 2
+    assert not (tmp_path / "cache" / "checked").exists()
