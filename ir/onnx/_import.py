@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from google.protobuf.message import DecodeError
 from anychip.errors import ModelError, UnsupportedOpError, warn_caller
 from anychip.ir.graph import Graph, Model
 from anychip.ir.node import Attr, AttrType, Node
+from anychip.ir.onnx import _verdicts
 from anychip.ir.onnx._checks import check_model, infer_shapes, sanitize
 from anychip.ir.onnx._convert import apply_type, sparse_to_dense, tensor_to_array, to_dtype
 from anychip.ir.onnx._external import (
@@ -42,13 +44,7 @@ from anychip.ir.onnx._external import (
     validate_external_data,
 )
 from anychip.ir.onnx._lenient import repair, typed_for_checker
-from anychip.ir.onnx._verdicts import (
-    inferred_before,
-    passed_before,
-    remember_inferred,
-    remember_pass,
-    verdict_path,
-)
+from anychip.ir.onnx._verdicts import Kept, keep, kept, record_path
 from anychip.ir.value import Value
 from anychip.opsets.schemas import ONNX_DOMAINS, SchemaRegistry
 
@@ -98,7 +94,7 @@ def import_model(
     proto, path, data = _parse(source)
     # what earlier imports of these very bytes answered (_verdicts.py); the bytes themselves
     # are not kept alive past this line (the proto holds its own copy)
-    verdict = verdict_path(data, free_dims) if data is not None else None
+    record = record_path(data, free_dims) if data is not None else None
     del data
     if base_dir is None and path is not None:
         base_dir = os.path.dirname(os.path.abspath(path))
@@ -114,11 +110,13 @@ def import_model(
     for graph in _all_graphs(proto.graph):
         _sort_graph_proto(graph)
     if refs:
-        verdict = None  # the other files' bytes are not in the key
-    if not passed_before(verdict):
+        record = None  # the other files' bytes are not in the key
+    before = kept(record)
+    spent = time.perf_counter()
+    passed = before is not None and before.passed
+    if not passed:
         with typed_for_checker(proto):
-            if check_model(proto, path, custom_domains):
-                remember_pass(verdict)
+            passed = check_model(proto, path, custom_domains)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)
@@ -126,14 +124,13 @@ def import_model(
             raise ModelError(
                 f"could not inline the model-local functions of {_where(path)}: {e}"
             ) from None
-    kept = inferred_before(verdict)
-    if kept is None:
-        notes: list[str] = []
-        inferred = infer_shapes(proto, notes)
-        if inferred is not proto:  # inference gave a result (not the model back)
-            remember_inferred(verdict, inferred, notes)
+    if before is not None and before.inferred is not None:
+        inferred, notes = before.inferred, before.notes
     else:
-        inferred, notes = kept
+        notes = []
+        inferred = infer_shapes(proto, notes)
+    if before is None and time.perf_counter() - spent >= _verdicts.WORTH_S:
+        keep(record, Kept(passed, None if inferred is proto else inferred, notes))
     for message in notes:
         warn_caller(message)
     invented = _dim_params(inferred) - _dim_params(proto)
