@@ -1,7 +1,7 @@
 """A fresh process's first load against onnxruntime's, imports included.
 
     python bench/cold_start.py [--rounds 5] [--models squeezenet resnet50 hf_bert_tiny tiny]
-                               [--tree LABEL=PYTHONPATH ...]
+                               [--tree LABEL=PYTHONPATH ...] [--phases]
 
 Each measurement is a new interpreter that imports numpy, then times ``import anychip`` +
 ``anychip.load(path, ["cpu"])`` (or ``import onnxruntime`` + an ``InferenceSession``, default
@@ -9,9 +9,14 @@ options, one thread each way as the runtimes choose), the first run, and the mea
 2-10. The runs alternate: per round, per model, every ``--tree`` (an anychip checkout given as
 the folder that holds its ``anychip`` package, so two revisions compare in one sitting) and
 onnxruntime, one after the other. Printed: the median over rounds of each phase, and anychip's
-ratio to onnxruntime. Run it with Python's bytecode cache on (``PYTHONDONTWRITEBYTECODE``
-unset), as an installed package has it, after one warm-up round (the index of the CPU's
-kernels and the calibration are written by the first process: ``--warmup 1``).
+ratio to onnxruntime; beside the wall times, the process's CPU time of load + first run (all
+its threads: less disturbed by other processes on a shared machine, though not by the cache
+and frequency effects they cause). Run it with Python's bytecode cache on
+(``PYTHONDONTWRITEBYTECODE`` unset), as an installed package has it, after one warm-up round
+(the index of the CPU's kernels, the calibration, the checker's passes and the entry points
+are written by the first process: ``--warmup 1``). ``--phases`` times anychip alone, its load +
+first run split into ``PHASES`` (onnx's import, the load path's imports, the CPU plugin,
+``import_model``, the compile of the imported model, the first run).
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ def _one(runtime: str, path: str) -> dict[str, float]:
 
     with np.load(path + ".npz") as z:
         feeds = {k: z[k] for k in z.files}
+    c0 = time.process_time()
     t0 = time.perf_counter()
+    if runtime == "phases":
+        return _phases(path)
     if runtime == "ort":
         import onnxruntime as ort
 
@@ -48,13 +56,50 @@ def _one(runtime: str, path: str) -> dict[str, float]:
 
         asess = anychip.load(path, ["cpu"])
         run = lambda: asess.run(None, feeds)  # noqa: E731
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     run()
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     for _ in range(9):
         run()
     t3 = time.perf_counter()
-    return {"load": t1 - t0, "first": t2 - t1, "2-10": (t3 - t2) / 9}
+    return {
+        "load": t1 - t0,
+        "first": t2 - t1,
+        "2-10": (t3 - t2) / 9,
+        "cpu load": c1 - c0,
+        "cpu first": c2 - c1,
+    }
+
+
+#: The phases ``--phases`` splits anychip's load + first run into, in order.
+PHASES = ("import onnx", "import the load path", "cpu plugin", "import_model", "compile", "first")
+
+
+def _phases(path: str) -> dict[str, float]:
+    """In a fresh process: anychip's load + first run of ``path`` split into ``PHASES``
+    (each phase's imports counted where they happen)."""
+    import numpy as np
+
+    with np.load(path + ".npz") as z:
+        feeds = {k: z[k] for k in z.files}
+    marks = [time.perf_counter()]
+    import onnx  # noqa: F401
+
+    marks.append(time.perf_counter())
+    import anychip.core.api.session
+    from anychip.core.plugin.host import get_registry
+    from anychip.ir.onnx import import_model
+
+    marks.append(time.perf_counter())
+    get_registry(["cpu"])
+    marks.append(time.perf_counter())
+    model = import_model(path)
+    marks.append(time.perf_counter())
+    sess = anychip.core.api.session.load(model, ["cpu"])
+    marks.append(time.perf_counter())
+    sess.run(None, feeds)
+    marks.append(time.perf_counter())
+    return {p: marks[i + 1] - marks[i] for i, p in enumerate(PHASES)}
 
 
 def _write_models(folder: str, names: list[str]) -> dict[str, str]:
@@ -121,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--tree", action="append", default=[], help="LABEL=PYTHONPATH")
     ap.add_argument("--folder", default=os.path.join(tempfile.gettempdir(), "anychip-cold"))
+    ap.add_argument("--phases", action="store_true", help="split anychip's load into PHASES")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -129,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = [t.split("=", 1) for t in args.tree] or [["anychip", os.environ.get("PYTHONPATH", "")]]
     os.makedirs(args.folder, exist_ok=True)
     paths = _write_models(args.folder, args.models)
+    if args.phases:
+        return _print_phases(args, trees, paths)
     runners = [(label, label, pp) for label, pp in trees] + [("ort", "ort", "")]
     got: dict[tuple[str, str], list[dict[str, float]]] = {}
     for r in range(args.warmup + args.rounds):
@@ -137,8 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                 phases = _spawn("ort" if runtime == "ort" else "anychip", path, pp)
                 if r >= args.warmup:
                     got.setdefault((name, label), []).append(phases)
-    print("| model | runtime | load+import ms | first ms | runs 2-10 ms | load+first vs ort |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| model | runtime | load+import ms | first ms | runs 2-10 ms | load+first vs ort "
+        "| CPU load+first ms | CPU vs ort |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name in paths:
         med = {}
         for label, _, _ in runners:
@@ -148,10 +199,33 @@ def main(argv: list[str] | None = None) -> int:
         for label, _, _ in runners:
             m = med[label]
             ratio = (m["load"] + m["first"]) / ort_lf
+            cpu = m["cpu load"] + m["cpu first"]
+            cpu_ratio = cpu / (med["ort"]["cpu load"] + med["ort"]["cpu first"])
             print(
                 f"| {name} | {label} | {1e3 * m['load']:.1f} | {1e3 * m['first']:.2f} | "
-                f"{1e3 * m['2-10']:.3f} | {ratio:.2f}x |"
+                f"{1e3 * m['2-10']:.3f} | {ratio:.2f}x | {1e3 * cpu:.1f} | {cpu_ratio:.2f}x |"
             )
+    return 0
+
+
+def _print_phases(args: argparse.Namespace, trees: list[list[str]], paths: dict[str, str]) -> int:
+    """``--phases``: per model and tree, the median of each phase over the rounds (fresh
+    processes, trees interleaved)."""
+    got: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for r in range(args.warmup + args.rounds):
+        for name, path in paths.items():
+            for label, pp in trees:
+                phases = _spawn("phases", path, pp)
+                if r >= args.warmup:
+                    got.setdefault((name, label), []).append(phases)
+    print("| model | tree | " + " | ".join(f"{p} ms" for p in PHASES) + " | sum ms |")
+    print("|---|---|" + "---|" * (len(PHASES) + 1))
+    for name in paths:
+        for label, _ in trees:
+            rows = got[(name, label)]
+            med = [statistics.median(x[p] for x in rows) for p in PHASES]
+            cells = " | ".join(f"{1e3 * m:.1f}" for m in med)
+            print(f"| {name} | {label} | {cells} | {1e3 * sum(med):.1f} |")
     return 0
 
 

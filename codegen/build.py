@@ -22,6 +22,9 @@
 * **No compiler** (``$CC`` names a missing program, or none of gcc/cc/clang exists) or a failed
   build: ``load`` returns None and the caller uses its numpy fallback; the reason is kept in
   ``status()``.
+* **The compiler's version** (part of every key) is asked once per compiler binary and kept
+  beside the libraries (``cc-<key>.txt``, keyed by the binary's path, size and modification
+  time): a process that only loads built libraries starts no compiler.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
 _failed: dict[str, str] = {}
 _compiler: dict[str, tuple[str, str] | None] = {}
+_CC_FORMAT = 1
 #: (key, seconds) of every build this process ran (cache misses).
 builds: list[tuple[str, float]] = []
 
@@ -75,16 +79,62 @@ def compiler() -> tuple[str, str] | None:
         path = shutil.which(name)
         if path is None:
             continue
-        try:
-            version = subprocess.run(
-                [path, "--version"], capture_output=True, text=True, timeout=30, check=True
-            ).stdout.splitlines()[0]
-        except (OSError, subprocess.SubprocessError, IndexError):
+        version = _version(path)
+        if version is None:
             continue
         found = (path, version)
         break
     _compiler[cc] = found
     return found
+
+
+def _version(path: str) -> str | None:
+    """The first line of ``path --version``, kept in the cache folder per compiler binary.
+
+    Asking runs the compiler (a process: 3-10 ms of every process's first run, which loads a
+    built library): the answer is kept in ``cache_dir()/cc-<key>.txt``, the key the resolved
+    binary's path, size and modification time, so a compiler installed, upgraded or replaced
+    at that path is asked again (docs/decisions/055-cold-load-caches.md).
+    """
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    ident = f"{_CC_FORMAT} {path} {real} {st.st_size} {st.st_mtime_ns}"
+    kept = cache_dir() / f"cc-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.txt"
+    try:
+        stored_ident, version = kept.read_text(encoding="utf-8").split("\n")[:2]
+        if stored_ident == ident and version:
+            _count(kept, built=False)
+            return version
+    except (OSError, ValueError):
+        pass  # absent or not ours: asked again, written again
+    try:
+        version = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+    _keep(kept, f"{ident}\n{version}\n".encode())
+    return version
+
+
+def _keep(path: Path, data: bytes) -> None:
+    """Write a small file of the cache folder (the bounded store's ``write_atomic`` when it
+    is there); a folder that cannot be written only means asking again."""
+    from anychip.paths import cache_root, write_atomic
+
+    try:
+        if cache_root() in path.parents:
+            write_atomic(path, data, cache_root())
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def cache_dir() -> Path:

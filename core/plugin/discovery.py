@@ -22,7 +22,6 @@ works: it is imported when a device no imported plugin provides is asked for.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -57,7 +56,8 @@ LEGACY_NAMES = {"npu_stub": "npu", "xpu_stub": "xpu"}
 class Candidate:
     """A plugin found but not imported yet.
 
-    ``loader`` is the ``importlib.metadata.EntryPoint`` to load, the plugin object itself for
+    ``loader`` is the entry point to load (``importlib.metadata.EntryPoint`` or its cached
+    form, ``entry_points.CachedEntryPoint``), the plugin object itself for
     an in-process plugin, or None for a built-in (imported by module name).
     """
 
@@ -96,8 +96,11 @@ def plugin_kinds(name: str) -> frozenset[str]:
 
 
 def _installed() -> list[Any]:
-    """The ``anychip`` entry points of the installed distributions (metadata only)."""
-    return list(importlib.metadata.entry_points(group=GROUP))
+    """The ``anychip`` entry points of the installed distributions (metadata only; kept in
+    the cache folder while the installed metadata is unchanged: ``entry_points.py``)."""
+    from anychip.core.plugin.entry_points import entry_points
+
+    return entry_points(GROUP)
 
 
 def discover(extra: Iterable[tuple[str, Any]] = ()) -> list[Candidate]:

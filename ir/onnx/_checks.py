@@ -21,23 +21,30 @@ __all__ = ["check_model", "infer_shapes", "sanitize"]
 _MAX_PROTO = 2**31 - 1
 
 
-def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> None:
+def check_model(proto: onnx.ModelProto, path: str | None, custom_domains: set[str]) -> bool:
     """``onnx.checker`` on ``proto``; a failure is a ``ModelError`` unless it only concerns a
-    domain a plugin defines (the checker cannot know those schemas)."""
+    domain a plugin defines (the checker cannot know those schemas).
+
+    Returns:
+        True when the checker ran on ``proto`` itself and passed it with nothing forgiven
+        (the only verdict ``_verdicts`` remembers); False when it was skipped, ran on the
+        file at ``path`` (over 2 GiB) or a complaint was forgiven.
+    """
     where = repr(path) if path else "the model"
     try:
         if _over_proto_limit(proto):
             if path is None:
                 warn_caller("model over 2 GiB given as bytes/proto: onnx.checker skipped")
-                return
+                return False
             onnx.checker.check_model(path, full_check=False)
-        else:
-            onnx.checker.check_model(proto, full_check=False)
+            return False
+        onnx.checker.check_model(proto, full_check=False)
+        return True
     except onnx.checker.ValidationError as e:
         message = str(e).strip()
         complained = set(re.findall(r"domain '([^']*)'", message))
         if complained and complained <= custom_domains:
-            return  # a plugin defines this domain: the checker cannot know its schemas
+            return False  # a plugin defines this domain: the checker cannot know its schemas
         raise ModelError(f"{where} fails onnx.checker: {message}") from None
     except Exception as e:
         raise ModelError(
@@ -81,7 +88,7 @@ def _graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return out
 
 
-def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(proto: onnx.ModelProto, notes: list[str] | None = None) -> onnx.ModelProto:
     """onnx's shape inference with data propagation, on the model without its large weights.
 
     ``infer_shapes`` serialises the model and parses the result back: with the weights that is
@@ -89,7 +96,9 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     types and shapes, so it runs on a copy whose large top-level initializers keep their dims
     and type but no data; small ones stay, for data propagation (Reshape's shape). The result
     has those initializers empty: ``_Converter`` reads their data from ``proto``. Declared
-    shapes of the main graph's values are checked against inference (``_declared``).
+    shapes of the main graph's values are checked against inference (``_declared``): the
+    warning naming those ignored is appended to ``notes`` when given (the caller issues it),
+    else issued here.
     """
     large = [
         i
@@ -112,7 +121,11 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
         )
     except Exception:  # inference is best-effort: types stay unknown where it fails
         return proto
-    _declared.merge(inferred.graph, declared)
+    message = _declared.merge(inferred.graph, declared)
+    if message is not None and notes is not None:
+        notes.append(message)
+    elif message is not None:
+        warn_caller(message)
     return inferred
 
 

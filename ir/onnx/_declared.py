@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import onnx
 
-from anychip.errors import warn_caller
-
 __all__ = ["strip", "merge"]
 
 Declared = dict[str, onnx.TypeProto]
@@ -47,8 +45,10 @@ def strip(graph: onnx.GraphProto) -> Declared:
     return saved
 
 
-def merge(graph: onnx.GraphProto, saved: Declared) -> None:
-    """Put the declarations of ``saved`` back into the inferred ``graph``, in place."""
+def merge(graph: onnx.GraphProto, saved: Declared) -> str | None:
+    """Put the declarations of ``saved`` back into the inferred ``graph``, in place; returns
+    the warning naming the declarations ignored (None when none was), for the caller to
+    issue."""
     inferred = {vi.name: vi for vi in (*graph.value_info, *graph.output)}
     guessed = _data_shaped(graph, inferred)
     ranks = _reshape_ranks(graph, inferred)
@@ -77,12 +77,13 @@ def merge(graph: onnx.GraphProto, saved: Declared) -> None:
         for d, w in zip(dims, want):
             if not d.HasField("dim_value") and (w.HasField("dim_value") or w.dim_param):
                 d.CopyFrom(w)
-    if conflicts:
-        warn_caller(
-            "declared shapes that disagree with shape inference are ignored (onnxruntime "
-            f"also runs with the actual shapes): {'; '.join(conflicts[:4])}"
-            + (f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else "")
-        )
+    if not conflicts:
+        return None
+    return (
+        "declared shapes that disagree with shape inference are ignored (onnxruntime "
+        f"also runs with the actual shapes): {'; '.join(conflicts[:4])}"
+        + (f"; and {len(conflicts) - 4} more" if len(conflicts) > 4 else "")
+    )
 
 
 _ONNX = ("", "ai.onnx", "ai.onnx.ml")
