@@ -133,6 +133,9 @@ int dnnl_primitive_destroy(dnnl_primitive_t primitive);
 int dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 int dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
 int dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
+int dnnl_primitive_attr_get_scratchpad_mode(const_dnnl_primitive_attr_t attr, int *mode);
+int dnnl_primitive_desc_get_attr(const_dnnl_primitive_desc_t primitive_desc,
+    const_dnnl_primitive_attr_t *attr);
 int dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
 int dnnl_primitive_attr_set_fpmath_mode(dnnl_primitive_attr_t attr, int mode);
 int dnnl_post_ops_create(dnnl_post_ops_t *post_ops);

@@ -5,6 +5,13 @@ and kept: creating a convolution costs about 1 ms, executing a small one a few m
 Its memory objects are made once with no buffer; each run points them at the numpy arrays.
 Weights are reordered into the layout the primitive chose (format ``any``) once per weight
 array and kept in ``WEIGHTS``, keyed by the array's identity plus a sample of its values.
+
+Every primitive is made with a user scratchpad (``make_pd``), which its ``Prim`` owns
+(``Prim.scratch``, bound once) unless the caller passes one: oneDNN's own (library mode) is a
+buffer per thread, kept in thread-local storage of the thread that made the primitive and
+looked up in the thread that runs it, so a primitive cached on one thread and run on another
+(a session on a worker thread, a CPU reference in a new thread) wrote its temporaries to that
+thread's buffer: NULL (SIGSEGV in im2col) or one sized for other primitives (decision 057).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from anychip.backends.cpu.onednn import _math
 from anychip.backends.cpu.onednn._lib import C, Lib, check, get
 from anychip.backends.cpu.replay import record as _replay
 from anychip.core.memory import hugepages
+from anychip.errors import KernelError
 
 __all__ = [
     "Prim",
@@ -47,6 +55,7 @@ __all__ = [
     "reorder_into",
     "reorder_tags",
     "scratchpad_arg",
+    "scratchpad_mode",
     "user_scratchpad",
     "weights",
 ]
@@ -166,16 +175,26 @@ class Prim:
     """A primitive with one memory object per argument; ``run`` binds arrays and executes."""
 
     __slots__ = (
-        "pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib", "bound", "__weakref__"
+        "pd", "prim", "mems", "mem_addrs", "args", "lock", "info", "lib", "bound", "scratch",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(self, pd: Any, arg_mds: dict[int, Any]) -> None:
         L = self.lib = lib()
         ffi, dn = L.ffi, L.dnnl
         self.pd = pd
+        if scratchpad_mode(pd) != C.scratchpad_mode_user:  # a descriptor not from make_pd
+            raise KernelError(f"oneDNN: {impl_info(pd)} was made with the library scratchpad")
         out = ffi.new("dnnl_primitive_t *")
         check(dn.dnnl_primitive_create(out, pd), "creating a primitive")
         self.prim = ffi.gc(out[0], dn.dnnl_primitive_destroy)
+        #: The primitive's own scratchpad (``make_pd`` asked for it as an argument), bound
+        #: once; None where it needs none or the caller passes it (``scratchpad_arg``).
+        self.scratch: np.ndarray | None = None
+        pad = query_md(pd, C.query_scratchpad_md)
+        if C.arg_scratchpad not in arg_mds and pad != ffi.NULL and md_size(pad) > 0:
+            self.scratch = empty_for(pad)
+            arg_mds = {**arg_mds, C.arg_scratchpad: pad}
         self.mems: dict[int, Any] = {}
         self.args = ffi.new("dnnl_exec_arg_t[]", len(arg_mds))
         for i, (arg, d) in enumerate(arg_mds.items()):
@@ -184,6 +203,11 @@ class Prim:
             self.mems[arg] = ffi.gc(mem[0], dn.dnnl_memory_destroy)
             self.args[i].arg = arg
             self.args[i].memory = self.mems[arg]
+        if self.scratch is not None:  # no run binds it: pointed at its buffer for good
+            check(
+                dn.dnnl_memory_set_data_handle(self.mems[C.arg_scratchpad], ptr(self.scratch)),
+                "binding the scratchpad",
+            )
         #: The memory objects' addresses, for C helpers that bind them (``_parallel.py``).
         self.mem_addrs = {arg: int(ffi.cast("uintptr_t", m)) for arg, m in self.mems.items()}
         self.lock = threading.Lock()
@@ -275,7 +299,8 @@ def user_scratchpad(attr: Any = None) -> Any:
     """``attr`` (a new primitive attribute where None or NULL, as ``post_ops`` gives for
     none) asking for the scratchpad as an argument (``C.arg_scratchpad``, described by
     ``query_md(pd, C.query_scratchpad_md)``): oneDNN's own is kept per thread and grown when
-    a primitive is made, so a primitive run on another thread needs its own."""
+    a primitive is made, so a primitive run on another thread needs its own. ``make_pd``
+    asks it of every primitive; ``Prim`` owns the buffer unless given ``scratchpad_arg``'s."""
     L = lib()
     made = _new_attr() if attr is None or attr == L.ffi.NULL else attr
     check(
@@ -292,6 +317,17 @@ def scratchpad_arg(pd: Any, args: dict[int, Any]) -> np.ndarray:
     return empty_for(args[C.arg_scratchpad])
 
 
+def scratchpad_mode(pd: Any) -> int:
+    """The scratchpad mode primitive descriptor ``pd`` was made with (``C.scratchpad_mode_user``
+    or 0, oneDNN's own)."""
+    L = lib()
+    a = L.ffi.new("const_dnnl_primitive_attr_t *")
+    mode = L.ffi.new("int *")
+    check(L.dnnl.dnnl_primitive_desc_get_attr(pd, a), "querying a primitive's attribute")
+    check(L.dnnl.dnnl_primitive_attr_get_scratchpad_mode(a[0], mode), "querying its scratchpad")
+    return int(mode[0])
+
+
 def impl_info(pd: Any) -> str:
     """The implementation oneDNN chose for primitive descriptor ``pd`` (``brg:avx512_core``,
     ``ref:any``, ...)."""
@@ -302,13 +338,32 @@ def impl_info(pd: Any) -> str:
 
 
 def make_pd(create: Callable[..., int], *args: Any) -> Any:
-    """A primitive descriptor from ``create(&pd, ...)``; ``Unsupported`` when oneDNN declines."""
+    """A primitive descriptor from ``create(&pd, ...)``; ``Unsupported`` when oneDNN declines.
+
+    ``args`` end with the primitive attribute (every ``dnnl_*_primitive_desc_create`` takes it
+    last), NULL for the defaults; it is made to ask for a user scratchpad (``user_scratchpad``,
+    a new attribute in place of NULL), which ``Prim`` provides: never oneDNN's per-thread one
+    (see the module docstring)."""
     L = lib()
+    attr = args[-1] if args else None
+    if attr is None or (attr != L.ffi.NULL and L.ffi.typeof(attr) is not _attr_type(L)):
+        raise TypeError(
+            f"make_pd: the last argument must be a primitive attribute or NULL: {attr!r}"
+        )
+    if attr == L.ffi.NULL:  # not _new_attr(): NULL asked for no fpmath mode either
+        a = L.ffi.new("dnnl_primitive_attr_t *")
+        check(L.dnnl.dnnl_primitive_attr_create(a), "creating a primitive attribute")
+        attr = L.ffi.gc(a[0], L.dnnl.dnnl_primitive_attr_destroy)
+    args = (*args[:-1], user_scratchpad(attr))
     out = L.ffi.new("dnnl_primitive_desc_t *")
     status = create(out, *args)
     if status != 0:
         raise Unsupported(f"status {status}")
     return L.ffi.gc(out[0], L.dnnl.dnnl_primitive_desc_destroy)
+
+
+def _attr_type(L: Lib) -> Any:
+    return L.ffi.typeof("dnnl_primitive_attr_t")
 
 
 _MAX_PRIMS = 1024
