@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["IREEBackend", "backends"]
 
 #: The compiled bytes' format and the probes' rules; with IREE's version, the caches' key.
-REVISION = "anychip-iree-9"
+REVISION = "anychip-iree-10"
 _NESTED = (AttrType.GRAPH, AttrType.GRAPHS)
 #: The name of ``core/compile/specialize.py``'s background compile threads.
 _COMPILE_THREAD = "anychip-compile"

@@ -9,7 +9,10 @@ Top to bottom:
   IREE 3.13 reads a runtime ``-1`` as a size (BERT's ``view(B, S, -1, 16)`` failed with
   OUT_OF_RANGE, a length of 2^64 - ...).
 * ``to_mlir``: IREE's ONNX importer (``iree.compiler.extras.onnx_importer``, in process)
-  after onnx's shape inference, as MLIR text.
+  after onnx's shape inference, as MLIR text. A model below opset ``IMPORT_OPSET`` is first
+  brought up to it by onnx's version converter (``upgraded``), as ``iree-import-onnx
+  --opset-version`` does: the importer lowers many ops only from their newer versions (the
+  light ResNet-50's MaxPool-8 failed, "torch.operator ... explicitly marked illegal").
 * ``compile_vmfb``: ``iree-compile`` for a target (``llvm-cpu``, ``vulkan-spirv``...) with the
   device's flags, the command line ``iree.compiler.compile_str`` builds, run as a child process
   the compile's deadline kills (``core/plugin/budget.run_tool``); the result is a vmfb.
@@ -44,11 +47,14 @@ __all__ = [
     "short_error",
     "to_mlir",
     "to_onnx",
+    "upgraded",
 ]
 
 MAGIC = b"ANYCHIP-IREE"
 FORMAT = 1
 _PROTO_LIMIT = (2 << 30) - (1 << 20)
+#: The default-domain opset older partitions are converted to before IREE imports them.
+IMPORT_OPSET = 17
 #: The importer and the compiler share MLIR contexts that are not documented as thread-safe.
 _compile_lock = threading.Lock()
 
@@ -135,12 +141,26 @@ def to_mlir(proto: Any) -> str:
     from iree.compiler.extras import onnx_importer
     from iree.compiler.ir import Context
 
-    inferred = onnx.shape_inference.infer_shapes(proto)
+    inferred = onnx.shape_inference.infer_shapes(upgraded(proto))
     with _compile_lock:
         info = onnx_importer.ModelInfo(inferred)
         module = info.create_module(context=Context()).operation
         onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
         return str(module.get_asm())
+
+
+def upgraded(proto: Any) -> Any:
+    """``proto`` at opset ``IMPORT_OPSET`` when it is older and onnx's version converter takes
+    it (every op with an adapter); else ``proto`` as it is, for IREE's importer to judge."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if not 0 < opset < IMPORT_OPSET:
+        return proto
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, IMPORT_OPSET)
+    except Exception:  # an op without an adapter, another domain: imported as it is
+        return proto
 
 
 def compile_vmfb(graph: Any, target: str, flags: Sequence[str], what: str) -> bytes:
