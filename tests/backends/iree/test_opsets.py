@@ -61,3 +61,24 @@ def test_upgraded_converts_old_and_leaves_the_rest(monkeypatch):
     monkeypatch.setattr(version_converter, "convert_version", refuse)
     again = _conv_pool(9)
     assert compiler.upgraded(again) is again
+
+
+@pytest.mark.slow
+def test_light_resnet50_whole_on_iree_cpu():
+    """onnx's light ResNet-50 (opset 9, seeded random weights) entirely on iree-cpu, its logits
+    matching onnxruntime's: its MaxPool-8 imports once converted, and the compile-time check
+    runs oneDNN's convolutions on a compile thread (decision 057: that crashed the process)."""
+    backend_or_skip("iree-cpu")
+    from tests.models import light
+    from tests.test_light_models import _with_logits
+
+    m, _ = _with_logits(light("resnet50"), "resnet50")
+    feeds = {
+        m.graph.input[0].name: np.random.default_rng(0)
+        .standard_normal((1, 3, 224, 224))
+        .astype(np.float32)
+    }
+    sess = anychip.load(m, devices=["iree-cpu"], strict=True, cost_model=False)
+    assert sess.placement().by_device() == {"iree-cpu": 123}
+    close(sess.run(None, feeds), reference(m, feeds), rtol=1e-4, atol=1e-4)
+    sess.close()
