@@ -401,7 +401,9 @@ def test_a_caller_waiting_long_for_a_chunk_sleeps_and_is_woken():
     @ffi.callback("void (void *, long)")
     def chunk(ctx: object, i: int) -> None:
         if threading.get_ident() == caller:
-            started.wait(2.0)  # the pool's thread has the other chunk (or, late, none)
+            # the pool's thread has the other chunk (or, late, none); 10 s: at nice 19 beside a
+            # load average of 10 (a CI run beside other work) 2 s was not enough ten times over
+            started.wait(10.0)
         else:
             started.set()
             time.sleep(0.05)
@@ -414,7 +416,7 @@ def test_a_caller_waiting_long_for_a_chunk_sleeps_and_is_woken():
     before = pool.stats()["slept_jobs"]
     try:
         pool.block_after(1)  # any wait past the first spins sleeps
-        for _ in range(10):  # a pool thread that never woke within 2 s: the caller ran both
+        for _ in range(10):  # a pool thread that never woke within 10 s: the caller ran both
             started.clear()
             pool.reset_backoff()
             run(chunk, ffi.NULL, 2, 2)
