@@ -120,6 +120,12 @@ class _Net:
 def mobilenet_like(size: int = 224, seed: int = 0) -> onnx.ModelProto:
     """MobileNet v1 (width 1.0): depthwise 3x3 + pointwise 1x1 blocks, BatchNorm, Relu6."""
     n = _Net(seed)
+    x, c = _mobilenet_trunk(n)
+    return n.model("mobilenet_like", n.head(x, c), (1, 3, size, size))
+
+
+def _mobilenet_trunk(n: _Net) -> tuple[str, int]:
+    """MobileNet v1's convolutions on input "x": the output and its channels."""
     x = n.relu6(n.bn(n.conv("x", 3, 32, 3, 2), 32))
     c = 32
     plan = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
@@ -128,7 +134,7 @@ def mobilenet_like(size: int = 224, seed: int = 0) -> onnx.ModelProto:
         x = n.relu6(n.bn(n.conv(x, c, c, 3, stride, group=c), c))
         x = n.relu6(n.bn(n.conv(x, c, cout, 1), cout))
         c = cout
-    return n.model("mobilenet_like", n.head(x, c), (1, 3, size, size))
+    return x, c
 
 
 def resnet_like(size: int = 224, seed: int = 0) -> onnx.ModelProto:
@@ -240,14 +246,7 @@ def conv_transformer(size: int = 224, seed: int = 0, layers: int = 4) -> onnx.Mo
     engines on some machines (the convolutions on ``cpu``, the small matrix products on
     onnxruntime), so a placement may split it (issue 42)."""
     n = _Net(seed)
-    x = n.relu6(n.bn(n.conv("x", 3, 32, 3, 2), 32))
-    c = 32
-    plan = [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2)]
-    plan += [(512, 1)] * 5 + [(1024, 2), (1024, 1)]
-    for cout, stride in plan:
-        x = n.relu6(n.bn(n.conv(x, c, c, 3, stride, group=c), c))
-        x = n.relu6(n.bn(n.conv(x, c, cout, 1), cout))
-        c = cout
+    x, c = _mobilenet_trunk(n)
     side = size // 32
     tokens = n.op("Reshape", [n.conv(x, c, 256, 1), n.const(np.array([1, 256, side * side]))])
     t = n.op("Transpose", [tokens], perm=[0, 2, 1])
